@@ -1,0 +1,166 @@
+"""The compiler's internal form of a manifest: frozen dataclasses, one per manifest concept.
+
+Both manifest dialects load into these (see manifest.py); every later stage reads only these.
+Every object carries the `Origin` it was read from, so any error can name file and JSON pointer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a thing was read from: repository-relative file and RFC 6901 JSON pointer."""
+
+    file: str
+    pointer: str
+
+    def child(self, *keys: object) -> Origin:
+        parts = [str(k).replace("~", "~0").replace("/", "~1") for k in keys]
+        return Origin(self.file, "/".join([self.pointer, *parts]))
+
+    def __str__(self) -> str:
+        return f"{self.file}#{self.pointer}"
+
+
+@dataclass(frozen=True)
+class Expr:
+    """One manifest expression: a JSON string is Jinja expression source, anything else a literal."""
+
+    source: str | None
+    literal: Any
+    origin: Origin
+
+    @property
+    def is_literal(self) -> bool:
+        return self.source is None
+
+    def text(self) -> str:
+        """The expression as the manifest wrote it, for comments and error messages."""
+        if self.source is not None:
+            return self.source
+        if isinstance(self.literal, bool):
+            return "true" if self.literal else "false"
+        return repr(self.literal)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    key: str  # the bind key the API uses (`b`, `inputMean`)
+    role: str  # the ONNX name (`B`, `input_mean`)
+    type_var: str
+    rank: Expr | None
+    shape: Expr | None  # outputs only: the output's shape expression
+    is_output: bool
+    optional: bool
+    description: str
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Attribute:
+    name: str
+    default: Any  # None when the attribute has no default
+    required: bool
+    allowed: tuple | None  # attributeConstraints.values
+    comparison: str | None  # "float32": compare allowed values after rounding to float32
+    description: str
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Derive:
+    """A named value: manifest `derive`, variant `constants`/`derive`, pass `derive`/`source.inputs`."""
+
+    name: str
+    expr: Expr
+
+
+@dataclass(frozen=True)
+class UniformField:
+    name: str
+    type: str  # u32 | i32 | f32
+    value: Expr
+
+
+@dataclass(frozen=True)
+class Binding:
+    name: str  # the WGSL variable
+    kind: str  # input | output | intermediate | uniform
+    resource: str  # tensor bind key, intermediate id, or "params"
+    buffer: str  # read-only-storage | storage | uniform
+    element_type: Expr | None  # "$name" references or WGSL type text; None for uniforms
+    struct_name: str | None
+    fields: tuple[UniformField, ...]
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Dispatch:
+    form: str  # threads | workgroups | xyz
+    values: tuple[tuple[str, Expr], ...]  # (threads, workgroupSize) | (workgroups, z) | (x, y, z)
+    origin: Origin
+
+    def get(self, key: str) -> Expr | None:
+        return dict(self.values).get(key)
+
+
+@dataclass(frozen=True)
+class Intermediate:
+    id: str
+    dtype: str
+    shape: Expr
+
+
+@dataclass(frozen=True)
+class Pass:
+    id: str
+    label: str
+    template: str
+    derives: tuple[Derive, ...]
+    bindings: tuple[Binding, ...]
+    dispatch: Dispatch
+    subgroup_width: str | None
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Variant:
+    id: str
+    priority: int
+    order: int
+    when: tuple[Expr, ...]
+    demote_when: tuple[Expr, ...]
+    required_features: tuple[str, ...]
+    derives: tuple[Derive, ...]
+    intermediates: tuple[Intermediate, ...]
+    passes: tuple[Pass, ...]
+    origin: Origin
+
+
+@dataclass(frozen=True)
+class Op:
+    id: str  # the manifest folder: ai.onnx.BatchNormalization
+    domain: str
+    name: str
+    since_version: int
+    description: str
+    inputs: tuple[Tensor, ...]
+    outputs: tuple[Tensor, ...]
+    attributes: tuple[Attribute, ...]
+    type_constraints: tuple[tuple[str, tuple[str, ...]], ...]
+    tunables: tuple[tuple[str, Any], ...]
+    derives: tuple[Derive, ...]
+    variants: tuple[Variant, ...]
+    source: str  # repository-relative manifest path
+    sha256: str
+
+    @property
+    def tensors(self) -> tuple[Tensor, ...]:
+        return self.inputs + self.outputs
+
+    @property
+    def title(self) -> str:
+        return f"{self.domain} {self.name}-{self.since_version}"

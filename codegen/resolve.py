@@ -1,0 +1,394 @@
+"""Name-resolution stage: ir.Op -> ResolvedOp, every manifest expression compiled in its scope.
+
+Scopes nest as DESIGN §4a says: manifest `derive` values are visible everywhere; `when` and
+`demoteWhen` see only those; variant values (`constants`/`derive`) are visible to the variant's
+intermediates and passes; pass values (`source.inputs`/`derive`) to that pass's dispatch,
+uniforms, element types and template. Derived values compile on first use, which orders them and
+finds cycles. The contract (rules every variant needs) is extracted here too.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import jinja2.nodes as nodes
+
+from .expr import Compiled, ExprError, Scope, Symbol, _Compiler, compile_expr, parse, snake
+from .ir import Derive, Expr, Intermediate, Op, Pass, Tensor, UniformField, Variant
+from .manifest import ManifestError
+from .runtime import WEBGPU_DEFAULT_LIMITS
+
+DEVICE_LOCALS = {
+    "limits": "r.caps.limits",
+    "features": "r.caps.features",
+    "wgsl_features": "r.caps.wgsl_language_features",
+    "adapter_info": "r.caps.adapter_info",
+    "dispatch_fold_width": "fold_width(r.caps)",
+}
+
+
+@dataclass(frozen=True)
+class Value:
+    """One named value as the generated code computes it: `var = python  # name: source`."""
+
+    name: str
+    var: str
+    expr: Expr
+    code: Compiled
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One contract clause: every variant needs it, so breaking it is the caller's error."""
+
+    source: str  # the clause in manifest syntax
+    code: Compiled
+    subject: str  # "input X", "attribute num_groups", "dtype T", "device"
+    facts: tuple[tuple[str, Compiled], ...]  # the names the clause reads, to print their values
+
+
+@dataclass(frozen=True)
+class ResolvedPass:
+    ir: Pass
+    derives: tuple[Value, ...]
+    dispatch: tuple[tuple[str, Compiled], ...]
+    uniforms: tuple[tuple[UniformField, Compiled], ...]
+    element_types: tuple[tuple[str, Compiled], ...]  # binding name -> WGSL type (a str value)
+    scope_values: tuple[Value, ...]  # variant then pass values, pass values winning: what the template may see
+
+
+@dataclass(frozen=True)
+class ResolvedVariant:
+    ir: Variant
+    when: tuple[tuple[Expr, Compiled], ...]
+    demote_when: tuple[tuple[Expr, Compiled], ...]
+    derives: tuple[Value, ...]
+    intermediates: tuple[tuple[Intermediate, Compiled], ...]
+    passes: tuple[ResolvedPass, ...]
+
+
+@dataclass(frozen=True)
+class ResolvedOp:
+    ir: Op
+    derives: tuple[Value, ...]
+    output_shapes: tuple[tuple[Tensor, Compiled], ...]
+    rules: tuple[Rule, ...]
+    variants: tuple[ResolvedVariant, ...]
+
+    def attribute_kind(self, name: str) -> str:
+        return _attribute_kind(self.ir, name)
+
+
+def _attribute_kind(op: Op, name: str) -> str:
+    for attribute in op.attributes:
+        if attribute.name == name:
+            sample = attribute.default if attribute.default is not None else (attribute.allowed or (0,))[0]
+            return "float" if isinstance(sample, float) else "int"
+    raise KeyError(name)
+
+
+class _Level:
+    """The derived values of one scope level, compiled lazily in dependency order."""
+
+    def __init__(self, derives: tuple[Derive, ...], make_scope, var_prefix: str = ""):
+        self.specs = {d.name: d for d in derives}
+        self.make_scope = make_scope
+        self.var_prefix = var_prefix
+        self.done: dict[str, Value] = {}
+        self.active: list[str] = []
+
+    def get(self, name: str) -> Value | None:
+        if name not in self.specs:
+            return None
+        if name in self.done:
+            return self.done[name]
+        spec = self.specs[name]
+        if name in self.active:
+            cycle = " -> ".join(self.active[self.active.index(name) :] + [name])
+            raise ExprError(spec.expr.origin, spec.expr.text(), f"cycle between derived values: {cycle}")
+        self.active.append(name)
+        try:
+            code = compile_expr(spec.expr, self.make_scope())
+        finally:
+            self.active.pop()
+        self.done[name] = Value(name, self.var_prefix + snake(name), spec.expr, code)
+        return self.done[name]
+
+    def all(self) -> tuple[Value, ...]:
+        for name in self.specs:
+            self.get(name)
+        # Dependencies were compiled first, so insertion order is a valid evaluation order.
+        return tuple(self.done.values())
+
+
+class _Resolver:
+    def __init__(self, op: Op):
+        self.op = op
+        self.tensors: dict[str, Tensor] = {}
+        for tensor in op.tensors:
+            self.tensors[tensor.key] = tensor
+            self.tensors.setdefault(tensor.role, tensor)
+        self.attributes = {a.name for a in op.attributes}
+        self.tunables = dict(op.tunables)
+        self.type_vars = {name for name, _ in op.type_constraints}
+        self.manifest = _Level(op.derives, lambda: self.scope("manifest"))
+
+    # names --------------------------------------------------------------------------------------
+
+    def builtin(self, path: tuple[str, ...], allow_fold: bool) -> Symbol | None:
+        head, rest = path[0], path[1:]
+        if head in ("shapes", "ranks") and len(rest) == 1 and rest[0] in self.tensors:
+            var = "shape_" + snake(self.tensors[rest[0]].key)
+            return Symbol(var if head == "shapes" else f"len({var})", "shape" if head == "shapes" else "int", frozenset({var}))
+        if head == "dtypes" and len(rest) == 1 and rest[0] in self.type_vars:
+            var = "dtype_" + snake(rest[0])
+            return Symbol(var, "str", frozenset({var}))
+        if head == "attrs" and len(rest) == 1 and rest[0] in self.attributes:
+            var = "attr_" + snake(rest[0])
+            return Symbol(var, _attribute_kind(self.op, rest[0]), frozenset({var}))
+        if head == "tunables" and len(rest) == 1 and rest[0] in self.tunables:
+            var = "tunable_" + snake(rest[0])
+            kind = "float" if isinstance(self.tunables[rest[0]], float) else "int"
+            return Symbol(var, kind, frozenset({var}))
+        if head == "device":
+            return self.device(rest)
+        if path == ("DISPATCH_FOLD_WIDTH",) and allow_fold:
+            return Symbol("dispatch_fold_width", "int", frozenset({"dispatch_fold_width"}))
+        return None
+
+    @staticmethod
+    def device(rest: tuple[str, ...]) -> Symbol | None:
+        if len(rest) == 2 and rest[0] == "limits" and rest[1] in WEBGPU_DEFAULT_LIMITS:
+            return Symbol(f'limits["{rest[1]}"]', "int", frozenset({"limits"}))
+        if rest == ("features",):
+            return Symbol("features", "set", frozenset({"features"}))
+        if rest == ("wgslLanguageFeatures",):
+            return Symbol("wgsl_features", "set", frozenset({"wgsl_features"}))
+        if rest == ("adapterInfo",):
+            return Symbol("adapter_info", "map", frozenset({"adapter_info"}))
+        if len(rest) == 2 and rest[0] == "adapterInfo":
+            return Symbol(f'adapter_info["{rest[1]}"]', "int", frozenset({"adapter_info"}))
+        return None
+
+    def scope(self, where: str, variant: _Level | None = None, pass_: _Level | None = None) -> Scope:
+        """`where`: manifest | select (when/demoteWhen) | variant | pass: decides how values are read."""
+
+        def resolve(path: tuple[str, ...]) -> Symbol | None:
+            if len(path) == 1:
+                for level, local_in in ((pass_, "pass"), (variant, "variant"), (self.manifest, "manifest")):
+                    value = level.get(path[0]) if level is not None else None
+                    if value is None:
+                        continue
+                    ref = frozenset({(local_in, value.name)})
+                    if local_in == where:
+                        return Symbol(value.var, value.code.type, frozenset(), ref)
+                    holder = {"manifest": "d", "variant": "v"}[local_in]
+                    return Symbol(f"{holder}.{value.var}", value.code.type, frozenset({holder}), ref)
+            return self.builtin(path, allow_fold=where == "pass")
+
+        def describe() -> str:
+            names = list(self.manifest.specs)
+            for level in (variant, pass_):
+                names += list(level.specs) if level else []
+            return ", ".join(["shapes.*", "ranks.*", "dtypes.*", "attrs.*", "tunables.*", "device.*", *names])
+
+        return Scope(resolve, describe)
+
+    # the op -------------------------------------------------------------------------------------
+
+    def resolve(self) -> ResolvedOp:
+        problems: list[str] = []
+
+        def attempt(make):
+            try:
+                return make()
+            except ExprError as error:
+                problems.append(str(error))
+                return None
+
+        for derive in self.op.derives:
+            attempt(lambda: self.manifest.get(derive.name))
+        outputs = [attempt(lambda: (t, compile_expr(t.shape, self.scope("manifest"), ("shape", "list")))) for t in self.op.outputs]
+        variants = [attempt(lambda: self.variant(v)) for v in self.op.variants]
+        rules = attempt(self.contract)
+        if problems:
+            raise ManifestError(problems)
+        return ResolvedOp(self.op, self.manifest.all(), tuple(outputs), rules, tuple(variants))
+
+    def variant(self, variant: Variant) -> ResolvedVariant:
+        select = self.scope("select")
+        when = tuple((e, compile_expr(e, select, "bool")) for e in variant.when)
+        demote = tuple((e, compile_expr(e, select, "bool")) for e in variant.demote_when)
+        level = _Level(variant.derives, lambda: self.scope("variant", level))
+        values = level.all()
+        intermediates = tuple(
+            (i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape"))) for i in variant.intermediates
+        )
+        passes = tuple(self.pass_(p, level) for p in variant.passes)
+        return ResolvedVariant(variant, when, demote, values, intermediates, passes)
+
+    def pass_(self, pass_: Pass, variant_level: _Level) -> ResolvedPass:
+        level = _Level(pass_.derives, lambda: self.scope("pass", variant_level, level), var_prefix="")
+        values = level.all()
+        scope = self.scope("pass", variant_level, level)
+        dispatch = tuple((k, compile_expr(e, scope, ("int", "float"))) for k, e in pass_.dispatch.values)
+        uniforms = tuple(
+            (f, compile_expr(f.value, scope, ("int", "float", "bool") if f.type != "f32" else ("int", "float")))
+            for b in pass_.bindings
+            for f in b.fields
+        )
+        element_types = tuple((b.name, self.element_type(b.element_type, scope)) for b in pass_.bindings if b.element_type is not None)
+        shadowed = {v.name for v in values}
+        visible = tuple(v for v in variant_level.all() if v.name not in shadowed) + values
+        return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible)
+
+    def element_type(self, expr: Expr, scope: Scope) -> Compiled:
+        """`$name` reads a value (`$T` with no value named T means dtypes.T); other text is WGSL."""
+        text = expr.literal if expr.is_literal else expr.source
+        if not isinstance(text, str):
+            raise ExprError(expr.origin, expr.text(), "an element type must be WGSL type text or `$name`")
+        if not text.startswith("$"):
+            return Compiled(repr(text), "str", 9, constant=text, is_constant=True)
+        name = text[1:]
+        target = name if scope.lookup((name,)) is not None else f"dtypes.{name}"
+        return compile_expr(Expr(target, None, expr.origin), scope, "str")
+
+    # the contract -------------------------------------------------------------------------------
+
+    def conjuncts(self, expr: Expr) -> list[nodes.Node]:
+        """The `and`-clauses of an expression, expanding manifest derives that are conjunctions."""
+        out: list[nodes.Node] = []
+
+        def walk(node: nodes.Node) -> None:
+            if isinstance(node, nodes.And):
+                walk(node.left)
+                walk(node.right)
+            elif isinstance(node, nodes.Name) and node.name in self.manifest.specs:
+                spec = self.manifest.specs[node.name].expr
+                if spec.is_literal:
+                    out.append(nodes.Const(spec.literal))
+                else:
+                    walk(parse(spec.source, spec.origin))
+            else:
+                out.append(node)
+
+        if expr.is_literal:
+            return [nodes.Const(expr.literal)]
+        walk(parse(expr.source, expr.origin))
+        return out
+
+    def contract(self) -> tuple[Rule, ...]:
+        clauses: dict[str, nodes.Node] = {}
+        for tensor in self.op.inputs:
+            if tensor.rank is not None:
+                clause = Expr(f"ranks.{tensor.role} == {tensor.rank.text()}", None, tensor.rank.origin)
+                for node in self.conjuncts(clause):
+                    clauses.setdefault(unparse(node), node)
+        needed_by_all: set[str] | None = None
+        ordered: dict[str, nodes.Node] = {}
+        for variant in self.op.variants:
+            mine = {}
+            for entry in variant.when:
+                for node in self.conjuncts(entry):
+                    mine.setdefault(unparse(node), node)
+            for key, node in mine.items():
+                ordered.setdefault(key, node)
+            needed_by_all = set(mine) if needed_by_all is None else needed_by_all & set(mine)
+        for key, node in ordered.items():
+            if needed_by_all and key in needed_by_all and not isinstance(node, nodes.Const):
+                clauses.setdefault(key, node)
+        origin_expr = Expr("", None, self.op.variants[0].origin.child("when") if self.op.variants else None)
+        scope = self.scope("manifest")
+        rules, seen = [], set()
+        for source, node in clauses.items():
+            compiler = _Compiler(Expr(source, None, origin_expr.origin), scope)
+            code = compiler.visit(node)
+            if code.type != "bool" or code.python in seen:
+                continue  # `ranks.B` and `ranks.b` are one rule under two names
+            seen.add(code.python)
+            facts = []
+            for leaf in _leaves(node):
+                text = unparse(leaf)
+                if text not in dict(facts):
+                    facts.append((text, compiler.visit(leaf)))
+            rules.append(Rule(source, code, self.subject(node), tuple(facts)))
+        return tuple(rules)
+
+    def subject(self, node: nodes.Node) -> str:
+        for leaf in node.find_all((nodes.Name, nodes.Getattr)):
+            path = _path(leaf)
+            if path and path[0] in ("shapes", "ranks") and len(path) == 2:
+                tensor = self.tensors[path[1]]
+                return f"{'output' if tensor.is_output else 'input'} {tensor.role}"
+            if path and path[0] == "attrs":
+                return f"attribute {path[1]}"
+            if path and path[0] == "dtypes":
+                return f"dtype {path[1]}"
+        return "device"
+
+
+def _path(node: nodes.Node) -> tuple[str, ...] | None:
+    if isinstance(node, nodes.Name):
+        return (node.name,)
+    if isinstance(node, nodes.Getattr):
+        base = _path(node.node)
+        return None if base is None else base + (node.attr,)
+    return None
+
+
+def _leaves(node: nodes.Node) -> list[nodes.Node]:
+    """The readable facts inside a clause: names, dotted names and helper calls on shapes."""
+    if _path(node) is not None:
+        return [node]
+    if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and node.node.name in ("dim", "inner", "outer", "numel"):
+        return [node]
+    if isinstance(node, nodes.Call):
+        if isinstance(node.node, nodes.Getattr):
+            return []  # device.features.has("x"): the clause itself says what is missing
+        children = node.args
+    else:
+        children = list(node.iter_child_nodes())
+    return [leaf for child in children for leaf in _leaves(child)]
+
+
+_BINARY = {"Add": "+", "Sub": "-", "Mul": "*", "Div": "/", "Mod": "%", "And": "and", "Or": "or"}
+_CMP = {"eq": "==", "ne": "!=", "lt": "<", "lteq": "<=", "gt": ">", "gteq": ">="}
+
+
+def unparse(node: nodes.Node) -> str:
+    """Manifest syntax for a parsed node (fully parenthesised where nesting is ambiguous)."""
+    kind = type(node).__name__
+    if isinstance(node, nodes.Const):
+        if isinstance(node.value, bool):
+            return "true" if node.value else "false"
+        return '"' + node.value + '"' if isinstance(node.value, str) else repr(node.value)
+    if _path(node) is not None:
+        return ".".join(_path(node))
+    if kind in _BINARY:
+        return f"{_sub(node.left)} {_BINARY[kind]} {_sub(node.right)}"
+    if isinstance(node, nodes.Compare):
+        return _sub(node.expr) + "".join(f" {_CMP.get(o.op, o.op)} {_sub(o.expr)}" for o in node.ops)
+    if isinstance(node, nodes.Not):
+        return f"not {_sub(node.node)}"
+    if isinstance(node, nodes.Neg):
+        return f"-{_sub(node.node)}"
+    if isinstance(node, nodes.Call):
+        return f"{unparse(node.node)}({', '.join(unparse(a) for a in node.args)})"
+    if isinstance(node, nodes.CondExpr):
+        return f"{_sub(node.expr1)} if {_sub(node.test)} else {_sub(node.expr2)}"
+    if isinstance(node, nodes.Concat):
+        return " ~ ".join(_sub(n) for n in node.nodes)
+    if isinstance(node, nodes.List):
+        return "[" + ", ".join(unparse(i) for i in node.items) + "]"
+    return repr(node)
+
+
+def _sub(node: nodes.Node) -> str:
+    text = unparse(node)
+    simple = isinstance(node, (nodes.Const, nodes.Name, nodes.Getattr, nodes.Call, nodes.List))
+    return text if simple else f"({text})"
+
+
+def resolve_op(op: Op) -> ResolvedOp:
+    """Compile every expression of the op; raises ManifestError listing each problem."""
+    return _Resolver(op).resolve()

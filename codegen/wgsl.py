@@ -1,0 +1,295 @@
+"""Render stage: ResolvedOp + templates/ -> WGSL text per (variant, pass, specialization).
+
+Binding times (DESIGN §4): string and boolean values with a finite domain are specialization
+values, the only names a template sees through Jinja; numeric values become WGSL `override`
+constants, declared here for the names the rendered body uses; per-call values reach the shader
+through the `Params` uniform. The resource declarations (`@group(0) @binding(i)`) come from the
+manifest's binding list, so a template holds only the computation.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import jinja2.meta
+
+from . import runtime
+from .expr import snake
+from .manifest import ManifestError
+from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
+
+WGSL_DTYPE = {"float32": "f32", "float16": "f16"}
+BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read_write"}
+SCALAR_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2}
+SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\((subgroup_invocation_id|subgroup_size|subgroup_id|num_subgroups)\)")
+BUILTIN_OVERRIDES = ("WORKGROUP_SIZE", "DISPATCH_FOLD_WIDTH")
+
+
+@dataclass(frozen=True)
+class Specialization:
+    key: tuple  # values of `key_names`, in order
+    context: dict  # what Jinja saw
+    wgsl: str
+    body_first_line: int  # 1-based line of the rendered template inside `wgsl`
+    overrides: tuple[tuple[str, str], ...]  # (name, u32|f32) that the shader declares
+    workgroup_size: str  # an override name or an integer literal
+    workgroup_arrays: tuple[tuple[int, tuple[str, ...]], ...]  # (bytes per element, count factors)
+    uses_subgroups: bool
+
+
+@dataclass(frozen=True)
+class RenderedPass:
+    variant: ResolvedVariant
+    pass_: ResolvedPass
+    template: str  # repository-relative path
+    key_names: tuple[str, ...]  # template values, then `binding:<name>` element types
+    specializations: tuple[Specialization, ...]
+
+
+def make_environment(templates_dir: Path) -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir)),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+    )
+
+
+class _NotFinite(Exception):
+    pass
+
+
+class _Domains:
+    """Finds every reachable combination of a pass's specialization values.
+
+    A value is finite when it depends only on dtypes, on attributes restricted by
+    `attributeConstraints.values` and on literals; a boolean that depends on anything else (a device
+    feature, a shape) is a free leaf that can be either. Reachable combinations are those of the
+    product of the leaves' domains.
+    """
+
+    def __init__(self, op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass):
+        self.levels = {
+            "manifest": {v.name: v for v in op.derives},
+            "variant": {v.name: v for v in variant.derives},
+            "pass": {v.name: v for v in pass_.derives},
+        }
+        self.base = {f"dtype_{snake(tv)}": tuple(WGSL_DTYPE[t] for t in types if t in WGSL_DTYPE) for tv, types in op.ir.type_constraints}
+        for attribute in op.ir.attributes:
+            if attribute.allowed is not None:
+                self.base[f"attr_{snake(attribute.name)}"] = attribute.allowed
+
+    def leaves(self, value: Value) -> set:
+        try:
+            return self.finite_leaves(value)
+        except _NotFinite:
+            if value.code.type != "bool":
+                raise
+            return {("free", value.name)}
+
+    def finite_leaves(self, value: Value) -> set:
+        found = set()
+        for local in value.code.locals - {"d", "v"}:
+            if local not in self.base:
+                raise _NotFinite(local)
+            found.add(("base", local))
+        for level, name in value.code.refs:
+            found |= self.leaves(self.levels[level][name])
+        return found
+
+    def evaluate(self, value: Value, assignment: dict):
+        if ("free", value.name) in assignment:
+            return assignment[("free", value.name)]
+        if value.code.is_constant:
+            return value.code.constant
+        env = {local: assignment[("base", local)] for local in value.code.locals - {"d", "v"}}
+        holders = {"manifest": {}, "variant": {}}
+        for level, name in value.code.refs:
+            referenced = self.levels[level][name]
+            if level == "pass":
+                env[referenced.var] = self.evaluate(referenced, assignment)
+            else:
+                holders[level][referenced.var] = self.evaluate(referenced, assignment)
+        env["d"] = _Namespace(holders["manifest"])
+        env["v"] = _Namespace(holders["variant"])
+        return eval(value.code.python, _EVAL_GLOBALS, env)  # compile-time only, never generated
+
+    def enumerate(self, values: list[Value], conditions: list[Value]) -> list[dict]:
+        """Combinations of `values`, leaving out those a finite `when` clause rules out."""
+        leaves = set()
+        for value in values:
+            leaves |= self.leaves(value)
+        deciding = []
+        for condition in conditions:
+            try:
+                leaves |= self.finite_leaves(condition)
+                deciding.append(condition)
+            except _NotFinite:
+                pass  # depends on shapes or the device: both outcomes stay reachable
+        ordered = sorted(leaves)
+        domains = [self.base[name] if kind == "base" else (False, True) for kind, name in ordered]
+        combos = []
+        for choice in itertools.product(*domains):
+            assignment = dict(zip(ordered, choice))
+            if all(self.evaluate(c, assignment) is True for c in deciding):
+                combos.append({v.name: self.evaluate(v, assignment) for v in values})
+        return combos
+
+
+class _Namespace:
+    def __init__(self, values: dict):
+        self.__dict__.update(values)
+
+
+_EVAL_GLOBALS = {
+    "math": math,
+    **{name: getattr(runtime, name) for name in ("js_div", "js_mod", "js_str", "pow2ceil", "ceil_div", "numel", "inner", "outer", "dim")},
+}
+
+
+def _element_bytes(wgsl_type: str) -> int:
+    match = re.fullmatch(r"\s*(?:vec([234])<\s*(\w+)\s*>|(\w+))\s*", wgsl_type)
+    if not match:
+        raise ValueError(f"workgroup element type `{wgsl_type}` is not a scalar or vector")
+    if match.group(3):
+        return SCALAR_BYTES[match.group(3)]
+    lanes = int(match.group(1))
+    size = SCALAR_BYTES[match.group(2)] * (4 if lanes == 3 else lanes)
+    return size
+
+
+def _workgroup_arrays(body: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
+    """Bytes of every `var<workgroup>`, as element size times factors that are overrides or literals."""
+    arrays = []
+    for match in re.finditer(r"var<workgroup>\s+\w+\s*:\s*([^;]+);", body):
+        declared = match.group(1).strip()
+        array = re.fullmatch(r"array<\s*(.+?)\s*,\s*([\w\s*]+?)\s*>", declared)
+        if array is None:
+            arrays.append((_element_bytes(declared), ()))
+            continue
+        factors = tuple(f.strip().rstrip("u") if f.strip()[:1].isdigit() else f.strip() for f in array.group(2).split("*"))
+        arrays.append((_element_bytes(array.group(1)), factors))
+    return tuple(arrays)
+
+
+def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str) -> str:
+    lines = []
+    if any("f16" in t for t in element_types.values()) or re.search(r"\bf16\b", body):
+        lines.append("enable f16;")
+    for name, kind in overrides:
+        lines.append(f"override {name}: {kind};")
+    for index, binding in enumerate(pass_.ir.bindings):
+        if binding.kind == "uniform":
+            fields = [f"{f.name}: {f.type}" for f in binding.fields]
+            fields += [f"_pad{i}: u32" for i in range(-len(fields) % 4)]
+            lines.append(f"struct {binding.struct_name} {{ {', '.join(fields)} }}")
+            lines.append(f"@group(0) @binding({index}) var<uniform> {binding.name}: {binding.struct_name};")
+        else:
+            access = BUFFER_ACCESS[binding.buffer]
+            lines.append(f"@group(0) @binding({index}) var<{access}> {binding.name}: array<{element_types[binding.name]}>;")
+    return "\n".join(lines) + "\n\n"
+
+
+def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, env: jinja2.Environment, templates_dir: Path) -> RenderedPass:
+    origin = pass_.ir.origin
+    name = pass_.ir.template
+    try:
+        source = (templates_dir / name).read_text()
+    except OSError:
+        raise ManifestError([f"{origin}: template `{name}` does not exist in {templates_dir.name}/"]) from None
+    used = jinja2.meta.find_undeclared_variables(env.parse(source))
+    values = {v.name: v for v in pass_.scope_values}
+    problems = []
+    for variable in sorted(used):
+        if variable not in values:
+            problems.append(f"{origin}: template `{name}` reads `{variable}`, which this pass does not define")
+        elif values[variable].code.type not in ("str", "bool"):
+            problems.append(
+                f"{origin}: template `{name}` reads `{variable}` through Jinja, but it is a number: "
+                "numbers are pipeline overrides, use the name as a WGSL identifier instead"
+            )
+    if problems:
+        raise ManifestError(problems)
+    template_values = [values[v] for v in sorted(used)]
+    element_values = [
+        Value(f"binding:{binding}", f"binding_{binding}", None, code)
+        for binding, code in pass_.element_types
+    ]
+    domains = _Domains(op, variant, pass_)
+    try:
+        conditions = [Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)]
+        combos = domains.enumerate(template_values + element_values, conditions)
+    except _NotFinite as error:
+        raise ManifestError([f"{origin}: a specialization value of template `{name}` depends on `{error}`, which has no finite domain"]) from None
+    key_names = tuple(v.name for v in template_values + element_values)
+    numeric = {v.name: ("f32" if v.code.type == "float" else "u32") for v in pass_.scope_values if v.code.type in ("int", "float")}
+    if pass_.ir.dispatch.form == "threads":
+        numeric["WORKGROUP_SIZE"] = "u32"
+    numeric["DISPATCH_FOLD_WIDTH"] = "u32"
+    template = env.get_template(name)
+    specializations = {}
+    for combo in combos:
+        key = tuple(combo[n] for n in key_names)
+        if key in specializations:
+            continue
+        context = {v.name: combo[v.name] for v in template_values}
+        body = template.render(context)
+        overrides = [(n, numeric[n]) for n in sorted(numeric) if re.search(rf"(?<![\w.]){re.escape(n)}\b", body)]
+        element_types = {b: combo[f"binding:{b}"] for b, _ in pass_.element_types}
+        header = _declarations(pass_, element_types, overrides, body)
+        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", body)
+        if size is None:
+            raise ManifestError([f"{origin}: template `{name}` needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"])
+        specializations[key] = Specialization(
+            key=key,
+            context=context,
+            wgsl=header + body,
+            body_first_line=header.count("\n") + 1,
+            overrides=tuple(overrides),
+            workgroup_size=size.group(1).rstrip("u") if size.group(1)[0].isdigit() else size.group(1),
+            workgroup_arrays=_workgroup_arrays(body),
+            uses_subgroups=bool(SUBGROUP_USE.search(body)),
+        )
+    return RenderedPass(variant, pass_, f"{templates_dir.name}/{name}", key_names, tuple(specializations.values()))
+
+
+def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
+    env = make_environment(templates_dir)
+    rendered, problems = [], []
+    for variant in op.variants:
+        for pass_ in variant.passes:
+            try:
+                rendered.append(render_pass(op, variant, pass_, env, templates_dir))
+            except ManifestError as error:
+                problems.extend(error.problems)
+            except jinja2.TemplateError as error:
+                problems.append(f"{pass_.ir.origin}: template `{pass_.ir.template}`: {error}")
+    if problems:
+        raise ManifestError(problems)
+    return tuple(rendered)
+
+
+def missing_templates(op: ResolvedOp, templates_dir: Path) -> list[str]:
+    return sorted({p.ir.template for v in op.variants for p in v.passes if not (templates_dir / p.ir.template).exists()})
+
+
+def template_line(templates_dir: Path, name: str, context: dict, body_line: int) -> int | None:
+    """Which template line produced line `body_line` of the rendered body (for naga's errors).
+
+    Renders a copy with a `//@L<n>` marker at the end of every plain template line; trim_blocks
+    drops whole tag lines, so rendered and marked bodies have the same lines.
+    """
+    source = (templates_dir / name).read_text().splitlines()
+    marked = "\n".join(line if ("{%" in line or "{#" in line or "%}" in line) else f"{line}//@L{n}" for n, line in enumerate(source, 1))
+    body = make_environment(templates_dir).from_string(marked + "\n").render(context).splitlines()
+    if not 0 < body_line <= len(body):
+        return None
+    found = re.search(r"//@L(\d+)$", body[body_line - 1])
+    return int(found.group(1)) if found else None
