@@ -726,11 +726,11 @@ def _checked_tensor(op, key, value, spec, device):
     return value
 
 
-def run_plan(plan, inputs, device=None):
+def run_plan(plan, inputs, device=None, out=None):
     """Run a plan: upload, allocate, encode every pass, submit once, read back.
 
     All inputs Tensors -> Tensors out without read-back (they chain on the GPU); otherwise
-    numpy arrays out.
+    numpy arrays out. `out` maps output keys to Tensors to write into instead of fresh ones.
     """
     import wgpu
 
@@ -759,8 +759,16 @@ def run_plan(plan, inputs, device=None):
                 value = Tensor.from_numpy(value, device)
                 created.append(value.buffer)
             tensors["input"][key] = value
+        out = out or {}
+        for key in out:
+            if key not in plan.outputs:
+                raise ContractError(plan.op, f"out {key}", "known output", f"outputs are {', '.join(plan.outputs)}")
+            _checked_tensor(plan.op, f"out {key}", out[key], plan.outputs[key], device)
         for kind, group in (("output", plan.outputs), ("intermediate", plan.intermediates)):
             for key, (shape, dtype_name) in group.items():
+                if kind == "output" and key in out:
+                    tensors[kind][key] = out[key]
+                    continue
                 tensors[kind][key] = Tensor.empty(shape, dtype_name, device)
                 if kind == "intermediate" or not resident:
                     created.append(tensors[kind][key].buffer)
@@ -1000,7 +1008,7 @@ def explain_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunabl
     return "\n".join(plan.explanation)
 
 
-def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, variant=None, caps=None, tunables=None):
+def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None):
     """kernel(): infer shapes and dtypes from the inputs, plan, run; everything checked first."""
     tensors = {t.key: t for t in contract.inputs}
     roles = {t.role: t.key for t in contract.inputs}
@@ -1032,9 +1040,10 @@ def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, varia
     plan = _plan(contract, request, variant)
     wanted = outputs or tuple(t.key for t in contract.outputs if not t.optional)
     known_outputs = {t.key for t in contract.outputs} | {t.role for t in contract.outputs}
+    by_role = {t.role: t.key for t in contract.outputs}
     unknown = [o for o in wanted if o not in known_outputs]
     if unknown:
         raise ContractError(contract.op, f"output {unknown[0]}", "known output", f"outputs are {', '.join(t.key for t in contract.outputs)}")
-    results = run_plan(plan, {k: v for k, v in inputs.items()}, device)
-    by_role = {t.role: t.key for t in contract.outputs}
+    out = {by_role.get(k, k): v for k, v in (out or {}).items()}
+    results = run_plan(plan, inputs, device, out)
     return {o: results[by_role.get(o, o)] for o in wanted}

@@ -265,7 +265,7 @@ def assert_close(actual, ref, dtype, context: str) -> None:
     raise AssertionError(
         f"{context}: {np.count_nonzero(~ok)} of {ref.size} elements out of tolerance "
         f"({_tensor_dtype(dtype).name}: atol {atol}, rtol {rtol}); worst at index {tuple(int(i) for i in worst)}: "
-        f"actual {actual[worst]!r}, expected {ref[worst]!r}, allowed error {allowed[worst]:.3g}"
+        f"actual {float(actual[worst])!r}, expected {float(ref[worst])!r}, allowed error {allowed[worst]:.3g}"
     )
 
 

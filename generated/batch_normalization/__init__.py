@@ -228,10 +228,23 @@ def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device
     return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device)
 
 
-def kernel(inputs, *, attrs=None, outputs=None, device=None, variant=None, caps=None, tunables=None):
-    """Run BatchNormalization on numpy arrays or device Tensors; returns a dict keyed by output bind key."""
+def kernel(
+    inputs, *, attrs=None, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None
+):
+    """Run BatchNormalization on numpy arrays or device Tensors; returns a dict keyed by output bind key.
+
+    `out` maps output keys to existing Tensors to write into.
+    """
     return run_kernel(
-        CONTRACT, inputs, attrs, outputs=outputs, device=device, variant=variant, caps=caps, tunables=tunables
+        CONTRACT,
+        inputs,
+        attrs,
+        outputs=outputs,
+        device=device,
+        variant=variant,
+        caps=caps,
+        tunables=tunables,
+        out=out,
     )
 
 

@@ -1,0 +1,257 @@
+"""BatchNormalization-15 (inference) through the generated kernels, against independent oracles.
+
+Every variant x f32/f16 x ranks 2..5 runs on the wgpu device (Mesa's software Vulkan in CI),
+with fresh random inputs per run (the seed is printed on failure), outputs poisoned with NaN
+before the run, compared with a float64 NumPy reference and with onnxruntime on the CPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from onnx import numpy_helper
+
+from generated import ContractError, Tensor
+from generated import batch_normalization as bn
+from generated._runtime import default_device, device_caps
+from tests.oracles import assert_close, backend_node_cases, batch_normalization_ref, onnxruntime_run, pytorch_converted_cases, rng_for, seed_note
+
+F16_CAPS = {"features": ["shader-f16"]}
+
+# (shape, variants that must be able to run it): C and spatial sizes on both sides of 4.
+SHAPES = [
+    ((3, 8), {"nc_inference_vec4", "inference_scalar"}),
+    ((5, 6), {"inference_scalar"}),
+    ((2, 3, 12), {"nchw_inference_vec4", "inference_scalar"}),
+    ((2, 4, 7), {"inference_scalar"}),
+    ((2, 5, 4, 6), {"nchw_inference_vec4", "inference_scalar"}),
+    ((1, 3, 5, 3), {"inference_scalar"}),
+    ((2, 3, 2, 3, 4), {"nchw_inference_vec4", "inference_scalar"}),
+    ((1, 2, 3, 3, 3), {"inference_scalar"}),
+]
+VARIANTS = ("inference_scalar", "nc_inference_vec4", "nchw_inference_vec4")
+
+
+def random_inputs(rng, shape, dtype):
+    channels = shape[1]
+    return {
+        "x": (rng.standard_normal(shape) * 3 + 1).astype(dtype),
+        "scale": rng.uniform(-2, 2, channels).astype(dtype),
+        "b": rng.uniform(-1, 1, channels).astype(dtype),
+        "inputMean": rng.uniform(-1, 1, channels).astype(dtype),
+        "inputVar": rng.uniform(0.1, 3, channels).astype(dtype),
+    }
+
+
+def run_poisoned(inputs, **kwargs):
+    """kernel() writing into a NaN-filled output, so an element the shader skips cannot pass."""
+    x = inputs["x"]
+    poisoned = Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype))
+    result = bn.kernel(inputs, out={"y": poisoned}, **kwargs)["y"]
+    assert result.shape == x.shape and result.dtype == x.dtype
+    return result
+
+
+def reference(inputs, epsilon):
+    return batch_normalization_ref(inputs["x"], inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], epsilon)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("shape,runs", SHAPES, ids=[str(s) for s, _ in SHAPES])
+@pytest.mark.parametrize("variant", VARIANTS)
+def test_every_variant_against_float64_reference(variant, shape, runs, dtype, request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype)
+    epsilon = float(rng.choice([1e-5, 1e-3, 0.1]))
+    applies = variant in runs and (dtype == np.float32 or variant == "inference_scalar")
+    if not applies:
+        with pytest.raises(ContractError, match="does not apply"):
+            bn.kernel(inputs, attrs={"epsilon": epsilon}, variant=variant)
+        return
+    actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, variant=variant)
+    assert_close(actual, reference(inputs, epsilon), dtype, f"{variant} {shape} eps={epsilon} {seed_note(seed)}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("shape", [s for s, _ in SHAPES], ids=[str(s) for s, _ in SHAPES])
+def test_natural_selection_against_onnxruntime(shape, dtype, request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype)
+    actual = run_poisoned(inputs)
+    # ORT's CPU BatchNormalization has no float16 kernel: run it on the same values in float32.
+    ort_inputs = {name: inputs[key].astype(np.float32) for name, key in zip(("X", "scale", "B", "input_mean", "input_var"), inputs)}
+    (expected,) = onnxruntime_run("BatchNormalization", ort_inputs, {"epsilon": 1e-5}, opset=15)
+    assert_close(actual, expected.astype(np.float64), dtype, f"{shape} vs onnxruntime {seed_note(seed)}")
+
+
+def test_selection_prefers_vector_variants():
+    def chosen(shape, dtype="float32"):
+        c = shape[1]
+        shapes = {"x": shape, "scale": (c,), "b": (c,), "inputMean": (c,), "inputVar": (c,)}
+        return bn.plan(shapes, {"T": dtype}, caps=F16_CAPS).variant
+
+    assert chosen((4, 8)) == "nc_inference_vec4"
+    assert chosen((4, 6)) == "inference_scalar"
+    assert chosen((2, 3, 8, 8)) == "nchw_inference_vec4"
+    assert chosen((2, 3, 5, 5)) == "inference_scalar"
+    assert chosen((2, 3, 8, 8), "float16") == "inference_scalar"
+
+
+def test_dispatch_folds_past_65535_workgroups(request):
+    """300000 elements at 4 invocations a workgroup need 75000 workgroups: folded into y."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 3, 50000), np.float32)
+    tunables = {"WORKGROUP_SIZE": 4}
+    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float32"}, tunables=tunables, variant="inference_scalar")
+    assert p.passes[0].dispatch == (65535, 2, 1)
+    actual = run_poisoned(inputs, variant="inference_scalar", tunables=tunables)
+    assert_close(actual, reference(inputs, 1e-5), np.float32, f"folded dispatch {seed_note(seed)}")
+
+
+def test_fold_width_stays_65535_on_devices_reporting_more():
+    shapes = {"x": (1, 1, 65536 * 256 + 1), "scale": (1,), "b": (1,), "inputMean": (1,), "inputVar": (1,)}
+    caps = {"limits": {"maxComputeWorkgroupsPerDimension": 1 << 20, "maxStorageBufferBindingSize": 1 << 30, "maxBufferSize": 1 << 30}}
+    p = bn.plan(shapes, {"T": "float32"}, caps=caps)
+    assert p.passes[0].dispatch == (65535, 2, 1)
+    assert p.passes[0].overrides["DISPATCH_FOLD_WIDTH"] == 65535
+
+
+def test_plan_touches_no_gpu_and_reports_values():
+    shapes = {"x": (32, 256, 56, 56), "scale": (256,), "b": (256,), "inputMean": (256,), "inputVar": (256,)}
+    p = bn.plan(shapes, {"T": "float16"}, attrs={"epsilon": 1e-3}, caps=F16_CAPS)
+    (main,) = p.passes
+    assert p.variant == "inference_scalar"
+    assert main.uniforms == {"channels": 256, "height": 56, "width": 56, "epsilon": 1e-3, "count": 32 * 256 * 56 * 56}
+    assert main.dispatch == (65535, math.ceil(32 * 256 * 56 * 56 / 256 / 65535), 1)
+    assert main.overrides == {"DISPATCH_FOLD_WIDTH": 65535, "WORKGROUP_SIZE": 256}
+    assert p.outputs == {"y": ((32, 256, 56, 56), "float16")}
+    assert "enable f16;" in main.wgsl
+
+
+def test_device_tensors_chain_without_read_back(request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 4, 3, 5), np.float32)
+    resident = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    first = bn.kernel(resident)["y"]
+    assert isinstance(first, Tensor)
+    second = bn.kernel({**resident, "x": first})["y"]
+    once = reference(inputs, 1e-5)
+    twice = batch_normalization_ref(once, inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], 1e-5)
+    assert_close(second.numpy(), twice, np.float32, f"chained calls {seed_note(seed)}")
+
+
+def test_pipelines_are_cached_by_override_values(request):
+    from generated._runtime import _pipeline
+
+    rng, _ = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 3, 5), np.float32)
+    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float32"})
+    device = default_device()
+    assert _pipeline(device, p.passes[0]) is _pipeline(device, p.passes[0])
+
+
+# --- the ONNX backend node tests -----------------------------------------------------------------
+
+
+def _node_cases():
+    return backend_node_cases("test_batchnorm") + pytorch_converted_cases("test_BatchNorm")
+
+
+@pytest.mark.parametrize("case", _node_cases(), ids=lambda c: c[0])
+def test_onnx_backend_node_cases(case):
+    name, model, data_sets = case
+    node = model.graph.node[0]
+    attrs = {a.name: (a.f if a.type == a.FLOAT else a.i) for a in node.attribute}
+    # The PyTorch exports use BatchNormalization-6/7 attributes; these values mean inference
+    # over axis 1, which is what BatchNormalization-15 computes.
+    assert attrs.pop("is_test", 1) == 1 and attrs.pop("spatial", 1) == 1, attrs
+    initializers = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    fed = [i.name for i in model.graph.input if i.name not in initializers]
+    keys = ("x", "scale", "b", "inputMean", "inputVar")
+    for inputs, outputs in data_sets:
+        values = {**initializers, **dict(zip(fed, inputs))}
+        feed = {key: values[onnx_name] for key, onnx_name in zip(keys, node.input)}
+        if attrs.get("training_mode", 0) == 1:
+            with pytest.raises(ContractError, match="training_mode"):
+                bn.kernel(feed, attrs=attrs)
+            continue
+        if np.float32(attrs.get("momentum", 0.9)) != np.float32(0.9):
+            # The manifest reserves other momentum values (they only matter in training mode).
+            with pytest.raises(ContractError, match="momentum"):
+                bn.kernel(feed, attrs=attrs)
+            continue
+        actual = bn.kernel(feed, attrs=attrs)["y"]
+        assert_close(actual, np.asarray(outputs[0], np.float64), feed["x"].dtype, name)
+
+
+# --- contract errors, each before any GPU work -----------------------------------------------------
+
+
+def good(dtype=np.float32, shape=(2, 3, 4)):
+    c = shape[1]
+    return {"x": np.ones(shape, dtype), "scale": np.ones(c, dtype), "b": np.ones(c, dtype), "inputMean": np.zeros(c, dtype), "inputVar": np.ones(c, dtype)}
+
+
+@pytest.mark.parametrize(
+    "change,attrs,subject,words",
+    [
+        ({"x": np.ones((2, 3), np.float64)}, {}, "input X", "float64 is not supported"),
+        ({"scale": np.ones(3, np.float16)}, {}, "input scale", "every T tensor must share one dtype"),
+        ({"x": np.ones(3, np.float32)}, {}, "input X", "ranks.X >= 2"),
+        ({"scale": np.ones(4, np.float32)}, {}, "input scale", "dim(shapes.scale, 0) == dim(shapes.X, 1)"),
+        ({"b": np.ones((3, 1), np.float32)}, {}, "input B", "ranks.B == 1"),
+        ({"inputMean": np.ones(2, np.float32)}, {}, "input input_mean", "dim(shapes.input_mean, 0)"),
+        ({"inputVar": np.ones((1, 3), np.float32)}, {}, "input input_var", "ranks.input_var == 1"),
+        ({}, {"training_mode": 1}, "attribute training_mode", "not supported"),
+        ({}, {"momentum": 0.5}, "attribute momentum", "not supported"),
+        ({}, {"alpha": 1.0}, "attribute alpha", "unknown attribute"),
+        ({}, {"epsilon": float("nan")}, "attribute epsilon", "finite"),
+        ({}, {"epsilon": float("inf")}, "attribute epsilon", "finite"),
+        ({}, {"epsilon": "small"}, "attribute epsilon", "expected a number"),
+    ],
+)
+def test_contract_errors_name_op_subject_and_rule(change, attrs, subject, words):
+    inputs = {**good(), **change}
+    with pytest.raises(ContractError) as caught:
+        bn.kernel(inputs, attrs=attrs)
+    text = str(caught.value)
+    assert text.startswith("ai.onnx BatchNormalization-15: ") and subject in text and words in text, text
+    assert isinstance(caught.value, ValueError)
+
+
+def test_missing_input_is_refused():
+    inputs = good()
+    del inputs["inputVar"]
+    with pytest.raises(ContractError, match="input input_var: the input is missing"):
+        bn.kernel(inputs)
+
+
+def test_momentum_is_compared_as_float32():
+    inputs = good()
+    close = float(np.float32(0.9))  # 0.8999999761581421: the same float32 as 0.9
+    bn.kernel(inputs, attrs={"momentum": close})
+    with pytest.raises(ContractError, match="momentum"):
+        bn.kernel(inputs, attrs={"momentum": 0.9001})
+
+
+def test_device_limits_are_checked_before_gpu_work():
+    shapes = {k: v.shape for k, v in good().items()}
+    with pytest.raises(ContractError, match="maxComputeInvocationsPerWorkgroup"):
+        bn.plan(shapes, {"T": "float32"}, tunables={"WORKGROUP_SIZE": 512})
+    big = {**shapes, "x": (64, 3, 1024, 1024)}
+    with pytest.raises(ContractError, match="maxStorageBufferBindingSize"):
+        bn.plan(big, {"T": "float32"})
+
+
+def test_f16_needs_the_device_feature():
+    shapes = {k: v.shape for k, v in good().items()}
+    with pytest.raises(ContractError, match=r"f16Ok\(dtypes.T\)"):
+        bn.plan(shapes, {"T": "float16"}, caps={"features": []})
+
+
+def test_device_snapshot_uses_webgpu_feature_names():
+    caps = device_caps(default_device())
+    assert "subgroup" not in caps.features
+    assert {"shader-f16", "subgroups"} <= caps.features
