@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .emit import REGENERATE, Source, banner, emit_op_init, emit_package_init, emit_runtime, emit_variant, module_name, sha256_of
@@ -39,10 +39,14 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     files: dict[str, str] = {}
     emitted, skipped, rendered_all = [], [], []
     for op in ops:
-        missing = missing_templates(op, templates)
-        if missing:
-            skipped.append((op, missing))
+        # A variant whose templates are not written yet is left out; the op needs at least one.
+        ready = tuple(v for v in op.variants if not missing_templates(v, templates))
+        for variant in op.variants:
+            if variant not in ready:
+                skipped.append((op, variant, missing_templates(variant, templates)))
+        if not ready:
             continue
+        op = replace(op, variants=ready)
         rendered = list(render_op(op, templates))
         rendered_all.extend(rendered)
         emitted.append((op, rendered))

@@ -39,9 +39,9 @@ def emit_report(emitted, skipped, validation, files: dict[str, str]) -> str:
         python_bytes = sum(len(text.encode()) for path, text in files.items() if path.startswith(f"{package}/"))
         lines += ["", f"Python: {python_bytes} bytes in {sum(1 for p in files if p.startswith(f'{package}/'))} files.", ""]
     if skipped:
-        lines += ["## Compiled but not emitted", ""]
-        for op, missing in skipped:
-            lines.append(f"- {op.ir.title}: every expression compiled; templates not written yet: {', '.join(f'`{m}`' for m in missing)}")
+        lines += ["## Compiled but not emitted", "", "Every expression of these variants compiled; their templates are not written yet.", ""]
+        for op, variant, missing in skipped:
+            lines.append(f"- {op.ir.title} `{variant.ir.id}`: {', '.join(f'`templates/{m}`' for m in missing)}")
         lines.append("")
     lines.append(f"Total: {len(emitted)} ops emitted, {shaders} shader specializations.")
     return "\n".join(lines) + "\n"

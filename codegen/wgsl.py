@@ -276,8 +276,8 @@ def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
     return tuple(rendered)
 
 
-def missing_templates(op: ResolvedOp, templates_dir: Path) -> list[str]:
-    return sorted({p.ir.template for v in op.variants for p in v.passes if not (templates_dir / p.ir.template).exists()})
+def missing_templates(variant: ResolvedVariant, templates_dir: Path) -> list[str]:
+    return sorted({p.ir.template for p in variant.passes if not (templates_dir / p.ir.template).exists()})
 
 
 def template_line(templates_dir: Path, name: str, context: dict, body_line: int) -> int | None:
