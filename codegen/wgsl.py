@@ -207,10 +207,11 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     used = jinja2.meta.find_undeclared_variables(env.parse(source))
     values = {v.name: v for v in pass_.scope_values}
     problems = []
+    # A name this pass does not define stays undefined: a shared template may test it with
+    # `is defined`, and StrictUndefined fails the render on any other use.
+    used = {v for v in used if v in values}
     for variable in sorted(used):
-        if variable not in values:
-            problems.append(f"{origin}: template `{name}` reads `{variable}`, which this pass does not define")
-        elif values[variable].code.type not in ("str", "bool"):
+        if values[variable].code.type not in ("str", "bool"):
             problems.append(
                 f"{origin}: template `{name}` reads `{variable}` through Jinja, but it is a number: "
                 "numbers are pipeline overrides, use the name as a WGSL identifier instead"
