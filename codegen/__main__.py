@@ -51,7 +51,7 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
         rendered_all.extend(rendered)
         emitted.append((op, rendered))
     report = validate(rendered_all, templates, device) if rendered_all else None
-    runtime_source = Source(RUNTIME_SOURCE.resolve().relative_to(repo_root).as_posix(), sha256_of(RUNTIME_SOURCE))
+    runtime_source = Source(f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}", sha256_of(RUNTIME_SOURCE))
     for op, rendered in emitted:
         template_paths = sorted({item.template for item in rendered})
         sources = [Source(op.ir.source, op.ir.sha256)] + [Source(t, sha256_of(repo_root / t)) for t in template_paths]

@@ -8,7 +8,6 @@ sources and their sha256. Iteration follows manifest order, so two builds give i
 from __future__ import annotations
 
 import hashlib
-import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +15,7 @@ from pathlib import Path
 import black
 
 from .expr import Compiled, snake
-from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
+from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .wgsl import RenderedPass
 
 REGENERATE = "python -m codegen manifests/ generated/"
@@ -87,8 +86,6 @@ def _preamble(w: Writer, op: ResolvedOp, codes: list[Compiled]) -> None:
     for name, _ in op.ir.tunables:
         if f"tunable_{snake(name)}" in needed:
             w.line(f'tunable_{snake(name)} = r.tunables["{name}"]')
-    from .resolve import DEVICE_LOCALS
-
     for local in PREAMBLE_ORDER:
         if local in needed:
             w.line(f"{local} = {DEVICE_LOCALS[local]}")
@@ -104,10 +101,6 @@ def _helpers(codes) -> list[str]:
 def _assign(w: Writer, value: Value) -> None:
     w.comment(f"{value.name}: {value.expr.text()}")
     w.line(f"{value.var} = {value.code.python}")
-
-
-def _py_literal(value) -> str:
-    return repr(value)
 
 
 # --- the op package ------------------------------------------------------------------------------
@@ -170,8 +163,6 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> s
     w.line()
     w.line()
     _emit_contract(w, op)
-    w.line()
-    w.line()
     with w.block("class Derived(NamedTuple):"):
         w.line('"""The manifest\'s `derive` values for one request."""')
         w.line()
@@ -197,6 +188,7 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> s
     for field in ("OP", "INPUTS", "OUTPUTS", "TYPE_CONSTRAINTS", "ATTRIBUTES", "TUNABLES", "CANDIDATES"):
         w.line(f"    {field.lower()}={field},")
     w.line("    output_shapes=output_shapes, check_contract=check_contract, derive=derive,")
+    w.line("    check_derived_contract=check_derived_contract,")
     w.line(")")
     w.line()
     w.line()
@@ -209,16 +201,26 @@ def _annotation(kind: str) -> str:
 
 
 def _emit_contract(w: Writer, op: ResolvedOp) -> None:
-    with w.block("def check_contract(r) -> None:"):
-        w.line('"""Rules every variant needs: breaking one is the caller\'s error, raised before any GPU work."""')
-        codes = [r.code for r in op.rules] + [f for r in op.rules for _, f in r.facts]
-        _preamble(w, op, codes)
-        for rule in op.rules:
-            facts = ", ".join(f"{text} = {{{code.python}!r}}" for text, code in rule.facts)
-            w.comment(rule.source)
-            with w.block(f"if not ({rule.code.python}):"):
-                message = f"needs `{rule.source}`" + (f", got {facts}" if facts else "")
-                w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, f{message!r})")
+    phases = (
+        ("check_contract(r)", "Rules every variant needs: breaking one is the caller's error, raised before any GPU work.", False),
+        ("check_derived_contract(r, d)", "The contract rules that read derived values, checked right after derive().", True),
+    )
+    for signature, doc, derived in phases:
+        rules = [rule for rule in op.rules if rule.reads_derived == derived]
+        with w.block(f"def {signature} -> None:"):
+            w.line(f'"""{doc}"""')
+            codes = [r.code for r in rules] + [f for r in rules for _, f in r.facts]
+            _preamble(w, op, codes)
+            for rule in rules:
+                facts = ", ".join(f"{text} = {{{code.python}!r}}" for text, code in rule.facts)
+                w.comment(rule.source)
+                with w.block(f"if not ({rule.code.python}):"):
+                    message = f"needs `{rule.source}`" + (f", got {facts}" if facts else "")
+                    w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, f{message!r})")
+            if not rules:
+                w.line("return None")
+        w.line()
+        w.line()
 
 
 def _emit_api(w: Writer, op: ResolvedOp) -> None:
@@ -403,7 +405,6 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
         for value in p.scope_values:
             if value.code.type in ("int", "float"):
                 numbers[value.name] = value.var if value in p.derives else f"v.{value.var}"
-        dispatch = dict(p.dispatch)
         dispatch_text = {k: c.python for k, c in p.dispatch}
         if ir.dispatch.form == "threads":
             numbers["WORKGROUP_SIZE"] = dispatch_text["workgroupSize"]
@@ -418,7 +419,6 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
             w.line(f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, r.caps, "{label}")')
         else:
             w.line(f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, r.caps, "{label}")')
-        del dispatch
         w.line("uniforms = {")
         for field, code in p.uniforms:
             w.line(f'    "{field.name}": {code.python},  # {field.value.text()}')
@@ -489,7 +489,3 @@ def sha256_of(path: Path) -> str:
 
 def module_name(op: ResolvedOp) -> str:
     return snake(op.ir.name)
-
-
-def python_string_lines(text: str) -> list[str]:
-    return re.split(r"\n", text)

@@ -388,7 +388,7 @@ class _Compiler:
     def extremum(self, name: str, args) -> Compiled:
         parts = [self.numeric(p, f"an argument of `{name}`") for p in self.arity(name, args, (1, 999))]
         kind = "int" if all(p.type == "int" for p in parts) else "float"
-        return self.helper(name, f"{name}({', '.join(p.python for p in parts)})", kind, *parts)
+        return self.helper(name, f"{name}({', '.join(p.python for p in parts)})" if len(parts) > 1 else _wrap(parts[0], PREC_ATOM), kind, *parts)
 
     def call_min(self, args):
         return self.extremum("min", args)

@@ -46,6 +46,10 @@ class Rule:
     subject: str  # "input X", "attribute num_groups", "dtype T", "device"
     facts: tuple[tuple[str, Compiled], ...]  # the names the clause reads, to print their values
 
+    @property
+    def reads_derived(self) -> bool:
+        return "d" in self.code.locals
+
 
 @dataclass(frozen=True)
 class ResolvedPass:
@@ -298,7 +302,8 @@ class _Resolver:
             if needed_by_all and key in needed_by_all and not isinstance(node, nodes.Const):
                 clauses.setdefault(key, node)
         origin_expr = Expr("", None, self.op.variants[0].origin.child("when") if self.op.variants else None)
-        scope = self.scope("manifest")
+        # The "select" scope reads derived values as `d.name`: such rules run after derive().
+        scope = self.scope("select")
         rules, seen = [], set()
         for source, node in clauses.items():
             compiler = _Compiler(Expr(source, None, origin_expr.origin), scope)

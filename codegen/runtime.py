@@ -855,6 +855,7 @@ class OpContract:
     output_shapes: object
     check_contract: object
     derive: object
+    check_derived_contract: object
 
 
 def _override_value(value, kind, what):
@@ -975,7 +976,12 @@ def _request(contract, shapes, dtypes, attrs, caps, tunables):
 
 def _plan(contract, request, variant):
     contract.check_contract(request)
-    derived = contract.derive(request)
+    try:
+        derived = contract.derive(request)
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
+        # The contract passed, so this is a request the manifest did not foresee: refuse it clearly.
+        raise ContractError(contract.op, "request", "derive", f"the manifest's derived values cannot be computed: {type(error).__name__}: {error}") from None
+    contract.check_derived_contract(request, derived)
     chosen, explanation = select(contract.op, contract.candidates, request, derived, variant)
     values = chosen.values(request, derived)
     spec_of = {t.key: t for t in contract.inputs + contract.outputs}

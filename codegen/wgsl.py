@@ -113,10 +113,11 @@ class _Domains:
         holders = {"manifest": {}, "variant": {}}
         for level, name in value.code.refs:
             referenced = self.levels[level][name]
-            if level == "pass":
-                env[referenced.var] = self.evaluate(referenced, assignment)
-            else:
-                holders[level][referenced.var] = self.evaluate(referenced, assignment)
+            # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
+            result = self.evaluate(referenced, assignment)
+            env[referenced.var] = result
+            if level != "pass":
+                holders[level][referenced.var] = result
         env["d"] = _Namespace(holders["manifest"])
         env["v"] = _Namespace(holders["variant"])
         return eval(value.code.python, _EVAL_GLOBALS, env)  # compile-time only, never generated
@@ -288,7 +289,7 @@ def template_line(templates_dir: Path, name: str, context: dict, body_line: int)
     drops whole tag lines, so rendered and marked bodies have the same lines.
     """
     source = (templates_dir / name).read_text().splitlines()
-    marked = "\n".join(line if ("{%" in line or "{#" in line or "%}" in line) else f"{line}//@L{n}" for n, line in enumerate(source, 1))
+    marked = "\n".join(line if any(tag in line for tag in ("{%", "%}", "{#", "#}")) else f"{line}//@L{n}" for n, line in enumerate(source, 1))
     body = make_environment(templates_dir).from_string(marked + "\n").render(context).splitlines()
     if not 0 < body_line <= len(body):
         return None

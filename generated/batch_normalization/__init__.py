@@ -156,6 +156,11 @@ def check_contract(r) -> None:
         )
 
 
+def check_derived_contract(r, d) -> None:
+    """The contract rules that read derived values, checked right after derive()."""
+    return None
+
+
 class Derived(NamedTuple):
     """The manifest's `derive` values for one request."""
 
@@ -213,6 +218,7 @@ CONTRACT = OpContract(
     output_shapes=output_shapes,
     check_contract=check_contract,
     derive=derive,
+    check_derived_contract=check_derived_contract,
 )
 
 

@@ -1,0 +1,767 @@
+"""Unit tests of the expression compiler (codegen/expr.py): every construct, every JS corner.
+
+Each expression is compiled against a small hand-built Scope and the Python it produces is run
+with `eval` in a namespace that holds only what the compiled code says it needs (`.helpers` from
+the runtime, `.locals` from the request), so a missing helper or local is a failure too.
+Compile errors must name the manifest file, the JSON pointer and the expression (DESIGN §3).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from codegen import runtime
+from codegen.expr import Compiled, ExprError, Scope, Symbol, compile_expr, snake
+from codegen.ir import Expr, Origin
+from codegen.manifest import ManifestError, load_manifest
+from codegen.resolve import resolve_op
+
+FILE = "manifests/test.Expr/manifest.json"
+POINTER = "/derive/value"
+ORIGIN = Origin(FILE, POINTER)
+
+
+def _symbol(python: str, kind: str, *locals_: str) -> Symbol:
+    return Symbol(python, kind, frozenset(locals_))
+
+
+SYMBOLS = {
+    ("shapes", "X"): _symbol("shape_x", "shape", "shape_x"),
+    ("shapes", "Y"): _symbol("shape_y", "shape", "shape_y"),
+    ("ranks", "X"): _symbol("len(shape_x)", "int", "shape_x"),
+    ("attrs", "n"): _symbol("attr_n", "int", "attr_n"),
+    ("attrs", "zero"): _symbol("attr_zero", "int", "attr_zero"),
+    ("attrs", "eps"): _symbol("attr_eps", "float", "attr_eps"),
+    ("dtypes", "T"): _symbol("dtype_t", "str", "dtype_t"),
+    ("device", "features"): _symbol("features", "set", "features"),
+    ("device", "adapterInfo"): _symbol("adapter_info", "map", "adapter_info"),
+    ("device", "adapterInfo", "k"): _symbol('adapter_info["k"]', "int", "adapter_info"),
+    ("device", "limits", "maxComputeWorkgroupSizeX"): _symbol('limits["maxComputeWorkgroupSizeX"]', "int", "limits"),
+    ("flag",): _symbol("flag", "bool", "flag"),
+}
+
+# What the generated preamble would define for one request.
+LOCALS = {
+    "shape_x": (2, 3, 4, 5),
+    "shape_y": (2, 3, 4, 6),
+    "attr_n": 3,
+    "attr_zero": 0,
+    "attr_eps": 1e-05,
+    "dtype_t": "f16",
+    "features": frozenset({"shader-f16"}),
+    "adapter_info": {"k": 7},
+    "limits": {"maxComputeWorkgroupSizeX": 256},
+    "flag": True,
+}
+
+SCOPE = Scope(SYMBOLS.get, lambda: ", ".join(".".join(path) for path in SYMBOLS))
+
+
+def compile_source(source: str, expect=None, scope: Scope = SCOPE) -> Compiled:
+    return compile_expr(Expr(source, None, ORIGIN), scope, expect)
+
+
+def run(code: Compiled, **overrides):
+    """Evaluate compiled Python with only the helpers and locals the compiled code declares."""
+    names = {}
+    for helper in code.helpers:
+        names[helper] = math if helper == "math" else getattr(runtime, helper)
+    values = {**LOCALS, **overrides}
+    local_names = {name: values[name] for name in code.locals}
+    return eval(code.python, names, local_names)  # noqa: S307 - the compiler's output under test
+
+
+def evaluate(source: str, **overrides):
+    return run(compile_source(source), **overrides)
+
+
+def compile_error(source: str, expect=None) -> ExprError:
+    with pytest.raises(ExprError) as info:
+        compile_source(source, expect)
+    error = info.value
+    text = str(error)
+    # Every compile error names file, JSON pointer and the expression, in that layout.
+    assert text.startswith(f"{FILE}#{POINTER}: "), text
+    assert text.endswith(f": `{source}`"), text
+    assert error.origin == ORIGIN and error.source == source
+    return error
+
+
+# ---------------------------------------------------------------------------------------------
+# numbers: JS semantics
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("8 / 2", 4),
+        ("5 / 2", 2.5),
+        ("attrs.n / 2", 1.5),  # a non-literal dividend: still true division
+        ("attrs.n / attrs.n", 1),
+        ("1 / 4 * 2", 0.5),
+        ("24 / 2 * 3", 36),
+        ("24 / (2 * 3)", 4),
+        ("2 * 3 / 4", 1.5),
+        ("1 / (2 / 4)", 2),
+    ],
+)
+def test_division_is_true_division(source, expected):
+    assert evaluate(source) == expected
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("attrs.n / 0", math.inf),
+        ("attrs.n / attrs.zero", math.inf),
+        ("1 / 0", math.inf),
+        ("(0 - 1) / 0", -math.inf),
+        ("1.5 / 0.0", math.inf),
+    ],
+)
+def test_division_by_zero_is_infinity_not_an_error(source, expected):
+    assert evaluate(source) == expected
+
+
+def test_zero_over_zero_is_nan():
+    assert math.isnan(evaluate("attrs.zero / 0"))
+    assert math.isnan(evaluate("0 / attrs.zero"))
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("-5 % 3", -2),  # the dividend's sign, not Python's floor modulo (1)
+        ("5 % -3", 2),  # Python gives -1
+        ("5 % 3", 2),
+        ("-6 % 3", 0),
+        ("attrs.n % 2", 1),
+        ("-attrs.n % 2", -1),
+        ("-5.5 % 2", -1.5),
+        ("7.5 % 2", 1.5),
+    ],
+)
+def test_modulo_takes_the_sign_of_the_dividend(source, expected):
+    assert evaluate(source) == expected
+
+
+def test_modulo_by_zero_is_nan():
+    assert math.isnan(evaluate("attrs.n % 0"))
+    assert math.isnan(evaluate("attrs.n % attrs.zero"))
+
+
+@pytest.mark.parametrize("source, operator", [("attrs.n // 2", "//"), ("7 // 2", "//"), ("attrs.n ** 2", "**"), ("2 ** 3", "**")])
+def test_floor_division_and_power_do_not_exist(source, operator):
+    error = compile_error(source)
+    assert f"`{operator}`" in error.message and "does not exist" in error.message
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("2 - 3 - 4", -5),
+        ("2 - (3 - 4)", 3),
+        ("2 * (3 + 4)", 14),
+        ("2 * 3 + 4", 10),
+        ("-(2 + 3)", -5),
+        ("-(2 + 3) * 2", -10),
+        ("1 - -1", 2),
+        ("-attrs.n", -3),
+        ("+attrs.n", 3),
+        ("attrs.n - (1 - 2) * 2", 5),
+        ("(attrs.n + 1) % 3", 1),
+        ("attrs.n + 1 % 3", 4),
+        ("(1 if true else 2) * 3", 3),
+        ("1 if true else 2 * 3", 1),
+        ("(1 if false else 2) + 1", 3),
+    ],
+)
+def test_arithmetic_precedence_survives_translation(source, expected):
+    assert evaluate(source) == expected
+
+
+def test_number_kinds():
+    assert compile_source("attrs.n + 1").type == "int"
+    assert compile_source("attrs.n * attrs.eps").type == "float"
+    assert compile_source("attrs.eps").type == "float"
+    assert compile_source("-attrs.eps").type == "float"
+
+
+# ---------------------------------------------------------------------------------------------
+# strings: `~` writes numbers as JavaScript does
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ('"a" ~ 0.00001', "a0.00001"),  # Python would write 1e-05
+        ('"v" ~ 4', "v4"),
+        ('"" ~ 8 / 2', "4"),  # Python's 8 / 2 is 4.0
+        ('"x" ~ 5 / 2', "x2.5"),
+        ('"" ~ true', "true"),
+        ('"" ~ false', "false"),
+        ('"" ~ 1e21', "1e+21"),
+        ('"" ~ 0.0000001', "1e-7"),
+        ('"" ~ attrs.n / 0', "Infinity"),
+        ('"" ~ attrs.eps', "0.00001"),
+        ('"n" ~ (1 + 2)', "n3"),
+        ('"n" ~ 2 * 3', "n6"),  # `*` binds tighter than `~`
+        ('"vec4<" ~ dtypes.T ~ ">"', "vec4<f16>"),
+        ('"a" ~ ("b" if flag else "c")', "ab"),
+        ('"a" ~ "b" == "ab"', True),
+        ('"" ~ (0 - 1.5)', "-1.5"),
+    ],
+)
+def test_concatenation_writes_numbers_like_javascript(source, expected):
+    assert evaluate(source) == expected
+
+
+def test_concatenation_type_and_helper():
+    code = compile_source('"v" ~ attrs.n')
+    assert code.type == "str"
+    assert "js_str" in code.helpers
+    # Pure string concatenation needs no helper.
+    assert compile_source('"a" ~ dtypes.T').helpers == frozenset()
+
+
+@pytest.mark.parametrize("source", ['"a" ~ shapes.X', '"a" ~ device.features', '"a" ~ [1, 2]'])
+def test_concatenation_refuses_containers(source):
+    assert "`~`" in compile_error(source).message
+
+
+# ---------------------------------------------------------------------------------------------
+# booleans, conditionals, comparisons
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("true and false", False),
+        ("true and true", True),
+        ("false or true", True),
+        ("false or false", False),
+        ("not false", True),
+        ("not true and false", False),
+        ("not (true and false)", True),
+        ("true or false and false", True),
+        ("(true or false) and false", False),
+        ("not attrs.n > 2", False),
+        ("not (attrs.n > 2) or true", True),
+        ("flag and attrs.n == 3", True),
+    ],
+)
+def test_logic(source, expected):
+    assert evaluate(source) is expected
+
+
+def test_logic_short_circuits_like_javascript():
+    # The right operand would read a dimension that does not exist; it must not be evaluated.
+    assert evaluate("false and dim(shapes.X, 9) == 1") is False
+    assert evaluate("true or dim(shapes.X, 9) == 1") is True
+    with pytest.raises(IndexError):
+        evaluate("true and dim(shapes.X, 9) == 1")
+
+
+@pytest.mark.parametrize(
+    "source, n, expected",
+    [
+        ("1 if attrs.n > 2 else 2", 3, 1),
+        ("1 if attrs.n > 2 else 2", 2, 2),
+        ("1 if attrs.n == 1 else 2 if attrs.n == 2 else 3", 2, 2),
+        ("1 if attrs.n == 1 else 2 if attrs.n == 2 else 3", 5, 3),
+        ("(10 if attrs.n > 2 else 20) if flag else 30", 3, 10),
+        ("1 if (attrs.n > 2 if flag else false) else 2", 3, 1),
+        ('"big" if attrs.n > 2 else "small"', 1, "small"),
+    ],
+)
+def test_conditional(source, n, expected):
+    assert evaluate(source, attr_n=n) == expected
+
+
+def test_conditional_kinds():
+    assert compile_source("1 if flag else 2").type == "int"
+    assert compile_source("1 if flag else 2.5").type == "float"
+    assert compile_source('"a" if flag else "b"').type == "str"
+    assert "different kinds" in compile_error('1 if flag else "a"').message
+
+
+def test_conditional_needs_else():
+    assert "`else`" in compile_error("1 if flag").message
+
+
+@pytest.mark.parametrize(
+    "source, n, expected",
+    [
+        ("1 < attrs.n < 4", 3, True),
+        ("1 < attrs.n < 4", 5, False),
+        # A chain means every pair holds (jinja2), not (0 < n) < 2, which would be true.
+        ("0 < attrs.n < 2", 3, False),
+        ("4 > attrs.n >= 3 > 1", 3, True),
+        ("1 <= attrs.n <= 1", 1, True),
+        ("attrs.n != 3", 3, False),
+        ("attrs.n == 3.0", 3, True),
+        ('dtypes.T == "f16"', 3, True),
+        ('dtypes.T != "f32"', 3, True),
+        ("flag == true", 3, True),
+    ],
+)
+def test_comparisons_and_chains(source, n, expected):
+    assert evaluate(source, attr_n=n) is expected
+
+
+def test_comparison_is_boolean():
+    assert compile_source("attrs.n < 2").type == "bool"
+
+
+# ---------------------------------------------------------------------------------------------
+# names and helpers
+
+
+@pytest.mark.parametrize(
+    "source, expected",
+    [
+        ("dim(shapes.X, 0)", 2),
+        ("dim(shapes.X, 3)", 5),
+        ("dim(shapes.X, -1)", 5),
+        ("dim(shapes.X, -4)", 2),
+        ("dim(shapes.X, attrs.n)", 5),  # a non-literal index goes through the runtime helper
+        ("dim(shapes.X, attrs.n - 4)", 5),  # ... negative at run time
+        ("dim(shapes.X, 1) * 2", 6),
+        ("inner(shapes.X, 1)", 20),
+        ("inner(shapes.X, 0)", 60),
+        ("inner(shapes.X, 3)", 1),
+        ("inner(shapes.X, -2)", 5),
+        ("outer(shapes.X, 2)", 6),
+        ("outer(shapes.X, 0)", 1),
+        ("outer(shapes.X, -1)", 24),
+        ("numel(shapes.X)", 120),
+        ("numel([2, 3])", 6),
+        ("rank(shapes.X)", 4),
+        ("ranks.X", 4),
+        ("sameShape(shapes.X, shapes.X)", True),
+        ("sameShape(shapes.X, shapes.Y)", False),
+        ("sameShape(shapes.X, [2, 3, 4, 5])", True),
+        ('has(device.adapterInfo, "k")', True),
+        ('has(device.adapterInfo, "subgroupMinSize")', False),
+        ('device.adapterInfo.has("k")', True),
+        ("device.adapterInfo.k", 7),
+        ('device.features.has("shader-f16")', True),
+        ('device.features.has("subgroups")', False),
+        ('has(device.features, "shader-f16")', True),
+        ("device.limits.maxComputeWorkgroupSizeX", 256),
+        ("min(3)", 3),  # JS Math.min(3); Python's min(3) raises
+        ("max(attrs.n)", 3),
+        ("min(attrs.n + 1) * 2", 8),  # the single argument keeps its own precedence
+        ("min(3, 1, 2)", 1),
+        ("min(5, 4, 3, 2, 6)", 2),
+        ("max(1, 5, 2, 4)", 5),
+        ("max(attrs.n, 2.5)", 3),
+        ("min(attrs.n, 2.5)", 2.5),
+        ("floor(2.5)", 2),
+        ("floor(-2.5)", -3),
+        ("floor(7 / 2)", 3),
+        ("ceil(2.1)", 3),
+        ("ceil(-2.1)", -2),
+        ("ceil(attrs.n / 2)", 2),
+        ("ceilDiv(7, 2)", 4),
+        ("ceilDiv(8, 2)", 4),
+        ("ceilDiv(0, 4)", 0),
+        ("ceilDiv(attrs.n, 2)", 2),
+        ("pow2ceil(0)", 1),
+        ("pow2ceil(1)", 1),
+        ("pow2ceil(2)", 2),
+        ("pow2ceil(3)", 4),
+        ("pow2ceil(256)", 256),
+        ("pow2ceil(257)", 512),
+        ("pow2ceil(2.5)", 4),
+        ('onnxDtypeCode("float16")', 10),
+        ('onnxDtypeCode("float32")', 1),
+        ("[attrs.n, 2]", (3, 2)),
+        ("[1]", (1,)),
+        ("[attrs.n * 2, dim(shapes.X, -1), 1]", (6, 5, 1)),
+    ],
+)
+def test_helpers(source, expected):
+    value = evaluate(source)
+    assert value == expected
+    if isinstance(expected, (bool, str, tuple)):
+        assert type(value) is type(expected), (value, expected)
+    else:
+        assert not isinstance(value, bool), value
+
+
+def test_helper_result_kinds():
+    assert compile_source("min(attrs.n, 2)").type == "int"
+    assert compile_source("min(attrs.n, 2.5)").type == "float"
+    assert compile_source("floor(attrs.eps)").type == "int"
+    assert compile_source("[attrs.n, 2]").type == "list"
+    assert compile_source("sameShape(shapes.X, shapes.Y)").type == "bool"
+    assert compile_source('device.features.has("x")').type == "bool"
+    assert compile_source("shapes.X").type == "shape"
+
+
+def test_onnx_dtype_code_is_folded_at_compile_time():
+    code = compile_source('onnxDtypeCode("float16")')
+    assert code.is_constant and code.constant == 10 and code.python == "10"
+
+
+def test_dim_out_of_range_fails_at_run_time():
+    with pytest.raises(IndexError):
+        evaluate("dim(shapes.X, 4)")
+    with pytest.raises(IndexError):
+        evaluate("dim(shapes.X, -5)")
+    with pytest.raises(IndexError):
+        evaluate("dim(shapes.X, attrs.n)", attr_n=7)
+
+
+@pytest.mark.parametrize(
+    "dtype, features, expected",
+    [
+        ("f32", frozenset(), True),
+        ("f16", frozenset(), False),
+        ("f16", frozenset({"shader-f16"}), True),
+        ("f32", frozenset({"shader-f16"}), True),
+    ],
+)
+def test_f16_ok(dtype, features, expected):
+    code = compile_source("f16Ok(dtypes.T)")
+    assert code.type == "bool"
+    assert run(code, dtype_t=dtype, features=features) is expected
+
+
+def test_f16_ok_inside_a_conjunction_keeps_its_meaning():
+    # f16Ok compiles to an `or`: an enclosing `and` must not split it.
+    source = 'f16Ok(dtypes.T) and dtypes.T == "f16"'
+    assert evaluate(source, dtype_t="f16", features=frozenset()) is False
+    assert evaluate(source, dtype_t="f32", features=frozenset()) is False
+    assert evaluate(source, dtype_t="f16", features=frozenset({"shader-f16"})) is True
+    assert evaluate("not f16Ok(dtypes.T)", dtype_t="f16", features=frozenset()) is True
+
+
+def test_literal_expressions():
+    """JSON values that are not strings are literals, not expression source."""
+    for value, kind in ((5, "int"), (2.5, "float"), (True, "bool"), (False, "bool")):
+        code = compile_expr(Expr(None, value, ORIGIN), SCOPE)
+        assert code.type == kind and code.is_constant and eval(code.python) == value
+    # A JSON string is source: "true" is the boolean, "\"f16\"" the string f16.
+    assert evaluate("true") is True
+    assert evaluate('"f16"') == "f16"
+
+
+def test_locals_are_exactly_what_the_code_reads():
+    code = compile_source('dim(shapes.X, 1) + attrs.n if device.features.has("a") else 0')
+    assert code.locals == {"shape_x", "attr_n", "features"}
+    assert compile_source("1 + 2").locals == frozenset()
+
+
+# ---------------------------------------------------------------------------------------------
+# compile errors: file, pointer, expression
+
+
+@pytest.mark.parametrize(
+    "source, fragment",
+    [
+        ("foo", "unknown name `foo`"),
+        ("shapes.Z", "unknown name `shapes.Z`"),
+        ("attrs.n + bar * 2", "unknown name `bar`"),
+        ("device.limits.noSuchLimit", "unknown name `device.limits.noSuchLimit`"),
+    ],
+)
+def test_unknown_name(source, fragment):
+    error = compile_error(source)
+    assert fragment in error.message
+    assert "known here" in error.message and "shapes.X" in error.message
+
+
+@pytest.mark.parametrize("source, name", [("foo(1)", "foo"), ("pow2floor(3)", "pow2floor"), ("abs(attrs.n)", "abs")])
+def test_unknown_function(source, name):
+    message = compile_error(source).message
+    assert f"unknown function `{name}`" in message
+    assert "ceilDiv" in message  # lists what is known
+
+
+@pytest.mark.parametrize(
+    "source, fragment",
+    [
+        ("dim(shapes.X)", "`dim` takes 2 argument(s), got 1"),
+        ("dim(shapes.X, 1, 2)", "`dim` takes 2 argument(s), got 3"),
+        ("inner(shapes.X)", "`inner` takes 2"),
+        ("numel(shapes.X, 1)", "`numel` takes 1"),
+        ("rank()", "`rank` takes 1"),
+        ("sameShape(shapes.X)", "`sameShape` takes 2"),
+        ("min()", "`min` takes 1 or more"),
+        ("floor(1, 2)", "`floor` takes 1"),
+        ("ceilDiv(1)", "`ceilDiv` takes 2"),
+        ("pow2ceil()", "`pow2ceil` takes 1"),
+        ('has(device.features)', "`has` takes 2"),
+        ('device.features.has("a", "b")', "`has` takes 1"),
+        ("f16Ok()", "`f16Ok` takes 1"),
+    ],
+)
+def test_wrong_arity(source, fragment):
+    assert fragment in compile_error(source).message
+
+
+@pytest.mark.parametrize(
+    "source, fragment",
+    [
+        ("shapes.X + 1", "must be a number, got shape"),
+        ("1 - shapes.X", "must be a number, got shape"),
+        ('"a" * 2', "must be a number, got str"),
+        ("-dtypes.T", "must be a number, got str"),
+        ("true + 1", "must be a number, got bool"),
+        ("not 3", "must be a boolean, got int"),
+        ("attrs.n and true", "must be a boolean, got int"),
+        ('true or "yes"', "must be a boolean, got str"),
+        ("1 if attrs.n else 2", "must be a boolean, got int"),
+        ('"a" < 1', "compares numbers, got str and int"),
+        ("shapes.X < shapes.Y", "compares numbers"),
+        ('dtypes.T == 1', "never true"),
+        ("flag == 1", "never true"),
+        ("shapes.X == shapes.Y", "use sameShape"),
+        ("dim(attrs.n, 0)", "must be a shape"),
+        ("dim(shapes.X, dtypes.T)", "must be a number"),
+        ("numel(attrs.n)", "must be a shape"),
+        ("sameShape(shapes.X, 3)", "must be a shape"),
+        ('has(attrs.n, "a")', "must be a feature set"),
+        ("device.features.has(1)", "looks up a string, got int"),
+        ('shapes.X.has("a")', "needs a feature set"),
+        ("f16Ok(1)", "takes a dtype"),
+        ('onnxDtypeCode("float99")', "literal TensorProto type name"),
+        ("onnxDtypeCode(dtypes.T)", "literal TensorProto type name"),
+        ('["a", 1]', "must be a number"),
+        ('max(1, "a")', "must be a number"),
+        ("ceil(shapes.X)", "must be a number"),
+    ],
+)
+def test_wrong_kind(source, fragment):
+    assert fragment in compile_error(source).message
+
+
+@pytest.mark.parametrize("source", ["1 +", "(1", "1 2", "dim(shapes.X, 1", "attrs.", "1 +* 2", "", "{{ attrs.n }}"])
+def test_syntax_error(source):
+    assert "syntax error" in compile_error(source).message
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "shapes.X[0]",  # subscripts: use dim()
+        "attrs.n | abs",  # filters
+        "(1, 2)",  # tuples
+        '{"a": 1}',  # dicts
+        "1 in [1, 2]",  # membership: use has()
+        "dim(shapes.X, i=1)",  # keyword arguments
+        "shapes.X.foo(1)",  # method calls other than has()
+    ],
+)
+def test_constructs_outside_the_language(source):
+    compile_error(source)
+
+
+def test_expected_kind():
+    assert compile_source("attrs.n > 1", "bool").type == "bool"
+    assert compile_source("attrs.n", ("int", "float")).type == "int"
+    error = compile_error("attrs.n", "bool")
+    assert "expected a value of kind bool, got int" in error.message
+    with pytest.raises(ExprError, match=r"#/derive/value: expected a value of kind bool, got int: `1`"):
+        compile_expr(Expr(None, 1, ORIGIN), SCOPE, "bool")
+
+
+@pytest.mark.parametrize(
+    "name, expected",
+    [
+        ("normalizationParamsOk", "normalization_params_ok"),
+        ("WORKGROUP_SIZE", "workgroup_size"),
+        ("X", "x"),
+        ("inputMean", "input_mean"),
+        ("input_var", "input_var"),
+        ("group2Rows", "group2_rows"),
+        ("class", "class_"),
+        ("2d", "2d_"),
+        ("a-b", "a_b"),
+    ],
+)
+def test_snake(name, expected):
+    assert snake(name) == expected
+
+
+# ---------------------------------------------------------------------------------------------
+# through load_manifest + resolve_op: derive cycles and strict-true `when`
+
+
+def tiny_manifest(**changes) -> dict:
+    data = {
+        "domain": "test",
+        "name": "Expr",
+        "sinceVersion": 1,
+        "inputs": {"x": {"dtype": "T"}},
+        "outputs": {"y": {"dtype": "T", "shape": "shapes.x"}},
+        "typeConstraints": {"T": ["float32"]},
+        "derive": {"rows": "dim(shapes.x, 0)", "wide": "rows > 4"},
+        "variants": [{"id": "only", "when": ["wide"]}],
+    }
+    data.update(changes)
+    return data
+
+
+def resolve_tiny(tmp_path: Path, data: dict):
+    folder = tmp_path / "manifests" / "test.Expr"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "manifest.json").write_text(json.dumps(data, indent=1))
+    return resolve_op(load_manifest(folder / "manifest.json", tmp_path))
+
+
+def test_tiny_manifest_resolves(tmp_path):
+    op = resolve_tiny(tmp_path, tiny_manifest())
+    assert [v.name for v in op.derives] == ["rows", "wide"]
+    assert [c.python for _, c in op.variants[0].when] == ["d.wide"]
+
+
+def test_derive_order_follows_dependencies(tmp_path):
+    op = resolve_tiny(tmp_path, tiny_manifest(derive={"wide": "rows > 4", "rows": "dim(shapes.x, 0)"}))
+    assert [v.name for v in op.derives] == ["rows", "wide"]
+    assert dict((v.name, v.code.python) for v in op.derives)["wide"] == "rows > 4"
+
+
+def test_derive_cycle_is_a_compile_error_naming_the_cycle(tmp_path):
+    data = tiny_manifest(derive={"a": "b + 1", "b": "a * 2", "wide": "a > 4"})
+    with pytest.raises(ManifestError) as info:
+        resolve_tiny(tmp_path, data)
+    problems = info.value.problems
+    assert any(
+        p.startswith("manifests/test.Expr/manifest.json#/derive/a: ") and "cycle" in p and "a -> b -> a" in p and p.endswith("`b + 1`")
+        for p in problems
+    ), problems
+    assert any("#/derive/b: " in p and "b -> a -> b" in p and p.endswith("`a * 2`") for p in problems), problems
+
+
+def test_self_reference_is_a_cycle(tmp_path):
+    with pytest.raises(ManifestError, match=r"#/derive/rows: cycle between derived values: rows -> rows: `rows \+ 1`"):
+        resolve_tiny(tmp_path, tiny_manifest(derive={"rows": "rows + 1", "wide": "rows > 4"}))
+
+
+def test_variant_derive_cycle(tmp_path):
+    variant = {"id": "only", "when": ["wide"], "derive": {"p": "q", "q": "p"}}
+    with pytest.raises(ManifestError) as info:
+        resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
+    assert any("#/variants/0/derive/p: " in p and "p -> q -> p" in p for p in info.value.problems), info.value.problems
+
+
+def test_unknown_name_in_when_names_its_pointer(tmp_path):
+    variant = {"id": "only", "when": ["wide", "nosuch > 1"]}
+    with pytest.raises(ManifestError) as info:
+        resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
+    assert any(
+        p.startswith("manifests/test.Expr/manifest.json#/variants/0/when/1: unknown name `nosuch`") and p.endswith("`nosuch > 1`")
+        for p in info.value.problems
+    ), info.value.problems
+
+
+@pytest.mark.parametrize(
+    "when, pointer, shown, got",
+    [
+        ([1], "/variants/0/when/0", "1", "int"),
+        (["wide", "rows"], "/variants/0/when/1", "rows", "int"),
+        (["wide", "dim(shapes.x, 0) / 2"], "/variants/0/when/1", "dim(shapes.x, 0) / 2", "int"),
+        (['"yes"'], "/variants/0/when/0", '"yes"', "str"),
+        ("rows", "/variants/0/when", "rows", "int"),  # seed 002 writes one string, not a list
+    ],
+)
+def test_when_entries_must_be_booleans(tmp_path, when, pointer, shown, got):
+    """`when` passes only on exactly `true`: an entry that cannot be a boolean is refused at compile time."""
+    with pytest.raises(ManifestError) as info:
+        resolve_tiny(tmp_path, tiny_manifest(variants=[{"id": "only", "when": when}]))
+    expected = f"manifests/test.Expr/manifest.json#{pointer}: expected a value of kind bool, got {got}: `{shown}`"
+    assert expected in info.value.problems, info.value.problems
+
+
+def test_demote_when_entries_must_be_booleans(tmp_path):
+    with pytest.raises(ManifestError, match=r"#/variants/0/demoteWhen/0: expected a value of kind bool, got int: `rows`"):
+        resolve_tiny(tmp_path, tiny_manifest(variants=[{"id": "only", "when": ["wide"], "demoteWhen": ["rows"]}]))
+
+
+def test_every_problem_is_reported_not_only_the_first(tmp_path):
+    data = tiny_manifest(derive={"rows": "dim(shapes.x)", "wide": "nosuch"}, variants=[{"id": "only", "when": [2]}])
+    with pytest.raises(ManifestError) as info:
+        resolve_tiny(tmp_path, data)
+    text = "\n".join(info.value.problems)
+    assert "#/derive/rows: `dim` takes 2" in text
+    assert "#/derive/wide: unknown name `nosuch`" in text
+    assert "#/variants/0/when/0: expected a value of kind bool" in text
+
+
+# ---------------------------------------------------------------------------------------------
+# the generated `when`: the first failing clause, and only exactly-true passes
+
+
+def bn_request(shape=(8, 4), dtype="f32", features=()):
+    from generated._runtime import Caps, Request
+
+    channels = shape[1]
+    shapes = {"x": shape, "scale": (channels,), "b": (channels,), "inputMean": (channels,), "inputVar": (channels,), "y": shape}
+    return Request(
+        shapes=shapes,
+        dtypes={"T": dtype},
+        attrs={"epsilon": 1e-05, "momentum": 0.9, "training_mode": 0},
+        tunables={"WORKGROUP_SIZE": 256},
+        caps=Caps.from_mapping({"features": list(features)}),
+    )
+
+
+def test_generated_when_passes_with_real_derived_values():
+    from generated import batch_normalization as bn
+    from generated.batch_normalization import nc_inference_vec4
+
+    r = bn_request()
+    d = bn.derive(r)
+    assert d.inference_contract_ok is True
+    assert nc_inference_vec4.when(r, d) is None
+
+
+@pytest.mark.parametrize(
+    "shape, dtype, failing",
+    [
+        ((8, 6), "f32", "dim(shapes.X, 1) % 4 == 0"),
+        ((8, 4, 2), "f32", "ranks.X == 2"),
+        ((8, 4), "f16", 'dtypes.T == "f32"'),
+        ((8, 6, 3), "f16", 'dtypes.T == "f32"'),  # the first failing clause in manifest order
+    ],
+)
+def test_generated_when_returns_the_first_failing_clause(shape, dtype, failing):
+    from generated.batch_normalization import nc_inference_vec4
+
+    d = SimpleNamespace(inference_contract_ok=True)
+    assert nc_inference_vec4.when(bn_request(shape, dtype), d) == failing
+
+
+@pytest.mark.parametrize("value", [1, 1.0, "true", np.True_, [True], None, False])
+def test_generated_when_treats_only_exactly_true_as_passing(value):
+    from generated.batch_normalization import nc_inference_vec4
+
+    d = SimpleNamespace(inference_contract_ok=value)
+    assert nc_inference_vec4.when(bn_request(), d) == "inferenceContractOk"
+
+
+def test_generated_when_of_other_variants():
+    from generated import batch_normalization as bn
+    from generated.batch_normalization import inference_scalar, nchw_inference_vec4
+
+    r = bn_request((2, 3, 4, 4))
+    d = bn.derive(r)
+    assert inference_scalar.when(r, d) is None
+    assert nchw_inference_vec4.when(r, d) is None
+    odd = bn_request((2, 3, 3, 3))
+    assert nchw_inference_vec4.when(odd, bn.derive(odd)) == "inner(shapes.X, 1) % 4 == 0"
+    # f16 without shader-f16: the derived contract is false, so every variant refuses.
+    half = bn_request((2, 3, 4, 4), "f16")
+    assert bn.derive(half).inference_contract_ok is False
+    assert inference_scalar.when(half, bn.derive(half)) == "inferenceContractOk"
+    half_ok = bn_request((2, 3, 4, 4), "f16", ["shader-f16"])
+    assert inference_scalar.when(half_ok, bn.derive(half_ok)) is None
