@@ -1,0 +1,491 @@
+"""InstanceNormalization-6 through the generated kernels: variants plane_batched_vec4,
+plane_splitk_vec4 and plane_splitk (their own templates), against independent oracles.
+
+Every case runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per run
+(the seed is printed on failure), outputs poisoned with NaN before the run, and is compared with a
+float64 NumPy reference (DESIGN §7 tolerances) and with onnxruntime on the CPU. Variants are forced
+with `variant=` (with tunables that make their `when` hold on small shapes) and also reached by
+natural selection. The ONNX backend node tests run through natural selection.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from generated import ContractError, Tensor
+from generated import instance_normalization as inn
+from generated._runtime import default_device, device_caps
+from tests.oracles import (
+    assert_close,
+    backend_node_cases,
+    instance_normalization_ref,
+    onnxruntime_run,
+    rng_for,
+    seed_note,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+SPLIT_VARIANTS = ("plane_splitk_vec4", "plane_splitk")
+# Small thresholds so that split-k applies to small shapes, with several splits per plane.
+SPLIT_SMALL = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 8}
+BATCHED_SMALL = {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}
+# hasSubgroupId: the split-k vec4 partials pass then reduces with subgroupAdd.
+SUBGROUP_CAPS = {"features": ["shader-f16", "subgroups"], "wgslLanguageFeatures": ["subgroup_id"]}
+
+# (variant, shape, tunables): ranks 3 to 5, N > 1, partial workgroups, several lanes per plane,
+# several vec4s per lane, splits that are short or empty, spatial sizes not divisible by 4.
+CASES = [
+    ("plane_batched_vec4", (2, 9, 12), BATCHED_SMALL),  # 3 vec4 per plane, 4 lanes, 4 planes a workgroup
+    ("plane_batched_vec4", (3, 6, 2, 8), BATCHED_SMALL),
+    ("plane_batched_vec4", (4, 5, 2, 3, 8), BATCHED_SMALL),  # 12 vec4, 16 lanes, 1 plane a workgroup
+    ("plane_batched_vec4", (2, 9, 160), BATCHED_SMALL),  # 40 vec4 over 16 lanes
+    ("plane_batched_vec4", (5, 60, 4, 4), {}),  # defaults: 64 planes of 4 lanes a workgroup
+    ("plane_batched_vec4", (3, 100, 36), {}),  # 16 planes of 16 lanes, last workgroup partial
+    ("plane_splitk_vec4", (2, 3, 40), SPLIT_SMALL),  # 10 vec4 in 8 splits of 2: 3 empty splits
+    ("plane_splitk_vec4", (2, 3, 4, 12), SPLIT_SMALL),
+    ("plane_splitk_vec4", (2, 2, 3, 2, 8), SPLIT_SMALL),
+    ("plane_splitk_vec4", (3, 5, 1000), {**SPLIT_SMALL, "WORKGROUP_SIZE": 64}),  # 128 splits
+    ("plane_splitk_vec4", (1, 4, 256, 256), {}),  # defaults: 32 splits of 2048 values
+    ("plane_splitk", (2, 3, 37), SPLIT_SMALL),
+    ("plane_splitk", (2, 3, 5, 7), {**SPLIT_SMALL, "WORKGROUP_SIZE": 8}),
+    ("plane_splitk", (2, 2, 3, 3, 5), SPLIT_SMALL),
+    ("plane_splitk", (2, 3, 40), SPLIT_SMALL),  # the scalar variant also runs divisible sizes
+    ("plane_splitk", (1, 3, 257, 257), {}),  # defaults: 64 splits
+]
+
+
+def pick(*wanted):
+    """The CASES entries with these (variant, shape) pairs."""
+    found = [c for c in CASES if c[:2] in wanted]
+    assert len(found) == len(wanted), wanted
+    return found
+
+
+def case_id(case):
+    variant, shape, tunables = case
+    return f"{variant}-{'x'.join(map(str, shape))}" + ("-tuned" if tunables else "")
+
+
+def random_inputs(rng, shape, dtype, offset=None):
+    """Per-plane means and spreads that differ, so a mixed-up plane shows."""
+    n, c = shape[:2]
+    plane = (n, c) + (1,) * (len(shape) - 2)
+    if offset is None:
+        mu = rng.uniform(-2, 2, plane)
+        sigma = rng.uniform(0.5, 3, plane)
+    else:
+        mu, sigma = np.full(plane, offset), np.ones(plane)
+    return {
+        "input": (rng.standard_normal(shape) * sigma + mu).astype(dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "b": rng.uniform(-1, 1, c).astype(dtype),
+    }
+
+
+def run_poisoned(inputs, **kwargs):
+    """kernel() writing into a NaN-filled output, so an element the shader skips cannot pass."""
+    x = inputs["input"]
+    poisoned = Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype))
+    result = inn.kernel(inputs, out={"output": poisoned}, **kwargs)["output"]
+    assert result.shape == x.shape and result.dtype == x.dtype
+    return result
+
+
+def shapes_of(inputs):
+    return {k: v.shape for k, v in inputs.items()}
+
+
+def dtypes_of(inputs):
+    return {"T": inputs["input"].dtype.name}
+
+
+def reference(inputs, epsilon):
+    return instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"], epsilon)
+
+
+def ort_reference(inputs, epsilon):
+    # InstanceNormalization runs in float32 on ORT's CPU provider: run f16 data as float32 copies.
+    feed = {
+        name: inputs[key].astype(np.float32)
+        for name, key in (("input", "input"), ("scale", "scale"), ("B", "b"))
+    }
+    (expected,) = onnxruntime_run(
+        "InstanceNormalization", feed, {"epsilon": epsilon}, opset=6, outputs=("output",)
+    )
+    return expected.astype(np.float64)
+
+
+@pytest.fixture(scope="module")
+def caps():
+    return device_caps(default_device())
+
+
+# --- every variant x dtype, forced -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("case", CASES, ids=case_id)
+def test_forced_variant_against_reference_and_onnxruntime(case, dtype, caps, request):
+    variant, shape, tunables = case
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype)
+    epsilon = float(rng.choice([1e-5, 1e-3, 0.1]))
+    kwargs = {"attrs": {"epsilon": epsilon}, "variant": variant, "tunables": tunables}
+    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps=caps, **kwargs)
+    assert plan.variant == variant
+    first = plan.passes[0]
+    if variant in SPLIT_VARIANTS:
+        assert first.dispatch[2] == first.overrides["split"] > 1, first
+        # Workgroup memory within instanceRowWorkgroupBytes (normWorkgroupCap * 2 * 4).
+        assert first.workgroup_storage_bytes <= first.overrides["workgroupSize"] * 8
+    else:
+        # Within instanceBatchedVec4StorageBytes (normWorkgroupCap * 2 * 4 + planesPerWorkgroup * 4).
+        bound = first.overrides["workgroupSize"] * 8 + first.overrides["planesPerWorkgroup"] * 4
+        assert 0 < first.workgroup_storage_bytes <= bound, first
+    actual = run_poisoned(inputs, **kwargs)
+    context = f"{variant} {shape} {np.dtype(dtype).name} eps={epsilon} {seed_note(seed)}"
+    assert_close(actual, reference(inputs, epsilon), dtype, context)
+    assert_close(actual, ort_reference(inputs, epsilon), dtype, context + " vs onnxruntime")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize(
+    "case",
+    pick(
+        ("plane_batched_vec4", (5, 60, 4, 4)),
+        ("plane_batched_vec4", (2, 9, 160)),
+        ("plane_splitk_vec4", (2, 3, 40)),
+        ("plane_splitk_vec4", (1, 4, 256, 256)),
+        ("plane_splitk", (2, 3, 5, 7)),
+        ("plane_splitk", (2, 2, 3, 3, 5)),
+    ),
+    ids=case_id,
+)
+def test_large_common_offset_keeps_accuracy(case, dtype, request):
+    """Shifted sums / Chan merges: a mean 1000 (f32) or 100 (f16) times the spread costs nothing."""
+    variant, shape, tunables = case
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype, offset=1000.0 if dtype == np.float32 else 100.0)
+    actual = run_poisoned(inputs, variant=variant, tunables=tunables)
+    assert_close(actual, reference(inputs, 1e-5), dtype, f"{variant} {shape} offset {seed_note(seed)}")
+
+
+@pytest.mark.parametrize(
+    "case",
+    pick(("plane_batched_vec4", (2, 9, 12)), ("plane_splitk_vec4", (2, 3, 40)), ("plane_splitk", (2, 3, 37))),
+    ids=case_id,
+)
+def test_constant_planes_give_bias(case, request):
+    """Zero variance: every element of a constant plane is exactly its channel's bias."""
+    variant, shape, tunables = case
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, np.float32)
+    inputs["input"][0, 1] = 7.25
+    inputs["input"][1, 2] = -3.0
+    actual = run_poisoned(inputs, variant=variant, tunables=tunables)
+    assert_close(actual, reference(inputs, 1e-5), np.float32, f"{variant} {shape} {seed_note(seed)}")
+    assert np.all(actual[0, 1] == inputs["b"][1]) and np.all(actual[1, 2] == inputs["b"][2])
+
+
+@pytest.mark.parametrize(
+    "case",
+    pick(
+        ("plane_batched_vec4", (2, 9, 12)),
+        ("plane_batched_vec4", (3, 100, 36)),
+        ("plane_splitk_vec4", (2, 3, 40)),
+        ("plane_splitk_vec4", (1, 4, 256, 256)),
+        ("plane_splitk", (2, 3, 37)),
+        ("plane_splitk", (1, 3, 257, 257)),
+    ),
+    ids=case_id,
+)
+def test_repeated_runs_are_bit_identical(case, request):
+    variant, shape, tunables = case
+    rng, _ = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, np.float32)
+    first = run_poisoned(inputs, variant=variant, tunables=tunables)
+    for _ in range(2):
+        assert run_poisoned(inputs, variant=variant, tunables=tunables).tobytes() == first.tobytes()
+
+
+# --- natural selection ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize(
+    "shape,tunables,expected",
+    [
+        ((1, 4, 256, 256), {}, "plane_splitk_vec4"),  # 262144 elements, 4 planes < 32
+        ((1, 3, 257, 257), {}, "plane_splitk"),  # spatial 66049 is odd
+        ((2, 3, 40), SPLIT_SMALL, "plane_splitk_vec4"),  # lowered thresholds
+        ((2, 2, 3, 3, 5), SPLIT_SMALL, "plane_splitk"),
+        ((5, 60, 4, 4), {}, "plane_batched_vec4"),  # no subgroup sizes reported: not demoted
+        ((1, 70000, 4), {}, "plane_batched_vec4"),
+    ],
+)
+def test_natural_selection_against_reference_and_onnxruntime(shape, tunables, expected, dtype, caps, request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype)
+    assert inn.plan(shapes_of(inputs), dtypes_of(inputs), caps=caps, tunables=tunables).variant == expected
+    actual = run_poisoned(inputs, tunables=tunables)
+    context = f"{expected} {shape} {np.dtype(dtype).name} {seed_note(seed)}"
+    assert_close(actual, reference(inputs, 1e-5), dtype, context)
+    assert_close(actual, ort_reference(inputs, 1e-5), dtype, context + " vs onnxruntime")
+
+
+def chosen(shape, dtype="float32", caps=None, tunables=None):
+    c = shape[1]
+    return inn.plan(
+        {"input": shape, "scale": (c,), "b": (c,)},
+        {"T": dtype},
+        caps=caps or {"features": ["shader-f16"]},
+        tunables=tunables,
+    ).variant
+
+
+def test_selection_thresholds():
+    assert chosen((1, 4, 256, 256)) == "plane_splitk_vec4"
+    assert chosen((1, 4, 256, 256), "float16") == "plane_splitk_vec4"
+    assert chosen((1, 31, 256, 256)) == "plane_splitk_vec4"
+    assert chosen((1, 32, 256, 256)) != "plane_splitk_vec4"  # planes < normSubgroupMax (32) fails
+    assert chosen((1, 4, 256, 255)) != "plane_splitk"  # spatial 65280 < SPLIT_STATS_MIN_SPATIAL
+    assert chosen((1, 4, 257, 257)) == "plane_splitk"
+    wave64 = {"features": ["subgroups"], "adapterInfo": {"subgroupMinSize": 64, "subgroupMaxSize": 64}}
+    assert chosen((1, 40, 256, 256), caps=wave64) == "plane_splitk_vec4"  # 40 < 64
+    assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == "plane_splitk_vec4"
+
+
+def test_demoted_batched_variant_only_wins_without_reported_sizes():
+    """DESIGN §4a: with reported (non-wave32) subgroup sizes plane_batched_vec4 is demoted and can
+    never win; without them it wins on priority (115 over plane_subgroup_vec4's 110)."""
+    sized = {
+        "features": ["shader-f16", "subgroups"],
+        "adapterInfo": {"subgroupMinSize": 4, "subgroupMaxSize": 64},
+    }
+    assert chosen((5, 60, 4, 4)) == "plane_batched_vec4"
+    assert chosen((5, 60, 4, 4), caps=sized) == "plane_subgroup_vec4"
+    # Over 65535 planes the demotion no longer holds.
+    assert chosen((1, 70000, 4), caps=sized) == "plane_batched_vec4"
+    # Too few planes for a full workgroup of them.
+    assert chosen((1, 100, 4, 4)) == "plane_subgroup_vec4"
+
+
+# --- folded dispatches -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "variant,shape,tunables,folded_pass",
+    [
+        # 70000 planes, one a workgroup: 70000 workgroups fold into (65535, 2).
+        (
+            "plane_batched_vec4",
+            (1, 70000, 4),
+            {"WORKGROUP_SIZE": 1, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1},
+            0,
+        ),
+        (
+            "plane_batched_vec4",
+            (1, 70000, 8),
+            {"WORKGROUP_SIZE": 2, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1},
+            0,
+        ),
+        # The apply pass: 66560 vec4 / 66667 values at 1 / 2 a workgroup.
+        ("plane_splitk_vec4", (1, 2, 512, 260), {"WORKGROUP_SIZE": 1}, 2),
+        ("plane_splitk", (1, 2, 66667), {"WORKGROUP_SIZE": 2}, 2),
+    ],
+)
+def test_dispatch_folds_past_65535_workgroups(variant, shape, tunables, folded_pass, caps, request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, np.float32)
+    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps=caps, tunables=tunables, variant=variant)
+    assert plan.passes[folded_pass].dispatch == (65535, 2, 1)
+    actual = run_poisoned(inputs, variant=variant, tunables=tunables)
+    assert_close(actual, reference(inputs, 1e-5), np.float32, f"{variant} {shape} folded {seed_note(seed)}")
+
+
+def test_batched_variant_natural_at_70000_planes(caps):
+    plan = inn.plan({"input": (1, 70000, 4), "scale": (70000,), "b": (70000,)}, {"T": "float32"}, caps=caps)
+    assert plan.variant == "plane_batched_vec4"
+    assert plan.passes[0].dispatch == (274, 1, 1)  # 256 planes a workgroup
+
+
+# --- the subgroup path of the split-k partials ----------------------------------------------------
+
+
+def measured_subgroup_size() -> int:
+    """The subgroup size lavapipe gives this small probe (the adapter does not report sizes).
+
+    Only a guide for other pipelines: with Mesa's shader cache on, a pipeline may run a binary
+    compiled earlier at another LP_NATIVE_VECTOR_WIDTH.
+    """
+    import wgpu
+
+    device = default_device()
+    code = """
+    @group(0) @binding(0) var<storage, read_write> out: array<u32>;
+    @compute @workgroup_size(64)
+    fn main(@builtin(subgroup_size) size: u32, @builtin(local_invocation_index) i: u32) {
+        if (i == 0u) { out[0] = size; }
+    }
+    """
+    module = device.create_shader_module(code=code)
+    pipeline = device.create_compute_pipeline(
+        layout="auto", compute={"module": module, "entry_point": "main"}
+    )
+    buffer = device.create_buffer(size=4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    bind_group = device.create_bind_group(
+        layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buffer}}]
+    )
+    encoder = device.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.set_bind_group(0, bind_group)
+    compute.dispatch_workgroups(1)
+    compute.end()
+    device.queue.submit([encoder.finish()])
+    return int(np.frombuffer(device.queue.read_buffer(buffer), np.uint32)[0])
+
+
+SUBGROUP_WORKGROUP_SIZES = (1, 2, 4, 32, 256)
+
+
+def check_subgroup_partials(workgroup_size, dtype, name):
+    rng, seed = rng_for(name)
+    # 520 vec4 a plane in 2 splits of 260: every lane of every workgroup size has data.
+    inputs = random_inputs(rng, (2, 3, 4, 520), dtype)
+    tunables = {**SPLIT_SMALL, "WORKGROUP_SIZE": workgroup_size, "STATS_VALUES_PER_SPLIT": 1040}
+    kwargs = {"variant": "plane_splitk_vec4", "caps": SUBGROUP_CAPS, "tunables": tunables}
+    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), **kwargs)
+    assert plan.passes[0].uses_subgroups and "subgroupAdd" in plan.passes[0].wgsl
+    actual = run_poisoned(inputs, **kwargs)
+    context = f"subgroup partials wg={workgroup_size} {seed_note(seed)}"
+    assert_close(actual, reference(inputs, 1e-5), dtype, context)
+    assert run_poisoned(inputs, **kwargs).tobytes() == actual.tobytes(), context
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("workgroup_size", SUBGROUP_WORKGROUP_SIZES)
+def test_splitk_subgroup_partials(workgroup_size, dtype, request):
+    """Workgroups smaller than, equal to and larger than the subgroup, in this process (whatever
+    subgroup size lavapipe picks here: see the subprocess test for sizes it is made to use)."""
+    check_subgroup_partials(workgroup_size, dtype, request.node.name)
+
+
+SUBGROUP_SIZE_SCRIPT = """
+import sys
+import numpy as np
+from tests import test_instance_normalization as t
+size = t.measured_subgroup_size()
+if size != int(sys.argv[1]):
+    print(f"lavapipe gave subgroup size {size}, expected {sys.argv[1]}")
+    sys.exit(3)
+for wg in t.SUBGROUP_WORKGROUP_SIZES:
+    for dtype in (np.float32, np.float16):
+        t.check_subgroup_partials(wg, dtype, f"subgroup{size}-{wg}-{np.dtype(dtype).name}")
+print("ok")
+"""
+
+
+@pytest.mark.parametrize("vector_width,subgroup_size", [(128, 4), (256, 8)])
+def test_splitk_subgroup_partials_at_known_subgroup_size(vector_width, subgroup_size):
+    """The same cases in a process where lavapipe runs subgroups of a known size.
+
+    Mesa's on-disk shader cache does not key on LP_NATIVE_VECTOR_WIDTH: a pipeline compiled at one
+    width is silently reused at another. The subprocess runs with the cache off, so its subgroup
+    size really is the one asked for.
+    """
+    env = {
+        **os.environ,
+        "LP_NATIVE_VECTOR_WIDTH": str(vector_width),
+        "MESA_SHADER_CACHE_DISABLE": "true",
+        "WGPU_BACKEND_TYPE": "Vulkan",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", SUBGROUP_SIZE_SCRIPT, str(subgroup_size)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if result.returncode == 3 and vector_width != 128:
+        pytest.skip(
+            f"this CPU's lavapipe does not honour LP_NATIVE_VECTOR_WIDTH={vector_width}: {result.stdout.strip()}"
+        )
+    assert result.returncode == 0 and "ok" in result.stdout, result.stdout[-4000:] + result.stderr[-4000:]
+
+
+# --- the ONNX backend node tests -------------------------------------------------------------------
+
+
+def pytest_generate_tests(metafunc):
+    # Building the ONNX node cases takes seconds: only at collection, not on a plain import
+    # (the subgroup-size subprocesses import this module).
+    if "node_case" in metafunc.fixturenames:
+        metafunc.parametrize("node_case", backend_node_cases("test_instancenorm"), ids=lambda c: c[0])
+
+
+def test_onnx_backend_node_cases(node_case):
+    name, model, data_sets = node_case
+    node = model.graph.node[0]
+    attrs = {a.name: a.f for a in node.attribute}
+    for inputs, outputs in data_sets:
+        feed = dict(zip(("input", "scale", "b"), inputs))
+        actual = inn.kernel(feed, attrs=attrs)["output"]
+        assert_close(actual, np.asarray(outputs[0], np.float64), feed["input"].dtype, name)
+
+
+# --- contract errors, each before any GPU work ----------------------------------------------------
+
+
+def good(dtype=np.float32, shape=(2, 3, 4)):
+    c = shape[1]
+    return {"input": np.ones(shape, dtype), "scale": np.ones(c, dtype), "b": np.ones(c, dtype)}
+
+
+@pytest.mark.parametrize(
+    "change,subject,words",
+    [
+        ({"input": np.ones((2, 3), np.float32)}, "input input", "ranks.input >= 3"),
+        ({"input": np.ones((3,), np.float32)}, "input input", "ranks.input >= 3"),
+        ({"scale": np.ones(4, np.float32)}, "input scale", "dim(shapes.scale, 0) == dim(shapes.input, 1)"),
+        ({"scale": np.ones((3, 1), np.float32)}, "input scale", "ranks.scale == 1"),
+        ({"b": np.ones(2, np.float32)}, "input B", "dim(shapes.b, 0) == dim(shapes.input, 1)"),
+        ({"b": np.ones((1, 3), np.float32)}, "input B", "ranks.B == 1"),
+        ({"scale": np.ones(3, np.float16)}, "input scale", "every T tensor must share one dtype"),
+        ({"b": np.ones(3, np.float16)}, "input B", "every T tensor must share one dtype"),
+        ({"input": np.ones((2, 3, 4), np.float64)}, "input input", "float64 is not supported"),
+    ],
+)
+def test_contract_errors_name_op_input_and_rule(change, subject, words):
+    inputs = {**good(), **change}
+    with pytest.raises(ContractError) as caught:
+        inn.kernel(inputs)
+    text = str(caught.value)
+    assert text.startswith("ai.onnx InstanceNormalization-6: ") and subject in text and words in text, text
+    assert isinstance(caught.value, ValueError)
+
+
+def test_tensor_over_the_storage_binding_limit_is_refused():
+    caps = {"features": ["shader-f16"], "limits": {"maxStorageBufferBindingSize": 64 * 1024}}
+    shapes = {"input": (2, 3, 64, 64), "scale": (3,), "b": (3,)}  # 96 KiB of f32
+    with pytest.raises(ContractError) as caught:
+        inn.plan(shapes, {"T": "float32"}, caps=caps)
+    text = str(caught.value)
+    assert (
+        text.startswith("ai.onnx InstanceNormalization-6: input: ") and "maxStorageBufferBindingSize" in text
+    ), text
+    # Half the size fits.
+    inn.plan({**shapes, "input": (1, 3, 64, 64)}, {"T": "float32"}, caps=caps)
+
+
+def test_f16_needs_the_device_feature():
+    shapes = {k: v.shape for k, v in good().items()}
+    with pytest.raises(ContractError, match=r"f16Ok\(dtypes.T\)"):
+        inn.plan(shapes, {"T": "float16"}, caps={"features": []})
