@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 e1269e6812d3e2ea)
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 dda02bb59afb21ce)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 8fac41e8d37c5a03)
-#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 6f0f8638dfeb044d)
+#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 7f8a71d30d61be55)
 #   templates/norm-row-stats.wgsl.jinja (sha256 f5eb0aa1a1673ac8)
 # Do not edit: change the sources above and regenerate.
 """ai.onnx GroupNormalization-21: the contract, derived values, selection and the public calls.
