@@ -215,12 +215,22 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                 facts = ", ".join(f"{text} = {{{code.python}!r}}" for text, code in rule.facts)
                 w.comment(rule.source)
                 with w.block(f"if not ({rule.code.python}):"):
-                    message = f"needs `{rule.source}`" + (f", got {facts}" if facts else "")
+                    message = f"needs `{rule.source}`" + (f", got {facts}" if facts else "") + _meaning(op, rule.subject)
                     w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, f{message!r})")
             if not rules:
                 w.line("return None")
         w.line()
         w.line()
+
+
+def _meaning(op: ResolvedOp, subject: str) -> str:
+    """What the manifest says the subject tensor is, so a shape error reads in the op's own words."""
+    kind, _, role = subject.partition(" ")
+    for tensor in op.ir.tensors:
+        if kind in ("input", "output") and tensor.role == role and tensor.description:
+            text = tensor.description.replace("{", "{{").replace("}", "}}")
+            return f"; in opset {op.ir.since_version}, {role} is: {text}"
+    return ""
 
 
 def _emit_api(w: Writer, op: ResolvedOp) -> None:

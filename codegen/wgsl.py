@@ -182,7 +182,9 @@ def _workgroup_arrays(body: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
 
 def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str) -> str:
     lines = []
-    if any("f16" in t for t in element_types.values()) or re.search(r"\bf16\b", body):
+    # Comments must not turn an f32 shader into one that needs shader-f16.
+    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
+    if any("f16" in t for t in element_types.values()) or re.search(r"\bf16\b", code):
         lines.append("enable f16;")
     for name, kind in overrides:
         lines.append(f"override {name}: {kind};")

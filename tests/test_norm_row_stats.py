@@ -430,7 +430,9 @@ def test_subgroups_four_wide_in_subprocess():
 
     if "llvmpipe" not in str(default_device().adapter.info.get("device", "")):
         pytest.skip("LP_NATIVE_VECTOR_WIDTH only changes lavapipe's subgroup size")
-    env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH="128", WGPU_BACKEND_TYPE="Vulkan")
+    # Mesa's shader cache does not key on LP_NATIVE_VECTOR_WIDTH: without disabling it, pipelines
+    # compiled 8 wide by an earlier process would be reused here.
+    env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH="128", MESA_SHADER_CACHE_DISABLE="true", WGPU_BACKEND_TYPE="Vulkan")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     from tests.oracles import run_seed
 

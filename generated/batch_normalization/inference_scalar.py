@@ -115,7 +115,6 @@ MAIN_SHADERS = {
         workgroup_arrays=(),
         uses_subgroups=False,
         wgsl="""\
-enable f16;
 override DISPATCH_FOLD_WIDTH: u32;
 override WORKGROUP_SIZE: u32;
 @group(0) @binding(0) var<storage, read> x: array<f32>;

@@ -81,7 +81,7 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "ranks.scale == 1",
-            f"needs `ranks.scale == 1`, got ranks.scale = {len(shape_scale)!r}",
+            f"needs `ranks.scale == 1`, got ranks.scale = {len(shape_scale)!r}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
         )
     # ranks.bias == 1
     if not (len(shape_bias) == 1):
@@ -89,7 +89,7 @@ def check_contract(r) -> None:
             OP,
             "input bias",
             "ranks.bias == 1",
-            f"needs `ranks.bias == 1`, got ranks.bias = {len(shape_bias)!r}",
+            f"needs `ranks.bias == 1`, got ranks.bias = {len(shape_bias)!r}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
         )
     # attrs.num_groups >= 1
     if not (attr_num_groups >= 1):
@@ -107,7 +107,10 @@ def check_contract(r) -> None:
     # ranks.X >= 3
     if not (len(shape_x) >= 3):
         raise ContractError(
-            OP, "input X", "ranks.X >= 3", f"needs `ranks.X >= 3`, got ranks.X = {len(shape_x)!r}"
+            OP,
+            "input X",
+            "ranks.X >= 3",
+            f"needs `ranks.X >= 3`, got ranks.X = {len(shape_x)!r}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
         )
     # ranks.Y == ranks.X
     if not (len(shape_y) == len(shape_x)):
@@ -115,7 +118,7 @@ def check_contract(r) -> None:
             OP,
             "output Y",
             "ranks.Y == ranks.X",
-            f"needs `ranks.Y == ranks.X`, got ranks.Y = {len(shape_y)!r}, ranks.X = {len(shape_x)!r}",
+            f"needs `ranks.Y == ranks.X`, got ranks.Y = {len(shape_y)!r}, ranks.X = {len(shape_x)!r}; in opset 21, Y is: Normalized output tensor of the same shape as `X`.",
         )
     # sameShape(shapes.Y, shapes.X)
     if not (shape_y == shape_x):
@@ -123,7 +126,7 @@ def check_contract(r) -> None:
             OP,
             "output Y",
             "sameShape(shapes.Y, shapes.X)",
-            f"needs `sameShape(shapes.Y, shapes.X)`, got shapes.Y = {shape_y!r}, shapes.X = {shape_x!r}",
+            f"needs `sameShape(shapes.Y, shapes.X)`, got shapes.Y = {shape_y!r}, shapes.X = {shape_x!r}; in opset 21, Y is: Normalized output tensor of the same shape as `X`.",
         )
     # dim(shapes.scale, 0) == dim(shapes.X, 1)
     if not (shape_scale[0] == shape_x[1]):
@@ -131,7 +134,7 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "dim(shapes.scale, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {shape_scale[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}",
+            f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {shape_scale[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
         )
     # dim(shapes.bias, 0) == dim(shapes.X, 1)
     if not (shape_bias[0] == shape_x[1]):
@@ -139,7 +142,7 @@ def check_contract(r) -> None:
             OP,
             "input bias",
             "dim(shapes.bias, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.bias, 0) == dim(shapes.X, 1)`, got dim(shapes.bias, 0) = {shape_bias[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}",
+            f"needs `dim(shapes.bias, 0) == dim(shapes.X, 1)`, got dim(shapes.bias, 0) = {shape_bias[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
         )
     # (dim(shapes.X, 1) % attrs.num_groups) == 0
     if not (js_mod(shape_x[1], attr_num_groups) == 0):
@@ -147,7 +150,7 @@ def check_contract(r) -> None:
             OP,
             "input X",
             "(dim(shapes.X, 1) % attrs.num_groups) == 0",
-            f"needs `(dim(shapes.X, 1) % attrs.num_groups) == 0`, got dim(shapes.X, 1) = {shape_x[1]!r}, attrs.num_groups = {attr_num_groups!r}",
+            f"needs `(dim(shapes.X, 1) % attrs.num_groups) == 0`, got dim(shapes.X, 1) = {shape_x[1]!r}, attrs.num_groups = {attr_num_groups!r}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
         )
 
 
