@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .emit import REGENERATE, Source, banner, emit_op_init, emit_package_init, emit_runtime, emit_variant, module_name, sha256_of
+from .emit import REGENERATE, Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_variant, module_name, sha256_of
 from .manifest import ManifestError, load_manifests
 from .report import emit_report
 from .resolve import resolve_op
@@ -57,6 +57,9 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
         sources = [Source(op.ir.source, op.ir.sha256)] + [Source(t, sha256_of(repo_root / t)) for t in template_paths]
         package = module_name(op)
         files[f"{package}/__init__.py"] = emit_op_init(op, rendered, banner(sources))
+        cases = emit_cases(op, manifests / op.ir.id, repo_root)
+        if cases is not None:
+            files[f"{package}/cases.py"] = cases
         for variant in op.variants:
             mine = [item for item in rendered if item.variant is variant]
             variant_sources = [Source(op.ir.source, op.ir.sha256)] + [

@@ -8,6 +8,7 @@ sources and their sha256. Iteration follows manifest order, so two builds give i
 from __future__ import annotations
 
 import hashlib
+import json
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -76,7 +77,9 @@ def _preamble(w: Writer, op: ResolvedOp, codes: list[Compiled]) -> None:
     for tensor in op.ir.tensors:
         var = "shape_" + snake(tensor.key)
         if var in needed:
-            w.line(f'{var} = r.shapes["{tensor.key}"]')
+            # An optional input that was not given has no shape: None.
+            read = f'r.shapes.get("{tensor.key}")' if tensor.optional else f'r.shapes["{tensor.key}"]'
+            w.line(f"{var} = {read}")
     for type_var, _ in op.ir.type_constraints:
         if f"dtype_{snake(type_var)}" in needed:
             w.line(f'dtype_{snake(type_var)} = r.dtypes["{type_var}"]')
@@ -235,14 +238,16 @@ def _meaning(op: ResolvedOp, subject: str) -> str:
 
 def _emit_api(w: Writer, op: ResolvedOp) -> None:
     ir = op.ir
-    w.line("def plan(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None):")
+    w.line("def plan(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None):")
     w.line('    """The launch plan for these shapes, without touching a GPU (DESIGN §6)."""')
-    w.line("    return build_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device)")
+    w.line("    return build_plan(")
+    w.line("        CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device, outputs=outputs")
+    w.line("    )")
     w.line()
     w.line()
-    w.line("def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None) -> str:")
+    w.line("def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None) -> str:")
     w.line('    """Every candidate variant and why it was or was not taken."""')
-    w.line("    return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device)")
+    w.line("    return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)")
     w.line()
     w.line()
     w.line("def kernel(inputs, *, attrs=None, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None):")
@@ -261,10 +266,14 @@ def _emit_api(w: Writer, op: ResolvedOp) -> None:
     keywords = []
     for a in ir.attributes:
         keywords.append(f"{a.name}" if a.default is None else f"{a.name}={a.default!r}")
+    optional_outputs = [t for t in ir.outputs if t.optional]
+    keywords += [f"{t.api_flag or 'return_' + snake(t.key)}=False" for t in optional_outputs]
     keywords += ["device=None", "variant=None"]
     name = snake(ir.name)
+    first = ir.outputs[0]
     with w.block(f"def {name}({', '.join(params)}, *, {', '.join(keywords)}):"):
-        w.line(f'"""{ir.name} as a plain function: returns {ir.outputs[0].role} (numpy in, numpy out; Tensor in, Tensor out)."""')
+        returns = first.role + "".join(f", and {t.role} when {t.api_flag or 'return_' + snake(t.key)}" for t in optional_outputs)
+        w.line(f'"""{ir.name} as a plain function: returns {returns} (numpy in, numpy out; Tensor in, Tensor out)."""')
         w.line("inputs = {")
         for t in ir.inputs:
             w.line(f'    "{t.key}": {parameter_name(t.key)},')
@@ -272,7 +281,17 @@ def _emit_api(w: Writer, op: ResolvedOp) -> None:
         if optional_inputs:
             w.line("inputs = {k: v for k, v in inputs.items() if v is not None}")
         w.line(f"attrs = {{{', '.join(f'{a.name!r}: {a.name}' for a in ir.attributes)}}}")
-        w.line(f'return kernel(inputs, attrs=attrs, device=device, variant=variant)["{ir.outputs[0].key}"]')
+        if not optional_outputs:
+            w.line(f'return kernel(inputs, attrs=attrs, device=device, variant=variant)["{first.key}"]')
+            return
+        w.line(f'outputs = ("{first.key}",)')
+        for t in optional_outputs:
+            flag = t.api_flag or "return_" + snake(t.key)
+            with w.block(f"if {flag}:"):
+                w.line(f'outputs += ("{t.key}",)')
+        w.line("result = kernel(inputs, attrs=attrs, outputs=outputs, device=device, variant=variant)")
+        w.line("values = tuple(result[k] for k in outputs)")
+        w.line("return values if len(values) > 1 else values[0]")
 
 
 def _wrap_text(text: str, width: int = 96) -> list[str]:
@@ -468,6 +487,28 @@ def _string_block(text: str) -> str:
     if '"""' in text or "\\" in text:
         return repr(text)
     return '"""\\\n' + text + '"""'
+
+
+# --- cases ---------------------------------------------------------------------------------------
+
+
+def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> str | None:
+    """`test.json` and `bench.json` beside the manifest, as Python data the package can import."""
+    tables = {}
+    sources = []
+    for name, variable in (("test.json", "TEST_CASES"), ("bench.json", "BENCH_CASES")):
+        path = folder / name
+        if path.exists():
+            tables[variable] = json.loads(path.read_text())["cases"]
+            sources.append(Source(path.resolve().relative_to(repo_root.resolve()).as_posix(), sha256_of(path)))
+    if not tables:
+        return None
+    w = Writer()
+    w.line(f'"""Correctness and benchmark cases of {op.ir.title}, from the JSON files beside its manifest."""')
+    w.line()
+    for variable in ("TEST_CASES", "BENCH_CASES"):
+        w.line(f"{variable} = {tables.get(variable, [])!r}")
+    return formatted(banner(sources), w)
 
 
 # --- package files -------------------------------------------------------------------------------

@@ -57,6 +57,7 @@ class Tensor:
     optional: bool
     description: str
     origin: Origin
+    api_flag: str | None = None  # optional outputs: the plain function's keyword that asks for it
 
 
 @dataclass(frozen=True)

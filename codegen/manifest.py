@@ -191,6 +191,7 @@ def _tensor(reader: _Reader, key: str, role: str, spec: dict, is_output: bool, o
         optional=bool(spec.get("optional", False)),
         description=spec.get("description", ""),
         origin=origin,
+        api_flag=spec.get("apiFlag"),
     )
 
 

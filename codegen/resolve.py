@@ -154,6 +154,10 @@ class _Resolver:
             var = "tunable_" + snake(rest[0])
             kind = "float" if isinstance(self.tunables[rest[0]], float) else "int"
             return Symbol(var, kind, frozenset({var}))
+        if path == ("shapes",):
+            return Symbol("r.shapes", "map")  # has(shapes, "bias"): is an optional input present
+        if path == ("outputs",):
+            return Symbol("r.outputs", "set")  # outputs.has("S"): was an optional output asked for
         if head == "device":
             return self.device(rest)
         if path == ("DISPATCH_FOLD_WIDTH",) and allow_fold:
@@ -285,7 +289,10 @@ class _Resolver:
         clauses: dict[str, nodes.Node] = {}
         for tensor in self.op.inputs:
             if tensor.rank is not None:
-                clause = Expr(f"ranks.{tensor.role} == {tensor.rank.text()}", None, tensor.rank.origin)
+                text = f"ranks.{tensor.role} == {tensor.rank.text()}"
+                if tensor.optional:
+                    text = f'not has(shapes, "{tensor.key}") or {text}'
+                clause = Expr(text, None, tensor.rank.origin)
                 for node in self.conjuncts(clause):
                     clauses.setdefault(unparse(node), node)
         needed_by_all: set[str] | None = None

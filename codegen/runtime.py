@@ -187,6 +187,7 @@ class Request:
     attrs: Mapping[str, object]
     tunables: Mapping[str, object]
     caps: Caps
+    outputs: frozenset = frozenset()  # requested outputs, by bind key and by ONNX role
 
 
 @dataclass(frozen=True)
@@ -941,7 +942,20 @@ def _attributes(contract, attrs):
     return resolved
 
 
-def _request(contract, shapes, dtypes, attrs, caps, tunables):
+def _requested_outputs(contract, outputs):
+    """Bind keys of the outputs asked for (default: the required ones); unknown names refused."""
+    by_name = {t.key: t.key for t in contract.outputs} | {t.role: t.key for t in contract.outputs}
+    if outputs is None:
+        return tuple(t.key for t in contract.outputs if not t.optional)
+    if isinstance(outputs, str):
+        outputs = (outputs,)
+    unknown = [o for o in outputs if o not in by_name]
+    if unknown:
+        raise ContractError(contract.op, f"output {unknown[0]}", "known output", f"unknown output; outputs are {', '.join(t.role for t in contract.outputs)}")
+    return tuple(dict.fromkeys(by_name[o] for o in outputs))
+
+
+def _request(contract, shapes, dtypes, attrs, caps, tunables, outputs=None):
     tensors = {t.key: t for t in contract.inputs}
     roles = {t.role: t.key for t in contract.inputs}
     given = {roles.get(k, k): tuple(int(d) for d in v) for k, v in shapes.items()}
@@ -969,9 +983,12 @@ def _request(contract, shapes, dtypes, attrs, caps, tunables):
     unknown_tunables = sorted(set(tunables or {}) - set(contract.tunables))
     if unknown_tunables:
         raise ContractError(contract.op, f"tunable {unknown_tunables[0]}", "known tunable", f"known: {', '.join(contract.tunables)}")
-    request = Request(given, wgsl_dtypes, _attributes(contract, attrs), {**contract.tunables, **(tunables or {})}, caps)
-    outputs = contract.output_shapes(request)
-    return Request({**given, **outputs}, request.dtypes, request.attrs, request.tunables, caps)
+    wanted = _requested_outputs(contract, outputs)
+    roles = {t.key: t.role for t in contract.outputs}
+    requested = frozenset(wanted) | frozenset(roles[k] for k in wanted)
+    request = Request(given, wgsl_dtypes, _attributes(contract, attrs), {**contract.tunables, **(tunables or {})}, caps, requested)
+    output_shapes = contract.output_shapes(request)
+    return Request({**given, **output_shapes}, request.dtypes, request.attrs, request.tunables, caps, requested)
 
 
 def _plan(contract, request, variant):
@@ -990,9 +1007,11 @@ def _plan(contract, request, variant):
         return {k: (request.shapes[k], {"f32": "float32", "f16": "float16"}[request.dtypes[spec_of[k].type_var]]) for k in keys}
 
     inputs = described(t.key for t in contract.inputs if t.key in request.shapes)
-    outputs = described(t.key for t in contract.outputs)
-    intermediates = {k: (tuple(whole(d, f"intermediate {k}") for d in shape), dtype) for k, (shape, dtype) in chosen.intermediates(request, derived, values).items()}
     passes = chosen.passes(request, derived, values)
+    # Requested outputs, and any other output the chosen passes write (allocated, not returned).
+    bound = {b.resource for p in passes for b in p.bindings if b.kind == "output"}
+    outputs = described(t.key for t in contract.outputs if t.key in request.outputs or t.key in bound)
+    intermediates = {k: (tuple(whole(d, f"intermediate {k}") for d in shape), dtype) for k, (shape, dtype) in chosen.intermediates(request, derived, values).items()}
     plan = Plan(contract.op, chosen.ID, passes, inputs, outputs, intermediates, explanation)
     check_binding_sizes(contract.op, plan, request.caps)
     for pass_plan in passes:
@@ -1000,17 +1019,17 @@ def _plan(contract, request, variant):
     return plan
 
 
-def build_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None):
+def build_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None):
     """plan(): contract checks, derive, selection and every pass's values; no GPU work.
 
     Without caps= or device=, plans for WebGPU's default limits and no optional features.
     """
     caps = caps_of(caps, device) if (caps is not None or device is not None) else Caps.from_mapping({})
-    return _plan(contract, _request(contract, shapes, dtypes, attrs, caps, tunables), variant)
+    return _plan(contract, _request(contract, shapes, dtypes, attrs, caps, tunables, outputs), variant)
 
 
-def explain_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None):
-    plan = build_plan(contract, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device)
+def explain_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None):
+    plan = build_plan(contract, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)
     return "\n".join(plan.explanation)
 
 
@@ -1042,14 +1061,10 @@ def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, varia
         device = next((v.device for v in inputs.values() if isinstance(v, Tensor)), None) or default_device()
     elif device is None:
         device = default_device()
-    request = _request(contract, shapes, dtypes, attrs, caps_of(caps, device), tunables)
+    request = _request(contract, shapes, dtypes, attrs, caps_of(caps, device), tunables, outputs)
     plan = _plan(contract, request, variant)
-    wanted = outputs or tuple(t.key for t in contract.outputs if not t.optional)
-    known_outputs = {t.key for t in contract.outputs} | {t.role for t in contract.outputs}
+    wanted = _requested_outputs(contract, outputs)
     by_role = {t.role: t.key for t in contract.outputs}
-    unknown = [o for o in wanted if o not in known_outputs]
-    if unknown:
-        raise ContractError(contract.op, f"output {unknown[0]}", "known output", f"outputs are {', '.join(t.key for t in contract.outputs)}")
     out = {by_role.get(k, k): v for k, v in (out or {}).items()}
     results = run_plan(plan, inputs, device, out)
-    return {o: results[by_role.get(o, o)] for o in wanted}
+    return {o: results[o] for o in wanted}

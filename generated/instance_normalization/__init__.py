@@ -343,16 +343,28 @@ CONTRACT = OpContract(
 )
 
 
-def plan(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None):
+def plan(
+    shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None
+):
     """The launch plan for these shapes, without touching a GPU (DESIGN §6)."""
     return build_plan(
-        CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device
+        CONTRACT,
+        shapes,
+        dtypes,
+        attrs,
+        caps=caps,
+        tunables=tunables,
+        variant=variant,
+        device=device,
+        outputs=outputs,
     )
 
 
-def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None) -> str:
+def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None) -> str:
     """Every candidate variant and why it was or was not taken."""
-    return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device)
+    return explain_plan(
+        CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs
+    )
 
 
 def kernel(
