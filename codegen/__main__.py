@@ -20,6 +20,7 @@ from .validate import validate
 from .wgsl import missing_templates, render_op
 
 RUNTIME_SOURCE = Path(__file__).with_name("runtime.py")
+BENCH_SOURCE = Path(__file__).with_name("bench.py")
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
     files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources)
     files["_runtime.py"] = emit_runtime(RUNTIME_SOURCE.read_text(), runtime_source)
+    files["bench.py"] = emit_runtime(BENCH_SOURCE.read_text(), Source(f"{BENCH_SOURCE.parent.name}/{BENCH_SOURCE.name}", sha256_of(BENCH_SOURCE)))
     files["REPORT.md"] = emit_report(emitted, skipped, report, files)
     return files
 

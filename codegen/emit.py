@@ -128,7 +128,7 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> s
     if "math" in helpers:
         w.line("import math")
         w.line()
-    runtime_names = ["AttributeSpec", "ContractError", "OpContract", "TensorSpec", "build_plan", "explain_plan", "run_kernel"]
+    runtime_names = ["AttributeSpec", "ContractError", "OpContract", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show"]
     runtime_names += [h for h in helpers if h != "math"]
     w.line(f"from .._runtime import {', '.join(sorted(set(runtime_names)))}")
     ordered = sorted(op.variants, key=lambda v: (-v.ir.priority, v.ir.order))
@@ -215,7 +215,8 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
             codes = [r.code for r in rules] + [f for r in rules for _, f in r.facts]
             _preamble(w, op, codes)
             for rule in rules:
-                facts = ", ".join(f"{text} = {{{code.python}!r}}" for text, code in rule.facts)
+                # A fact may not exist for this request (dim 3 of a rank-2 input): show() says so.
+                facts = ", ".join(f"{text} = {{show(lambda: {code.python})}}" for text, code in rule.facts)
                 w.comment(rule.source)
                 with w.block(f"if not ({rule.code.python}):"):
                     message = f"needs `{rule.source}`" + (f", got {facts}" if facts else "") + _meaning(op, rule.subject)

@@ -86,8 +86,8 @@ class _Reader:
     @staticmethod
     def plain_default(value: Any) -> Any:
         """The keyed dialect writes `{default: v}`, the list dialect plain `v`."""
-        if isinstance(value, dict) and "default" in value:
-            return value["default"]
+        if isinstance(value, dict):
+            return value.get("default")
         return value
 
 

@@ -155,9 +155,10 @@ class _Resolver:
             kind = "float" if isinstance(self.tunables[rest[0]], float) else "int"
             return Symbol(var, kind, frozenset({var}))
         if path == ("shapes",):
-            return Symbol("r.shapes", "map")  # has(shapes, "bias"): is an optional input present
+            # The local "r" marks both as request-dependent, never a compile-time (finite) value.
+            return Symbol("r.shapes", "map", frozenset({"r"}))  # has(shapes, "bias"): is an optional input present
         if path == ("outputs",):
-            return Symbol("r.outputs", "set")  # outputs.has("S"): was an optional output asked for
+            return Symbol("r.outputs", "set", frozenset({"r"}))  # outputs.has("S"): was an optional output asked for
         if head == "device":
             return self.device(rest)
         if path == ("DISPATCH_FOLD_WIDTH",) and allow_fold:

@@ -363,6 +363,14 @@ def onnx_dtype_code(name):
         raise ValueError(f"unknown ONNX dtype name {name!r}") from None
 
 
+def show(thunk):
+    """repr of a value for an error message, or why it does not exist for this request."""
+    try:
+        return repr(thunk())
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
+        return f"<undefined: {type(error).__name__}>"
+
+
 def whole(value, what):
     """value as an int if it is a finite whole number; bools and fractions are refused."""
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
@@ -727,14 +735,72 @@ def _checked_tensor(op, key, value, spec, device):
     return value
 
 
+@dataclass(frozen=True)
+class BoundPass:
+    """One pass ready to encode: its pipeline, its bind group and its workgroup counts."""
+
+    label: str
+    pipeline: object
+    bind_group: object
+    dispatch: tuple
+
+
+def bind_passes(passes, tensors, device, created):
+    """Pipelines (cached) and bind groups for passes over the given tensors.
+
+    `tensors` maps each binding kind ("input", "output", "intermediate") to {key: Tensor}; the
+    uniform buffers made here are appended to `created`, for the caller to destroy.
+    """
+    import wgpu
+
+    bound = []
+    for pass_plan in passes:
+        pipeline, bind_group_layout = _pipeline(device, pass_plan)
+        entries = []
+        for b in pass_plan.bindings:
+            if b.kind == "uniform":
+                buffer = device.create_buffer_with_data(
+                    data=pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms),
+                    usage=wgpu.BufferUsage.UNIFORM,
+                )
+                created.append(buffer)
+            else:
+                buffer = tensors[b.kind][b.resource].buffer
+            entries.append({"binding": b.index, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}})
+        bind_group = device.create_bind_group(layout=bind_group_layout, entries=entries)
+        bound.append(BoundPass(pass_plan.label, pipeline, bind_group, tuple(pass_plan.dispatch)))
+    return bound
+
+
+def encode_passes(encoder, bound, timestamps=None):
+    """Encode bound passes, one compute pass each, into `encoder`.
+
+    `timestamps` = (query_set, begin_index, end_index) writes a timestamp at the beginning of the
+    first pass and at the end of the last, so that the pair spans the whole plan.
+    """
+    last = len(bound) - 1
+    for i, item in enumerate(bound):
+        writes = None
+        if timestamps is not None and (i == 0 or i == last):
+            query_set, begin, end = timestamps
+            writes = {"query_set": query_set}
+            if i == 0:
+                writes["beginning_of_pass_write_index"] = begin
+            if i == last:
+                writes["end_of_pass_write_index"] = end
+        compute = encoder.begin_compute_pass(label=item.label, timestamp_writes=writes)
+        compute.set_pipeline(item.pipeline)
+        compute.set_bind_group(0, item.bind_group)
+        compute.dispatch_workgroups(*item.dispatch)
+        compute.end()
+
+
 def run_plan(plan, inputs, device=None, out=None):
     """Run a plan: upload, allocate, encode every pass, submit once, read back.
 
     All inputs Tensors -> Tensors out without read-back (they chain on the GPU); otherwise
     numpy arrays out. `out` maps output keys to Tensors to write into instead of fresh ones.
     """
-    import wgpu
-
     missing = [key for key in plan.inputs if key not in inputs]
     if missing:
         raise ContractError(plan.op, ", ".join(missing), "required input", "missing from the inputs")
@@ -775,25 +841,7 @@ def run_plan(plan, inputs, device=None, out=None):
                     created.append(tensors[kind][key].buffer)
 
         encoder = device.create_command_encoder(label=f"{plan.op} {plan.variant}")
-        for pass_plan in runnable:
-            pipeline, bind_group_layout = _pipeline(device, pass_plan)
-            entries = []
-            for b in pass_plan.bindings:
-                if b.kind == "uniform":
-                    buffer = device.create_buffer_with_data(
-                        data=pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms),
-                        usage=wgpu.BufferUsage.UNIFORM,
-                    )
-                    created.append(buffer)
-                else:
-                    buffer = tensors[b.kind][b.resource].buffer
-                entries.append({"binding": b.index, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}})
-            bind_group = device.create_bind_group(layout=bind_group_layout, entries=entries)
-            compute = encoder.begin_compute_pass(label=pass_plan.label)
-            compute.set_pipeline(pipeline)
-            compute.set_bind_group(0, bind_group)
-            compute.dispatch_workgroups(*pass_plan.dispatch)
-            compute.end()
+        encode_passes(encoder, bind_passes(runnable, tensors, device, created))
         device.queue.submit([encoder.finish()])
 
         if resident:

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 881dcea21c7c0613)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 e1269e6812d3e2ea)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 12ae83152bd3e5b5)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 0d5f4799d11a7afd)
 # Do not edit: change the sources above and regenerate.
 """WebGPU kernels for ONNX normalization operators, generated ahead of time.
 
@@ -10,7 +11,7 @@ imports only `wgpu` (lazily, at the first GPU call) and `numpy`, and imports its
 relatively, so a copy can live under any name.
 """
 
-from . import batch_normalization, group_normalization, instance_normalization
+from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
 from ._runtime import ContractError, Tensor, default_device
 
 __all__ = [
@@ -20,4 +21,5 @@ __all__ = [
     "batch_normalization",
     "group_normalization",
     "instance_normalization",
+    "skip_group_norm",
 ]

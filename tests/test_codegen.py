@@ -526,7 +526,14 @@ def _shader_wgsl(module_text: str) -> list[str]:
 
 
 def test_tiny_files(tiny_files):
-    assert sorted(tiny_files) == ["REPORT.md", "__init__.py", "_runtime.py", "tiny/__init__.py", "tiny/copy.py"]
+    assert sorted(tiny_files) == [
+        "REPORT.md",
+        "__init__.py",
+        "_runtime.py",
+        "bench.py",
+        "tiny/__init__.py",
+        "tiny/copy.py",
+    ]
 
 
 def test_tiny_banner(tiny, tiny_files):
@@ -760,6 +767,9 @@ def _code_without_comments(text: str) -> str:
 
 
 ALLOWED_THIRD_PARTY = {"numpy", "wgpu"}
+# The benchmark harness is a tool, not kernel code: it writes JSON and files, and imports PyTorch
+# and matplotlib (inside functions, only when asked for). It still reads no manifest.
+BENCH_ALLOWED = {"import json", "open(", "torch", "matplotlib"}
 
 
 def test_generated_code_is_standalone(built):
@@ -767,10 +777,11 @@ def test_generated_code_is_standalone(built):
     python = _generated_python(files)
     assert python
     for path, text in python.items():
+        allowed = BENCH_ALLOWED if path == "bench.py" else set()
         assert "jinja2" not in text, path
         code = _code_without_comments(text)  # the banner names `python -m codegen`; code must not
         for forbidden in ("codegen", "eval(", "exec(", "manifest.json", "json.load", "import json", "open("):
-            assert forbidden not in code, f"{path} contains {forbidden!r}"
+            assert forbidden in allowed or forbidden not in code, f"{path} contains {forbidden!r}"
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.Import):
                 modules = [alias.name for alias in node.names]
@@ -780,7 +791,7 @@ def test_generated_code_is_standalone(built):
                 continue
             for module in modules:
                 top = module.split(".")[0]
-                assert top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY, f"{path} imports {module}"
+                assert top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY | allowed, f"{path} imports {module}"
 
 
 def test_committed_generated_code_is_standalone():

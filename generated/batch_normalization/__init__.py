@@ -25,6 +25,7 @@ from .._runtime import (
     build_plan,
     explain_plan,
     run_kernel,
+    show,
 )
 from . import inference_scalar, nc_inference_vec4, nchw_inference_vec4
 
@@ -73,7 +74,7 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "ranks.scale == 1",
-            f"needs `ranks.scale == 1`, got ranks.scale = {len(shape_scale)!r}; in opset 15, scale is: Per-channel scale tensor with shape `(C)`.",
+            f"needs `ranks.scale == 1`, got ranks.scale = {show(lambda: len(shape_scale))}; in opset 15, scale is: Per-channel scale tensor with shape `(C)`.",
         )
     # ranks.B == 1
     if not (len(shape_b) == 1):
@@ -81,7 +82,7 @@ def check_contract(r) -> None:
             OP,
             "input B",
             "ranks.B == 1",
-            f"needs `ranks.B == 1`, got ranks.B = {len(shape_b)!r}; in opset 15, B is: Per-channel bias tensor with shape `(C)`.",
+            f"needs `ranks.B == 1`, got ranks.B = {show(lambda: len(shape_b))}; in opset 15, B is: Per-channel bias tensor with shape `(C)`.",
         )
     # ranks.input_mean == 1
     if not (len(shape_input_mean) == 1):
@@ -89,7 +90,7 @@ def check_contract(r) -> None:
             OP,
             "input input_mean",
             "ranks.input_mean == 1",
-            f"needs `ranks.input_mean == 1`, got ranks.input_mean = {len(shape_input_mean)!r}; in opset 15, input_mean is: Precomputed estimated mean tensor with shape `(C)` used for inference.",
+            f"needs `ranks.input_mean == 1`, got ranks.input_mean = {show(lambda: len(shape_input_mean))}; in opset 15, input_mean is: Precomputed estimated mean tensor with shape `(C)` used for inference.",
         )
     # ranks.input_var == 1
     if not (len(shape_input_var) == 1):
@@ -97,12 +98,15 @@ def check_contract(r) -> None:
             OP,
             "input input_var",
             "ranks.input_var == 1",
-            f"needs `ranks.input_var == 1`, got ranks.input_var = {len(shape_input_var)!r}; in opset 15, input_var is: Precomputed estimated variance tensor with shape `(C)` used for inference.",
+            f"needs `ranks.input_var == 1`, got ranks.input_var = {show(lambda: len(shape_input_var))}; in opset 15, input_var is: Precomputed estimated variance tensor with shape `(C)` used for inference.",
         )
     # f16Ok(dtypes.T)
     if not (dtype_t != "f16" or "shader-f16" in features):
         raise ContractError(
-            OP, "dtype T", "f16Ok(dtypes.T)", f"needs `f16Ok(dtypes.T)`, got dtypes.T = {dtype_t!r}"
+            OP,
+            "dtype T",
+            "f16Ok(dtypes.T)",
+            f"needs `f16Ok(dtypes.T)`, got dtypes.T = {show(lambda: dtype_t)}",
         )
     # ranks.X >= 2
     if not (len(shape_x) >= 2):
@@ -110,7 +114,7 @@ def check_contract(r) -> None:
             OP,
             "input X",
             "ranks.X >= 2",
-            f"needs `ranks.X >= 2`, got ranks.X = {len(shape_x)!r}; in opset 15, X is: Input data tensor with shape `(N, C, D1, ..., Dn)`, normalized independently per channel using the supplied estimated statistics.",
+            f"needs `ranks.X >= 2`, got ranks.X = {show(lambda: len(shape_x))}; in opset 15, X is: Input data tensor with shape `(N, C, D1, ..., Dn)`, normalized independently per channel using the supplied estimated statistics.",
         )
     # ranks.Y == ranks.X
     if not (len(shape_y) == len(shape_x)):
@@ -118,7 +122,7 @@ def check_contract(r) -> None:
             OP,
             "output Y",
             "ranks.Y == ranks.X",
-            f"needs `ranks.Y == ranks.X`, got ranks.Y = {len(shape_y)!r}, ranks.X = {len(shape_x)!r}; in opset 15, Y is: Batch-normalized output tensor with the same shape as `X`.",
+            f"needs `ranks.Y == ranks.X`, got ranks.Y = {show(lambda: len(shape_y))}, ranks.X = {show(lambda: len(shape_x))}; in opset 15, Y is: Batch-normalized output tensor with the same shape as `X`.",
         )
     # sameShape(shapes.Y, shapes.X)
     if not (shape_y == shape_x):
@@ -126,7 +130,7 @@ def check_contract(r) -> None:
             OP,
             "output Y",
             "sameShape(shapes.Y, shapes.X)",
-            f"needs `sameShape(shapes.Y, shapes.X)`, got shapes.Y = {shape_y!r}, shapes.X = {shape_x!r}; in opset 15, Y is: Batch-normalized output tensor with the same shape as `X`.",
+            f"needs `sameShape(shapes.Y, shapes.X)`, got shapes.Y = {show(lambda: shape_y)}, shapes.X = {show(lambda: shape_x)}; in opset 15, Y is: Batch-normalized output tensor with the same shape as `X`.",
         )
     # dim(shapes.scale, 0) == dim(shapes.X, 1)
     if not (shape_scale[0] == shape_x[1]):
@@ -134,7 +138,7 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "dim(shapes.scale, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {shape_scale[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 15, scale is: Per-channel scale tensor with shape `(C)`.",
+            f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {show(lambda: shape_scale[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, scale is: Per-channel scale tensor with shape `(C)`.",
         )
     # dim(shapes.B, 0) == dim(shapes.X, 1)
     if not (shape_b[0] == shape_x[1]):
@@ -142,7 +146,7 @@ def check_contract(r) -> None:
             OP,
             "input B",
             "dim(shapes.B, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.B, 0) == dim(shapes.X, 1)`, got dim(shapes.B, 0) = {shape_b[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 15, B is: Per-channel bias tensor with shape `(C)`.",
+            f"needs `dim(shapes.B, 0) == dim(shapes.X, 1)`, got dim(shapes.B, 0) = {show(lambda: shape_b[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, B is: Per-channel bias tensor with shape `(C)`.",
         )
     # dim(shapes.input_mean, 0) == dim(shapes.X, 1)
     if not (shape_input_mean[0] == shape_x[1]):
@@ -150,7 +154,7 @@ def check_contract(r) -> None:
             OP,
             "input input_mean",
             "dim(shapes.input_mean, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.input_mean, 0) == dim(shapes.X, 1)`, got dim(shapes.input_mean, 0) = {shape_input_mean[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 15, input_mean is: Precomputed estimated mean tensor with shape `(C)` used for inference.",
+            f"needs `dim(shapes.input_mean, 0) == dim(shapes.X, 1)`, got dim(shapes.input_mean, 0) = {show(lambda: shape_input_mean[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, input_mean is: Precomputed estimated mean tensor with shape `(C)` used for inference.",
         )
     # dim(shapes.input_var, 0) == dim(shapes.X, 1)
     if not (shape_input_var[0] == shape_x[1]):
@@ -158,7 +162,7 @@ def check_contract(r) -> None:
             OP,
             "input input_var",
             "dim(shapes.input_var, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.input_var, 0) == dim(shapes.X, 1)`, got dim(shapes.input_var, 0) = {shape_input_var[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 15, input_var is: Precomputed estimated variance tensor with shape `(C)` used for inference.",
+            f"needs `dim(shapes.input_var, 0) == dim(shapes.X, 1)`, got dim(shapes.input_var, 0) = {show(lambda: shape_input_var[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, input_var is: Precomputed estimated variance tensor with shape `(C)` used for inference.",
         )
 
 

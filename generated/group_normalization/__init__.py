@@ -32,6 +32,7 @@ from .._runtime import (
     js_mod,
     pow2ceil,
     run_kernel,
+    show,
 )
 from . import group_stash_f16_serial, group_splitk, group_subgroup_vec4, group_subgroup
 
@@ -81,7 +82,7 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "ranks.scale == 1",
-            f"needs `ranks.scale == 1`, got ranks.scale = {len(shape_scale)!r}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
+            f"needs `ranks.scale == 1`, got ranks.scale = {show(lambda: len(shape_scale))}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
         )
     # ranks.bias == 1
     if not (len(shape_bias) == 1):
@@ -89,7 +90,7 @@ def check_contract(r) -> None:
             OP,
             "input bias",
             "ranks.bias == 1",
-            f"needs `ranks.bias == 1`, got ranks.bias = {len(shape_bias)!r}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
+            f"needs `ranks.bias == 1`, got ranks.bias = {show(lambda: len(shape_bias))}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
         )
     # attrs.num_groups >= 1
     if not (attr_num_groups >= 1):
@@ -97,12 +98,15 @@ def check_contract(r) -> None:
             OP,
             "attribute num_groups",
             "attrs.num_groups >= 1",
-            f"needs `attrs.num_groups >= 1`, got attrs.num_groups = {attr_num_groups!r}",
+            f"needs `attrs.num_groups >= 1`, got attrs.num_groups = {show(lambda: attr_num_groups)}",
         )
     # f16Ok(dtypes.T)
     if not (dtype_t != "f16" or "shader-f16" in features):
         raise ContractError(
-            OP, "dtype T", "f16Ok(dtypes.T)", f"needs `f16Ok(dtypes.T)`, got dtypes.T = {dtype_t!r}"
+            OP,
+            "dtype T",
+            "f16Ok(dtypes.T)",
+            f"needs `f16Ok(dtypes.T)`, got dtypes.T = {show(lambda: dtype_t)}",
         )
     # ranks.X >= 3
     if not (len(shape_x) >= 3):
@@ -110,7 +114,7 @@ def check_contract(r) -> None:
             OP,
             "input X",
             "ranks.X >= 3",
-            f"needs `ranks.X >= 3`, got ranks.X = {len(shape_x)!r}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
+            f"needs `ranks.X >= 3`, got ranks.X = {show(lambda: len(shape_x))}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
         )
     # ranks.Y == ranks.X
     if not (len(shape_y) == len(shape_x)):
@@ -118,7 +122,7 @@ def check_contract(r) -> None:
             OP,
             "output Y",
             "ranks.Y == ranks.X",
-            f"needs `ranks.Y == ranks.X`, got ranks.Y = {len(shape_y)!r}, ranks.X = {len(shape_x)!r}; in opset 21, Y is: Normalized output tensor of the same shape as `X`.",
+            f"needs `ranks.Y == ranks.X`, got ranks.Y = {show(lambda: len(shape_y))}, ranks.X = {show(lambda: len(shape_x))}; in opset 21, Y is: Normalized output tensor of the same shape as `X`.",
         )
     # sameShape(shapes.Y, shapes.X)
     if not (shape_y == shape_x):
@@ -126,7 +130,7 @@ def check_contract(r) -> None:
             OP,
             "output Y",
             "sameShape(shapes.Y, shapes.X)",
-            f"needs `sameShape(shapes.Y, shapes.X)`, got shapes.Y = {shape_y!r}, shapes.X = {shape_x!r}; in opset 21, Y is: Normalized output tensor of the same shape as `X`.",
+            f"needs `sameShape(shapes.Y, shapes.X)`, got shapes.Y = {show(lambda: shape_y)}, shapes.X = {show(lambda: shape_x)}; in opset 21, Y is: Normalized output tensor of the same shape as `X`.",
         )
     # dim(shapes.scale, 0) == dim(shapes.X, 1)
     if not (shape_scale[0] == shape_x[1]):
@@ -134,7 +138,7 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "dim(shapes.scale, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {shape_scale[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
+            f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {show(lambda: shape_scale[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
         )
     # dim(shapes.bias, 0) == dim(shapes.X, 1)
     if not (shape_bias[0] == shape_x[1]):
@@ -142,7 +146,7 @@ def check_contract(r) -> None:
             OP,
             "input bias",
             "dim(shapes.bias, 0) == dim(shapes.X, 1)",
-            f"needs `dim(shapes.bias, 0) == dim(shapes.X, 1)`, got dim(shapes.bias, 0) = {shape_bias[0]!r}, dim(shapes.X, 1) = {shape_x[1]!r}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
+            f"needs `dim(shapes.bias, 0) == dim(shapes.X, 1)`, got dim(shapes.bias, 0) = {show(lambda: shape_bias[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
         )
     # (dim(shapes.X, 1) % attrs.num_groups) == 0
     if not (js_mod(shape_x[1], attr_num_groups) == 0):
@@ -150,7 +154,7 @@ def check_contract(r) -> None:
             OP,
             "input X",
             "(dim(shapes.X, 1) % attrs.num_groups) == 0",
-            f"needs `(dim(shapes.X, 1) % attrs.num_groups) == 0`, got dim(shapes.X, 1) = {shape_x[1]!r}, attrs.num_groups = {attr_num_groups!r}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
+            f"needs `(dim(shapes.X, 1) % attrs.num_groups) == 0`, got dim(shapes.X, 1) = {show(lambda: shape_x[1])}, attrs.num_groups = {show(lambda: attr_num_groups)}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
         )
 
 

@@ -28,6 +28,7 @@ from .._runtime import (
     js_div,
     pow2ceil,
     run_kernel,
+    show,
 )
 from . import (
     plane_batched_vec4,
@@ -83,17 +84,20 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "ranks.scale == 1",
-            f"needs `ranks.scale == 1`, got ranks.scale = {len(shape_scale)!r}",
+            f"needs `ranks.scale == 1`, got ranks.scale = {show(lambda: len(shape_scale))}",
         )
     # ranks.B == 1
     if not (len(shape_b) == 1):
         raise ContractError(
-            OP, "input B", "ranks.B == 1", f"needs `ranks.B == 1`, got ranks.B = {len(shape_b)!r}"
+            OP, "input B", "ranks.B == 1", f"needs `ranks.B == 1`, got ranks.B = {show(lambda: len(shape_b))}"
         )
     # f16Ok(dtypes.T)
     if not (dtype_t != "f16" or "shader-f16" in features):
         raise ContractError(
-            OP, "dtype T", "f16Ok(dtypes.T)", f"needs `f16Ok(dtypes.T)`, got dtypes.T = {dtype_t!r}"
+            OP,
+            "dtype T",
+            "f16Ok(dtypes.T)",
+            f"needs `f16Ok(dtypes.T)`, got dtypes.T = {show(lambda: dtype_t)}",
         )
     # ranks.input >= 3
     if not (len(shape_input) >= 3):
@@ -101,7 +105,7 @@ def check_contract(r) -> None:
             OP,
             "input input",
             "ranks.input >= 3",
-            f"needs `ranks.input >= 3`, got ranks.input = {len(shape_input)!r}",
+            f"needs `ranks.input >= 3`, got ranks.input = {show(lambda: len(shape_input))}",
         )
     # ranks.output == ranks.input
     if not (len(shape_output) == len(shape_input)):
@@ -109,7 +113,7 @@ def check_contract(r) -> None:
             OP,
             "output output",
             "ranks.output == ranks.input",
-            f"needs `ranks.output == ranks.input`, got ranks.output = {len(shape_output)!r}, ranks.input = {len(shape_input)!r}",
+            f"needs `ranks.output == ranks.input`, got ranks.output = {show(lambda: len(shape_output))}, ranks.input = {show(lambda: len(shape_input))}",
         )
     # sameShape(shapes.output, shapes.input)
     if not (shape_output == shape_input):
@@ -117,7 +121,7 @@ def check_contract(r) -> None:
             OP,
             "output output",
             "sameShape(shapes.output, shapes.input)",
-            f"needs `sameShape(shapes.output, shapes.input)`, got shapes.output = {shape_output!r}, shapes.input = {shape_input!r}",
+            f"needs `sameShape(shapes.output, shapes.input)`, got shapes.output = {show(lambda: shape_output)}, shapes.input = {show(lambda: shape_input)}",
         )
     # dim(shapes.scale, 0) == dim(shapes.input, 1)
     if not (shape_scale[0] == shape_input[1]):
@@ -125,7 +129,7 @@ def check_contract(r) -> None:
             OP,
             "input scale",
             "dim(shapes.scale, 0) == dim(shapes.input, 1)",
-            f"needs `dim(shapes.scale, 0) == dim(shapes.input, 1)`, got dim(shapes.scale, 0) = {shape_scale[0]!r}, dim(shapes.input, 1) = {shape_input[1]!r}",
+            f"needs `dim(shapes.scale, 0) == dim(shapes.input, 1)`, got dim(shapes.scale, 0) = {show(lambda: shape_scale[0])}, dim(shapes.input, 1) = {show(lambda: shape_input[1])}",
         )
     # dim(shapes.b, 0) == dim(shapes.input, 1)
     if not (shape_b[0] == shape_input[1]):
@@ -133,7 +137,7 @@ def check_contract(r) -> None:
             OP,
             "input B",
             "dim(shapes.b, 0) == dim(shapes.input, 1)",
-            f"needs `dim(shapes.b, 0) == dim(shapes.input, 1)`, got dim(shapes.b, 0) = {shape_b[0]!r}, dim(shapes.input, 1) = {shape_input[1]!r}",
+            f"needs `dim(shapes.b, 0) == dim(shapes.input, 1)`, got dim(shapes.b, 0) = {show(lambda: shape_b[0])}, dim(shapes.input, 1) = {show(lambda: shape_input[1])}",
         )
 
 
@@ -146,7 +150,7 @@ def check_derived_contract(r, d) -> None:
             OP,
             "device",
             "instanceRowWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize",
-            f'needs `instanceRowWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize`, got instanceRowWorkgroupBytes = {d.instance_row_workgroup_bytes!r}, device.limits.maxComputeWorkgroupStorageSize = {limits["maxComputeWorkgroupStorageSize"]!r}',
+            f'needs `instanceRowWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize`, got instanceRowWorkgroupBytes = {show(lambda: d.instance_row_workgroup_bytes)}, device.limits.maxComputeWorkgroupStorageSize = {show(lambda: limits["maxComputeWorkgroupStorageSize"])}',
         )
 
 

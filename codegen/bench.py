@@ -1,0 +1,872 @@
+"""Benchmarks of the generated kernels: GPU time, bytes moved, GB/s against a WGSL copy, host overhead.
+
+    python -m generated.bench [--ops OP[,OP]] [--dtype float32|float16] [--quick]
+                              [--json FILE] [--markdown FILE] [--plot FILE] [--torch]
+
+Cases come from each op package's `cases.py` (`BENCH_CASES`, written from the `bench.json`
+beside the op's manifest): {"name", "source", "inputs": {bind key: shape}, "dtypes": {type
+variable: dtype or list of dtypes}, "attrs", and optionally "outputs", "tunables", "quick"}.
+A list of dtypes gives one case per dtype (the product over type variables).
+
+What is measured, per case:
+
+- GPU time: a timestamp at the beginning of a call's first pass and one at the end of its last
+  pass (every pass of one call is in one command encoder), median over many calls after a
+  warm-up of a number of calls and a minimum time (GPU clocks ramp up under load). Calls rotate
+  among several copies of their tensors, so that the working set is several times the size of
+  a large GPU's L2 cache and no call finds its data in cache.
+  Without the `timestamp-query` feature: wall-clock time of batches of calls, each batch ended
+  by a queue sync (a small read_buffer), divided by the batch size; the output says so.
+- bytes: the minimum the op must move: every input read once and every requested output
+  written once. GB/s = bytes / GPU time, 1 GB = 1e9 bytes.
+- copy: a WGSL kernel that copies vec4<f32> (one per invocation) over bytes / 2, timed the same
+  way in batches that alternate with the op's: it reads bytes / 2 and writes bytes / 2, so it
+  moves what the op must move. "% of copy" = copy time / op time = op GB/s / copy GB/s.
+- host: `plan()` per call; `kernel()` on device-resident Tensors (fresh outputs each call),
+  from the call to the end of its GPU work (a queue sync), minus the GPU time and minus the
+  cost of the sync alone; the time until `kernel()` returns (encoding and submission); and the
+  first call of the case, which creates its pipelines unless an earlier case made them.
+- with --torch: the PyTorch eager equivalent on CUDA (torch.nn.functional), timed by CUDA graph
+  replay (CUDA events around eager calls if capture fails) so that Python's launch overhead is
+  not counted, with the same tensor rotation; "x torch" = PyTorch time / our time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import itertools
+import json
+import math
+import pkgutil
+import platform
+import statistics
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _runtime
+from ._runtime import Tensor
+
+# Calls rotate among copies of their tensors until this many bytes are touched per round: a few
+# times the L2 cache of a large GPU (the H200 has 60 MB).
+ROTATION_BYTES = 256_000_000
+MAX_COPIES = 16
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How hard to measure: full runs for numbers, quick runs for CI on a software rasterizer."""
+
+    warmup: int  # calls timed and thrown away, at least
+    warmup_s: float  # and for at least this long, so that the GPU's clocks have ramped up
+    iters: int  # calls timed
+    batch: int  # calls per command encoder (and per timestamp read-back)
+    host_iters: int  # plan() and kernel() calls for the host overheads
+    torch_reps: int  # graph replays
+    max_copies: int
+
+    @classmethod
+    def full(cls):
+        return cls(
+            warmup=20, warmup_s=0.3, iters=200, batch=20, host_iters=100, torch_reps=20, max_copies=MAX_COPIES
+        )
+
+    @classmethod
+    def quick(cls):
+        return cls(warmup=2, warmup_s=0.0, iters=10, batch=5, host_iters=10, torch_reps=3, max_copies=2)
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases
+
+
+@dataclass(frozen=True)
+class Case:
+    op: str  # op package name
+    name: str
+    source: str
+    shapes: dict  # bind key -> shape
+    dtypes: dict  # type variable -> "float32" | "float16"
+    attrs: dict
+    outputs: tuple | None  # None: the op's required outputs
+    tunables: dict
+    quick: bool
+
+    @property
+    def dtype_label(self):
+        return "/".join(_SHORT_DTYPE[d] for d in self.dtypes.values())
+
+
+_SHORT_DTYPE = {"float32": "f32", "float16": "f16"}
+_DTYPE_NAMES = {"f32": "float32", "f16": "float16", "float32": "float32", "float16": "float16"}
+
+
+def op_packages():
+    """{name: module} of every op package beside this module, in name order."""
+    package = importlib.import_module(__package__)
+    names = sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
+    return {name: importlib.import_module(f".{name}", __package__) for name in names}
+
+
+def bench_cases(op_name):
+    """The op's BENCH_CASES expanded to one Case per dtype combination ([] if it has none)."""
+    try:
+        cases = importlib.import_module(f".{op_name}.cases", __package__)
+    except ModuleNotFoundError:
+        return []
+    expanded = []
+    for entry in cases.BENCH_CASES:
+        type_vars = list(entry["dtypes"])
+        choices = [
+            entry["dtypes"][t] if isinstance(entry["dtypes"][t], list) else [entry["dtypes"][t]]
+            for t in type_vars
+        ]
+        for combination in itertools.product(*choices):
+            outputs = entry.get("outputs")
+            expanded.append(
+                Case(
+                    op=op_name,
+                    name=entry["name"],
+                    source=entry.get("source", ""),
+                    shapes={key: tuple(shape) for key, shape in entry["inputs"].items()},
+                    dtypes={t: _DTYPE_NAMES[d] for t, d in zip(type_vars, combination)},
+                    attrs=dict(entry.get("attrs", {})),
+                    outputs=tuple(outputs) if outputs is not None else None,
+                    tunables=dict(entry.get("tunables", {})),
+                    quick=bool(entry.get("quick", False)),
+                )
+            )
+    return expanded
+
+
+def select_cases(ops, quick, dtypes):
+    """Cases to run; with --quick, those marked quick (the op's first case where none is marked)."""
+    chosen = []
+    for op_name in ops:
+        cases = bench_cases(op_name)
+        if quick:
+            marked = [c for c in cases if c.quick]
+            cases = marked or cases[:1]
+        if dtypes:
+            # The first type variable (T) decides; the others (SkipGroupNorm's M) follow the case.
+            cases = [c for c in cases if next(iter(c.dtypes.values())) in dtypes]
+        chosen += cases
+    return chosen
+
+
+def attributes_with_defaults(op, case):
+    return {a.name: a.default for a in op.ATTRIBUTES if a.default is not None} | case.attrs
+
+
+def random_inputs(op, case, rng):
+    """Inputs in [0.5, 1.5): positive, so that a variance input is valid; timing ignores values."""
+    type_var = {t.key: t.type_var for t in op.INPUTS}
+    return {
+        key: rng.uniform(0.5, 1.5, size=shape).astype(np.float32).astype(case.dtypes[type_var[key]])
+        for key, shape in case.shapes.items()
+    }
+
+
+def requested_outputs(op, case):
+    """Bind keys of the outputs the case asks for."""
+    if case.outputs is None:
+        return [t.key for t in op.OUTPUTS if not t.optional]
+    return [t.key for t in op.OUTPUTS if t.key in case.outputs or t.role in case.outputs]
+
+
+def minimum_bytes(plan, outputs):
+    """Every input read once, every requested output written once."""
+
+    def nbytes(shape, dtype):
+        return math.prod(shape) * np.dtype(dtype).itemsize
+
+    return sum(nbytes(*spec) for spec in plan.inputs.values()) + sum(
+        nbytes(*plan.outputs[k]) for k in outputs
+    )
+
+
+def rotation_copies(nbytes, settings):
+    return max(2, min(settings.max_copies, math.ceil(ROTATION_BYTES / max(nbytes, 1))))
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU timing
+
+
+class GpuTimer:
+    """Per-call GPU time of encoded work, from timestamp queries or, failing those, wall clock."""
+
+    def __init__(self, device, batch, use_timestamps=True):
+        import wgpu
+
+        self.device = device
+        self.batch = batch
+        self.timestamps = use_timestamps and "timestamp-query" in device.features
+        self.method = (
+            "timestamp-query (beginning of a call's first pass to the end of its last)"
+            if self.timestamps
+            else "wall clock: batches of calls between queue syncs (no timestamp-query)"
+        )
+        usage = wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+        self._sync_buffer = device.create_buffer(size=4, usage=usage)
+        if self.timestamps:
+            self._queries = device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * batch)
+            self._resolved = device.create_buffer(
+                size=16 * batch, usage=wgpu.BufferUsage.QUERY_RESOLVE | wgpu.BufferUsage.COPY_SRC
+            )
+        self.suspicious = False  # GPU time above wall time: ticks may not be nanoseconds
+
+    def sync(self):
+        """Wait for the queue: a small read_buffer (on_submitted_work_done_sync is broken in 0.32)."""
+        self.device.queue.read_buffer(self._sync_buffer, 0, 4)
+
+    def measure(self, work, copies, settings):
+        """Seconds per call of each kind of work, measured in alternating batches.
+
+        `work` maps a name to `encode(encoder, copy index, timestamps or None)`, which encodes one
+        call. Alternating batches (the op, then the copy, ...) put every kind of work under the same
+        clocks; the warm-up runs for a number of calls and a time (clocks ramp up under load).
+        """
+        samples = {name: [] for name in work}
+        needed = math.ceil(settings.iters / self.batch)
+        calls, measured = 0, 0
+        started = time.perf_counter()
+        while measured < needed:
+            warm = calls < settings.warmup or time.perf_counter() - started < settings.warmup_s
+            for name, encode in work.items():
+                per_call = self._batch(encode, calls, copies)
+                if not warm:
+                    samples[name] += per_call
+            calls += self.batch
+            measured += 0 if warm else 1
+        return samples
+
+    def _batch(self, encode, first_call, copies):
+        """One command encoder of `batch` calls, submitted and waited for; seconds per call."""
+        encoder = self.device.create_command_encoder(label="bench")
+        for k in range(self.batch):
+            timestamps = (self._queries, 2 * k, 2 * k + 1) if self.timestamps else None
+            encode(encoder, (first_call + k) % copies, timestamps)
+        if self.timestamps:
+            encoder.resolve_query_set(self._queries, 0, 2 * self.batch, self._resolved, 0)
+        started = time.perf_counter()
+        self.device.queue.submit([encoder.finish()])
+        if not self.timestamps:
+            self.sync()
+            return [(time.perf_counter() - started) / self.batch]
+        ticks = np.frombuffer(self.device.queue.read_buffer(self._resolved), np.uint64).astype(np.int64)
+        wall = time.perf_counter() - started
+        per_call = (ticks[1::2] - ticks[0::2]) * 1e-9  # wgpu resolves timestamps in nanoseconds
+        self.suspicious |= bool(per_call.sum() > 1.05 * wall)
+        return [float(t) for t in per_call if t > 0]
+
+
+COPY_WGSL = """
+override FOLD: u32;
+
+@group(0) @binding(0) var<storage, read> src: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read_write> dst: array<vec4<f32>>;
+
+@compute @workgroup_size(256)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    let i = (wid.x + wid.y * FOLD) * 256u + lid;
+    if (i < arrayLength(&dst)) {
+        dst[i] = src[i];
+    }
+}
+"""
+
+
+class CopyKernel:
+    """The reference: a vec4<f32> copy, one element per invocation, folded 2-D dispatch."""
+
+    def __init__(self, device):
+        import wgpu
+
+        self.device = device
+        self.fold = _runtime.fold_width(_runtime.device_caps(device))
+        layout = device.create_bind_group_layout(
+            entries=[
+                {
+                    "binding": 0,
+                    "visibility": wgpu.ShaderStage.COMPUTE,
+                    "buffer": {"type": "read-only-storage"},
+                },
+                {"binding": 1, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": "storage"}},
+            ]
+        )
+        self.layout = layout
+        self.pipeline = device.create_compute_pipeline(
+            label="copy vec4<f32>",
+            layout=device.create_pipeline_layout(bind_group_layouts=[layout]),
+            compute={
+                "module": device.create_shader_module(label="copy", code=COPY_WGSL),
+                "entry_point": "main",
+                "constants": {"FOLD": self.fold},
+            },
+        )
+
+    def bind(self, nbytes):
+        """A bound copy of nbytes / 2 (rounded up to whole vec4s), and the buffers it owns."""
+        import wgpu
+
+        count = max(1, math.ceil(nbytes / 2 / 16))
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
+        src = self.device.create_buffer(size=16 * count, usage=usage)
+        dst = self.device.create_buffer(size=16 * count, usage=usage)
+        bind_group = self.device.create_bind_group(
+            layout=self.layout,
+            entries=[
+                {"binding": 0, "resource": {"buffer": src}},
+                {"binding": 1, "resource": {"buffer": dst}},
+            ],
+        )
+        workgroups = math.ceil(count / 256)
+        dispatch = (min(workgroups, self.fold), math.ceil(workgroups / self.fold), 1)
+        return _runtime.BoundPass("copy", self.pipeline, bind_group, dispatch), [src, dst]
+
+
+# ---------------------------------------------------------------------------------------------
+# PyTorch peers
+
+
+def _torch_batch_normalization(F, t, attrs):
+    return F.batch_norm(
+        t["x"], t["inputMean"], t["inputVar"], t["scale"], t["b"], training=False, eps=attrs["epsilon"]
+    )
+
+
+def _torch_group_normalization(F, t, attrs):
+    return F.group_norm(t["x"], attrs["num_groups"], t["scale"], t["bias"], eps=attrs["epsilon"])
+
+
+def _torch_instance_normalization(F, t, attrs):
+    return F.instance_norm(t["input"], weight=t["scale"], bias=t["b"], eps=attrs["epsilon"])
+
+
+def _torch_skip_group_norm(F, t, attrs):
+    """What a user writes: add the residual and bias, group_norm over an NCHW view, SiLU."""
+    x, skip = t["X"], t["skip"]
+    channels_last = attrs.get("channels_last", 1) != 0
+    n, c = x.shape[0], x.shape[3] if channels_last else x.shape[1]
+    per_channel = (n, 1, 1, c) if channels_last else (n, c, 1, 1)
+    s = x + (skip if skip.shape == x.shape else skip.reshape(per_channel))
+    if "bias" in t:
+        s = s + (t["bias"] if channels_last else t["bias"].reshape(c, 1, 1))
+    nchw = s.permute(0, 3, 1, 2) if channels_last else s
+    y = F.group_norm(
+        nchw, attrs["groups"], t["gamma"].to(x.dtype), t["beta"].to(x.dtype), eps=attrs["epsilon"]
+    )
+    if attrs.get("activation"):
+        y = F.silu(y)
+    return (y.permute(0, 2, 3, 1) if channels_last else y), s
+
+
+TORCH_EQUIVALENTS = {
+    "batch_normalization": _torch_batch_normalization,
+    "group_normalization": _torch_group_normalization,
+    "instance_normalization": _torch_instance_normalization,
+    "skip_group_norm": _torch_skip_group_norm,
+}
+
+
+class TorchPeer:
+    """PyTorch eager on CUDA, timed without Python launch overhead."""
+
+    def __init__(self, settings):
+        import torch
+        import torch.nn.functional as F
+
+        if not torch.cuda.is_available():
+            raise RuntimeError("PyTorch sees no CUDA device")
+        self.torch, self.F, self.settings = torch, F, settings
+        self.info = {
+            "torch": torch.__version__,
+            "cuda": torch.version.cuda,
+            "cudnn": torch.backends.cudnn.version(),
+            "device": torch.cuda.get_device_name(),
+        }
+
+    def copy_gbps(self, nbytes=1_000_000_000):
+        """Device-to-device copy through PyTorch (CUDA), counting bytes read and written."""
+        torch = self.torch
+        src = torch.empty(nbytes // 8, dtype=torch.float32, device="cuda")
+        dst = torch.empty_like(src)
+        seconds = self._time(lambda i: dst.copy_(src), 1)[0]
+        return nbytes / seconds / 1e9
+
+    def time(self, op_name, arrays, attrs, copies):
+        """(seconds per call, how it was timed), or (None, why not)."""
+        equivalent = TORCH_EQUIVALENTS.get(op_name)
+        if equivalent is None:
+            return None, f"no PyTorch equivalent for {op_name}"
+        torch = self.torch
+        base = {key: torch.from_numpy(np.ascontiguousarray(a)).to("cuda") for key, a in arrays.items()}
+        sets = [base] + [{key: v.clone() for key, v in base.items()} for _ in range(copies - 1)]
+        try:
+            return self._time(lambda i: equivalent(self.F, sets[i], attrs), copies)
+        except Exception as error:  # an eager op that refuses these dtypes, say
+            return None, f"{type(error).__name__}: {error}".splitlines()[0]
+        finally:
+            del sets, base
+            torch.cuda.empty_cache()
+
+    def _time(self, call, copies):
+        torch = self.torch
+        per_graph = max(copies, 20 if self.settings.iters > 50 else 5)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up off the default stream, as capture requires
+            for i in range(3):
+                call(i % copies)
+        torch.cuda.current_stream().wait_stream(stream)
+        torch.cuda.synchronize()
+        try:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                for i in range(per_graph):
+                    call(i % copies)
+            run, how = graph.replay, "CUDA graph replay"
+        except Exception:
+            torch.cuda.synchronize()
+
+            def run():
+                for i in range(per_graph):
+                    call(i % copies)
+
+            how = "CUDA events around eager calls (graph capture failed)"
+        run()
+        torch.cuda.synchronize()
+        samples = []
+        for _ in range(self.settings.torch_reps):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            run()
+            end.record()
+            end.synchronize()
+            samples.append(start.elapsed_time(end) * 1e-3 / per_graph)
+        return statistics.median(samples), how
+
+
+# ---------------------------------------------------------------------------------------------
+# One case
+
+
+@dataclass
+class Result:
+    op: str
+    case: str
+    source: str
+    dtypes: dict
+    shapes: dict
+    attrs: dict
+    variant: str = ""
+    passes: list = field(default_factory=list)  # [{name, dispatch, workgroup_size}]
+    bytes: int = 0
+    copies: int = 0
+    samples: int = 0
+    gpu_us: float | None = None
+    gpu_us_p10: float | None = None
+    gpu_us_p90: float | None = None
+    gbps: float | None = None
+    copy_us: float | None = None
+    copy_gbps: float | None = None
+    fraction_of_copy: float | None = None
+    torch_us: float | None = None
+    torch_gbps: float | None = None
+    speedup_vs_torch: float | None = None
+    torch_timing: str | None = None
+    host: dict = field(default_factory=dict)
+    error: str | None = None
+
+
+def _median_us(samples):
+    return statistics.median(samples) * 1e6
+
+
+def _percentile_us(samples, q):
+    return float(np.percentile(samples, q)) * 1e6
+
+
+class Bench:
+    """Runs cases on one device, sharing the timer, the copy kernel and the PyTorch peer."""
+
+    def __init__(self, device, settings, timer, torch_peer=None, variant=None, tunables=None):
+        self.device = device
+        self.settings = settings
+        self.timer = timer
+        self.copy = CopyKernel(device)
+        self.torch_peer = torch_peer
+        self.variant = variant
+        self.tunables = tunables or {}
+        self.rng = np.random.default_rng(0)
+
+    def run(self, op, case):
+        result = Result(
+            case.op,
+            case.name,
+            case.source,
+            case.dtypes,
+            {k: list(v) for k, v in case.shapes.items()},
+            case.attrs,
+        )
+        owned = []  # buffers to destroy when the case is done
+        try:
+            self._run(op, case, result, owned)
+        except Exception as error:
+            result.error = f"{type(error).__name__}: {error}"
+        finally:
+            for buffer in owned:
+                buffer.destroy()
+        return result
+
+    def _call_options(self, op, case):
+        """plan()/kernel() keywords: the case's outputs and tunables, the command line's variant and tunables."""
+        tunables = case.tunables | {k: v for k, v in self.tunables.items() if k in op.TUNABLES}
+        variant = self.variant if self.variant in {c.ID for c in op.CANDIDATES} else None
+        return {"outputs": case.outputs, "tunables": tunables or None, "variant": variant}
+
+    def _run(self, op, case, result, owned):
+        device, settings, timer = self.device, self.settings, self.timer
+        options = self._call_options(op, case)
+        plan = op.plan(case.shapes, case.dtypes, case.attrs, device=device, **options)
+        outputs = requested_outputs(op, case)
+        result.variant = plan.variant
+        result.passes = [
+            {"name": p.name, "dispatch": list(p.dispatch), "workgroup_size": p.workgroup_size}
+            for p in plan.passes
+        ]
+        result.bytes = minimum_bytes(plan, outputs)
+        result.copies = copies = rotation_copies(result.bytes, settings)
+
+        arrays = random_inputs(op, case, self.rng)
+        sets = []
+        for _ in range(copies):
+            tensors = {"input": {k: Tensor.from_numpy(a, device) for k, a in arrays.items()}}
+            for kind, group in (("output", plan.outputs), ("intermediate", plan.intermediates)):
+                tensors[kind] = {k: Tensor.empty(shape, dtype, device) for k, (shape, dtype) in group.items()}
+            owned += [t.buffer for group in tensors.values() for t in group.values()]
+            sets.append(tensors)
+
+        # The first call creates the case's pipelines, unless an earlier case made them.
+        timer.sync()
+        started = time.perf_counter()
+        op.kernel(sets[0]["input"], attrs=case.attrs, device=device, **options)
+        timer.sync()
+        first_call = time.perf_counter() - started
+
+        runnable = [p for p in plan.passes if 0 not in p.dispatch]
+        bound = [_runtime.bind_passes(runnable, tensors, device, owned) for tensors in sets]
+        copy_bound = []
+        for _ in range(copies):
+            bound_copy, buffers = self.copy.bind(result.bytes)
+            copy_bound.append([bound_copy])
+            owned += buffers
+        work = {
+            "op": lambda encoder, i, ts: _runtime.encode_passes(encoder, bound[i], ts),
+            "copy": lambda encoder, i, ts: _runtime.encode_passes(encoder, copy_bound[i], ts),
+        }
+        samples = timer.measure(work, copies, settings)
+        result.samples = len(samples["op"])
+        result.gpu_us = _median_us(samples["op"])
+        result.gpu_us_p10, result.gpu_us_p90 = _percentile_us(samples["op"], 10), _percentile_us(
+            samples["op"], 90
+        )
+        result.gbps = result.bytes / result.gpu_us / 1e3
+        result.copy_us = _median_us(samples["copy"])
+        result.copy_gbps = result.bytes / result.copy_us / 1e3
+        result.fraction_of_copy = result.copy_us / result.gpu_us
+
+        result.host = self._host_overheads(op, case, sets[0], options, result.gpu_us)
+        result.host["first_call_ms"] = first_call * 1e3
+
+        if self.torch_peer is not None:
+            seconds, how = self.torch_peer.time(case.op, arrays, attributes_with_defaults(op, case), copies)
+            result.torch_timing = how
+            if seconds is not None:
+                result.torch_us = seconds * 1e6
+                result.torch_gbps = result.bytes / result.torch_us / 1e3
+                result.speedup_vs_torch = result.torch_us / result.gpu_us
+
+    def _host_overheads(self, op, case, tensors, options, gpu_us):
+        """plan() per call; kernel() until it returns, and to the end of its GPU work less the GPU
+        time and a bare sync: with fresh outputs, and writing into existing ones (out=)."""
+        device, timer, n = self.device, self.timer, self.settings.host_iters
+
+        def clock(fn):
+            started = time.perf_counter()
+            fn()
+            return time.perf_counter() - started
+
+        def kernel_call():
+            op.kernel(tensors["input"], attrs=case.attrs, device=device, **options)
+
+        def kernel_into_outputs():
+            op.kernel(tensors["input"], attrs=case.attrs, device=device, out=tensors["output"], **options)
+
+        plan_s = [
+            clock(lambda: op.plan(case.shapes, case.dtypes, case.attrs, device=device, **options))
+            for _ in range(n)
+        ]
+        submit_s, end_to_end_s, into_s, sync_s = [], [], [], []
+        for _ in range(n):
+            timer.sync()
+            submit_s.append(clock(kernel_call))
+            timer.sync()
+            end_to_end_s.append(clock(lambda: (kernel_call(), timer.sync())))
+            into_s.append(clock(lambda: (kernel_into_outputs(), timer.sync())))
+            sync_s.append(clock(timer.sync))
+        sync_us = _median_us(sync_s)
+        return {
+            "plan_us": _median_us(plan_s),
+            "kernel_submit_us": _median_us(submit_s),
+            "kernel_overhead_us": _median_us(end_to_end_s) - gpu_us - sync_us,
+            "kernel_out_overhead_us": _median_us(into_s) - gpu_us - sync_us,
+            "sync_us": sync_us,
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+
+
+def device_info(device):
+    import wgpu
+
+    info = device.adapter_info
+    return {
+        "adapter": {
+            k: info.get(k)
+            for k in ("vendor", "architecture", "device", "description", "adapter_type", "backend_type")
+        },
+        "wgpu": wgpu.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "features": sorted(device.features),
+    }
+
+
+def _fmt(value, digits=1):
+    return "" if value is None else f"{value:,.{digits}f}"
+
+
+def _gbps(value):
+    """GB/s with a decimal only where it matters (a software rasterizer runs at a few GB/s)."""
+    return _fmt(value, 0 if value is None or value >= 100 else 1)
+
+
+def markdown(results, meta):
+    lines = [
+        f"Device: {meta['device']['adapter']['device']} ({meta['device']['adapter']['description']}, "
+        f"{meta['device']['adapter']['backend_type']}); wgpu {meta['device']['wgpu']}.",
+        f"GPU timing: {meta['timing']}.",
+    ]
+    if meta.get("warnings"):
+        lines += [f"Warning: {w}" for w in meta["warnings"]]
+    if meta.get("torch"):
+        lines.append(
+            "PyTorch: " + ", ".join(f"{k} {v}" for k, v in meta["torch"].items()) + "; "
+            "\u00d7 torch = PyTorch time / our time."
+        )
+    if meta.get("torch_copy_gbps"):
+        lines.append(f"PyTorch device-to-device copy (1 GB moved): {meta['torch_copy_gbps']:,.0f} GB/s.")
+    lines += [
+        "",
+        "| op | case | dtype | shape | variant | passes | MB | GPU \u00b5s | GB/s | copy GB/s | % of copy "
+        "| torch \u00b5s | torch GB/s | \u00d7 torch |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        shape = "x".join(str(d) for d in next(iter(r.shapes.values())))
+        dtype = "/".join(_SHORT_DTYPE[d] for d in r.dtypes.values())
+        if r.error:
+            lines.append(
+                f"| {r.op} | {r.case} | {dtype} | {shape} | error: {r.error} |  |  |  |  |  |  |  |  |  |"
+            )
+            continue
+        percent = None if r.fraction_of_copy is None else 100 * r.fraction_of_copy
+        speedup = "" if r.speedup_vs_torch is None else f"{r.speedup_vs_torch:.2f}"
+        lines.append(
+            f"| {r.op} | {r.case} | {dtype} | {shape} | {r.variant} | {len(r.passes)} | {_fmt(r.bytes / 1e6)} "
+            f"| {_fmt(r.gpu_us)} | {_gbps(r.gbps)} | {_gbps(r.copy_gbps)} | {_fmt(percent, 0)} "
+            f"| {_fmt(r.torch_us)} | {_gbps(r.torch_gbps)} | {speedup} |"
+        )
+    lines += [
+        "",
+        "Host overhead (medians): `plan()` per call; `kernel()` on device-resident tensors until it returns "
+        "(submit), and to the end of its GPU work minus GPU time and minus a bare queue sync (overhead), "
+        "with fresh outputs and with `out=` existing ones; the case's first call, which creates its "
+        "pipelines unless an earlier case made them.",
+        "",
+        "| op | case | dtype | plan \u00b5s | kernel() submit \u00b5s | kernel() overhead \u00b5s "
+        "| kernel(out=) overhead \u00b5s | first call ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        if r.error:
+            continue
+        dtype = "/".join(_SHORT_DTYPE[d] for d in r.dtypes.values())
+        h = r.host
+        lines.append(
+            f"| {r.op} | {r.case} | {dtype} | {_fmt(h['plan_us'])} | {_fmt(h['kernel_submit_us'])} "
+            f"| {_fmt(h['kernel_overhead_us'])} | {_fmt(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} |"
+        )
+    torch_notes = sorted({r.torch_timing for r in results if r.torch_timing})
+    if torch_notes:
+        lines += ["", "PyTorch timing: " + "; ".join(torch_notes) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, meta, path):
+    """Achieved GB/s per case, against the copy kernel and PyTorch; None if matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return "matplotlib is not importable"
+    rows = [r for r in results if r.error is None]
+    if not rows:
+        return "no results to plot"
+    labels = [
+        f"{r.op.replace('_normalization', '_norm')}: {r.case} {'/'.join(_SHORT_DTYPE[d] for d in r.dtypes.values())}"
+        for r in rows
+    ]
+    y = np.arange(len(rows))
+    has_torch = any(r.torch_gbps for r in rows)
+    height = 0.4 if has_torch else 0.7
+    fig, ax = plt.subplots(figsize=(11, 0.38 * len(rows) + 1.6))
+    ax.barh(
+        y - (height / 2 if has_torch else 0),
+        [r.gbps for r in rows],
+        height,
+        label="generated kernel",
+        color="#2b6cb0",
+    )
+    if has_torch:
+        ax.barh(
+            y + height / 2,
+            [r.torch_gbps or 0 for r in rows],
+            height,
+            label="PyTorch eager (CUDA)",
+            color="#dd8452",
+        )
+    ax.scatter(
+        [r.copy_gbps for r in rows],
+        y,
+        marker="|",
+        s=260,
+        color="black",
+        label="WGSL vec4 copy, same bytes",
+        zorder=3,
+    )
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("achieved GB/s (minimum bytes: inputs read once, outputs written once)")
+    ax.set_title(f"{meta['device']['adapter']['device']}: {meta['timing'].split(' (')[0]}", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def _names(values):
+    return [name for value in values or [] for name in value.split(",") if name]
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m generated.bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--ops", action="append", help="op packages to run, comma-separated (default: all)")
+    parser.add_argument("--dtype", action="append", help="float32 and/or float16 (default: both)")
+    parser.add_argument("--quick", action="store_true", help="only the cases marked quick, few iterations")
+    parser.add_argument("--json", help="write the results as JSON")
+    parser.add_argument("--markdown", help="write the Markdown tables to FILE too")
+    parser.add_argument("--plot", help="write a PNG plot (needs matplotlib)")
+    parser.add_argument("--torch", action="store_true", help="add the PyTorch eager equivalent (CUDA)")
+    parser.add_argument("--variant", help="force this variant in the ops that have it")
+    parser.add_argument(
+        "--tunable",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="override a tunable in the ops that have it",
+    )
+    parser.add_argument(
+        "--wall-clock", action="store_true", help="time with queue syncs even if timestamp-query is available"
+    )
+    return parser.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    settings = Settings.quick() if args.quick else Settings.full()
+    packages = op_packages()
+    wanted = _names(args.ops) or list(packages)
+    unknown = [name for name in wanted if name not in packages]
+    if unknown:
+        print(f"unknown ops: {', '.join(unknown)}; known: {', '.join(packages)}", file=sys.stderr)
+        return 2
+    dtypes = {_DTYPE_NAMES[d] for d in _names(args.dtype)}
+    tunables = {
+        name: float(value) if "." in value else int(value)
+        for name, value in (t.split("=", 1) for t in args.tunable)
+    }
+    cases = select_cases(wanted, args.quick, dtypes)
+    if not cases:
+        print("no benchmark cases (is there a bench.json beside the manifests?)", file=sys.stderr)
+        return 2
+
+    device = _runtime.default_device()
+    timer = GpuTimer(device, settings.batch, use_timestamps=not args.wall_clock)
+    meta = {"device": device_info(device), "timing": timer.method, "quick": args.quick, "warnings": []}
+    torch_peer = None
+    if args.torch:
+        try:
+            torch_peer = TorchPeer(settings)
+            meta["torch"] = torch_peer.info
+            meta["torch_copy_gbps"] = torch_peer.copy_gbps()
+        except Exception as error:
+            meta["warnings"].append(f"--torch skipped: {type(error).__name__}: {error}")
+    bench = Bench(device, settings, timer, torch_peer, args.variant, tunables)
+
+    results = []
+    for case in cases:
+        result = bench.run(packages[case.op], case)
+        results.append(result)
+        status = (
+            result.error
+            or f"{result.variant}: {result.gpu_us:.1f} us, {result.gbps:.0f} GB/s, {100 * result.fraction_of_copy:.0f}% of copy"
+        )
+        print(f"# {case.op} {case.name} {case.dtype_label}: {status}", file=sys.stderr, flush=True)
+    if timer.suspicious:
+        meta["warnings"].append(
+            "summed GPU timestamps exceeded wall time: timestamp ticks may not be nanoseconds"
+        )
+
+    text = markdown(results, meta)
+    print(text)
+    if args.markdown:
+        with open(args.markdown, "w") as handle:
+            handle.write(text)
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump({"meta": meta, "results": [r.__dict__ for r in results]}, handle, indent=1)
+    if args.plot:
+        skipped = plot(results, meta, args.plot)
+        if skipped:
+            print(f"plot skipped: {skipped}", file=sys.stderr)
+    return 1 if any(r.error for r in results) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
