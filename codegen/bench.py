@@ -559,7 +559,7 @@ class Bench:
         first_call = time.perf_counter() - started
 
         runnable = [p for p in plan.passes if 0 not in p.dispatch]
-        bound = [_runtime.bind_passes(runnable, tensors, device, owned) for tensors in sets]
+        bound = [_runtime.bind_passes(runnable, tensors, device) for tensors in sets]
         copy_bound = []
         for _ in range(copies):
             bound_copy, buffers = self.copy.bind(result.bytes)

@@ -373,6 +373,8 @@ def show(thunk):
 
 def whole(value, what):
     """value as an int if it is a finite whole number; bools and fractions are refused."""
+    if type(value) is int:  # the common case, without the slower numbers-ABC checks
+        return value
     if isinstance(value, numbers.Integral) and not isinstance(value, bool):
         return int(value)
     if isinstance(value, numbers.Real) and not isinstance(value, bool):
@@ -745,25 +747,36 @@ class BoundPass:
     dispatch: tuple
 
 
-def bind_passes(passes, tensors, device, created):
-    """Pipelines (cached) and bind groups for passes over the given tensors.
+_UNIFORM_CACHE_SIZE = 1024
+_uniform_buffers = weakref.WeakKeyDictionary()  # device -> {packed bytes: buffer}
 
-    `tensors` maps each binding kind ("input", "output", "intermediate") to {key: Tensor}; the
-    uniform buffers made here are appended to `created`, for the caller to destroy.
-    """
+
+def _uniform_buffer(device, pass_plan):
+    """One read-only uniform buffer per distinct content and device, reused by every call."""
     import wgpu
 
+    data = pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms)
+    buffers = _uniform_buffers.setdefault(device, {})
+    buffer = buffers.get(data)
+    if buffer is None:
+        if len(buffers) >= _UNIFORM_CACHE_SIZE:
+            buffers.clear()  # dropped, not destroyed: work already submitted keeps them alive
+        buffer = buffers[data] = device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM)
+    return buffer
+
+
+def bind_passes(passes, tensors, device):
+    """Pipelines and uniform buffers (both cached per device) and bind groups for passes.
+
+    `tensors` maps each binding kind ("input", "output", "intermediate") to {key: Tensor}.
+    """
     bound = []
     for pass_plan in passes:
         pipeline, bind_group_layout = _pipeline(device, pass_plan)
         entries = []
         for b in pass_plan.bindings:
             if b.kind == "uniform":
-                buffer = device.create_buffer_with_data(
-                    data=pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms),
-                    usage=wgpu.BufferUsage.UNIFORM,
-                )
-                created.append(buffer)
+                buffer = _uniform_buffer(device, pass_plan)
             else:
                 buffer = tensors[b.kind][b.resource].buffer
             entries.append({"binding": b.index, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}})
@@ -841,7 +854,7 @@ def run_plan(plan, inputs, device=None, out=None):
                     created.append(tensors[kind][key].buffer)
 
         encoder = device.create_command_encoder(label=f"{plan.op} {plan.variant}")
-        encode_passes(encoder, bind_passes(runnable, tensors, device, created))
+        encode_passes(encoder, bind_passes(runnable, tensors, device))
         device.queue.submit([encoder.finish()])
 
         if resident:
@@ -944,9 +957,15 @@ def make_pass(r, shader, name, label, dispatch, uniforms, numbers_):
     )
 
 
+_DTYPE_NAMES = {
+    "f32": "float32", "f16": "float16", "float32": "float32", "float16": "float16",
+    np.dtype("float32"): "float32", np.dtype("float16"): "float16",
+}
+
+
 def _dtype_name(value):
     """numpy dtypes, ONNX names and WGSL names all mean one of float32 / float16."""
-    text = {"f32": "float32", "f16": "float16"}.get(str(value), None)
+    text = _DTYPE_NAMES.get(value)
     if text is None:
         try:
             text = np.dtype(value).name
@@ -1067,13 +1086,51 @@ def _plan(contract, request, variant):
     return plan
 
 
+_PLAN_CACHE_SIZE = 1024
+_plans = {}  # request key -> (caps, plan): plans are immutable, so a repeated request reuses one
+_default_caps = []
+
+
+def _webgpu_default_caps():
+    if not _default_caps:
+        _default_caps.append(Caps.from_mapping({}))
+    return _default_caps[0]
+
+
+def _cached_plan(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
+    """_plan() of the request, memoised: a repeated call costs one dictionary lookup."""
+    try:
+        key = (
+            contract.op,
+            tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
+            tuple(sorted((k, str(v)) for k, v in (dtypes or {}).items())),
+            tuple(sorted((attrs or {}).items())),
+            tuple(sorted((tunables or {}).items())),
+            id(caps),
+            variant,
+            outputs if outputs is None or isinstance(outputs, str) else tuple(outputs),
+        )
+        hash(key)
+    except TypeError:
+        key = None  # unhashable attribute values: plan without the cache (and refuse them there)
+    cached = _plans.get(key) if key is not None else None
+    if cached is not None and cached[0] is caps:
+        return cached[1]
+    plan = _plan(contract, _request(contract, shapes, dtypes, attrs, caps, tunables, outputs), variant)
+    if key is not None:
+        if len(_plans) >= _PLAN_CACHE_SIZE:
+            _plans.clear()
+        _plans[key] = (caps, plan)
+    return plan
+
+
 def build_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None):
     """plan(): contract checks, derive, selection and every pass's values; no GPU work.
 
     Without caps= or device=, plans for WebGPU's default limits and no optional features.
     """
-    caps = caps_of(caps, device) if (caps is not None or device is not None) else Caps.from_mapping({})
-    return _plan(contract, _request(contract, shapes, dtypes, attrs, caps, tunables, outputs), variant)
+    caps = caps_of(caps, device) if (caps is not None or device is not None) else _webgpu_default_caps()
+    return _cached_plan(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs)
 
 
 def explain_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None):
@@ -1109,8 +1166,7 @@ def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, varia
         device = next((v.device for v in inputs.values() if isinstance(v, Tensor)), None) or default_device()
     elif device is None:
         device = default_device()
-    request = _request(contract, shapes, dtypes, attrs, caps_of(caps, device), tunables, outputs)
-    plan = _plan(contract, request, variant)
+    plan = _cached_plan(contract, shapes, dtypes, attrs, caps_of(caps, device), tunables, variant, outputs)
     wanted = _requested_outputs(contract, outputs)
     by_role = {t.role: t.key for t in contract.outputs}
     out = {by_role.get(k, k): v for k, v in (out or {}).items()}
