@@ -229,7 +229,7 @@ def test_keyed_dialect_instance_normalization(ops):
     assert _tensor(op, "b").role == "B"
     assert _tensor(op, "input").role == "input" and _tensor(op, "output").is_output
     # `{default: v}` objects become plain defaults.
-    assert dict(op.tunables)["WORKGROUP_SIZE"] == 256
+    assert dict(op.tunables)["WORKGROUP_SIZE"] == 1024
     assert next(a for a in op.attributes if a.name == "epsilon").default == 1e-05
     splitk = _variant(op, "plane_splitk_vec4")
     assert [p.id for p in splitk.passes] == ["partials", "combine", "apply"]

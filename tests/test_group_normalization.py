@@ -1,4 +1,5 @@
-"""GroupNormalization-21 through the generated kernels: variants group_splitk and group_stash_f16_serial.
+"""GroupNormalization-21 through the generated kernels: variants group_splitk, group_splitk_vec4 and
+group_stash_f16_serial.
 
 Every case runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per run
 (the seed is printed on failure) and NaN-poisoned outputs, against tests/oracles.py's
@@ -9,6 +10,8 @@ group_splitk: pass `partials` reduces `split` contiguous chunks of each (batch i
 (mean_k - rowShift, M2_k); pass `apply` merges them with Chan's formula in a fixed order and
 normalizes its chunk. Small STATS_VALUES_PER_SPLIT / SPLIT_STATS_MIN_HIDDEN tunables give several
 splits on small data; the natural path needs groupHidden >= 65536 and at most 256 rows.
+group_splitk_vec4 is the same with vec4 loads (spatial % 4 == 0: chunks of whole vectors); both
+merge the partials once per workgroup (per-invocation runs, then a fixed tree).
 
 group_stash_f16_serial (stash_type=10): the ONNX function body with its normalization stage in
 float16. See `assert_close_f16_stage` for the tolerance and why it is looser than DESIGN §7's.
@@ -31,6 +34,7 @@ NO_F16_CAPS = {"features": []}
 # Several splits on small rows: one split per 64 values, and no minimum row length.
 SMALL_SPLITS = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
 DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+SPLIT_VARIANTS = ("group_splitk", "group_splitk_vec4")
 
 
 def random_inputs(rng, shape, dtype, offset=1.0):
@@ -83,31 +87,47 @@ SPLITK_CASES = [
     ((2, 6, 5, 7), 2, {**SMALL_SPLITS, "WORKGROUP_SIZE": 1}, 2),  # one invocation a workgroup
     ((2, 7, 9, 11), 7, {**SMALL_SPLITS, "WORKGROUP_SIZE": 100}, 2),  # 64 invocations for chunks of 50 and 49
     ((1, 6, 300), 3, {**SMALL_SPLITS, "WORKGROUP_SIZE": 33}, 16),  # 32 invocations for chunks of 37 or 38
+    # spatial % 4 == 0, for group_splitk_vec4 too: 6 vectors in 32 chunks (26 empty); 64 partials
+    # merged by 32 invocations, 2 each; SPLIT_WORKGROUP_SIZE alone sets the split-k workgroup.
+    ((2, 3, 8), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 1}, 32),
+    ((2, 6, 4, 24), 2, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 4, "WORKGROUP_SIZE": 32}, 64),
+    ((2, 8, 3, 8), 4, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 2}, 1),
 ]
 
 
 @DTYPES
 @pytest.mark.parametrize("shape,num_groups,tunables,split", SPLITK_CASES, ids=[f"{s}-g{g}-split{k}" for s, g, t, k in SPLITK_CASES])
-def test_splitk_against_float64_reference(shape, num_groups, tunables, split, dtype, request):
+@pytest.mark.parametrize("variant", SPLIT_VARIANTS)
+def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, split, dtype, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype, offset=3.0)
     attrs = {"num_groups": num_groups, "epsilon": float(rng.choice([1e-5, 1e-3, 0.1]))}
-    p = plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant="group_splitk")
+    if variant == "group_splitk_vec4" and int(np.prod(shape[2:])) % 4:
+        with pytest.raises(ContractError, match="does not apply"):
+            plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant=variant)
+        return
+    p = plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant=variant)
     assert [q.overrides["split"] for q in p.passes] == [split, split]
     assert [q.dispatch for q in p.passes] == [(shape[0] * num_groups, 1, split)] * 2
-    actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant="group_splitk")
-    assert_close(actual, reference(inputs, attrs), dtype, f"group_splitk {shape} {attrs} {tunables} {seed_note(seed)}")
+    if "SPLIT_WORKGROUP_SIZE" in tunables:
+        assert p.passes[0].workgroup_size == tunables["SPLIT_WORKGROUP_SIZE"]
+    actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=variant)
+    assert_close(actual, reference(inputs, attrs), dtype, f"{variant} {shape} {attrs} {tunables} {seed_note(seed)}")
 
 
 @DTYPES
-@pytest.mark.parametrize("shape,num_groups", [((1, 32, 64, 64), 2), ((2, 16, 32, 130), 1)], ids=["1x32x64x64-g2", "2x16x32x130-g1"])
-def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_groups, dtype, request):
+@pytest.mark.parametrize(
+    "shape,num_groups,variant",
+    [((1, 32, 64, 64), 2, "group_splitk_vec4"), ((2, 16, 32, 130), 1, "group_splitk_vec4"), ((2, 8, 129, 131), 2, "group_splitk")],
+    ids=["1x32x64x64-g2", "2x16x32x130-g1", "2x8x129x131-g2"],
+)
+def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_groups, variant, dtype, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
     attrs = {"num_groups": num_groups}
     p = plan_for(inputs, attrs, caps=F16_CAPS)
-    assert p.variant == "group_splitk"
-    assert p.passes[0].overrides["split"] == (16 if shape[0] == 1 else 32)  # 65536 and 66560 values a row
+    assert p.variant == variant
+    assert p.passes[0].overrides["split"] == (16 if shape[0] == 1 else 32)  # 65536, 66560 and 67596 values a row
     actual = run_poisoned(inputs, attrs=attrs)
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} vs float64 {seed_note(seed)}")
     ort = dict(zip(("X", "scale", "bias"), inputs.values()))
@@ -124,31 +144,51 @@ def test_selection_thresholds():
         attrs = {"num_groups": num_groups, "stash_type": stash_type}
         return gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": "float32"}, attrs=attrs, caps=caps, **kwargs).variant
 
-    assert chosen((1, 32, 64, 64), 2) == "group_splitk"  # 65536 values a row
-    assert chosen((1, 32, 64, 64), 4) != "group_splitk"  # 32768
-    assert chosen((1, 2, 32767), 1) != "group_splitk"  # 65534
-    assert chosen((1, 1, 65536), 1) == "group_splitk"
-    assert chosen((256, 1, 65536), 1) == "group_splitk"
-    assert chosen((257, 1, 65536), 1) != "group_splitk"  # more rows than SPLIT_STATS_MAX_ROWS
+    assert chosen((1, 32, 64, 64), 2) == "group_splitk_vec4"  # 65536 values a row
+    assert chosen((1, 32, 64, 64), 4) not in SPLIT_VARIANTS  # 32768
+    assert chosen((1, 2, 32767), 1) not in SPLIT_VARIANTS  # 65534
+    assert chosen((1, 1, 65536), 1) == "group_splitk_vec4"
+    assert chosen((1, 1, 65537), 1) == "group_splitk"  # spatial not a multiple of 4
+    assert chosen((256, 1, 65536), 1) == "group_splitk_vec4"
+    assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS  # more rows than SPLIT_STATS_MAX_ROWS
     assert chosen((2, 6, 5, 7), 3, tunables=SMALL_SPLITS) == "group_splitk"
+    assert chosen((2, 6, 5, 8), 3, tunables=SMALL_SPLITS) == "group_splitk_vec4"
     assert chosen((1, 32, 64, 64), 2, stash_type=10) == "group_stash_f16_serial"
     assert chosen((2, 6, 5, 7), 3, stash_type=10, caps=NO_F16_CAPS) == "group_stash_f16_serial"
 
 
+def test_workgroup_defaults_per_variant_kind():
+    """WORKGROUP_SIZE (1024, capped by the device) sizes the one-workgroup-per-row variants; split-k
+    keeps min(WORKGROUP_SIZE, SPLIT_WORKGROUP_SIZE = 256)."""
+    big = {"features": ["shader-f16"], "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024}}
+
+    def workgroups(shape, caps, tunables=None):
+        c = shape[1]
+        p = gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": "float32"}, attrs={"num_groups": 32}, caps=caps, tunables=tunables)
+        return p.variant, [q.workgroup_size for q in p.passes]
+
+    assert workgroups((2, 320, 64, 64), big) == ("group_subgroup_vec4", [1024])
+    assert workgroups((2, 320, 64, 64), F16_CAPS) == ("group_subgroup_vec4", [256])  # default limits
+    assert workgroups((1, 128, 512, 512), big) == ("group_splitk_vec4", [256, 256])
+    assert workgroups((1, 128, 512, 512), big, {"SPLIT_WORKGROUP_SIZE": 512}) == ("group_splitk_vec4", [512, 512])
+    assert workgroups((1, 128, 512, 512), big, {"WORKGROUP_SIZE": 64}) == ("group_splitk_vec4", [64, 64])
+
+
+@pytest.mark.parametrize("variant", SPLIT_VARIANTS)
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
-def test_splitk_with_seven_splits_and_far_from_zero_data(dtype, request):
+def test_splitk_with_seven_splits_and_far_from_zero_data(variant, dtype, request):
     """A device allowing 7 workgroups a dimension caps split at 7 (not a power of two), and data
     sitting 1e3 spreads from zero checks that the apply pass normalizes (x - rowShift) - mean_d."""
     rng, seed = rng_for(request.node.name)
-    shape = (3, 4, 20, 11)  # 440 values a row: 8 splits' worth
+    shape = (3, 4, 20, 12)  # 480 values a row: 8 splits' worth
     inputs = random_inputs(rng, shape, dtype)
     spread = 0.05 if dtype == np.float16 else 1.0
     inputs["x"] = (rng.standard_normal(shape) * spread + 1000 * spread).astype(dtype)
     caps = {**F16_CAPS, "limits": {"maxComputeWorkgroupsPerDimension": 7}}
     attrs = {"num_groups": 2}
-    p = plan_for(inputs, attrs, caps=caps, tunables=SMALL_SPLITS, variant="group_splitk")
+    p = plan_for(inputs, attrs, caps=caps, tunables=SMALL_SPLITS, variant=variant)
     assert p.passes[0].dispatch == (6, 1, 7) and p.passes[0].overrides["DISPATCH_FOLD_WIDTH"] == 7
-    actual = run_poisoned(inputs, attrs=attrs, caps=caps, tunables=SMALL_SPLITS, variant="group_splitk")
+    actual = run_poisoned(inputs, attrs=attrs, caps=caps, tunables=SMALL_SPLITS, variant=variant)
     assert_close(actual, reference(inputs, attrs), dtype, f"7 splits, offset data {seed_note(seed)}")
 
 
@@ -376,8 +416,12 @@ def test_stash16_folded_dispatch(dtype, request):
 
 @pytest.mark.parametrize(
     "variant,attrs,tunables",
-    [("group_splitk", {"num_groups": 3}, SMALL_SPLITS), ("group_stash_f16_serial", {"num_groups": 3, "stash_type": 10}, None)],
-    ids=["group_splitk", "group_stash_f16_serial"],
+    [
+        ("group_splitk", {"num_groups": 3}, SMALL_SPLITS),
+        ("group_splitk_vec4", {"num_groups": 3}, SMALL_SPLITS),
+        ("group_stash_f16_serial", {"num_groups": 3, "stash_type": 10}, None),
+    ],
+    ids=["group_splitk", "group_splitk_vec4", "group_stash_f16_serial"],
 )
 @DTYPES
 def test_repeated_runs_are_bit_identical(variant, attrs, tunables, dtype, request):
@@ -415,8 +459,11 @@ def test_onnx_backend_node_cases(case):
         expected = np.asarray(outputs[0], np.float64)
         actual = gn.kernel(feed, attrs=attrs)["y"]
         assert_close(actual, expected, feed["x"].dtype, f"{name} (natural selection)")
-        forced = gn.kernel(feed, attrs=attrs, tunables={**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 3}, variant="group_splitk")["y"]
-        assert_close(forced, expected, feed["x"].dtype, f"{name} (group_splitk)")
+        for variant in SPLIT_VARIANTS:
+            if variant == "group_splitk_vec4" and int(np.prod(feed["x"].shape[2:])) % 4:
+                continue
+            forced = gn.kernel(feed, attrs=attrs, tunables={**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 3}, variant=variant)["y"]
+            assert_close(forced, expected, feed["x"].dtype, f"{name} ({variant})")
 
 
 # --- contract errors, each before any GPU work -------------------------------------------------------

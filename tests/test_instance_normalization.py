@@ -261,6 +261,25 @@ def test_selection_thresholds():
     assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == "plane_splitk_vec4"
 
 
+def test_workgroup_defaults_per_variant_kind():
+    """WORKGROUP_SIZE (1024, capped by the device) sizes the one-workgroup-per-plane variants; the
+    batched and split-k variants keep min(WORKGROUP_SIZE, BATCHED_/SPLIT_WORKGROUP_SIZE = 256)."""
+    big = {"features": ["shader-f16"], "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024}}
+
+    def workgroups(shape, caps, tunables=None):
+        c = shape[1]
+        p = inn.plan({"input": shape, "scale": (c,), "b": (c,)}, {"T": "float32"}, caps=caps, tunables=tunables)
+        return p.variant, [q.workgroup_size for q in p.passes]
+
+    assert workgroups((1, 32, 224, 224), big) == ("plane_subgroup_vec4", [1024])
+    assert workgroups((1, 32, 224, 224), {"features": ["shader-f16"]}) == ("plane_subgroup_vec4", [256])  # default limits
+    assert workgroups((1, 4, 256, 256), big) == ("plane_splitk_vec4", [256, 64, 256])
+    assert workgroups((1, 4, 256, 256), big, {"SPLIT_WORKGROUP_SIZE": 1024}) == ("plane_splitk_vec4", [1024, 64, 1024])
+    assert workgroups((1, 4, 256, 256), big, {"WORKGROUP_SIZE": 128}) == ("plane_splitk_vec4", [128, 64, 128])
+    assert workgroups((5, 300, 4, 4), big) == ("plane_batched_vec4", [256])
+    assert workgroups((5, 300, 4, 4), big, {"BATCHED_WORKGROUP_SIZE": 100}) == ("plane_batched_vec4", [64])
+
+
 def test_demoted_batched_variant_only_wins_without_reported_sizes():
     """DESIGN §4a: with reported (non-wave32) subgroup sizes plane_batched_vec4 is demoted and can
     never win; without them it wins on priority (115 over plane_subgroup_vec4's 110)."""
