@@ -15,6 +15,7 @@ from onnx import numpy_helper
 from generated import ContractError, Tensor
 from generated import batch_normalization as bn
 from generated._runtime import default_device, device_caps
+from tests.device_helpers import poisoned_call
 from tests.oracles import assert_close, backend_node_cases, batch_normalization_ref, onnxruntime_run, pytorch_converted_cases, rng_for, seed_note
 
 F16_CAPS = {"features": ["shader-f16"]}
@@ -52,12 +53,7 @@ def random_inputs(rng, shape, dtype):
 
 
 def run_poisoned(inputs, **kwargs):
-    """kernel() writing into a NaN-filled output, so an element the shader skips cannot pass."""
-    x = inputs["x"]
-    poisoned = Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype))
-    result = bn.kernel(inputs, out={"y": poisoned}, **kwargs)["y"]
-    assert result.shape == x.shape and result.dtype == x.dtype
-    return result
+    return poisoned_call(bn, inputs, **kwargs)["y"]
 
 
 def reference(inputs, epsilon):

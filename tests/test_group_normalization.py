@@ -27,6 +27,7 @@ from onnx import helper
 
 from generated import ContractError, Tensor
 from generated import group_normalization as gn
+from tests.device_helpers import poisoned_call
 from tests.oracles import TOLERANCES, assert_close, backend_node_cases, group_normalization_ref, onnxruntime_run, rng_for, seed_note
 
 F16_CAPS = {"features": ["shader-f16"]}
@@ -50,12 +51,7 @@ def random_inputs(rng, shape, dtype, offset=1.0):
 
 
 def run_poisoned(inputs, **kwargs):
-    """kernel() writing into a NaN-filled output, so an element the shader skips cannot pass."""
-    x = inputs["x"]
-    poisoned = Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype))
-    result = gn.kernel(inputs, out={"y": poisoned}, **kwargs)["y"]
-    assert result.shape == x.shape and result.dtype == x.dtype
-    return result
+    return poisoned_call(gn, inputs, **kwargs)["y"]
 
 
 def plan_for(inputs, attrs, **kwargs):

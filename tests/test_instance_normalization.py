@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generated import ContractError, Tensor
+from generated import ContractError
 from generated import instance_normalization as inn
 from generated._runtime import default_device, device_caps
+from tests.device_helpers import is_lavapipe, poisoned_call
 from tests.oracles import (
     assert_close,
     backend_node_cases,
@@ -89,12 +90,7 @@ def random_inputs(rng, shape, dtype, offset=None):
 
 
 def run_poisoned(inputs, **kwargs):
-    """kernel() writing into a NaN-filled output, so an element the shader skips cannot pass."""
-    x = inputs["input"]
-    poisoned = Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype))
-    result = inn.kernel(inputs, out={"output": poisoned}, **kwargs)["output"]
-    assert result.shape == x.shape and result.dtype == x.dtype
-    return result
+    return poisoned_call(inn, inputs, **kwargs)["output"]
 
 
 def shapes_of(inputs):
@@ -337,40 +333,6 @@ def test_batched_variant_natural_at_70000_planes(caps):
 # --- the subgroup path of the split-k partials ----------------------------------------------------
 
 
-def measured_subgroup_size() -> int:
-    """The subgroup size lavapipe gives this small probe (the adapter does not report sizes).
-
-    Only a guide for other pipelines: with Mesa's shader cache on, a pipeline may run a binary
-    compiled earlier at another LP_NATIVE_VECTOR_WIDTH.
-    """
-    import wgpu
-
-    device = default_device()
-    code = """
-    @group(0) @binding(0) var<storage, read_write> out: array<u32>;
-    @compute @workgroup_size(64)
-    fn main(@builtin(subgroup_size) size: u32, @builtin(local_invocation_index) i: u32) {
-        if (i == 0u) { out[0] = size; }
-    }
-    """
-    module = device.create_shader_module(code=code)
-    pipeline = device.create_compute_pipeline(
-        layout="auto", compute={"module": module, "entry_point": "main"}
-    )
-    buffer = device.create_buffer(size=4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-    bind_group = device.create_bind_group(
-        layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buffer}}]
-    )
-    encoder = device.create_command_encoder()
-    compute = encoder.begin_compute_pass()
-    compute.set_pipeline(pipeline)
-    compute.set_bind_group(0, bind_group)
-    compute.dispatch_workgroups(1)
-    compute.end()
-    device.queue.submit([encoder.finish()])
-    return int(np.frombuffer(device.queue.read_buffer(buffer), np.uint32)[0])
-
-
 SUBGROUP_WORKGROUP_SIZES = (1, 2, 4, 32, 256)
 
 
@@ -400,7 +362,8 @@ SUBGROUP_SIZE_SCRIPT = """
 import sys
 import numpy as np
 from tests import test_instance_normalization as t
-size = t.measured_subgroup_size()
+from tests.device_helpers import measured_subgroup_size
+size = measured_subgroup_size()
 if size != int(sys.argv[1]):
     print(f"lavapipe gave subgroup size {size}, expected {sys.argv[1]}")
     sys.exit(3)
@@ -419,9 +382,7 @@ def test_splitk_subgroup_partials_at_known_subgroup_size(vector_width, subgroup_
     width is silently reused at another. The subprocess runs with the cache off, so its subgroup
     size really is the one asked for.
     """
-    from generated._runtime import default_device
-
-    if "llvmpipe" not in str(default_device().adapter.info.get("device", "")):
+    if not is_lavapipe():
         pytest.skip("LP_NATIVE_VECTOR_WIDTH only changes lavapipe's subgroup size")
     env = {
         **os.environ,

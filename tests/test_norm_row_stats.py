@@ -26,6 +26,7 @@ import pytest
 from generated import ContractError, Tensor
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
+from tests.device_helpers import is_lavapipe, measured_subgroup_size
 from tests.oracles import (
     assert_close,
     group_normalization_ref,
@@ -351,39 +352,6 @@ def test_bit_identical_across_runs(variant, combine, dtype, request):
 # Subgroups 4 wide: lavapipe with LP_NATIVE_VECTOR_WIDTH=128, in a subprocess
 
 
-def measured_subgroup_size() -> int:
-    """The subgroup_size builtin as the default device reports it to a 1-D compute shader."""
-    import wgpu
-
-    from generated._runtime import default_device
-
-    device = default_device()
-    module = device.create_shader_module(
-        code="""
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(subgroup_size) size: u32, @builtin(local_invocation_index) i: u32) { out[i] = size; }
-"""
-    )
-    pipeline = device.create_compute_pipeline(
-        layout="auto", compute={"module": module, "entry_point": "main"}
-    )
-    buffer = device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-    bind_group = device.create_bind_group(
-        layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buffer}}]
-    )
-    encoder = device.create_command_encoder()
-    compute = encoder.begin_compute_pass()
-    compute.set_pipeline(pipeline)
-    compute.set_bind_group(0, bind_group)
-    compute.dispatch_workgroups(1)
-    compute.end()
-    device.queue.submit([encoder.finish()])
-    sizes = set(np.frombuffer(device.queue.read_buffer(buffer), np.uint32).tolist())
-    assert len(sizes) == 1, f"subgroup sizes {sizes}"
-    return sizes.pop()
-
-
 # Tiny rows (wg 1, 2, 4 < subgroup), the partial-subgroup edge wg = 2 with 4-wide subgroups,
 # and big rows (wg 256 and 1024: 64 and 256 subgroups per workgroup).
 PORTABILITY_CASES = [
@@ -426,9 +394,7 @@ def run_portability_cases() -> dict:
 
 
 def test_subgroups_four_wide_in_subprocess():
-    from generated._runtime import default_device
-
-    if "llvmpipe" not in str(default_device().adapter.info.get("device", "")):
+    if not is_lavapipe():
         pytest.skip("LP_NATIVE_VECTOR_WIDTH only changes lavapipe's subgroup size")
     # Mesa's shader cache does not key on LP_NATIVE_VECTOR_WIDTH: without disabling it, pipelines
     # compiled 8 wide by an earlier process would be reused here.
@@ -453,9 +419,7 @@ def test_in_process_subgroups_are_lavapipe_default_width():
     """The in-process cases run at lavapipe's default 8-wide subgroups (or the real device's)."""
     size = measured_subgroup_size()
     assert size >= 1 and size & (size - 1) == 0
-    from generated._runtime import default_device
-
-    if "llvmpipe" in str(default_device().adapter.info.get("device", "")) and not os.environ.get(
+    if is_lavapipe() and not os.environ.get(
         "LP_NATIVE_VECTOR_WIDTH"
     ):
         assert size == 8
