@@ -7,12 +7,15 @@ changed, or with `--check` lists every stale file and exits 1.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
+import os
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from .emit import REGENERATE, Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_variant, module_name, sha256_of
+from .emit import REGENERATE, Source, format_source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_variant, module_name, sha256_of
 from .manifest import ManifestError, load_manifests
 from .report import emit_report
 from .resolve import resolve_op
@@ -71,8 +74,22 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources)
     files["_runtime.py"] = emit_runtime(RUNTIME_SOURCE.read_text(), runtime_source)
     files["bench.py"] = emit_runtime(BENCH_SOURCE.read_text(), Source(f"{BENCH_SOURCE.parent.name}/{BENCH_SOURCE.name}", sha256_of(BENCH_SOURCE)))
+    files = _format_python(files)
     files["REPORT.md"] = emit_report(emitted, skipped, report, files)
     return files
+
+
+def _format_python(files: dict) -> dict[str, str]:
+    """Run black on every generated module, across the machine's cores (same bytes either way)."""
+    items = list(files.items())
+    workers = min(os.cpu_count() or 1, 8)
+    if workers > 1:
+        # spawn, not fork: forking a process that holds a wgpu device can deadlock the child.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            texts = list(pool.map(format_source, [item for _, item in items], chunksize=1))
+    else:
+        texts = [format_source(item) for _, item in items]
+    return {path: text for (path, _), text in zip(items, texts)}
 
 
 def _leftovers(files: dict[str, str], out: Path) -> list[Path]:

@@ -62,8 +62,24 @@ class Writer:
         return "\n".join(self.lines) + "\n"
 
 
-def formatted(header: str, writer: Writer) -> str:
-    return header + black.format_str(writer.text(), mode=BLACK_MODE)
+@dataclass(frozen=True)
+class PythonSource:
+    """A generated module before black: formatting is the slow step, so the CLI does it in parallel."""
+
+    header: str
+    source: str
+
+    def format(self) -> str:
+        return self.header + black.format_str(self.source, mode=BLACK_MODE)
+
+
+def format_source(item: PythonSource | str) -> str:
+    """Module-level, so that worker processes can run it."""
+    return item.format() if isinstance(item, PythonSource) else item
+
+
+def formatted(header: str, writer: Writer) -> PythonSource:
+    return PythonSource(header, writer.text())
 
 
 def parameter_name(key: str) -> str:
@@ -109,7 +125,7 @@ def _assign(w: Writer, value: Value) -> None:
 # --- the op package ------------------------------------------------------------------------------
 
 
-def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> str:
+def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> PythonSource:
     ir = op.ir
     w = Writer()
     w.line(f'"""{ir.title}: the contract, derived values, selection and the public calls.')
@@ -311,7 +327,7 @@ def _wrap_text(text: str, width: int = 96) -> list[str]:
 # --- variant modules -----------------------------------------------------------------------------
 
 
-def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], header: str) -> str:
+def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], header: str) -> PythonSource:
     ir = variant.ir
     w = Writer()
     w.line(f'"""Variant `{ir.id}` of {op.ir.title}.')
@@ -493,7 +509,7 @@ def _string_block(text: str) -> str:
 # --- cases ---------------------------------------------------------------------------------------
 
 
-def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> str | None:
+def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> PythonSource | None:
     """`test.json` and `bench.json` beside the manifest, as Python data the package can import."""
     tables = {}
     sources = []
@@ -515,7 +531,7 @@ def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> str | None:
 # --- package files -------------------------------------------------------------------------------
 
 
-def emit_package_init(ops: list[ResolvedOp], sources: list[Source]) -> str:
+def emit_package_init(ops: list[ResolvedOp], sources: list[Source]) -> PythonSource:
     w = Writer()
     w.line('"""WebGPU kernels for ONNX normalization operators, generated ahead of time.')
     w.line()
