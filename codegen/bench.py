@@ -411,7 +411,8 @@ class TorchPeer:
         except Exception as error:  # an eager op that refuses these dtypes, say
             return None, f"{type(error).__name__}: {error}".splitlines()[0]
         finally:
-            del sets, base
+            sets.clear()  # free the CUDA copies now, not at the next collection
+            base.clear()
             torch.cuda.empty_cache()
 
     def _time(self, call, copies):
