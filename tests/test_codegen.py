@@ -839,3 +839,23 @@ def test_build_time_with_its_own_device():
     seconds = time.perf_counter() - started
     print(f"\nbuild() with its own device: {seconds:.2f} s for {len(files)} files")
     assert seconds < BUILD_BUDGET_S, f"build() took {seconds:.2f} s"
+
+
+def test_vendored_copy_runs_under_another_name(tmp_path):
+    """A team copies generated/ into its app under any package name: relative imports only."""
+    target = tmp_path / "myapp" / "kernels"
+    shutil.copytree(REPO / "generated", target, ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "myapp" / "__init__.py").write_text("")
+    script = (
+        "import numpy as np, sys\n"
+        "from myapp.kernels import batch_normalization as bn\n"
+        "x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)\n"
+        "ones, zeros = np.ones(3, np.float32), np.zeros(3, np.float32)\n"
+        "y = bn.batch_normalization(x, ones, zeros, zeros, ones, epsilon=0.0)\n"
+        "assert np.allclose(y, x, rtol=1e-6), y\n"
+        "assert 'generated' not in sys.modules, 'the copy imported the original package'\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(tmp_path), "WGPU_BACKEND_TYPE": "Vulkan"}
+    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
