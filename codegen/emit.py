@@ -478,19 +478,24 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
 
 def _emit_shaders(w: Writer, p: ResolvedPass, item: RenderedPass) -> None:
     ir = p.ir
-    bindings = ", ".join(
-        f'Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}")' for i, b in enumerate(ir.bindings)
-    )
+    prefix = ir.id.upper()
     uniform_fields = [(f.name, f.type) for b in ir.bindings for f in b.fields]
     uniform_fields += [(f"_pad{i}", "u32") for i in range(-len(uniform_fields) % 4)] if uniform_fields else []
+    w.comment("The resources every specialization of this pass binds, in binding order, and its Params layout.")
+    w.line(f"{prefix}_BINDINGS = (")
+    for i, b in enumerate(ir.bindings):
+        w.line(f'    Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}"),')
+    w.line(")")
+    w.line(f"{prefix}_UNIFORM_TYPES = {tuple(uniform_fields)!r}")
+    w.line()
     w.comment(f"Specialization key: ({', '.join(item.key_names)})")
-    w.line(f"{ir.id.upper()}_SHADERS = {{")
+    w.line(f"{prefix}_SHADERS = {{")
     for spec in item.specializations:
         w.line(f"    {spec.key!r}: Shader(")
         w.line(f'        template="{item.template}",')
         w.line(f"        key={spec.key!r},")
-        w.line(f"        bindings=({bindings},),")
-        w.line(f"        uniform_types={tuple(uniform_fields)!r},")
+        w.line(f"        bindings={prefix}_BINDINGS,")
+        w.line(f"        uniform_types={prefix}_UNIFORM_TYPES,")
         w.line(f"        overrides={spec.overrides!r},")
         w.line(f"        workgroup_size={spec.workgroup_size!r},")
         w.line(f"        workgroup_arrays={spec.workgroup_arrays!r},")

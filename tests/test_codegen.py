@@ -610,7 +610,8 @@ def test_tiny_pass(tiny_files):
     }
 """
     assert expected_values in text
-    assert 'uniform_types=(("count", "u32"), ("alpha", "f32"), ("_pad0", "u32"), ("_pad1", "u32")),' in text
+    assert 'MAIN_UNIFORM_TYPES = (("count", "u32"), ("alpha", "f32"), ("_pad0", "u32"), ("_pad1", "u32"))' in text
+    assert "uniform_types=MAIN_UNIFORM_TYPES," in text and "bindings=MAIN_BINDINGS," in text
     assert 'overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),' in text
 
 

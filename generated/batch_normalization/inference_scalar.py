@@ -86,30 +86,34 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "BatchNormalization.InferenceScalar", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "x", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "b", "read-only-storage"),
+    Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
+    Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
+    Binding(5, "y", "output", "y", "storage"),
+    Binding(6, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (
+    ("channels", "u32"),
+    ("height", "u32"),
+    ("width", "u32"),
+    ("epsilon", "f32"),
+    ("count", "u32"),
+    ("_pad0", "u32"),
+    ("_pad1", "u32"),
+    ("_pad2", "u32"),
+)
+
 # Specialization key: (scalar, binding:x, binding:scale, binding:bias, binding:input_mean, binding:input_var, binding:y)
 MAIN_SHADERS = {
     ("f32", "f32", "f32", "f32", "f32", "f32", "f32"): Shader(
         template="templates/batch-normalization-nchw.wgsl.jinja",
         key=("f32", "f32", "f32", "f32", "f32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
-            Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
-            Binding(5, "y", "output", "y", "storage"),
-            Binding(6, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(
-            ("channels", "u32"),
-            ("height", "u32"),
-            ("width", "u32"),
-            ("epsilon", "f32"),
-            ("count", "u32"),
-            ("_pad0", "u32"),
-            ("_pad1", "u32"),
-            ("_pad2", "u32"),
-        ),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
         workgroup_size="WORKGROUP_SIZE",
         workgroup_arrays=(),
@@ -143,25 +147,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     ("f16", "f16", "f16", "f16", "f16", "f16", "f16"): Shader(
         template="templates/batch-normalization-nchw.wgsl.jinja",
         key=("f16", "f16", "f16", "f16", "f16", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
-            Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
-            Binding(5, "y", "output", "y", "storage"),
-            Binding(6, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(
-            ("channels", "u32"),
-            ("height", "u32"),
-            ("width", "u32"),
-            ("epsilon", "f32"),
-            ("count", "u32"),
-            ("_pad0", "u32"),
-            ("_pad1", "u32"),
-            ("_pad2", "u32"),
-        ),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
         workgroup_size="WORKGROUP_SIZE",
         workgroup_arrays=(),

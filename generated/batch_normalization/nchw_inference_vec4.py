@@ -94,21 +94,25 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "BatchNormalization.InferenceVec4", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "x", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "b", "read-only-storage"),
+    Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
+    Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
+    Binding(5, "y", "output", "y", "storage"),
+    Binding(6, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (("count4", "u32"), ("spatial4", "u32"), ("channels", "u32"), ("epsilon", "f32"))
+
 # Specialization key: (pairs, vecType, binding:x, binding:scale, binding:bias, binding:input_mean, binding:input_var, binding:y)
 MAIN_SHADERS = {
     (False, "vec4<f32>", "vec4<f32>", "f32", "f32", "f32", "f32", "vec4<f32>"): Shader(
         template="templates/batch-normalization-nchw-vec4.wgsl.jinja",
         key=(False, "vec4<f32>", "vec4<f32>", "f32", "f32", "f32", "f32", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
-            Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
-            Binding(5, "y", "output", "y", "storage"),
-            Binding(6, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("count4", "u32"), ("spatial4", "u32"), ("channels", "u32"), ("epsilon", "f32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
         workgroup_size="WORKGROUP_SIZE",
         workgroup_arrays=(),
@@ -144,16 +148,8 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     (False, "vec4<f16>", "vec4<f16>", "f16", "f16", "f16", "f16", "vec4<f16>"): Shader(
         template="templates/batch-normalization-nchw-vec4.wgsl.jinja",
         key=(False, "vec4<f16>", "vec4<f16>", "f16", "f16", "f16", "f16", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
-            Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
-            Binding(5, "y", "output", "y", "storage"),
-            Binding(6, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("count4", "u32"), ("spatial4", "u32"), ("channels", "u32"), ("epsilon", "f32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
         workgroup_size="WORKGROUP_SIZE",
         workgroup_arrays=(),

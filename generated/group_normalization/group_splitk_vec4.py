@@ -171,17 +171,21 @@ def _apply(r, d, v):
     return make_pass(r, shader, "apply", "GroupNormalization.SplitKApplyVec4", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+PARTIALS_BINDINGS = (
+    Binding(0, "x", "input", "x", "read-only-storage"),
+    Binding(1, "partials", "intermediate", "partials", "storage"),
+    Binding(2, "params", "uniform", "params", "uniform"),
+)
+PARTIALS_UNIFORM_TYPES = (("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32"))
+
 # Specialization key: (vec4, binding:x, binding:partials)
 PARTIALS_SHADERS = {
     (True, "vec4<f32>", "vec2<f32>"): Shader(
         template="templates/group-normalization-splitk-partials.wgsl.jinja",
         key=(True, "vec4<f32>", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "partials", "intermediate", "partials", "storage"),
-            Binding(2, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32")),
+        bindings=PARTIALS_BINDINGS,
+        uniform_types=PARTIALS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("hiddenVec", "u32"),
@@ -260,12 +264,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "vec4<f16>", "vec2<f32>"): Shader(
         template="templates/group-normalization-splitk-partials.wgsl.jinja",
         key=(True, "vec4<f16>", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "partials", "intermediate", "partials", "storage"),
-            Binding(2, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32")),
+        bindings=PARTIALS_BINDINGS,
+        uniform_types=PARTIALS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("hiddenVec", "u32"),
@@ -345,20 +345,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+APPLY_BINDINGS = (
+    Binding(0, "x", "input", "x", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "partials", "intermediate", "partials", "read-only-storage"),
+    Binding(4, "y", "output", "y", "storage"),
+    Binding(5, "params", "uniform", "params", "uniform"),
+)
+APPLY_UNIFORM_TYPES = (("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32"))
+
 # Specialization key: (scalar, vec4, vecType, binding:x, binding:scale, binding:bias, binding:partials, binding:y)
 APPLY_SHADERS = {
     ("f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec2<f32>", "vec4<f32>"): Shader(
         template="templates/group-normalization-splitk-apply.wgsl.jinja",
         key=("f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec2<f32>", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(4, "y", "output", "y", "storage"),
-            Binding(5, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32")),
+        bindings=APPLY_BINDINGS,
+        uniform_types=APPLY_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelsPerGroup", "u32"),
@@ -460,15 +464,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     ("f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec2<f32>", "vec4<f16>"): Shader(
         template="templates/group-normalization-splitk-apply.wgsl.jinja",
         key=("f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec2<f32>", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(4, "y", "output", "y", "storage"),
-            Binding(5, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32")),
+        bindings=APPLY_BINDINGS,
+        uniform_types=APPLY_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelsPerGroup", "u32"),

@@ -106,19 +106,23 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "x", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "y", "output", "y", "storage"),
+    Binding(4, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+
 # Specialization key: (usesF16, binding:x, binding:scale, binding:bias, binding:y)
 MAIN_SHADERS = {
     (False, "f32", "f32", "f32", "f32"): Shader(
         template="templates/group-normalization-stash-f16-serial.wgsl.jinja",
         key=(False, "f32", "f32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "y", "output", "y", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelsPerGroup", "u32"),
@@ -212,14 +216,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", "f16", "f16", "f16"): Shader(
         template="templates/group-normalization-stash-f16-serial.wgsl.jinja",
         key=(True, "f16", "f16", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "y", "output", "y", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelsPerGroup", "u32"),

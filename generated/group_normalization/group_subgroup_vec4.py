@@ -123,19 +123,23 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "GroupNormalization.group_subgroup_vec4", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "x", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "y", "output", "y", "storage"),
+    Binding(4, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+
 # Specialization key: (combineSubgroups, mode, scalar, vec4, vecType, binding:x, binding:scale, binding:bias, binding:y)
 MAIN_SHADERS = {
     (False, "group", "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(False, "group", "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "y", "output", "y", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("cpg", "u32"),
@@ -233,14 +237,8 @@ fn main(
     (True, "group", "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(True, "group", "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "y", "output", "y", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("cpg", "u32"),
@@ -339,14 +337,8 @@ fn main(
     (False, "group", "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(False, "group", "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "y", "output", "y", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("cpg", "u32"),
@@ -445,14 +437,8 @@ fn main(
     (True, "group", "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(True, "group", "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "x", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "y", "output", "y", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("cpg", "u32"),

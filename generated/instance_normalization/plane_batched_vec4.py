@@ -157,19 +157,23 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "input", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "b", "read-only-storage"),
+    Binding(3, "y", "output", "output", "storage"),
+    Binding(4, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32"))
+
 # Specialization key: (usesF16, binding:x, binding:scale, binding:bias, binding:y)
 MAIN_SHADERS = {
     (False, "vec4<f32>", "f32", "f32", "vec4<f32>"): Shader(
         template="templates/instance-normalization-batched-planes-vec4.wgsl.jinja",
         key=(False, "vec4<f32>", "f32", "f32", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("channels", "u32"),
             ("epsilon", "f32"),
@@ -262,14 +266,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "vec4<f16>", "f16", "f16", "vec4<f16>"): Shader(
         template="templates/instance-normalization-batched-planes-vec4.wgsl.jinja",
         key=(True, "vec4<f16>", "f16", "f16", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("channels", "u32"),
             ("epsilon", "f32"),

@@ -188,17 +188,21 @@ def _apply(r, d, v):
     return make_pass(r, shader, "apply", "InstanceNormalization.Apply", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+PARTIALS_BINDINGS = (
+    Binding(0, "input", "input", "input", "read-only-storage"),
+    Binding(1, "partials", "intermediate", "partials", "storage"),
+    Binding(2, "params", "uniform", "params", "uniform"),
+)
+PARTIALS_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+
 # Specialization key: (binding:input, binding:partials)
 PARTIALS_SHADERS = {
     ("f32", "f32"): Shader(
         template="templates/instance-normalization-splitk-partials.wgsl.jinja",
         key=("f32", "f32"),
-        bindings=(
-            Binding(0, "input", "input", "input", "read-only-storage"),
-            Binding(1, "partials", "intermediate", "partials", "storage"),
-            Binding(2, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("planes", "u32"), ("spatial", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=PARTIALS_BINDINGS,
+        uniform_types=PARTIALS_UNIFORM_TYPES,
         overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((8, ("workgroupSize",)),),
@@ -280,12 +284,8 @@ fn main(
     ("f16", "f32"): Shader(
         template="templates/instance-normalization-splitk-partials.wgsl.jinja",
         key=("f16", "f32"),
-        bindings=(
-            Binding(0, "input", "input", "input", "read-only-storage"),
-            Binding(1, "partials", "intermediate", "partials", "storage"),
-            Binding(2, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("planes", "u32"), ("spatial", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=PARTIALS_BINDINGS,
+        uniform_types=PARTIALS_UNIFORM_TYPES,
         overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((8, ("workgroupSize",)),),
@@ -368,18 +368,22 @@ fn main(
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+COMBINE_BINDINGS = (
+    Binding(0, "input", "input", "input", "read-only-storage"),
+    Binding(1, "partials", "intermediate", "partials", "read-only-storage"),
+    Binding(2, "stats", "intermediate", "stats", "storage"),
+    Binding(3, "params", "uniform", "params", "uniform"),
+)
+COMBINE_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("_pad0", "u32"))
+
 # Specialization key: (vectorizedSpec, binding:input, binding:partials, binding:stats)
 COMBINE_SHADERS = {
     (False, "f32", "f32", "f32"): Shader(
         template="templates/instance-normalization-splitk-combine.wgsl.jinja",
         key=(False, "f32", "f32", "f32"),
-        bindings=(
-            Binding(0, "input", "input", "input", "read-only-storage"),
-            Binding(1, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(2, "stats", "intermediate", "stats", "storage"),
-            Binding(3, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("_pad0", "u32")),
+        bindings=COMBINE_BINDINGS,
+        uniform_types=COMBINE_UNIFORM_TYPES,
         overrides=(("combineWorkgroupSize", "u32"), ("split", "u32")),
         workgroup_size="combineWorkgroupSize",
         workgroup_arrays=(),
@@ -433,13 +437,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", "f32", "f32"): Shader(
         template="templates/instance-normalization-splitk-combine.wgsl.jinja",
         key=(False, "f16", "f32", "f32"),
-        bindings=(
-            Binding(0, "input", "input", "input", "read-only-storage"),
-            Binding(1, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(2, "stats", "intermediate", "stats", "storage"),
-            Binding(3, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("_pad0", "u32")),
+        bindings=COMBINE_BINDINGS,
+        uniform_types=COMBINE_UNIFORM_TYPES,
         overrides=(("combineWorkgroupSize", "u32"), ("split", "u32")),
         workgroup_size="combineWorkgroupSize",
         workgroup_arrays=(),
@@ -494,20 +493,24 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+APPLY_BINDINGS = (
+    Binding(0, "input", "input", "input", "read-only-storage"),
+    Binding(1, "stats", "intermediate", "stats", "read-only-storage"),
+    Binding(2, "scale", "input", "scale", "read-only-storage"),
+    Binding(3, "bias", "input", "b", "read-only-storage"),
+    Binding(4, "output", "output", "output", "storage"),
+    Binding(5, "params", "uniform", "params", "uniform"),
+)
+APPLY_UNIFORM_TYPES = (("count", "u32"), ("channels", "u32"), ("spatial", "u32"), ("_pad0", "u32"))
+
 # Specialization key: (usesF16, binding:input, binding:stats, binding:scale, binding:bias, binding:output)
 APPLY_SHADERS = {
     (False, "f32", "f32", "f32", "f32", "f32"): Shader(
         template="templates/instance-normalization-apply.wgsl.jinja",
         key=(False, "f32", "f32", "f32", "f32", "f32"),
-        bindings=(
-            Binding(0, "input", "input", "input", "read-only-storage"),
-            Binding(1, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(2, "scale", "input", "scale", "read-only-storage"),
-            Binding(3, "bias", "input", "b", "read-only-storage"),
-            Binding(4, "output", "output", "output", "storage"),
-            Binding(5, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("count", "u32"), ("channels", "u32"), ("spatial", "u32"), ("_pad0", "u32")),
+        bindings=APPLY_BINDINGS,
+        uniform_types=APPLY_UNIFORM_TYPES,
         overrides=(("applyWorkgroupSize", "u32"),),
         workgroup_size="applyWorkgroupSize",
         workgroup_arrays=(),
@@ -541,15 +544,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", "f32", "f16", "f16", "f16"): Shader(
         template="templates/instance-normalization-apply.wgsl.jinja",
         key=(True, "f16", "f32", "f16", "f16", "f16"),
-        bindings=(
-            Binding(0, "input", "input", "input", "read-only-storage"),
-            Binding(1, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(2, "scale", "input", "scale", "read-only-storage"),
-            Binding(3, "bias", "input", "b", "read-only-storage"),
-            Binding(4, "output", "output", "output", "storage"),
-            Binding(5, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("count", "u32"), ("channels", "u32"), ("spatial", "u32"), ("_pad0", "u32")),
+        bindings=APPLY_BINDINGS,
+        uniform_types=APPLY_UNIFORM_TYPES,
         overrides=(("applyWorkgroupSize", "u32"),),
         workgroup_size="applyWorkgroupSize",
         workgroup_arrays=(),

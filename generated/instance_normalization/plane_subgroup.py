@@ -106,19 +106,23 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "InstanceNormalization.plane_subgroup", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "input", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "b", "read-only-storage"),
+    Binding(3, "y", "output", "output", "storage"),
+    Binding(4, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+
 # Specialization key: (combineSubgroups, scalar, vec4, binding:x, binding:scale, binding:bias, binding:y)
 MAIN_SHADERS = {
     (False, "f32", False, "f32", "f32", "f32", "f32"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(False, "f32", False, "f32", "f32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("channels", "u32"), ("epsilon", "f32"), ("hidden", "u32"), ("wg", "u32")),
         workgroup_size="wg",
         workgroup_arrays=((8, ("wg",)),),
@@ -195,14 +199,8 @@ fn main(
     (True, "f32", False, "f32", "f32", "f32", "f32"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(True, "f32", False, "f32", "f32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("channels", "u32"), ("epsilon", "f32"), ("hidden", "u32"), ("wg", "u32")),
         workgroup_size="wg",
         workgroup_arrays=((8, ("wg",)),),
@@ -280,14 +278,8 @@ fn main(
     (False, "f16", False, "f16", "f16", "f16", "f16"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(False, "f16", False, "f16", "f16", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("channels", "u32"), ("epsilon", "f32"), ("hidden", "u32"), ("wg", "u32")),
         workgroup_size="wg",
         workgroup_arrays=((8, ("wg",)),),
@@ -365,14 +357,8 @@ fn main(
     (True, "f16", False, "f16", "f16", "f16", "f16"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(True, "f16", False, "f16", "f16", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(("channels", "u32"), ("epsilon", "f32"), ("hidden", "u32"), ("wg", "u32")),
         workgroup_size="wg",
         workgroup_arrays=((8, ("wg",)),),

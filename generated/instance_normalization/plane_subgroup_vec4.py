@@ -127,19 +127,23 @@ def _main(r, d, v):
     )
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "input", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "b", "read-only-storage"),
+    Binding(3, "y", "output", "output", "storage"),
+    Binding(4, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+
 # Specialization key: (combineSubgroups, scalar, vec4, vecType, binding:x, binding:scale, binding:bias, binding:y)
 MAIN_SHADERS = {
     (False, "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(False, "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("channels", "u32"),
             ("epsilon", "f32"),
@@ -232,14 +236,8 @@ fn main(
     (True, "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(True, "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("channels", "u32"),
             ("epsilon", "f32"),
@@ -333,14 +331,8 @@ fn main(
     (False, "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(False, "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("channels", "u32"),
             ("epsilon", "f32"),
@@ -434,14 +426,8 @@ fn main(
     (True, "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(True, "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("channels", "u32"),
             ("epsilon", "f32"),

@@ -140,19 +140,23 @@ def _main(r, d, v):
     )
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "input", "read-only-storage"),
+    Binding(1, "scale", "input", "scale", "read-only-storage"),
+    Binding(2, "bias", "input", "b", "read-only-storage"),
+    Binding(3, "y", "output", "output", "storage"),
+    Binding(4, "params", "uniform", "params", "uniform"),
+)
+MAIN_UNIFORM_TYPES = (("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+
 # Specialization key: (combineSubgroups, scalar, scalarIo, vec4, vecType, binding:x, binding:scale, binding:bias, binding:y)
 MAIN_SHADERS = {
     (True, "f32", True, True, "vec4<f32>", "f32", "f32", "f32", "f32"): Shader(
         template="templates/norm-row-stats.wgsl.jinja",
         key=(True, "f32", True, True, "vec4<f32>", "f32", "f32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "input", "read-only-storage"),
-            Binding(1, "scale", "input", "scale", "read-only-storage"),
-            Binding(2, "bias", "input", "b", "read-only-storage"),
-            Binding(3, "y", "output", "output", "storage"),
-            Binding(4, "params", "uniform", "params", "uniform"),
-        ),
-        uniform_types=(("rows", "u32"), ("rowStride", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("channels", "u32"),
             ("epsilon", "f32"),

@@ -222,20 +222,24 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(4, "beta", "input", "beta", "read-only-storage"),
+    Binding(5, "y", "output", "Y", "storage"),
+)
+MAIN_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:bias, binding:gamma, binding:beta, binding:y)
 MAIN_SHADERS = {
     (True, "f32", False, False, "1", False, "f32", "f32", "f32", "u32", "u32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f32", False, False, "1", False, "f32", "f32", "f32", "u32", "u32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -428,15 +432,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -629,15 +626,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -804,15 +794,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f32", True, False, "1", False, "f32", "f32", "f32", "u32", "u32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f32", True, False, "1", False, "f32", "f32", "f32", "u32", "u32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -994,15 +977,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1184,15 +1160,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1348,15 +1317,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", False, True, "1", False, "f16", "f16", "f16", "u32", "u32", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f16", False, True, "1", False, "f16", "f16", "f16", "u32", "u32", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1557,15 +1519,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1766,15 +1721,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1949,15 +1897,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", True, True, "1", False, "f16", "f16", "f16", "u32", "u32", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f16", True, True, "1", False, "f16", "f16", "f16", "u32", "u32", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -2147,15 +2088,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -2345,15 +2279,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),

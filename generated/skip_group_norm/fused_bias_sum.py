@@ -223,21 +223,25 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(4, "beta", "input", "beta", "read-only-storage"),
+    Binding(5, "y", "output", "Y", "storage"),
+    Binding(6, "sumOut", "output", "S", "storage"),
+)
+MAIN_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:bias, binding:gamma, binding:beta, binding:y, binding:sumOut)
 MAIN_SHADERS = {
     (True, "f32", False, False, "1", True, "f32", "f32", "f32", "u32", "u32", "f32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f32", False, False, "1", True, "f32", "f32", "f32", "u32", "u32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -434,16 +438,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -640,16 +636,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -818,16 +806,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f32", True, False, "1", True, "f32", "f32", "f32", "u32", "u32", "f32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f32", True, False, "1", True, "f32", "f32", "f32", "u32", "u32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1013,16 +993,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1208,16 +1180,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1375,16 +1339,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", False, True, "1", True, "f16", "f16", "f16", "u32", "u32", "f16", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f16", False, True, "1", True, "f16", "f16", "f16", "u32", "u32", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1589,16 +1545,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1803,16 +1751,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1989,16 +1929,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", True, True, "1", True, "f16", "f16", "f16", "u32", "u32", "f16", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(True, "f16", True, True, "1", True, "f16", "f16", "f16", "u32", "u32", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -2192,16 +2124,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -2395,16 +2319,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-            Binding(6, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),

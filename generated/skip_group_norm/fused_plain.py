@@ -221,19 +221,23 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(3, "beta", "input", "beta", "read-only-storage"),
+    Binding(4, "y", "output", "Y", "storage"),
+)
+MAIN_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:gamma, binding:beta, binding:y)
 MAIN_SHADERS = {
     (False, "f32", False, False, "1", False, "f32", "f32", "u32", "u32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f32", False, False, "1", False, "f32", "f32", "u32", "u32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -389,14 +393,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec4<f32>", False, False, "4", False, "vec4<f32>", "f32", "u32", "u32", "vec4<f32>"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "vec4<f32>", False, False, "4", False, "vec4<f32>", "f32", "u32", "u32", "vec4<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -552,14 +550,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec2<f32>", False, False, "2", False, "vec2<f32>", "f32", "u32", "u32", "vec2<f32>"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "vec2<f32>", False, False, "2", False, "vec2<f32>", "f32", "u32", "u32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -715,14 +707,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f32", True, False, "1", False, "f32", "f32", "u32", "u32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f32", True, False, "1", False, "f32", "f32", "u32", "u32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -891,14 +877,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1067,14 +1047,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "u32",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1219,14 +1193,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", False, True, "1", False, "f16", "f16", "u32", "u32", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f16", False, True, "1", False, "f16", "f16", "u32", "u32", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1390,14 +1358,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec4<f16>", False, True, "4", False, "vec4<f16>", "f16", "u32", "u32", "vec4<f16>"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "vec4<f16>", False, True, "4", False, "vec4<f16>", "f16", "u32", "u32", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1561,14 +1523,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec2<f16>", False, True, "2", False, "vec2<f16>", "f16", "u32", "u32", "vec2<f16>"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "vec2<f16>", False, True, "2", False, "vec2<f16>", "f16", "u32", "u32", "vec2<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1732,14 +1688,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", True, True, "1", False, "f16", "f16", "u32", "u32", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f16", True, True, "1", False, "f16", "f16", "u32", "u32", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1892,14 +1842,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec4<f16>", True, True, "4", False, "vec4<f16>", "vec4<f16>", "u32", "u32", "vec4<f16>"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "vec4<f16>", True, True, "4", False, "vec4<f16>", "vec4<f16>", "u32", "u32", "vec4<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -2052,14 +1996,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec2<f16>", True, True, "2", False, "vec2<f16>", "vec2<f16>", "u32", "u32", "vec2<f16>"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "vec2<f16>", True, True, "2", False, "vec2<f16>", "vec2<f16>", "u32", "u32", "vec2<f16>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),

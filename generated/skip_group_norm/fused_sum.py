@@ -222,20 +222,24 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+MAIN_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(3, "beta", "input", "beta", "read-only-storage"),
+    Binding(4, "y", "output", "Y", "storage"),
+    Binding(5, "sumOut", "output", "S", "storage"),
+)
+MAIN_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:gamma, binding:beta, binding:y, binding:sumOut)
 MAIN_SHADERS = {
     (False, "f32", False, False, "1", True, "f32", "f32", "u32", "u32", "f32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f32", False, False, "1", True, "f32", "f32", "u32", "u32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -419,15 +423,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -611,15 +608,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -777,15 +767,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f32", True, False, "1", True, "f32", "f32", "u32", "u32", "f32", "f32"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f32", True, False, "1", True, "f32", "f32", "u32", "u32", "f32", "f32"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -958,15 +941,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1139,15 +1115,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1294,15 +1263,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", False, True, "1", True, "f16", "f16", "u32", "u32", "f16", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f16", False, True, "1", True, "f16", "f16", "u32", "u32", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1494,15 +1456,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1694,15 +1649,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -1868,15 +1816,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", True, True, "1", True, "f16", "f16", "u32", "u32", "f16", "f16"): Shader(
         template="templates/group-norm-fused.wgsl.jinja",
         key=(False, "f16", True, True, "1", True, "f16", "f16", "u32", "u32", "f16", "f16"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -2057,15 +1998,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),
@@ -2246,15 +2180,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-            Binding(5, "sumOut", "output", "S", "storage"),
-        ),
-        uniform_types=(),
+        bindings=MAIN_BINDINGS,
+        uniform_types=MAIN_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("channelDivisor", "u32"),

@@ -396,18 +396,22 @@ def _normalize(r, d, v):
     return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+STATS_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "partials", "intermediate", "partials", "storage"),
+)
+STATS_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, slabStage, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:bias, binding:partials)
 STATS_SHADERS = {
     (True, "f32", False, "stats", False, "1", False, "f32", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f32", False, "stats", False, "1", False, "f32", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -583,13 +587,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "vec4<f32>", False, "stats", False, "4", False, "vec4<f32>", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "vec4<f32>", False, "stats", False, "4", False, "vec4<f32>", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -765,13 +764,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "vec2<f32>", False, "stats", False, "2", False, "vec2<f32>", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "vec2<f32>", False, "stats", False, "2", False, "vec2<f32>", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -947,13 +941,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f32", True, "stats", False, "1", False, "f32", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f32", True, "stats", False, "1", False, "f32", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1142,13 +1131,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "f32",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1337,13 +1321,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "f32",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1508,13 +1487,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", False, "stats", True, "1", False, "f16", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f16", False, "stats", True, "1", False, "f16", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1698,13 +1672,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "vec4<f16>", False, "stats", True, "4", False, "vec4<f16>", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "vec4<f16>", False, "stats", True, "4", False, "vec4<f16>", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1888,13 +1857,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "vec2<f16>", False, "stats", True, "2", False, "vec2<f16>", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "vec2<f16>", False, "stats", True, "2", False, "vec2<f16>", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2078,13 +2042,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", True, "stats", True, "1", False, "f16", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f16", True, "stats", True, "1", False, "f16", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2281,13 +2240,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "f16",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2484,13 +2438,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "f16",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2663,16 +2612,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+COMBINE_BINDINGS = (
+    Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
+    Binding(1, "stats", "intermediate", "stats", "storage"),
+)
+COMBINE_UNIFORM_TYPES = ()
+
 # Specialization key: (binding:partials, binding:stats)
 COMBINE_SHADERS = {
     ("vec2<f32>", "vec4<f32>"): Shader(
         template="templates/group-norm-combine.wgsl.jinja",
         key=("vec2<f32>", "vec4<f32>"),
-        bindings=(
-            Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(1, "stats", "intermediate", "stats", "storage"),
-        ),
-        uniform_types=(),
+        bindings=COMBINE_BINDINGS,
+        uniform_types=COMBINE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("combineWorkgroupSize", "u32"),
@@ -2733,6 +2686,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+NORMALIZE_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(4, "beta", "input", "beta", "read-only-storage"),
+    Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
+    Binding(6, "y", "output", "Y", "storage"),
+)
+NORMALIZE_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, slabStage, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:bias, binding:gamma, binding:beta, binding:stats, binding:y)
 NORMALIZE_SHADERS = {
     (
@@ -2768,16 +2733,8 @@ NORMALIZE_SHADERS = {
             "vec4<f32>",
             "f32",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2980,16 +2937,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3192,16 +3141,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3404,16 +3345,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "f32",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3605,16 +3538,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3806,16 +3731,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4007,16 +3924,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "f16",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4227,16 +4136,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4447,16 +4348,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4667,16 +4560,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "f16",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4876,16 +4761,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -5085,16 +4962,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(4, "beta", "input", "beta", "read-only-storage"),
-            Binding(5, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(6, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),

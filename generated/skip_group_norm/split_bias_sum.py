@@ -392,19 +392,23 @@ def _normalize(r, d, v):
     return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+STATS_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "bias", "input", "bias", "read-only-storage"),
+    Binding(3, "sumOut", "output", "S", "storage"),
+    Binding(4, "partials", "intermediate", "partials", "storage"),
+)
+STATS_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, slabStage, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:bias, binding:sumOut, binding:partials)
 STATS_SHADERS = {
     (True, "f32", False, "stats", False, "1", True, "f32", "f32", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f32", False, "stats", False, "1", True, "f32", "f32", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -608,14 +612,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -819,14 +817,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1004,14 +996,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f32", True, "stats", False, "1", True, "f32", "f32", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f32", True, "stats", False, "1", True, "f32", "f32", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1204,14 +1190,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1404,14 +1384,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1578,14 +1552,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", False, "stats", True, "1", True, "f16", "f16", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f16", False, "stats", True, "1", True, "f16", "f16", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1797,14 +1765,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2016,14 +1978,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2209,14 +2165,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", True, "stats", True, "1", True, "f16", "f16", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f16", True, "stats", True, "1", True, "f16", "f16", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2417,14 +2367,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2625,14 +2569,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "bias", "input", "bias", "read-only-storage"),
-            Binding(3, "sumOut", "output", "S", "storage"),
-            Binding(4, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2807,16 +2745,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+COMBINE_BINDINGS = (
+    Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
+    Binding(1, "stats", "intermediate", "stats", "storage"),
+)
+COMBINE_UNIFORM_TYPES = ()
+
 # Specialization key: (binding:partials, binding:stats)
 COMBINE_SHADERS = {
     ("vec2<f32>", "vec4<f32>"): Shader(
         template="templates/group-norm-combine.wgsl.jinja",
         key=("vec2<f32>", "vec4<f32>"),
-        bindings=(
-            Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(1, "stats", "intermediate", "stats", "storage"),
-        ),
-        uniform_types=(),
+        bindings=COMBINE_BINDINGS,
+        uniform_types=COMBINE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("combineWorkgroupSize", "u32"),
@@ -2877,19 +2819,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+NORMALIZE_BINDINGS = (
+    Binding(0, "sumOut", "output", "S", "read-only-storage"),
+    Binding(1, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(2, "beta", "input", "beta", "read-only-storage"),
+    Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
+    Binding(4, "y", "output", "Y", "storage"),
+)
+NORMALIZE_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, slabStage, tIsF16, vecWidth, writeSum, binding:sumOut, binding:gamma, binding:beta, binding:stats, binding:y)
 NORMALIZE_SHADERS = {
     (True, "f32", "normalize", False, "1", True, "f32", "u32", "u32", "vec4<f32>", "f32"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f32", "normalize", False, "1", True, "f32", "u32", "u32", "vec4<f32>", "f32"),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3057,14 +3003,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3232,14 +3172,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3383,14 +3317,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (True, "f16", "normalize", True, "1", True, "f16", "u32", "u32", "vec4<f32>", "f16"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(True, "f16", "normalize", True, "1", True, "f16", "u32", "u32", "vec4<f32>", "f16"),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3559,14 +3487,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3735,14 +3657,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),

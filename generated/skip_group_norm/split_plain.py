@@ -394,17 +394,21 @@ def _normalize(r, d, v):
     return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+STATS_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "partials", "intermediate", "partials", "storage"),
+)
+STATS_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, slabStage, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:partials)
 STATS_SHADERS = {
     (False, "f32", False, "stats", False, "1", False, "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f32", False, "stats", False, "1", False, "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -569,12 +573,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec4<f32>", False, "stats", False, "4", False, "vec4<f32>", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec4<f32>", False, "stats", False, "4", False, "vec4<f32>", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -739,12 +739,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec2<f32>", False, "stats", False, "2", False, "vec2<f32>", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec2<f32>", False, "stats", False, "2", False, "vec2<f32>", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -909,12 +905,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f32", True, "stats", False, "1", False, "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f32", True, "stats", False, "1", False, "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1066,12 +1058,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec4<f32>", True, "stats", False, "4", False, "vec4<f32>", "vec4<f32>", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec4<f32>", True, "stats", False, "4", False, "vec4<f32>", "vec4<f32>", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1223,12 +1211,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec2<f32>", True, "stats", False, "2", False, "vec2<f32>", "vec2<f32>", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec2<f32>", True, "stats", False, "2", False, "vec2<f32>", "vec2<f32>", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1380,12 +1364,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", False, "stats", True, "1", False, "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f16", False, "stats", True, "1", False, "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1558,12 +1538,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec4<f16>", False, "stats", True, "4", False, "vec4<f16>", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec4<f16>", False, "stats", True, "4", False, "vec4<f16>", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1736,12 +1712,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec2<f16>", False, "stats", True, "2", False, "vec2<f16>", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec2<f16>", False, "stats", True, "2", False, "vec2<f16>", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1914,12 +1886,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", True, "stats", True, "1", False, "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f16", True, "stats", True, "1", False, "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2079,12 +2047,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec4<f16>", True, "stats", True, "4", False, "vec4<f16>", "vec4<f16>", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec4<f16>", True, "stats", True, "4", False, "vec4<f16>", "vec4<f16>", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2244,12 +2208,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "vec2<f16>", True, "stats", True, "2", False, "vec2<f16>", "vec2<f16>", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "vec2<f16>", True, "stats", True, "2", False, "vec2<f16>", "vec2<f16>", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2409,16 +2369,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+COMBINE_BINDINGS = (
+    Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
+    Binding(1, "stats", "intermediate", "stats", "storage"),
+)
+COMBINE_UNIFORM_TYPES = ()
+
 # Specialization key: (binding:partials, binding:stats)
 COMBINE_SHADERS = {
     ("vec2<f32>", "vec4<f32>"): Shader(
         template="templates/group-norm-combine.wgsl.jinja",
         key=("vec2<f32>", "vec4<f32>"),
-        bindings=(
-            Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(1, "stats", "intermediate", "stats", "storage"),
-        ),
-        uniform_types=(),
+        bindings=COMBINE_BINDINGS,
+        uniform_types=COMBINE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("combineWorkgroupSize", "u32"),
@@ -2479,6 +2443,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+NORMALIZE_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(3, "beta", "input", "beta", "read-only-storage"),
+    Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
+    Binding(5, "y", "output", "Y", "storage"),
+)
+NORMALIZE_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, slabStage, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:gamma, binding:beta, binding:stats, binding:y)
 NORMALIZE_SHADERS = {
     (
@@ -2512,15 +2487,8 @@ NORMALIZE_SHADERS = {
             "vec4<f32>",
             "f32",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2710,15 +2678,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2908,15 +2869,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3106,15 +3060,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "f32",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3293,15 +3240,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3480,15 +3420,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3667,15 +3600,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "f16",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3873,15 +3799,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4079,15 +3998,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4285,15 +4197,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "f16",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4480,15 +4385,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -4675,15 +4573,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(3, "beta", "input", "beta", "read-only-storage"),
-            Binding(4, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(5, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),

@@ -391,18 +391,22 @@ def _normalize(r, d, v):
     return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+STATS_BINDINGS = (
+    Binding(0, "x", "input", "X", "read-only-storage"),
+    Binding(1, "skip", "input", "skip", "read-only-storage"),
+    Binding(2, "sumOut", "output", "S", "storage"),
+    Binding(3, "partials", "intermediate", "partials", "storage"),
+)
+STATS_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, skipFull, slabStage, tIsF16, vecWidth, writeSum, binding:x, binding:skip, binding:sumOut, binding:partials)
 STATS_SHADERS = {
     (False, "f32", False, "stats", False, "1", True, "f32", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f32", False, "stats", False, "1", True, "f32", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -593,13 +597,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -790,13 +789,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -963,13 +957,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f32", True, "stats", False, "1", True, "f32", "f32", "f32", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f32", True, "stats", False, "1", True, "f32", "f32", "f32", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1147,13 +1136,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1331,13 +1315,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1491,13 +1470,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", False, "stats", True, "1", True, "f16", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f16", False, "stats", True, "1", True, "f16", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1696,13 +1670,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -1901,13 +1870,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2082,13 +2046,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", True, "stats", True, "1", True, "f16", "f16", "f16", "vec2<f32>"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f16", True, "stats", True, "1", True, "f16", "f16", "f16", "vec2<f32>"),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2274,13 +2233,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2466,13 +2420,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec2<f16>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "x", "input", "X", "read-only-storage"),
-            Binding(1, "skip", "input", "skip", "read-only-storage"),
-            Binding(2, "sumOut", "output", "S", "storage"),
-            Binding(3, "partials", "intermediate", "partials", "storage"),
-        ),
-        uniform_types=(),
+        bindings=STATS_BINDINGS,
+        uniform_types=STATS_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2634,16 +2583,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+COMBINE_BINDINGS = (
+    Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
+    Binding(1, "stats", "intermediate", "stats", "storage"),
+)
+COMBINE_UNIFORM_TYPES = ()
+
 # Specialization key: (binding:partials, binding:stats)
 COMBINE_SHADERS = {
     ("vec2<f32>", "vec4<f32>"): Shader(
         template="templates/group-norm-combine.wgsl.jinja",
         key=("vec2<f32>", "vec4<f32>"),
-        bindings=(
-            Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
-            Binding(1, "stats", "intermediate", "stats", "storage"),
-        ),
-        uniform_types=(),
+        bindings=COMBINE_BINDINGS,
+        uniform_types=COMBINE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("combineWorkgroupSize", "u32"),
@@ -2704,19 +2657,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 
 
+# The resources every specialization of this pass binds, in binding order, and its Params layout.
+NORMALIZE_BINDINGS = (
+    Binding(0, "sumOut", "output", "S", "read-only-storage"),
+    Binding(1, "gamma", "input", "gamma", "read-only-storage"),
+    Binding(2, "beta", "input", "beta", "read-only-storage"),
+    Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
+    Binding(4, "y", "output", "Y", "storage"),
+)
+NORMALIZE_UNIFORM_TYPES = ()
+
 # Specialization key: (hasBias, ioElement, slabStage, tIsF16, vecWidth, writeSum, binding:sumOut, binding:gamma, binding:beta, binding:stats, binding:y)
 NORMALIZE_SHADERS = {
     (False, "f32", "normalize", False, "1", True, "f32", "u32", "u32", "vec4<f32>", "f32"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f32", "normalize", False, "1", True, "f32", "u32", "u32", "vec4<f32>", "f32"),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -2884,14 +2841,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f32>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3059,14 +3010,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f32>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3210,14 +3155,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     (False, "f16", "normalize", True, "1", True, "f16", "u32", "u32", "vec4<f32>", "f16"): Shader(
         template="templates/group-norm-slab.wgsl.jinja",
         key=(False, "f16", "normalize", True, "1", True, "f16", "u32", "u32", "vec4<f32>", "f16"),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3386,14 +3325,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec4<f16>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
@@ -3562,14 +3495,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             "vec4<f32>",
             "vec2<f16>",
         ),
-        bindings=(
-            Binding(0, "sumOut", "output", "S", "read-only-storage"),
-            Binding(1, "gamma", "input", "gamma", "read-only-storage"),
-            Binding(2, "beta", "input", "beta", "read-only-storage"),
-            Binding(3, "stats", "intermediate", "stats", "read-only-storage"),
-            Binding(4, "y", "output", "Y", "storage"),
-        ),
-        uniform_types=(),
+        bindings=NORMALIZE_BINDINGS,
+        uniform_types=NORMALIZE_UNIFORM_TYPES,
         overrides=(
             ("DISPATCH_FOLD_WIDTH", "u32"),
             ("blocksPerItem", "u32"),
