@@ -290,3 +290,19 @@ def rng_for(test_name: str):
 def seed_note(seed: int) -> str:
     """The reproduction hint failure messages carry."""
     return f"seed {seed} (reproduce with KERNEL_TEST_SEED={seed})"
+
+
+def skip_group_norm_for_call(inputs, attrs):
+    """skip_group_norm_ref() for a kernel call's bind-keyed inputs and attributes (defaults applied)."""
+    return skip_group_norm_ref(
+        inputs["X"],
+        inputs["gamma"],
+        inputs["beta"],
+        inputs["skip"],
+        inputs.get("bias"),
+        attrs["groups"],
+        attrs.get("epsilon", 1e-5),
+        attrs["activation"],
+        attrs.get("channels_last", 1),
+        inputs["X"].dtype,
+    )

@@ -32,7 +32,7 @@ from generated import skip_group_norm as sgn
 from generated.skip_group_norm.cases import BENCH_CASES, TEST_CASES
 from tests import skip_group_norm_ort_vectors as ort
 from tests.device_helpers import poisoned_call
-from tests.oracles import assert_close, rng_for, seed_note, skip_group_norm_ref
+from tests.oracles import assert_close, rng_for, seed_note, skip_group_norm_for_call, skip_group_norm_ref
 
 FAMILIES = ("split", "fused")
 VARIANTS = tuple(
@@ -84,18 +84,7 @@ def run_poisoned(inputs, attrs, outputs=("Y",), **kwargs):
 
 
 def reference(inputs, attrs):
-    return skip_group_norm_ref(
-        inputs["X"],
-        inputs["gamma"],
-        inputs["beta"],
-        inputs["skip"],
-        inputs.get("bias"),
-        attrs["groups"],
-        attrs.get("epsilon", 1e-5),
-        attrs["activation"],
-        attrs.get("channels_last", 1),
-        inputs["X"].dtype,
-    )
+    return skip_group_norm_for_call(inputs, attrs)
 
 
 def check(result, inputs, attrs, context):
