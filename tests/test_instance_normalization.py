@@ -246,14 +246,18 @@ def chosen(shape, dtype="float32", caps=None, tunables=None):
 
 
 def test_selection_thresholds():
+    """Split-k is preferred for fewer planes than SPLIT_STATS_BELOW_PLANES (128, about a large GPU's
+    SM count) of at least SPLIT_STATS_MIN_SPATIAL values; the subgroup width plays no part."""
     assert chosen((1, 4, 256, 256)) == "plane_splitk_vec4"
     assert chosen((1, 4, 256, 256), "float16") == "plane_splitk_vec4"
-    assert chosen((1, 31, 256, 256)) == "plane_splitk_vec4"
-    assert chosen((1, 32, 256, 256)) != "plane_splitk_vec4"  # planes < normSubgroupMax (32) fails
+    assert chosen((1, 32, 256, 256)) == "plane_splitk_vec4"
+    assert chosen((1, 127, 256, 256)) == "plane_splitk_vec4"
+    assert chosen((1, 128, 256, 256)) != "plane_splitk_vec4"  # planes < SPLIT_STATS_BELOW_PLANES fails
     assert chosen((1, 4, 256, 255)) != "plane_splitk"  # spatial 65280 < SPLIT_STATS_MIN_SPATIAL
     assert chosen((1, 4, 257, 257)) == "plane_splitk"
     wave64 = {"features": ["subgroups"], "adapterInfo": {"subgroupMinSize": 64, "subgroupMaxSize": 64}}
-    assert chosen((1, 40, 256, 256), caps=wave64) == "plane_splitk_vec4"  # 40 < 64
+    assert chosen((1, 40, 256, 256), caps=wave64) == "plane_splitk_vec4"
+    assert chosen((1, 40, 256, 256), tunables={"SPLIT_STATS_BELOW_PLANES": 40}) != "plane_splitk_vec4"
     assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == "plane_splitk_vec4"
 
 
