@@ -2,6 +2,7 @@
 
     python -m generated.bench [--ops OP[,OP]] [--dtype float32|float16] [--quick]
                               [--json FILE] [--markdown FILE] [--plot FILE] [--torch]
+                              [--variant ID] [--tunable NAME=VALUE] [--per-pass] [--wall-clock]
 
 Cases come from each op package's `cases.py` (`BENCH_CASES`, written from the `bench.json`
 beside the op's manifest): {"name", "source", "inputs": {bind key: shape}, "dtypes": {type
@@ -465,7 +466,7 @@ class Result:
     shapes: dict
     attrs: dict
     variant: str = ""
-    passes: list = field(default_factory=list)  # [{name, dispatch, workgroup_size}]
+    passes: list = field(default_factory=list)  # [{name, dispatch, workgroup_size, alone_us with --per-pass}]
     bytes: int = 0
     copies: int = 0
     samples: int = 0
@@ -495,8 +496,9 @@ def _percentile_us(samples, q):
 class Bench:
     """Runs cases on one device, sharing the timer, the copy kernel and the PyTorch peer."""
 
-    def __init__(self, device, settings, timer, torch_peer=None, variant=None, tunables=None):
+    def __init__(self, device, settings, timer, torch_peer=None, variant=None, tunables=None, per_pass=False):
         self.device = device
+        self.per_pass = per_pass
         self.settings = settings
         self.timer = timer
         self.copy = CopyKernel(device)
@@ -570,7 +572,15 @@ class Bench:
             "op": lambda encoder, i, ts: _runtime.encode_passes(encoder, bound[i], ts),
             "copy": lambda encoder, i, ts: _runtime.encode_passes(encoder, copy_bound[i], ts),
         }
+        if self.per_pass and len(runnable) > 1:
+            # Each dispatch alone in its own compute pass, on what the earlier ones left behind.
+            for k in range(len(runnable)):
+                work[k] = lambda encoder, i, ts, k=k: _runtime.encode_passes(encoder, bound[i][k : k + 1], ts)
         samples = timer.measure(work, copies, settings)
+        runnable_index = [i for i, p in enumerate(plan.passes) if 0 not in p.dispatch]
+        for k, i in enumerate(runnable_index):
+            if k in samples:
+                result.passes[i]["alone_us"] = _median_us(samples[k])
         result.samples = len(samples["op"])
         result.gpu_us = _median_us(samples["op"])
         result.gpu_us_p10, result.gpu_us_p90 = _percentile_us(samples["op"], 10), _percentile_us(
@@ -715,6 +725,25 @@ def markdown(results, meta):
             f"| {r.op} | {r.case} | {dtype} | {_fmt(h['plan_us'])} | {_fmt(h['kernel_submit_us'])} "
             f"| {_fmt(h['kernel_overhead_us'])} | {_fmt(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} |"
         )
+    alone = [r for r in results if not r.error and any("alone_us" in p for p in r.passes)]
+    if alone:
+        lines += [
+            "",
+            "Per pass (--per-pass): each dispatch of a plan timed alone, in its own compute pass, on the "
+            "intermediates the earlier ones left; a lone compute pass has a floor of its own (a few \u00b5s), "
+            "so the parts add up to more than the plan's one-pass time.",
+            "",
+            "| op | case | dtype | pass | workgroups | workgroup size | alone \u00b5s |",
+            "| --- | --- | --- | --- | --- | ---: | ---: |",
+        ]
+        for r in alone:
+            dtype = "/".join(_SHORT_DTYPE[d] for d in r.dtypes.values())
+            for p in r.passes:
+                workgroups = "x".join(str(d) for d in p["dispatch"])
+                lines.append(
+                    f"| {r.op} | {r.case} | {dtype} | {p['name']} | {workgroups} | {p['workgroup_size']} "
+                    f"| {_fmt(p.get('alone_us'))} |"
+                )
     torch_notes = sorted({r.torch_timing for r in results if r.torch_timing})
     if torch_notes:
         lines += ["", "PyTorch timing: " + "; ".join(torch_notes) + "."]
@@ -803,6 +832,9 @@ def parse_args(argv):
         help="override a tunable in the ops that have it",
     )
     parser.add_argument(
+        "--per-pass", action="store_true", help="also time each dispatch of a multi-pass plan alone"
+    )
+    parser.add_argument(
         "--wall-clock", action="store_true", help="time with queue syncs even if timestamp-query is available"
     )
     return parser.parse_args(argv)
@@ -838,7 +870,7 @@ def main(argv=None):
             meta["torch_copy_gbps"] = torch_peer.copy_gbps()
         except Exception as error:
             meta["warnings"].append(f"--torch skipped: {type(error).__name__}: {error}")
-    bench = Bench(device, settings, timer, torch_peer, args.variant, tunables)
+    bench = Bench(device, settings, timer, torch_peer, args.variant, tunables, args.per_pass)
 
     results = []
     for case in cases:

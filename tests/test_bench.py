@@ -51,3 +51,37 @@ def test_quick_bench_writes_json(tmp_path):
     table = markdown.read_text()
     assert "| batch_normalization | resnet50-stem-b1 | f32 |" in table
     assert "GPU timing:" in table
+
+
+def test_per_pass_times_each_dispatch_of_a_multi_pass_plan(tmp_path):
+    """--per-pass on GroupNormalization's split-k (forced by a lower threshold): both dispatches timed."""
+    out = tmp_path / "bench.json"
+    markdown = tmp_path / "bench.md"
+    env = dict(os.environ, WGPU_BACKEND_TYPE=os.environ.get("WGPU_BACKEND_TYPE", "Vulkan"))
+    command = [
+        sys.executable,
+        "-m",
+        "generated.bench",
+        "--quick",
+        "--ops",
+        "group_normalization",
+        "--dtype",
+        "float32",
+    ]
+    command += [
+        "--per-pass",
+        "--tunable",
+        "SPLIT_STATS_MIN_HIDDEN=4096",
+        "--json",
+        str(out),
+        "--markdown",
+        str(markdown),
+    ]
+    run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    (result,) = json.loads(out.read_text())["results"]
+    assert result["error"] is None and result["variant"] == "group_splitk_vec4"
+    assert len(result["passes"]) == 2 and all(p["alone_us"] > 0 for p in result["passes"])
+    table = markdown.read_text()
+    assert "Per pass (--per-pass)" in table
+    assert "| group_normalization | sd-unet-256px | f32 | partials |" in table
