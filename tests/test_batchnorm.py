@@ -21,24 +21,37 @@ from tests.oracles import assert_close, backend_node_cases, batch_normalization_
 F16_CAPS = {"features": ["shader-f16"]}
 
 # (shape, variants that must be able to run it): C, spatial sizes and element counts on both
-# sides of 4; flat_inference_vec4's vectors straddle channels in (2, 4, 7) and batches in (4, 3, 1, 1).
+# sides of 4; the flat variants' vectors straddle channels in (2, 4, 7), (4, 5, 5), (4, 3, 3) and
+# (4, 3, 2), and batches in (4, 3, 1, 1), (2, 4, 7), (4, 3, 3) and (4, 3, 2) (planes of 1 to 3 values
+# take the per-lane path, larger ones the two-channel one).
 NCHW4 = {"nchw_inference_vec4", "nchw_inference_vec4_pairs"}
+FLAT4 = {"flat_inference_vec4", "flat_inference_vec4_pairs"}
 SHAPES = [
-    ((3, 8), {"nc_inference_vec4", "flat_inference_vec4", "inference_scalar"}),
+    ((3, 8), {"nc_inference_vec4", "inference_scalar"} | FLAT4),
     ((5, 6), {"inference_scalar"}),
-    ((2, 6), {"flat_inference_vec4", "inference_scalar"}),
-    ((2, 3, 12), NCHW4 | {"flat_inference_vec4", "inference_scalar"}),
-    ((2, 4, 7), {"flat_inference_vec4", "inference_scalar"}),
-    ((2, 5, 4, 6), NCHW4 | {"flat_inference_vec4", "inference_scalar"}),
+    ((2, 6), FLAT4 | {"inference_scalar"}),
+    ((2, 3, 12), NCHW4 | FLAT4 | {"inference_scalar"}),
+    ((2, 4, 7), FLAT4 | {"inference_scalar"}),
+    ((4, 5, 5), FLAT4 | {"inference_scalar"}),
+    ((4, 3, 3), FLAT4 | {"inference_scalar"}),
+    ((4, 3, 2), FLAT4 | {"inference_scalar"}),
+    ((2, 5, 4, 6), NCHW4 | FLAT4 | {"inference_scalar"}),
     ((1, 3, 5, 3), {"inference_scalar"}),
-    ((4, 3, 1, 1), {"flat_inference_vec4", "inference_scalar"}),
-    ((2, 3, 2, 3, 4), NCHW4 | {"flat_inference_vec4", "inference_scalar"}),
+    ((4, 3, 1, 1), FLAT4 | {"inference_scalar"}),
+    ((2, 3, 2, 3, 4), NCHW4 | FLAT4 | {"inference_scalar"}),
     ((1, 2, 3, 3, 3), {"inference_scalar"}),
     # pairs: 2 * WORKGROUP_SIZE = 512 vectors per workgroup; 3 * 7 * 100 = 2100 vectors leave a
     # last workgroup whose second halves are partly and wholly out of range.
-    ((3, 7, 10, 40), NCHW4 | {"flat_inference_vec4", "inference_scalar"}),
+    ((3, 7, 10, 40), NCHW4 | FLAT4 | {"inference_scalar"}),
 ]
-VARIANTS = ("inference_scalar", "nc_inference_vec4", "nchw_inference_vec4", "nchw_inference_vec4_pairs", "flat_inference_vec4")
+VARIANTS = (
+    "inference_scalar",
+    "nc_inference_vec4",
+    "nchw_inference_vec4",
+    "nchw_inference_vec4_pairs",
+    "flat_inference_vec4",
+    "flat_inference_vec4_pairs",
+)
 
 
 def random_inputs(rng, shape, dtype):
@@ -100,9 +113,12 @@ def test_selection_prefers_vector_variants():
     # Two vectors an invocation: measured faster for f16 on the H200, slightly slower for f32.
     assert chosen((2, 3, 8, 8), "float16") == "nchw_inference_vec4_pairs"
     assert chosen((2, 3, 8, 8)) == "nchw_inference_vec4"  # demoted for f32
+    # The flat pairs follow the nchw pairs: f16 only, and never ahead of the nc or nchw variants.
+    assert chosen((32, 2048, 7, 7), "float16") == "flat_inference_vec4_pairs"
+    assert chosen((32, 2048, 7, 7)) == "flat_inference_vec4"  # demoted for f32
+    assert chosen((4, 6), "float16") == "flat_inference_vec4_pairs"
     for dtype in ("float32", "float16"):
         assert chosen((4, 8), dtype) == "nc_inference_vec4"
-        assert chosen((32, 2048, 7, 7), dtype) == "flat_inference_vec4"
         assert chosen((2, 3, 5, 5), dtype) == "inference_scalar"
 
 
@@ -116,6 +132,7 @@ def test_selection_prefers_vector_variants():
         ("nchw_inference_vec4", (2, 3, 50000), 1),
         # 140000 vectors, two a workgroup.
         ("nchw_inference_vec4_pairs", (2, 4, 70000), 1),
+        ("flat_inference_vec4_pairs", (2, 4, 70000), 1),
     ],
 )
 def test_dispatch_folds_past_65535_workgroups(variant, shape, workgroup_size, request):
@@ -126,6 +143,29 @@ def test_dispatch_folds_past_65535_workgroups(variant, shape, workgroup_size, re
     assert p.passes[0].dispatch[:2] == (65535, 2)
     actual = run_poisoned(inputs, variant=variant, tunables=tunables)
     assert_close(actual, reference(inputs, 1e-5), np.float32, f"{variant} folded dispatch {seed_note(seed)}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize(
+    "shape,workgroup_size",
+    [
+        # count4 vectors in blocks of 2 * WORKGROUP_SIZE; what the last block holds:
+        ((4, 3, 3), 4),  # 9 = 8 + 1: one first half, no second halves
+        ((2, 4, 7), 4),  # 14 = 8 + 6: every first half, two second halves
+        ((4, 5, 5), 3),  # 25 = 4 * 6 + 1, a workgroup size that is not a power of two
+        ((3, 4, 7, 3), 7),  # 63 = 4 * 14 + 7: exactly the first halves
+    ],
+)
+def test_flat_pairs_cover_a_partial_last_block(shape, workgroup_size, dtype, request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype)
+    tunables = {"WORKGROUP_SIZE": workgroup_size}
+    count4 = int(np.prod(shape)) // 4
+    assert count4 % (2 * workgroup_size) != 0
+    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": np.dtype(dtype).name}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_vec4_pairs")
+    assert p.passes[0].dispatch == (-(-count4 // (2 * workgroup_size)), 1, 1)
+    actual = run_poisoned(inputs, variant="flat_inference_vec4_pairs", tunables=tunables)
+    assert_close(actual, reference(inputs, 1e-5), dtype, f"flat pairs {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}")
 
 
 def test_fold_width_stays_65535_on_devices_reporting_more():
