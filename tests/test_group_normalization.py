@@ -1,5 +1,5 @@
-"""GroupNormalization-21 through the generated kernels: variants group_splitk, group_splitk_vec4 and
-group_stash_f16_serial.
+"""GroupNormalization-21 through the generated kernels: variants group_splitk, group_splitk_vec4,
+group_splitk_vec4_pairs and group_stash_f16_serial.
 
 Every case runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per run
 (the seed is printed on failure) and NaN-poisoned outputs, against tests/oracles.py's
@@ -12,6 +12,8 @@ normalizes its chunk. Small STATS_VALUES_PER_SPLIT / SPLIT_STATS_MIN_HIDDEN tuna
 splits on small data; the natural path needs groupHidden >= 65536 and at most 256 rows.
 group_splitk_vec4 is the same with vec4 loads (spatial % 4 == 0: chunks of whole vectors); both
 merge the partials once per workgroup (per-invocation runs, then a fixed tree).
+group_splitk_vec4_pairs (chosen for f16) has each invocation take two vectors, workgroupSize apart,
+in every block of 2 * workgroupSize vectors of its chunk, in both passes.
 
 group_stash_f16_serial (stash_type=10): the ONNX function body with its normalization stage in
 float16. See `assert_close_f16_stage` for the tolerance and why it is looser than DESIGN §7's.
@@ -35,7 +37,8 @@ NO_F16_CAPS = {"features": []}
 # Several splits on small rows: one split per 64 values, and no minimum row length.
 SMALL_SPLITS = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
 DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
-SPLIT_VARIANTS = ("group_splitk", "group_splitk_vec4")
+SPLIT_VARIANTS = ("group_splitk", "group_splitk_vec4", "group_splitk_vec4_pairs")
+VEC4_SPLIT_VARIANTS = ("group_splitk_vec4", "group_splitk_vec4_pairs")  # need spatial % 4 == 0
 
 
 def random_inputs(rng, shape, dtype, offset=1.0):
@@ -83,7 +86,7 @@ SPLITK_CASES = [
     ((2, 6, 5, 7), 2, {**SMALL_SPLITS, "WORKGROUP_SIZE": 1}, 2),  # one invocation a workgroup
     ((2, 7, 9, 11), 7, {**SMALL_SPLITS, "WORKGROUP_SIZE": 100}, 2),  # 64 invocations for chunks of 50 and 49
     ((1, 6, 300), 3, {**SMALL_SPLITS, "WORKGROUP_SIZE": 33}, 16),  # 32 invocations for chunks of 37 or 38
-    # spatial % 4 == 0, for group_splitk_vec4 too: 6 vectors in 32 chunks (26 empty); 64 partials
+    # spatial % 4 == 0, for the vec4 variants too: 6 vectors in 32 chunks (26 empty); 64 partials
     # merged by 32 invocations, 2 each; SPLIT_WORKGROUP_SIZE alone sets the split-k workgroup.
     ((2, 3, 8), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 1}, 32),
     ((2, 6, 4, 24), 2, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 4, "WORKGROUP_SIZE": 32}, 64),
@@ -98,7 +101,7 @@ def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, 
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype, offset=3.0)
     attrs = {"num_groups": num_groups, "epsilon": float(rng.choice([1e-5, 1e-3, 0.1]))}
-    if variant == "group_splitk_vec4" and int(np.prod(shape[2:])) % 4:
+    if variant in VEC4_SPLIT_VARIANTS and int(np.prod(shape[2:])) % 4:
         with pytest.raises(ContractError, match="does not apply"):
             plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant=variant)
         return
@@ -122,7 +125,7 @@ def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_gro
     inputs = random_inputs(rng, shape, dtype)
     attrs = {"num_groups": num_groups}
     p = plan_for(inputs, attrs, caps=F16_CAPS)
-    assert p.variant == variant
+    assert p.variant == (variant + "_pairs" if variant == "group_splitk_vec4" and dtype == np.float16 else variant)
     assert p.passes[0].overrides["split"] == (16 if shape[0] == 1 else 32)  # 65536, 66560 and 67596 values a row
     actual = run_poisoned(inputs, attrs=attrs)
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} vs float64 {seed_note(seed)}")
@@ -135,10 +138,10 @@ def test_selection_thresholds():
     """group_splitk needs groupHidden >= 65536 and at most 256 rows; stash_type 10 always takes
     group_stash_f16_serial (priority 1000), on f32 tensors even without shader-f16."""
 
-    def chosen(shape, num_groups, stash_type=1, caps=F16_CAPS, **kwargs):
+    def chosen(shape, num_groups, stash_type=1, caps=F16_CAPS, dtype="float32", **kwargs):
         c = shape[1]
         attrs = {"num_groups": num_groups, "stash_type": stash_type}
-        return gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": "float32"}, attrs=attrs, caps=caps, **kwargs).variant
+        return gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs=attrs, caps=caps, **kwargs).variant
 
     assert chosen((1, 32, 64, 64), 2) == "group_splitk_vec4"  # 65536 values a row
     assert chosen((1, 32, 64, 64), 4) not in SPLIT_VARIANTS  # 32768
@@ -149,6 +152,11 @@ def test_selection_thresholds():
     assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS  # more rows than SPLIT_STATS_MAX_ROWS
     assert chosen((2, 6, 5, 7), 3, tunables=SMALL_SPLITS) == "group_splitk"
     assert chosen((2, 6, 5, 8), 3, tunables=SMALL_SPLITS) == "group_splitk_vec4"
+    # Two vectors an invocation for f16 (8-byte vec4<f16> loads); demoted for f32.
+    assert chosen((1, 32, 64, 64), 2, dtype="float16") == "group_splitk_vec4_pairs"
+    assert chosen((2, 6, 5, 8), 3, dtype="float16", tunables=SMALL_SPLITS) == "group_splitk_vec4_pairs"
+    assert chosen((1, 1, 65537), 1, dtype="float16") == "group_splitk"
+    assert chosen((257, 1, 65536), 1, dtype="float16") not in SPLIT_VARIANTS
     assert chosen((1, 32, 64, 64), 2, stash_type=10) == "group_stash_f16_serial"
     assert chosen((2, 6, 5, 7), 3, stash_type=10, caps=NO_F16_CAPS) == "group_stash_f16_serial"
 
@@ -158,9 +166,9 @@ def test_workgroup_defaults_per_variant_kind():
     keeps min(WORKGROUP_SIZE, SPLIT_WORKGROUP_SIZE = 256)."""
     big = {"features": ["shader-f16"], "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024}}
 
-    def workgroups(shape, caps, tunables=None):
+    def workgroups(shape, caps, tunables=None, dtype="float32"):
         c = shape[1]
-        p = gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": "float32"}, attrs={"num_groups": 32}, caps=caps, tunables=tunables)
+        p = gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs={"num_groups": 32}, caps=caps, tunables=tunables)
         return p.variant, [q.workgroup_size for q in p.passes]
 
     assert workgroups((2, 320, 64, 64), big) == ("group_subgroup_vec4", [1024])
@@ -168,6 +176,7 @@ def test_workgroup_defaults_per_variant_kind():
     assert workgroups((1, 128, 512, 512), big) == ("group_splitk_vec4", [256, 256])
     assert workgroups((1, 128, 512, 512), big, {"SPLIT_WORKGROUP_SIZE": 512}) == ("group_splitk_vec4", [512, 512])
     assert workgroups((1, 128, 512, 512), big, {"WORKGROUP_SIZE": 64}) == ("group_splitk_vec4", [64, 64])
+    assert workgroups((1, 128, 512, 512), big, dtype="float16") == ("group_splitk_vec4_pairs", [256, 256])
 
 
 @pytest.mark.parametrize("variant", SPLIT_VARIANTS)
@@ -186,6 +195,35 @@ def test_splitk_with_seven_splits_and_far_from_zero_data(variant, dtype, request
     assert p.passes[0].dispatch == (6, 1, 7) and p.passes[0].overrides["DISPATCH_FOLD_WIDTH"] == 7
     actual = run_poisoned(inputs, attrs=attrs, caps=caps, tunables=SMALL_SPLITS, variant=variant)
     assert_close(actual, reference(inputs, attrs), dtype, f"7 splits, offset data {seed_note(seed)}")
+
+
+# (shape, num_groups, tunables, vectors per chunk): chunk lengths against pairs blocks of
+# 2 * workgroupSize vectors: partly filled second halves, a chunk shorter than one workgroup,
+# one between one and two workgroups, and one that fills its blocks exactly.
+PAIRS_TAIL_CASES = [
+    ((2, 3, 4, 25), 1, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {9, 10}),  # 75 vectors, 8 chunks; blocks of 8
+    ((2, 4, 2, 6), 2, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {6}),  # one chunk of 6: 4 < 6 < 8
+    ((1, 2, 3, 4), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 8, "SPLIT_WORKGROUP_SIZE": 4}, {1, 2}),  # shorter than 4
+    ((1, 4, 10, 40), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 400, "SPLIT_WORKGROUP_SIZE": 32}, {100}),  # 64 + 36
+    ((1, 2, 8, 8), 1, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {16}),  # two whole blocks of 8
+]
+
+
+@DTYPES
+@pytest.mark.parametrize("shape,num_groups,tunables,counts", PAIRS_TAIL_CASES, ids=[f"{s}-g{g}-chunks{sorted(c)}" for s, g, t, c in PAIRS_TAIL_CASES])
+@pytest.mark.parametrize("variant", VEC4_SPLIT_VARIANTS)
+def test_splitk_chunks_that_do_not_fill_their_pairs_blocks(variant, shape, num_groups, tunables, counts, dtype, request):
+    """Every vector is read and written once when a chunk's length is not a multiple of
+    2 * workgroupSize: NaN-poisoned outputs catch a skipped one, the reference a doubled one."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype, offset=3.0)
+    attrs = {"num_groups": num_groups}
+    p = plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant=variant)
+    units, split = p.passes[0].overrides["hiddenVec"], p.passes[0].overrides["split"]
+    assert {units // split + (k < units % split) for k in range(split)} == counts
+    assert p.passes[0].workgroup_size == p.passes[1].workgroup_size == tunables["SPLIT_WORKGROUP_SIZE"]
+    actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=variant)
+    assert_close(actual, reference(inputs, attrs), dtype, f"{variant} {shape} {tunables} {seed_note(seed)}")
 
 
 # --- group_stash_f16_serial (stash_type=10) -----------------------------------------------------------
@@ -415,9 +453,10 @@ def test_stash16_folded_dispatch(dtype, request):
     [
         ("group_splitk", {"num_groups": 3}, SMALL_SPLITS),
         ("group_splitk_vec4", {"num_groups": 3}, SMALL_SPLITS),
+        ("group_splitk_vec4_pairs", {"num_groups": 3}, SMALL_SPLITS),
         ("group_stash_f16_serial", {"num_groups": 3, "stash_type": 10}, None),
     ],
-    ids=["group_splitk", "group_splitk_vec4", "group_stash_f16_serial"],
+    ids=["group_splitk", "group_splitk_vec4", "group_splitk_vec4_pairs", "group_stash_f16_serial"],
 )
 @DTYPES
 def test_repeated_runs_are_bit_identical(variant, attrs, tunables, dtype, request):
@@ -456,7 +495,7 @@ def test_onnx_backend_node_cases(case):
         actual = gn.kernel(feed, attrs=attrs)["y"]
         assert_close(actual, expected, feed["x"].dtype, f"{name} (natural selection)")
         for variant in SPLIT_VARIANTS:
-            if variant == "group_splitk_vec4" and int(np.prod(feed["x"].shape[2:])) % 4:
+            if variant in VEC4_SPLIT_VARIANTS and int(np.prod(feed["x"].shape[2:])) % 4:
                 continue
             forced = gn.kernel(feed, attrs=attrs, tunables={**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 3}, variant=variant)["y"]
             assert_close(forced, expected, feed["x"].dtype, f"{name} ({variant})")
