@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 0e7636c2ef15f01d)
 #   templates/instance-normalization-apply.wgsl.jinja (sha256 5127b32cec93ae5d)
 #   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 a01c8d56cef66948)
-#   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 2e2d567e26f1fadf)
+#   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 96f92973c0898041)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 2d29cc8075cbf6d8)
 #   templates/norm-row-stats.wgsl.jinja (sha256 f5eb0aa1a1673ac8)
 # Do not edit: change the sources above and regenerate.
