@@ -73,7 +73,7 @@ def per_channel(values, ndim):
 # --- group_splitk ------------------------------------------------------------------------------------
 
 # (shape, num_groups, tunables, expected split): ranks 3 to 5, N > 1, num_groups 1 and C, C not a
-# multiple of 4, rows on both sides of one split (64 values) and of MAX_STATS_SPLITS (64).
+# multiple of 4, rows on both sides of one split (64 values) and of MAX_STATS_SPLITS (32 by default, 64 set).
 SPLITK_CASES = [
     ((3, 5, 13), 5, SMALL_SPLITS, 1),  # num_groups == C, 13 values: one chunk
     ((1, 4, 16), 1, SMALL_SPLITS, 1),  # exactly one split's worth
@@ -81,7 +81,8 @@ SPLITK_CASES = [
     ((2, 6, 5, 7), 3, SMALL_SPLITS, 2),
     ((2, 3, 64), 1, SMALL_SPLITS, 4),  # 192 values: 3 splits' worth, rounded up to 4 chunks of 48
     ((1, 6, 4, 5, 9), 2, SMALL_SPLITS, 16),  # rank 5, 540 values
-    ((2, 4, 1, 2000), 2, SMALL_SPLITS, 64),  # 125 splits' worth, capped at MAX_STATS_SPLITS
+    ((2, 4, 1, 2000), 2, SMALL_SPLITS, 32),  # 125 splits' worth, capped at MAX_STATS_SPLITS (32)
+    ((2, 4, 1, 2000), 2, {**SMALL_SPLITS, "MAX_STATS_SPLITS": 64}, 64),  # capped at 64
     ((2, 3, 7), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 1}, 32),  # 21 values in 32 chunks: 11 empty
     ((2, 6, 5, 7), 2, {**SMALL_SPLITS, "WORKGROUP_SIZE": 1}, 2),  # one invocation a workgroup
     ((2, 7, 9, 11), 7, {**SMALL_SPLITS, "WORKGROUP_SIZE": 100}, 2),  # 64 invocations for chunks of 50 and 49
@@ -89,7 +90,7 @@ SPLITK_CASES = [
     # spatial % 4 == 0, for the vec4 variants too: 6 vectors in 32 chunks (26 empty); 64 partials
     # merged by 32 invocations, 2 each; SPLIT_WORKGROUP_SIZE alone sets the split-k workgroup.
     ((2, 3, 8), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 1}, 32),
-    ((2, 6, 4, 24), 2, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 4, "WORKGROUP_SIZE": 32}, 64),
+    ((2, 6, 4, 24), 2, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 4, "WORKGROUP_SIZE": 32, "MAX_STATS_SPLITS": 64}, 64),
     ((2, 8, 3, 8), 4, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 2}, 1),
 ]
 
