@@ -11,8 +11,8 @@ A list of dtypes gives one case per dtype (the product over type variables).
 
 What is measured, per case:
 
-- GPU time: a timestamp at the beginning of a call's first pass and one at the end of its last
-  pass (every pass of one call is in one command encoder), median over many calls after a
+- GPU time: a timestamp at the beginning and one at the end of a call's compute pass (every
+  manifest pass of a call is one dispatch in it), median over many calls after a
   warm-up of a number of calls and a minimum time (GPU clocks ramp up under load). Calls rotate
   among several copies of their tensors, so that the working set is several times the size of
   a large GPU's L2 cache and no call finds its data in cache.
@@ -207,7 +207,7 @@ class GpuTimer:
         self.batch = batch
         self.timestamps = use_timestamps and "timestamp-query" in device.features
         self.method = (
-            "timestamp-query (beginning of a call's first pass to the end of its last)"
+            "timestamp-query (beginning to end of a call's compute pass, which holds all its dispatches)"
             if self.timestamps
             else "wall clock: batches of calls between queue syncs (no timestamp-query)"
         )
