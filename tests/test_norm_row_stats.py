@@ -271,6 +271,32 @@ def test_workgroup_size_tunable(variant, combine, requested, limits, expected_wg
     assert plan.passes[0].overrides["wg"] == expected_wg
 
 
+# f16 vec4 rows walk two vectors a step (`pairs`): rows of hiddenVec vectors against a workgroup of 8
+# (WORKGROUP_SIZE 8), so the last step holds no second vector (9, 16 + 3), exactly two (16), or a
+# second vector for only some invocations (8 + 5 = 13, 16 + 11 = 27).
+PAIRS_SPATIAL = (36, 52, 64, 76, 108)  # hiddenVec 9, 13, 16, 19, 27
+
+
+@pytest.mark.parametrize("spatial", PAIRS_SPATIAL)
+@pytest.mark.parametrize("combine", [True, False], ids=["subgroup", "tree"])
+@pytest.mark.parametrize("variant", ["group_subgroup_vec4", "plane_subgroup_vec4"])
+def test_f16_pairs_cover_partial_last_steps(variant, combine, spatial, request):
+    shape, groups = ((2, 4, 1, spatial), 4) if variant in GROUP_VARIANTS else ((2, 3, 1, spatial), None)
+    plan = check_case(
+        variant, np.float16, combine, shape, groups, request.node.name, tunables={"WORKGROUP_SIZE": 8}
+    )
+    (main,) = plan.passes
+    assert main.overrides["wg"] == 8 and main.overrides["hiddenVec"] == spatial // 4
+    assert "2u * wg" in main.wgsl  # the f16 specialization walks in pairs; f32 does not
+    f32 = plan_for(
+        variant,
+        random_case(rng_for(request.node.name)[0], shape, np.float32),
+        groups,
+        caps_for(variant, combine),
+    )
+    assert "2u * wg" not in f32.passes[0].wgsl
+
+
 @pytest.mark.parametrize("fold_limit,expected_dispatch", [(1000, (1000, 3, 1)), (100000, (65535, 2, 1))])
 @pytest.mark.parametrize("combine", [True, False], ids=["subgroup", "tree"])
 @pytest.mark.parametrize("variant", GROUP_VARIANTS)
@@ -398,7 +424,9 @@ def test_subgroups_four_wide_in_subprocess():
         pytest.skip("LP_NATIVE_VECTOR_WIDTH only changes lavapipe's subgroup size")
     # Mesa's shader cache does not key on LP_NATIVE_VECTOR_WIDTH: without disabling it, pipelines
     # compiled 8 wide by an earlier process would be reused here.
-    env = dict(os.environ, LP_NATIVE_VECTOR_WIDTH="128", MESA_SHADER_CACHE_DISABLE="true", WGPU_BACKEND_TYPE="Vulkan")
+    env = dict(
+        os.environ, LP_NATIVE_VECTOR_WIDTH="128", MESA_SHADER_CACHE_DISABLE="true", WGPU_BACKEND_TYPE="Vulkan"
+    )
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     from tests.oracles import run_seed
 
@@ -419,7 +447,5 @@ def test_in_process_subgroups_are_lavapipe_default_width():
     """The in-process cases run at lavapipe's default 8-wide subgroups (or the real device's)."""
     size = measured_subgroup_size()
     assert size >= 1 and size & (size - 1) == 0
-    if is_lavapipe() and not os.environ.get(
-        "LP_NATIVE_VECTOR_WIDTH"
-    ):
+    if is_lavapipe() and not os.environ.get("LP_NATIVE_VECTOR_WIDTH"):
         assert size == 8
