@@ -1052,6 +1052,11 @@ def _request(contract, shapes, dtypes, attrs, caps, tunables, outputs=None):
     unknown_tunables = sorted(set(tunables or {}) - set(contract.tunables))
     if unknown_tunables:
         raise ContractError(contract.op, f"tunable {unknown_tunables[0]}", "known tunable", f"known: {', '.join(contract.tunables)}")
+    for name, value in (tunables or {}).items():
+        # Sizes, counts and thresholds: the manifests' expressions assume whole numbers (0 can mean "never").
+        whole_number = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
+        if isinstance(value, bool) or not whole_number or value < 0:
+            raise ContractError(contract.op, f"tunable {name}", "a whole number >= 0", f"got {value!r}")
     wanted = _requested_outputs(contract, outputs)
     roles = {t.key: t.role for t in contract.outputs}
     requested = frozenset(wanted) | frozenset(roles[k] for k in wanted)

@@ -571,3 +571,37 @@ def test_pipelines_are_cached_per_wgsl_and_overrides(device):
     assert rt._pipeline(device, first) is rt._pipeline(device, same)
     assert rt._pipeline(device, first)[0] is not rt._pipeline(device, other)[0]
     assert rt._pipeline(device, first)[1] is rt._pipeline(device, other)[1]
+
+
+# --- tunables: only known names, whole numbers >= 0 ------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [-1, 2.5, math.inf, math.nan, True, "256"], ids=repr)
+def test_bad_tunable_values_are_refused_by_name_before_any_gpu_work(value):
+    from generated import ContractError
+    from generated import group_normalization as gn
+
+    shapes = {"x": (1, 128, 64, 64), "scale": (128,), "bias": (128,)}
+    with pytest.raises(
+        ContractError, match=r"GroupNormalization-21: tunable STATS_VALUES_PER_SPLIT: .*a whole number >= 0"
+    ):
+        gn.plan(
+            shapes, {"T": "float32"}, attrs={"num_groups": 32}, tunables={"STATS_VALUES_PER_SPLIT": value}
+        )
+    with pytest.raises(ContractError, match="tunable NOPE: known: WORKGROUP_SIZE"):
+        gn.plan(shapes, {"T": "float32"}, attrs={"num_groups": 32}, tunables={"NOPE": 3})
+
+
+def test_whole_number_tunables_are_accepted_including_zero_and_whole_floats():
+    from generated import skip_group_norm as sgn
+
+    shapes = {"X": (2, 8, 8, 64), "gamma": (64,), "beta": (64,), "skip": (2, 8, 8, 64)}
+    dtypes = {"T": "float32", "M": "float32"}
+    attrs = {"groups": 4, "activation": 0}
+    assert sgn.plan(shapes, dtypes, attrs=attrs, tunables={"SPLIT_MAX_ROWS": 0}).variant == "fused_plain"
+    as_ints = {"SPLIT_MIN_GROUP_VALUES": 0, "MAX_SLABS": 8, "SLAB_VALUES": 16}
+    with_ints = sgn.plan(shapes, dtypes, attrs=attrs, tunables=as_ints)
+    with_floats = sgn.plan(shapes, dtypes, attrs=attrs, tunables={k: float(v) for k, v in as_ints.items()})
+    assert with_ints.variant == with_floats.variant == "split_plain"
+    assert [p.dispatch for p in with_floats.passes] == [p.dispatch for p in with_ints.passes]
+    assert [p.overrides for p in with_floats.passes] == [p.overrides for p in with_ints.passes]
