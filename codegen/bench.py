@@ -562,6 +562,8 @@ class Bench:
         first_call = time.perf_counter() - started
 
         runnable = [p for p in plan.passes if 0 not in p.dispatch]
+        if not runnable:
+            raise ValueError("the plan dispatches nothing (empty tensors): no GPU time to measure")
         bound = [_runtime.bind_passes(runnable, tensors, device) for tensors in sets]
         copy_bound = []
         for _ in range(copies):

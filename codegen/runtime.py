@@ -790,7 +790,7 @@ def encode_passes(encoder, bound, timestamps=None, label=None):
 
     One compute pass, not one each: WebGPU makes every dispatch its own synchronization scope, so a
     dispatch still sees everything the previous one wrote, but a pass boundary costs far more than
-    the barrier between two dispatches (on an NVIDIA H200, about 7.5 µs against 1.7 µs: see
+    the barrier between two dispatches (on an NVIDIA H200, about 7.4 µs against 1.7 µs: see
     docs/PERFORMANCE.md). Each dispatch sits in a debug group named after its pass.
     `timestamps` = (query_set, begin_index, end_index) writes a timestamp at the beginning and at
     the end of the compute pass, so that the pair spans the whole plan.
@@ -854,10 +854,11 @@ def run_plan(plan, inputs, device=None, out=None):
                 if kind == "intermediate" or not resident:
                     created.append(tensors[kind][key].buffer)
 
-        label = f"{plan.op} {plan.variant}"
-        encoder = device.create_command_encoder(label=label)
-        encode_passes(encoder, bind_passes(runnable, tensors, device), label=label)
-        device.queue.submit([encoder.finish()])
+        if runnable:  # empty tensors: nothing to dispatch
+            label = f"{plan.op} {plan.variant}"
+            encoder = device.create_command_encoder(label=label)
+            encode_passes(encoder, bind_passes(runnable, tensors, device), label=label)
+            device.queue.submit([encoder.finish()])
 
         if resident:
             return dict(tensors["output"])
@@ -1053,10 +1054,10 @@ def _request(contract, shapes, dtypes, attrs, caps, tunables, outputs=None):
     if unknown_tunables:
         raise ContractError(contract.op, f"tunable {unknown_tunables[0]}", "known tunable", f"known: {', '.join(contract.tunables)}")
     for name, value in (tunables or {}).items():
-        # Sizes, counts and thresholds: the manifests' expressions assume whole numbers (0 can mean "never").
-        whole_number = isinstance(value, numbers.Integral) or (isinstance(value, float) and value.is_integer())
-        if isinstance(value, bool) or not whole_number or value < 0:
-            raise ContractError(contract.op, f"tunable {name}", "a whole number >= 0", f"got {value!r}")
+        # Workgroup sizes, counts and thresholds: some divide, so 0 is refused with the rest.
+        real = isinstance(value, numbers.Real) and not isinstance(value, bool)
+        if not (real and math.isfinite(value) and float(value).is_integer() and value >= 1):
+            raise ContractError(contract.op, f"tunable {name}", "a whole number >= 1", f"got {value!r}")
     wanted = _requested_outputs(contract, outputs)
     roles = {t.key: t.role for t in contract.outputs}
     requested = frozenset(wanted) | frozenset(roles[k] for k in wanted)

@@ -22,8 +22,9 @@ F16_CAPS = {"features": ["shader-f16"]}
 
 # (shape, variants that must be able to run it): C, spatial sizes and element counts on both
 # sides of 4; the flat variants' vectors straddle channels in (2, 4, 7), (4, 5, 5), (4, 3, 3) and
-# (4, 3, 2), and batches in (4, 3, 1, 1), (2, 4, 7), (4, 3, 3) and (4, 3, 2) (planes of 1 to 3 values
-# take the per-lane path, larger ones the two-channel one).
+# (4, 3, 2), and batches (wrapping from the last channel to channel 0) in (4, 3, 1, 1), (4, 5, 5),
+# (4, 3, 3) and (4, 3, 2) (planes of 1 to 3 values take the per-lane path, larger ones the
+# two-channel one).
 NCHW4 = {"nchw_inference_vec4", "nchw_inference_vec4_pairs"}
 FLAT4 = {"flat_inference_vec4", "flat_inference_vec4_pairs"}
 SHAPES = [

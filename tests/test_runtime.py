@@ -573,17 +573,17 @@ def test_pipelines_are_cached_per_wgsl_and_overrides(device):
     assert rt._pipeline(device, first)[1] is rt._pipeline(device, other)[1]
 
 
-# --- tunables: only known names, whole numbers >= 0 ------------------------------------------------------
+# --- tunables: only known names, whole numbers >= 1 ------------------------------------------------------
 
 
-@pytest.mark.parametrize("value", [-1, 2.5, math.inf, math.nan, True, "256"], ids=repr)
+@pytest.mark.parametrize("value", [0, -1, 2.5, math.inf, math.nan, True, "256"], ids=repr)
 def test_bad_tunable_values_are_refused_by_name_before_any_gpu_work(value):
     from generated import ContractError
     from generated import group_normalization as gn
 
     shapes = {"x": (1, 128, 64, 64), "scale": (128,), "bias": (128,)}
     with pytest.raises(
-        ContractError, match=r"GroupNormalization-21: tunable STATS_VALUES_PER_SPLIT: .*a whole number >= 0"
+        ContractError, match=r"GroupNormalization-21: tunable STATS_VALUES_PER_SPLIT: .*a whole number >= 1"
     ):
         gn.plan(
             shapes, {"T": "float32"}, attrs={"num_groups": 32}, tunables={"STATS_VALUES_PER_SPLIT": value}
@@ -592,16 +592,16 @@ def test_bad_tunable_values_are_refused_by_name_before_any_gpu_work(value):
         gn.plan(shapes, {"T": "float32"}, attrs={"num_groups": 32}, tunables={"NOPE": 3})
 
 
-def test_whole_number_tunables_are_accepted_including_zero_and_whole_floats():
+def test_whole_number_tunables_are_accepted_as_ints_or_whole_floats():
     from generated import skip_group_norm as sgn
 
     shapes = {"X": (2, 8, 8, 64), "gamma": (64,), "beta": (64,), "skip": (2, 8, 8, 64)}
     dtypes = {"T": "float32", "M": "float32"}
     attrs = {"groups": 4, "activation": 0}
-    assert sgn.plan(shapes, dtypes, attrs=attrs, tunables={"SPLIT_MAX_ROWS": 0}).variant == "fused_plain"
-    as_ints = {"SPLIT_MIN_GROUP_VALUES": 0, "MAX_SLABS": 8, "SLAB_VALUES": 16}
+    assert sgn.plan(shapes, dtypes, attrs=attrs, tunables={"SPLIT_MAX_ROWS": 1}).variant == "fused_plain"
+    as_ints = {"SPLIT_MIN_GROUP_VALUES": 1, "MAX_SLABS": 8, "SLAB_VALUES": 16}
     with_ints = sgn.plan(shapes, dtypes, attrs=attrs, tunables=as_ints)
-    with_floats = sgn.plan(shapes, dtypes, attrs=attrs, tunables={k: float(v) for k, v in as_ints.items()})
+    with_floats = sgn.plan(shapes, dtypes, attrs=attrs, tunables={k: np.float32(v) for k, v in as_ints.items()})
     assert with_ints.variant == with_floats.variant == "split_plain"
     assert [p.dispatch for p in with_floats.passes] == [p.dispatch for p in with_ints.passes]
     assert [p.overrides for p in with_floats.passes] == [p.overrides for p in with_ints.passes]
