@@ -561,7 +561,8 @@ class Bench:
         timer.sync()
         first_call = time.perf_counter() - started
 
-        runnable = [p for p in plan.passes if 0 not in p.dispatch]
+        runnable_index = [i for i, p in enumerate(plan.passes) if 0 not in p.dispatch]
+        runnable = [plan.passes[i] for i in runnable_index]
         if not runnable:
             raise ValueError("the plan dispatches nothing (empty tensors): no GPU time to measure")
         bound = [_runtime.bind_passes(runnable, tensors, device) for tensors in sets]
@@ -579,7 +580,6 @@ class Bench:
             for k in range(len(runnable)):
                 work[k] = lambda encoder, i, ts, k=k: _runtime.encode_passes(encoder, bound[i][k : k + 1], ts)
         samples = timer.measure(work, copies, settings)
-        runnable_index = [i for i, p in enumerate(plan.passes) if 0 not in p.dispatch]
         for k, i in enumerate(runnable_index):
             if k in samples:
                 result.passes[i]["alone_us"] = _median_us(samples[k])
