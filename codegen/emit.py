@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -146,6 +147,8 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
         w.line()
     runtime_names = ["AttributeSpec", "ContractError", "OpContract", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show"]
     runtime_names += [h for h in helpers if h != "math"]
+    if any(_F16_RULE.fullmatch(rule.source) for rule in op.rules):
+        runtime_names.append("features_text")
     w.line(f"from .._runtime import {', '.join(sorted(set(runtime_names)))}")
     ordered = sorted(op.variants, key=lambda v: (-v.ir.priority, v.ir.order))
     w.line(f"from . import {', '.join(v.ir.id for v in op.variants)}")
@@ -236,11 +239,21 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                 w.comment(rule.source)
                 with w.block(f"if not ({rule.code.python}):"):
                     message = f"needs `{rule.source}`" + (f", got {facts}" if facts else "") + _meaning(op, rule.subject)
+                    if _F16_RULE.fullmatch(rule.source):
+                        message = _F16_MESSAGE
                     w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, f{message!r})")
             if not rules:
                 w.line("return None")
         w.line()
         w.line()
+
+
+# `f16Ok(dtypes.T)` fails only for float16 on a device without shader-f16: say that, in those words.
+_F16_RULE = re.compile(r"f16Ok\(dtypes\.\w+\)")
+_F16_MESSAGE = (
+    "float16 needs the device feature shader-f16, which this device does not have "
+    "(features: {features_text(features)})"
+)
 
 
 def _meaning(op: ResolvedOp, subject: str) -> str:

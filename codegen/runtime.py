@@ -10,8 +10,10 @@ from __future__ import annotations
 import math
 import numbers
 import struct
+import sys
 import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -42,6 +44,52 @@ class PlanError(ContractError):
 
 class DimensionError(IndexError):
     """A dimension index outside a shape's rank."""
+
+
+class LRUCache:
+    """A bounded, thread-safe mapping that forgets its least recently used entry.
+
+    Every cache of the runtime is one of these, so that an app with changing shapes or
+    attribute values keeps a bounded number of plans, pipelines and buffers alive.
+    """
+
+    def __init__(self, maxsize):
+        self.maxsize = maxsize
+        self._data = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key, default=None):
+        with self._lock:
+            try:
+                self._data.move_to_end(key)
+            except KeyError:
+                return default
+            return self._data[key]
+
+    def put(self, key, value):
+        with self._lock:
+            self._data[key] = value
+            self._data.move_to_end(key)
+            while len(self._data) > self.maxsize:
+                self._data.popitem(last=False)
+
+    def __len__(self):
+        return len(self._data)
+
+    def __contains__(self, key):
+        return key in self._data
+
+    def clear(self):
+        with self._lock:
+            self._data.clear()
+
+
+def _per_device(caches, device, maxsize):
+    """The LRUCache of one device in a WeakKeyDictionary of them."""
+    cache = caches.get(device)
+    if cache is None:
+        cache = caches.setdefault(device, LRUCache(maxsize))
+    return cache
 
 
 # ---------------------------------------------------------------------------------------------
@@ -94,6 +142,33 @@ _NATIVE_FEATURE_NAMES = {v: k for k, v in _WEBGPU_FEATURE_NAMES.items()}
 
 _DEFAULT_DEVICE_FEATURES = ("shader-f16", "subgroups", "timestamp-query")
 
+# WebGPU's feature names (https://www.w3.org/TR/webgpu/#feature-index): what `caps=` may list.
+WEBGPU_FEATURES = frozenset(
+    {
+        "core-features-and-limits",
+        "depth-clip-control",
+        "depth32float-stencil8",
+        "texture-compression-bc",
+        "texture-compression-bc-sliced-3d",
+        "texture-compression-etc2",
+        "texture-compression-astc",
+        "texture-compression-astc-sliced-3d",
+        "timestamp-query",
+        "indirect-first-instance",
+        "shader-f16",
+        "rg11b10ufloat-renderable",
+        "bgra8unorm-storage",
+        "float32-filterable",
+        "float32-blendable",
+        "clip-distances",
+        "dual-source-blending",
+        "subgroups",
+        "texture-formats-tier1",
+        "texture-formats-tier2",
+        "primitive-index",
+    }
+)
+
 
 @dataclass(frozen=True)
 class Caps:
@@ -109,23 +184,53 @@ class Caps:
         """Caps from ``{"limits", "features", "wgslLanguageFeatures", "adapterInfo"}``.
 
         Every key is optional; a limit left out takes WebGPU's default value, so a plan can be
-        made for a device one does not have.
+        made for a device one does not have. Names are WebGPU's; an unknown one is refused,
+        since a misspelt feature (``shader_f16``) would otherwise plan silently without it.
         """
         unknown_keys = sorted(set(m) - {"limits", "features", "wgslLanguageFeatures", "adapterInfo"})
         if unknown_keys:
-            raise ValueError(f"unknown caps keys: {', '.join(unknown_keys)}")
+            raise _caps_error("keys", f"unknown caps keys: {', '.join(unknown_keys)}", _CAPS_KEYS)
         given = dict(m.get("limits", {}))
         unknown = sorted(set(given) - set(WEBGPU_DEFAULT_LIMITS))
         if unknown:
-            raise ValueError(f"unknown WebGPU limits: {', '.join(unknown)}")
+            raise _caps_error("limits", f"unknown WebGPU limits: {', '.join(unknown)}", WEBGPU_DEFAULT_LIMITS)
+        features = m.get("features", ())
+        if isinstance(features, str):
+            raise _caps_error("features", f"features must be a list of names, not the string {features!r}", ())
+        unknown = sorted(set(features) - WEBGPU_FEATURES)
+        if unknown:
+            raise _caps_error("features", f"unknown WebGPU features: {', '.join(unknown)}", WEBGPU_FEATURES)
         limits = dict(WEBGPU_DEFAULT_LIMITS)
-        limits.update({name: whole(value, f"limits.{name}") for name, value in given.items()})
+        for name, value in given.items():
+            limit = whole(value, f"limits.{name}")
+            if limit < 0:
+                raise _caps_error("limits", f"limits.{name} = {value!r} is negative", ())
+            limits[name] = limit
         return cls(
             limits=limits,
-            features=frozenset(m.get("features", ())),
+            features=frozenset(features),
             wgsl_language_features=frozenset(m.get("wgslLanguageFeatures", ())),
             adapter_info=dict(m.get("adapterInfo", {})),
         )
+
+
+_CAPS_KEYS = ("limits", "features", "wgslLanguageFeatures", "adapterInfo")
+
+
+def _caps_error(what, message, known):
+    import difflib
+
+    hint = ""
+    names = message.rpartition(": ")[2].split(", ")
+    close = [match for name in names for match in difflib.get_close_matches(name, list(known), n=1)]
+    if close:
+        hint = f" (did you mean {', '.join(repr(c) for c in close)}?)"
+    return ContractError("caps", what, "WebGPU names", message + hint)
+
+
+def features_text(features):
+    """A feature set as a message shows it."""
+    return ", ".join(sorted(features)) or "none"
 
 
 _caps_by_device = weakref.WeakKeyDictionary()
@@ -171,7 +276,7 @@ def caps_of(caps, device=None):
         return caps
     if isinstance(caps, Mapping):
         return Caps.from_mapping(caps)
-    raise TypeError(f"caps must be None, a Caps or a mapping, not {type(caps).__name__}")
+    raise ContractError("caps", "caps", "a mapping", f"caps must be None, a Caps or a mapping of WebGPU facts, not {type(caps).__name__}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -188,6 +293,7 @@ class Request:
     tunables: Mapping[str, object]
     caps: Caps
     outputs: frozenset = frozenset()  # requested outputs, by bind key and by ONNX role
+    names: Mapping[str, str] = field(default_factory=dict)  # bind key -> the name the caller used
 
 
 @dataclass(frozen=True)
@@ -226,6 +332,7 @@ class Plan:
     outputs: Mapping[str, tuple]
     intermediates: Mapping[str, tuple]
     explanation: tuple
+    chunks: tuple = ()  # Chunk pieces of a tensor too large for one binding; passes then empty
 
 
 # ---------------------------------------------------------------------------------------------
@@ -476,16 +583,21 @@ def _storage_nbytes(shape, dtype_name):
     return max(4, -(-nbytes // 4) * 4)
 
 
-def check_binding_sizes(op, plan, caps):
-    """Refuse tensors whose buffers exceed the device's buffer or storage-binding size."""
-    for group in (plan.inputs, plan.outputs, plan.intermediates):
+def check_binding_sizes(op, plan, caps, names=None):
+    """Refuse tensors whose buffers exceed the device's buffer or storage-binding size.
+
+    A chunked plan binds its whole tensors only in pieces, so only maxBufferSize applies to them.
+    """
+    names = names or {}
+    for kind, group in (("input", plan.inputs), ("output", plan.outputs), ("intermediate", plan.intermediates)):
+        limits = ("maxBufferSize",) if plan.chunks and kind != "intermediate" else ("maxStorageBufferBindingSize", "maxBufferSize")
         for key, (shape, dtype_name) in group.items():
             nbytes = _storage_nbytes(shape, dtype_name)
-            for name in ("maxStorageBufferBindingSize", "maxBufferSize"):
+            for name in limits:
                 if nbytes > caps.limits[name]:
                     raise ContractError(
                         op,
-                        key,
+                        f"{kind} {names.get(key, key)}",
                         name,
                         f"{tuple(shape)} {dtype_name} needs {nbytes} bytes, over {name} = {caps.limits[name]}",
                     )
@@ -495,6 +607,18 @@ def check_binding_sizes(op, plan, caps):
 # Variant selection
 
 _REJECTING_ERRORS = (ArithmeticError, IndexError, ValueError, TypeError, KeyError)
+
+
+def candidate_verdict(candidate, request, derived):
+    """Why a candidate cannot run this request (its features, then its when clauses), or None."""
+    missing = [f for f in candidate.REQUIRED_FEATURES if f not in request.caps.features]
+    if missing:
+        return f"needs device feature {', '.join(missing)} (the device has: {features_text(request.caps.features)})"
+    try:
+        return candidate.when(request, derived)
+    except _REJECTING_ERRORS as e:
+        # A rule that cannot be evaluated for these inputs does not hold.
+        return f"when could not be evaluated: {type(e).__name__}: {e}"
 
 
 def select(op, candidates, request, derived, variant=None):
@@ -511,15 +635,7 @@ def select(op, candidates, request, derived, variant=None):
     demoted = {}
     notes = {}
     for c in candidates:
-        missing = [f for f in c.REQUIRED_FEATURES if f not in request.caps.features]
-        if missing:
-            reasons[c.ID] = f"needs device feature {', '.join(missing)}"
-            continue
-        try:
-            failed = c.when(request, derived)
-        except _REJECTING_ERRORS as e:
-            # A rule that cannot be evaluated for these inputs does not hold.
-            failed = f"when could not be evaluated: {type(e).__name__}: {e}"
+        failed = candidate_verdict(c, request, derived)
         if failed is not None:
             reasons[c.ID] = failed
             continue
@@ -603,18 +719,36 @@ def _buffer_usage():
     return wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
+def checked_shape(op, subject, value):
+    """A shape as a tuple of ints; anything that is not a sequence of whole numbers >= 0 is refused."""
+    if type(value) is tuple and all(type(d) is int and d >= 0 for d in value):
+        return value  # the common case, cheaply
+    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+        raise ContractError(op, subject, "shape", f"a shape is a sequence of whole numbers, got {value!r}")
+    dims = []
+    for d in value:
+        if isinstance(d, bool) or not isinstance(d, numbers.Integral):
+            raise ContractError(op, subject, "whole dimensions", f"dimension {d!r} of {tuple(value)!r} is not a whole number")
+        if d < 0:
+            raise ContractError(op, subject, "dimensions >= 0", f"dimension {int(d)} of {tuple(value)!r} is negative")
+        dims.append(int(d))
+    return tuple(dims)
+
+
 class Tensor:
     """A tensor resident on a GPU: a storage buffer with a shape and a dtype.
 
     The buffer is padded to a multiple of 4 bytes (an f16 tensor of odd length) and is at least
     4 bytes, so that copies, reads and bindings are valid; the padding is never visible.
+    A Tensor made over a caller's own buffer is checked when a call uses it: the buffer must hold
+    the shape's bytes (padded to 4) and have the usages the call needs.
     """
 
     __slots__ = ("buffer", "shape", "dtype", "device")
 
     def __init__(self, buffer, shape, dtype, device):
         self.buffer = buffer
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = checked_shape("Tensor", "shape", shape)
         self.dtype = np.dtype(dtype)
         self.device = device
 
@@ -623,15 +757,20 @@ class Tensor:
         return numel(self.shape) * self.dtype.itemsize
 
     @classmethod
-    def empty(cls, shape, dtype, device=None):
+    def empty(cls, shape, dtype, device=None, usage=None):
         device = device if device is not None else default_device()
-        buffer = device.create_buffer(size=_storage_nbytes(shape, np.dtype(dtype).name), usage=_buffer_usage())
+        shape = checked_shape("Tensor", "shape", shape)
+        size = _storage_nbytes(shape, np.dtype(dtype).name)
+        buffer = device.create_buffer(size=size, usage=_buffer_usage() if usage is None else usage)
         return cls(buffer, shape, dtype, device)
 
     @classmethod
-    def from_numpy(cls, array, device=None):
+    def from_numpy(cls, array, device=None, usage=None):
+        array = np.asarray(array)
+        if not array.dtype.isnative:
+            array = array.astype(array.dtype.newbyteorder("="))
         array = np.ascontiguousarray(array)
-        tensor = cls.empty(array.shape, array.dtype, device)
+        tensor = cls.empty(array.shape, array.dtype, device, usage)
         data = array.tobytes()
         if len(data) % 4:
             data += bytes(4 - len(data) % 4)
@@ -641,7 +780,9 @@ class Tensor:
 
     def numpy(self):
         """Read the tensor back (waits for the GPU work that writes it)."""
-        data = self.device.queue.read_buffer(self.buffer, 0, self.buffer.size)
+        if numel(self.shape) == 0:
+            return np.empty(self.shape, self.dtype)
+        data = self.device.queue.read_buffer(self.buffer, 0, _storage_nbytes(self.shape, self.dtype.name))
         return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
 
     def __repr__(self):
@@ -677,10 +818,16 @@ def _override_constants(pass_plan):
     return constants
 
 
-# Per-device caches; weak keys so that a caller's device and its pipelines go away together.
-_shader_modules = weakref.WeakKeyDictionary()  # device -> {wgsl: module}
-_bind_group_layouts = weakref.WeakKeyDictionary()  # device -> {layout key: layout}
-_pipelines = weakref.WeakKeyDictionary()  # device -> {(wgsl, overrides, layout key): (pipeline, layout)}
+# Per-device caches, each bounded: weak keys so that a caller's device and its pipelines go away
+# together, and LRU eviction so that an app with changing shapes keeps a bounded set alive.
+# Evicted objects are dropped, never destroyed: work already submitted keeps what it uses alive.
+PIPELINE_CACHE_SIZE = 256
+UNIFORM_CACHE_SIZE = 1024
+_shader_modules = weakref.WeakKeyDictionary()  # device -> LRUCache {wgsl: module}
+_bind_group_layouts = weakref.WeakKeyDictionary()  # device -> LRUCache {layout key: layout}
+_pipelines = weakref.WeakKeyDictionary()  # device -> LRUCache {(wgsl, overrides, layout key): (pipeline, layout)}
+_uniform_buffers = weakref.WeakKeyDictionary()  # device -> LRUCache {packed bytes: buffer}
+pipeline_creations = 0  # how many compute pipelines this process created: tests and warm-up read it
 
 
 def _layout_key(pass_plan):
@@ -690,51 +837,105 @@ def _layout_key(pass_plan):
 def _bind_group_layout(device, key):
     import wgpu
 
-    cache = _bind_group_layouts.setdefault(device, {})
-    if key not in cache:
-        cache[key] = device.create_bind_group_layout(
+    cache = _per_device(_bind_group_layouts, device, PIPELINE_CACHE_SIZE)
+    layout = cache.get(key)
+    if layout is None:
+        layout = device.create_bind_group_layout(
             entries=[
                 {"binding": index, "visibility": wgpu.ShaderStage.COMPUTE, "buffer": {"type": buffer}}
                 for index, buffer in key
             ]
         )
-    return cache[key]
+        cache.put(key, layout)
+    return layout
+
+
+def _shader_module(device, pass_plan):
+    modules = _per_device(_shader_modules, device, PIPELINE_CACHE_SIZE)
+    module = modules.get(pass_plan.wgsl)
+    if module is None:
+        module = device.create_shader_module(label=pass_plan.label, code=pass_plan.wgsl)
+        modules.put(pass_plan.wgsl, module)
+    return module
 
 
 def _pipeline(device, pass_plan):
     """(pipeline, bind group layout) for a pass, created once per device, WGSL and overrides."""
+    global pipeline_creations
     constants = _override_constants(pass_plan)
     layout_key = _layout_key(pass_plan)
     key = (pass_plan.wgsl, tuple(sorted(constants.items())), layout_key)
-    cache = _pipelines.setdefault(device, {})
-    if key not in cache:
-        modules = _shader_modules.setdefault(device, {})
-        if pass_plan.wgsl not in modules:
-            modules[pass_plan.wgsl] = device.create_shader_module(label=pass_plan.label, code=pass_plan.wgsl)
+    cache = _per_device(_pipelines, device, PIPELINE_CACHE_SIZE)
+    cached = cache.get(key)
+    if cached is None:
         # An explicit layout from the plan's bindings: layout="auto" drops bindings the shader
         # does not use, and a bind group holding them is then refused.
         bind_group_layout = _bind_group_layout(device, layout_key)
         pipeline = device.create_compute_pipeline(
             label=pass_plan.label,
             layout=device.create_pipeline_layout(bind_group_layouts=[bind_group_layout]),
-            compute={"module": modules[pass_plan.wgsl], "entry_point": "main", "constants": constants},
+            compute={"module": _shader_module(device, pass_plan), "entry_point": "main", "constants": constants},
         )
-        cache[key] = (pipeline, bind_group_layout)
-    return cache[key]
+        pipeline_creations += 1
+        cached = (pipeline, bind_group_layout)
+        cache.put(key, cached)
+    return cached
 
 
-def _checked_tensor(op, key, value, spec, device):
+def _usage_names(flags):
+    import wgpu
+
+    return [name for name in ("STORAGE", "COPY_SRC", "COPY_DST", "UNIFORM") if flags & getattr(wgpu.BufferUsage, name)]
+
+
+def check_tensor_buffer(op, subject, tensor, usages):
+    """Refuse a Tensor whose buffer cannot back its shape, or lacks a usage the call needs.
+
+    A Tensor of no elements is never bound, so its buffer may be anything, 0 bytes included.
+    """
+    if numel(tensor.shape) == 0:
+        return
+    need = _storage_nbytes(tensor.shape, tensor.dtype.name)
+    size = tensor.buffer.size
+    if size < need:
+        padded = " (its bytes padded to a multiple of 4)" if need != tensor.nbytes else ""
+        raise ContractError(
+            op,
+            subject,
+            "buffer size",
+            f"the Tensor's buffer holds {size} bytes, but a {tensor.shape} {tensor.dtype.name} tensor needs {need}{padded}",
+        )
+    import wgpu
+
+    missing = [u for u in usages if not tensor.buffer.usage & getattr(wgpu.BufferUsage, u)]
+    if missing:
+        has = " | ".join(_usage_names(tensor.buffer.usage)) or "none of STORAGE, COPY_SRC, COPY_DST"
+        raise ContractError(
+            op,
+            subject,
+            "buffer usage",
+            f"the Tensor's buffer needs usage {' | '.join(missing)}; it was created with {has}",
+        )
+
+
+def _checked_tensor(op, subject, value, spec, device):
     shape, dtype_name = spec
     if value.shape != tuple(shape) or value.dtype != np.dtype(dtype_name):
         raise ContractError(
             op,
-            key,
+            subject,
             "planned shape and dtype",
-            f"got {value.shape} {value.dtype}, the plan is for {tuple(shape)} {dtype_name}",
+            f"got {value.shape} {_dtype_text(value.dtype)}, the plan is for {tuple(shape)} {dtype_name}",
         )
-    if isinstance(value, Tensor) and value.device is not device:
-        raise ContractError(op, key, "same device", "the tensor lives on another device than the call")
+    if isinstance(value, Tensor):
+        if value.device is not device:
+            raise ContractError(op, subject, "same device", "the tensor lives on another device than the call")
+        check_tensor_buffer(op, subject, value, ("STORAGE",))
     return value
+
+
+def _dtype_text(dtype):
+    return dtype.name if dtype.isnative or dtype.byteorder == "|" else f"{dtype.name} ({dtype.str}, big-endian)"
 
 
 @dataclass(frozen=True)
@@ -747,8 +948,17 @@ class BoundPass:
     dispatch: tuple
 
 
-_UNIFORM_CACHE_SIZE = 1024
-_uniform_buffers = weakref.WeakKeyDictionary()  # device -> {packed bytes: buffer}
+@dataclass(frozen=True)
+class BufferSlice:
+    """The bytes of a buffer a binding sees: a whole tensor, or one chunk of it."""
+
+    buffer: object
+    offset: int
+    size: int
+
+
+def whole_tensor(tensor):
+    return BufferSlice(tensor.buffer, 0, _storage_nbytes(tensor.shape, tensor.dtype.name))
 
 
 def _uniform_buffer(device, pass_plan):
@@ -756,19 +966,19 @@ def _uniform_buffer(device, pass_plan):
     import wgpu
 
     data = pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms)
-    buffers = _uniform_buffers.setdefault(device, {})
+    buffers = _per_device(_uniform_buffers, device, UNIFORM_CACHE_SIZE)
     buffer = buffers.get(data)
     if buffer is None:
-        if len(buffers) >= _UNIFORM_CACHE_SIZE:
-            buffers.clear()  # dropped, not destroyed: work already submitted keeps them alive
-        buffer = buffers[data] = device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM)
+        buffer = device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM)
+        buffers.put(data, buffer)
     return buffer
 
 
 def bind_passes(passes, tensors, device):
     """Pipelines and uniform buffers (both cached per device) and bind groups for passes.
 
-    `tensors` maps each binding kind ("input", "output", "intermediate") to {key: Tensor}.
+    `tensors` maps each binding kind ("input", "output", "intermediate") to {key: Tensor or
+    BufferSlice}.
     """
     bound = []
     for pass_plan in passes:
@@ -777,9 +987,13 @@ def bind_passes(passes, tensors, device):
         for b in pass_plan.bindings:
             if b.kind == "uniform":
                 buffer = _uniform_buffer(device, pass_plan)
+                view = BufferSlice(buffer, 0, buffer.size)
             else:
-                buffer = tensors[b.kind][b.resource].buffer
-            entries.append({"binding": b.index, "resource": {"buffer": buffer, "offset": 0, "size": buffer.size}})
+                view = tensors[b.kind][b.resource]
+                if isinstance(view, Tensor):
+                    view = whole_tensor(view)
+            resource = {"buffer": view.buffer, "offset": view.offset, "size": view.size}
+            entries.append({"binding": b.index, "resource": resource})
         bind_group = device.create_bind_group(layout=bind_group_layout, entries=entries)
         bound.append(BoundPass(pass_plan.label, pipeline, bind_group, tuple(pass_plan.dispatch)))
     return bound
@@ -809,42 +1023,85 @@ def encode_passes(encoder, bound, timestamps=None, label=None):
     compute.end()
 
 
-def run_plan(plan, inputs, device=None, out=None):
+def _plan_inputs(plan, inputs, names):
+    """The plan's inputs from the caller's values: present, right shape and dtype, one device."""
+    missing = [key for key in plan.inputs if inputs.get(key) is None]
+    if missing:
+        raise ContractError(plan.op, f"input {missing[0]}", "required input", f"required input {missing[0]} is missing")
+    values = {key: inputs[key] for key in plan.inputs}
+    tensors = [v for v in values.values() if isinstance(v, Tensor)]
+    return values, tensors
+
+
+def _checked_out(plan, out, values, device, names):
+    """The `out=` Tensors, each checked: a Tensor, a planned output, the right shape, no aliasing."""
+    if not out:
+        return {}
+    if not isinstance(out, Mapping):
+        raise ContractError(plan.op, "out", "a mapping", f"out= maps output names to Tensors, got {type(out).__name__}")
+    taken = {id(v.buffer): f"input {names.get(k, k)}" for k, v in values.items() if isinstance(v, Tensor)}
+    checked = {}
+    for key, tensor in out.items():
+        subject = f"out {names.get(key, key)}"
+        if key not in plan.outputs:
+            raise ContractError(plan.op, subject, "known output", f"this call writes {', '.join(plan.outputs)}")
+        if not isinstance(tensor, Tensor):
+            raise ContractError(
+                plan.op,
+                subject,
+                "a Tensor",
+                f"out= takes device Tensors to write into, got {type(tensor).__name__}; "
+                "pass generated.Tensor.empty(shape, dtype) or leave out= and take the returned array",
+            )
+        _checked_tensor(plan.op, subject, tensor, plan.outputs[key], device)
+        check_tensor_buffer(plan.op, subject, tensor, ("STORAGE", "COPY_SRC"))
+        other = taken.get(id(tensor.buffer))
+        if other is not None and numel(tensor.shape):
+            raise ContractError(plan.op, subject, "no aliasing", f"its buffer is also {other}: outputs must not overlap inputs or each other")
+        taken[id(tensor.buffer)] = subject
+        checked[key] = tensor
+    return checked
+
+
+def run_plan(plan, inputs, device=None, out=None, names=None):
     """Run a plan: upload, allocate, encode every pass, submit once, read back.
 
     All inputs Tensors -> Tensors out without read-back (they chain on the GPU); otherwise
     numpy arrays out. `out` maps output keys to Tensors to write into instead of fresh ones.
+    Everything is checked before the first upload; `names` maps keys to the caller's names for
+    the messages.
     """
-    missing = [key for key in plan.inputs if key not in inputs]
-    if missing:
-        raise ContractError(plan.op, ", ".join(missing), "required input", "missing from the inputs")
-    values = [inputs[key] for key in plan.inputs]
-    resident = all(isinstance(v, Tensor) for v in values)
+    names = names or {}
+    values, resident_inputs = _plan_inputs(plan, inputs, names)
+    resident = len(resident_inputs) == len(values)
     if device is None:
-        device = next((v.device for v in values if isinstance(v, Tensor)), None) or default_device()
-    for key in plan.inputs:
-        _checked_tensor(plan.op, key, inputs[key], plan.inputs[key], device)
-
+        device = resident_inputs[0].device if resident_inputs else default_device()
+    for key, value in values.items():
+        _checked_tensor(plan.op, f"input {names.get(key, key)}", value, plan.inputs[key], device)
+    out = _checked_out(plan, out, values, device, names)
     caps = device_caps(device)
-    check_binding_sizes(plan.op, plan, caps)
+    check_binding_sizes(plan.op, plan, caps, names)
     for pass_plan in plan.passes:
         check_pass_limits(plan.op, pass_plan, caps)
-    runnable = [p for p in plan.passes if 0 not in p.dispatch]
+    if not plan.passes and not resident:
+        # Nothing to compute (an empty output): no GPU work at all.
+        return {key: _empty_result(shape, dtype_name, out.get(key)) for key, (shape, dtype_name) in plan.outputs.items()}
+    return _execute(plan, values, device, out, resident)
 
+
+def _empty_result(shape, dtype_name, out_tensor):
+    return out_tensor.numpy() if out_tensor is not None else np.empty(shape, dtype_name)
+
+
+def _execute(plan, values, device, out, resident):
     created = []  # buffers this call owns and releases, unless handed out as results
     try:
         tensors = {"input": {}, "output": {}, "intermediate": {}}
-        for key in plan.inputs:
-            value = inputs[key]
+        for key, value in values.items():
             if not isinstance(value, Tensor):
                 value = Tensor.from_numpy(value, device)
                 created.append(value.buffer)
             tensors["input"][key] = value
-        out = out or {}
-        for key in out:
-            if key not in plan.outputs:
-                raise ContractError(plan.op, f"out {key}", "known output", f"outputs are {', '.join(plan.outputs)}")
-            _checked_tensor(plan.op, f"out {key}", out[key], plan.outputs[key], device)
         for kind, group in (("output", plan.outputs), ("intermediate", plan.intermediates)):
             for key, (shape, dtype_name) in group.items():
                 if kind == "output" and key in out:
@@ -854,6 +1111,7 @@ def run_plan(plan, inputs, device=None, out=None):
                 if kind == "intermediate" or not resident:
                     created.append(tensors[kind][key].buffer)
 
+        runnable = [p for p in plan.passes if 0 not in p.dispatch]
         if runnable:  # empty tensors: nothing to dispatch
             label = f"{plan.op} {plan.variant}"
             encoder = device.create_command_encoder(label=label)
@@ -968,7 +1226,10 @@ _DTYPE_NAMES = {
 
 def _dtype_name(value):
     """numpy dtypes, ONNX names and WGSL names all mean one of float32 / float16."""
-    text = _DTYPE_NAMES.get(value)
+    try:
+        text = _DTYPE_NAMES.get(value)
+    except TypeError:  # unhashable
+        text = None
     if text is None:
         try:
             text = np.dtype(value).name
@@ -977,12 +1238,42 @@ def _dtype_name(value):
     return text
 
 
+_F32_MAX = float(np.finfo(np.float32).max)
+_F32_TINY = float(np.finfo(np.float32).tiny)
+
+
+def _attribute_value(op, name, spec, value):
+    """One attribute value checked against its kind and the 32-bit type the kernels give it."""
+    subject = f"attribute {name}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ContractError(op, subject, spec.kind, f"expected a number, got {value!r}")
+    if not math.isfinite(value):
+        raise ContractError(op, subject, "finite", f"must be a finite number, got {value!r}")
+    if spec.kind == "int":
+        if not float(value).is_integer():
+            raise ContractError(op, subject, "int", f"expected an integer, got {value!r}")
+        value = int(value)
+        if not -(2**31) <= value < 2**31:
+            raise ContractError(op, subject, "32-bit int", f"{value} does not fit the 32-bit integer the kernels use")
+        return value
+    value = float(value)
+    if abs(value) > _F32_MAX:
+        raise ContractError(op, subject, "f32 range", f"{value!r} does not fit a 32-bit float (the kernels compute in f32)")
+    if 0 < abs(value) < _F32_TINY:
+        raise ContractError(op, subject, "f32 range", f"{value!r} is below the smallest normal 32-bit float and would act as 0")
+    return value
+
+
 def _attributes(contract, attrs):
+    if attrs is not None and not isinstance(attrs, Mapping):
+        raise ContractError(contract.op, "attrs", "a mapping", f"attrs maps attribute names to values, got {type(attrs).__name__}")
     attrs = dict(attrs or {})
     known = {a.name: a for a in contract.attributes}
     unknown = sorted(set(attrs) - set(known))
     if unknown:
-        raise ContractError(contract.op, f"attribute {unknown[0]}", "known attribute", f"unknown attribute; known: {', '.join(known)}")
+        raise ContractError(
+            contract.op, f"attribute {unknown[0]}", "known attribute", f"unknown attribute{_suggest(unknown[0], known)}; known: {', '.join(known)}"
+        )
     resolved = {}
     for name, spec in known.items():
         if name not in attrs:
@@ -992,15 +1283,7 @@ def _attributes(contract, attrs):
                 continue
             resolved[name] = spec.default
             continue
-        value = attrs[name]
-        if isinstance(value, bool) or not isinstance(value, numbers.Real):
-            raise ContractError(contract.op, f"attribute {name}", spec.kind, f"expected a number, got {value!r}")
-        if spec.kind == "int":
-            if not float(value).is_integer():
-                raise ContractError(contract.op, f"attribute {name}", "int", f"expected an integer, got {value!r}")
-            value = int(value)
-        elif not math.isfinite(value):
-            raise ContractError(contract.op, f"attribute {name}", "finite", f"must be a finite number, got {value!r}")
+        value = _attribute_value(contract.op, name, spec, attrs[name])
         if spec.allowed is not None:
             same = np.float32 if spec.comparison == "float32" else (lambda v: v)
             if not any(same(value) == same(a) for a in spec.allowed):
@@ -1010,6 +1293,13 @@ def _attributes(contract, attrs):
                 )
         resolved[name] = value
     return resolved
+
+
+def _suggest(name, known):
+    import difflib
+
+    close = difflib.get_close_matches(str(name), list(known), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def _requested_outputs(contract, outputs):
@@ -1025,19 +1315,37 @@ def _requested_outputs(contract, outputs):
     return tuple(dict.fromkeys(by_name[o] for o in outputs))
 
 
-def _request(contract, shapes, dtypes, attrs, caps, tunables, outputs=None):
+def _given_shapes(contract, shapes):
+    """{bind key: shape} and {bind key: the caller's name} from shapes keyed by key or role."""
+    if not isinstance(shapes, Mapping):
+        raise ContractError(contract.op, "shapes", "a mapping", f"shapes maps input names to shapes, got {type(shapes).__name__}")
     tensors = {t.key: t for t in contract.inputs}
     roles = {t.role: t.key for t in contract.inputs}
-    given = {roles.get(k, k): tuple(int(d) for d in v) for k, v in shapes.items()}
-    unknown = sorted(set(given) - set(tensors))
-    if unknown:
-        raise ContractError(contract.op, f"input {unknown[0]}", "known input", f"unknown input; inputs are {', '.join(tensors)}")
-    missing = [t.role for t in contract.inputs if not t.optional and t.key not in given]
-    if missing:
-        raise ContractError(contract.op, f"input {missing[0]}", "required input", "the input is missing")
-    for key, shape in given.items():
-        if any(d < 0 for d in shape):
-            raise ContractError(contract.op, f"input {tensors[key].role}", "shape", f"negative dimension in {shape}")
+    given, names = {}, {}
+    for name, shape in shapes.items():
+        key = name if name in tensors else roles.get(name)
+        if key is None:
+            known = list(tensors) + [r for r in roles if r not in tensors]
+            raise ContractError(
+                contract.op, f"input {name}", "known input", f"unknown input{_suggest(name, known)}; inputs are {', '.join(tensors)}"
+            )
+        if key in names:
+            raise ContractError(
+                contract.op, f"input {name}", "one name per input", f"given twice, as {names[key]!r} and {name!r}: pass it once"
+            )
+        names[key] = name
+        if shape is not None:  # None: not given (an optional input left out)
+            given[key] = checked_shape(contract.op, f"input {name}", shape)
+    for t in contract.inputs:
+        if not t.optional and t.key not in given:
+            alias = f" ({t.role})" if t.role != t.key else ""
+            raise ContractError(contract.op, f"input {names.get(t.key, t.key)}", "required input", f"required input {t.key}{alias} is missing")
+    return given, names
+
+
+def _request_dtypes(contract, dtypes):
+    if dtypes is not None and not isinstance(dtypes, Mapping):
+        raise ContractError(contract.op, "dtypes", "a mapping", f"dtypes maps type variables to dtypes, got {type(dtypes).__name__}")
     wgsl_dtypes = {}
     for type_var, value in (dtypes or {}).items():
         name = _dtype_name(value)
@@ -1050,52 +1358,156 @@ def _request(contract, shapes, dtypes, attrs, caps, tunables, outputs=None):
     for type_var in contract.type_constraints:
         if type_var not in wgsl_dtypes:
             raise ContractError(contract.op, f"dtype {type_var}", "given", "pass dtypes={...} for every type variable")
+    return wgsl_dtypes
+
+
+def _checked_tunables(contract, tunables):
+    if tunables is not None and not isinstance(tunables, Mapping):
+        raise ContractError(contract.op, "tunables", "a mapping", f"tunables maps names to numbers, got {type(tunables).__name__}")
     unknown_tunables = sorted(set(tunables or {}) - set(contract.tunables))
     if unknown_tunables:
         raise ContractError(contract.op, f"tunable {unknown_tunables[0]}", "known tunable", f"known: {', '.join(contract.tunables)}")
     for name, value in (tunables or {}).items():
         # Workgroup sizes, counts and thresholds: some divide, so 0 is refused with the rest.
         real = isinstance(value, numbers.Real) and not isinstance(value, bool)
-        if not (real and math.isfinite(value) and float(value).is_integer() and value >= 1):
+        if not (real and math.isfinite(value) and float(value).is_integer() and 1 <= value < 2**31):
             raise ContractError(contract.op, f"tunable {name}", "a whole number >= 1", f"got {value!r}")
+    return {**contract.tunables, **{name: int(value) for name, value in (tunables or {}).items()}}
+
+
+def _request(contract, shapes, dtypes, attrs, caps, tunables, outputs=None):
+    given, names = _given_shapes(contract, shapes)
+    wgsl_dtypes = _request_dtypes(contract, dtypes)
+    all_tunables = _checked_tunables(contract, tunables)
     wanted = _requested_outputs(contract, outputs)
     roles = {t.key: t.role for t in contract.outputs}
     requested = frozenset(wanted) | frozenset(roles[k] for k in wanted)
-    request = Request(given, wgsl_dtypes, _attributes(contract, attrs), {**contract.tunables, **(tunables or {})}, caps, requested)
+    request = Request(given, wgsl_dtypes, _attributes(contract, attrs), all_tunables, caps, requested, names)
     output_shapes = contract.output_shapes(request)
-    return Request({**given, **output_shapes}, request.dtypes, request.attrs, request.tunables, caps, requested)
+    return Request({**given, **output_shapes}, request.dtypes, request.attrs, request.tunables, caps, requested, names)
+
+
+def _caller_subject(contract, subject, names):
+    """A subject in the caller's words: `input X` becomes `input x` when the caller said `x`."""
+    kind, _, name = subject.partition(" ")
+    if kind not in ("input", "out", "output"):
+        return subject
+    for t in contract.inputs + contract.outputs:
+        if name in (t.key, t.role) and t.key in names:
+            return f"{kind} {names[t.key]}"
+    return subject
+
+
+def _in_callers_words(contract, error, names):
+    subject = _caller_subject(contract, error.subject, names)
+    op = contract.op if error.op == "plan" else error.op
+    if subject == error.subject and op == error.op:
+        return error
+    return type(error)(op, subject, error.rule, error.message)
+
+
+def _dtype_names(request, contract):
+    spec_of = {t.key: t for t in contract.inputs + contract.outputs}
+    return {k: {"f32": "float32", "f16": "float16"}[request.dtypes[spec_of[k].type_var]] for k in request.shapes}
+
+
+def _check_sizes(contract, request):
+    """Tensors over maxBufferSize are refused outright, whatever the variant."""
+    names = _dtype_names(request, contract)
+    limit = request.caps.limits["maxBufferSize"]
+    for t in contract.inputs + contract.outputs:
+        if t.key in request.shapes:
+            nbytes = _storage_nbytes(request.shapes[t.key], names[t.key])
+            if nbytes > limit:
+                kind = "input" if t in contract.inputs else "output"
+                raise ContractError(
+                    contract.op,
+                    f"{kind} {request.names.get(t.key, t.role)}",
+                    "maxBufferSize",
+                    f"{request.shapes[t.key]} {names[t.key]} needs {nbytes} bytes, over the device's maxBufferSize = {limit}",
+                )
+
+
+def chunk_request(contract, request):
+    return None  # chunking comes next
 
 
 def _plan(contract, request, variant):
-    contract.check_contract(request)
     try:
-        derived = contract.derive(request)
+        contract.check_contract(request)
+        _check_sizes(contract, request)
+        if variant is not None and variant not in [c.ID for c in contract.candidates]:
+            known = ", ".join(c.ID for c in contract.candidates)
+            raise ContractError(contract.op, "variant", "known variant", f"unknown variant {variant!r}; known: {known}")
+        if _is_empty(contract, request):
+            return _empty_plan(contract, request, variant)
+        chunks = chunk_request(contract, request)
+        if chunks is not None:
+            return _chunked_plan(contract, request, variant, chunks)
+        return _variant_plan(contract, request, variant)
+    except ContractError as error:
+        raise _in_callers_words(contract, error, request.names) from None
+
+
+def _derived(contract, request):
+    try:
+        return contract.derive(request)
     except (ArithmeticError, IndexError, KeyError, TypeError, ValueError) as error:
         # The contract passed, so this is a request the manifest did not foresee: refuse it clearly.
         raise ContractError(contract.op, "request", "derive", f"the manifest's derived values cannot be computed: {type(error).__name__}: {error}") from None
+
+
+def _variant_plan(contract, request, variant):
+    derived = _derived(contract, request)
     contract.check_derived_contract(request, derived)
     chosen, explanation = select(contract.op, contract.candidates, request, derived, variant)
     values = chosen.values(request, derived)
-    spec_of = {t.key: t for t in contract.inputs + contract.outputs}
+    dtype_names = _dtype_names(request, contract)
 
     def described(keys):
-        return {k: (request.shapes[k], {"f32": "float32", "f16": "float16"}[request.dtypes[spec_of[k].type_var]]) for k in keys}
+        return {k: (request.shapes[k], dtype_names[k]) for k in keys}
 
     inputs = described(t.key for t in contract.inputs if t.key in request.shapes)
-    passes = chosen.passes(request, derived, values)
+    try:
+        passes = chosen.passes(request, derived, values)
+    except PlanError as error:
+        raise PlanError(contract.op, f"variant {chosen.ID}: {error.subject}", error.rule, error.message) from None
     # Requested outputs, and any other output the chosen passes write (allocated, not returned).
     bound = {b.resource for p in passes for b in p.bindings if b.kind == "output"}
     outputs = described(t.key for t in contract.outputs if t.key in request.outputs or t.key in bound)
     intermediates = {k: (tuple(whole(d, f"intermediate {k}") for d in shape), dtype) for k, (shape, dtype) in chosen.intermediates(request, derived, values).items()}
     plan = Plan(contract.op, chosen.ID, passes, inputs, outputs, intermediates, explanation)
-    check_binding_sizes(contract.op, plan, request.caps)
+    check_binding_sizes(contract.op, plan, request.caps, request.names)
     for pass_plan in passes:
         check_pass_limits(contract.op, pass_plan, request.caps)
     return plan
 
 
+def _is_empty(contract, request):
+    """Every requested output has no elements: there is nothing to compute."""
+    keys = [t.key for t in contract.outputs if t.key in request.outputs]
+    return bool(keys) and all(numel(request.shapes[k]) == 0 for k in keys)
+
+
+def _empty_plan(contract, request, variant):
+    """A plan with no passes: outputs of the contract's (empty) shapes, no dispatch, no scratch."""
+    try:  # rules on derived values still hold for an empty request, where they can be computed
+        derived = contract.derive(request)
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError):
+        derived = None
+    if derived is not None:
+        contract.check_derived_contract(request, derived)
+    dtype_names = _dtype_names(request, contract)
+    inputs = {t.key: (request.shapes[t.key], dtype_names[t.key]) for t in contract.inputs if t.key in request.shapes}
+    outputs = {t.key: (request.shapes[t.key], dtype_names[t.key]) for t in contract.outputs if t.key in request.outputs}
+    empty = ", ".join(f"{k} {request.shapes[k]}" for k in outputs)
+    explanation = (f"nothing to compute: every output is empty ({empty}); no variant runs and nothing is dispatched",)
+    return Plan(contract.op, variant or "none", (), inputs, outputs, {}, explanation)
+
+
 _PLAN_CACHE_SIZE = 1024
-_plans = {}  # request key -> (caps, plan): plans are immutable, so a repeated request reuses one
+_plans = LRUCache(_PLAN_CACHE_SIZE)  # request key -> (caps, plan): plans are immutable, so a repeated request reuses one
+_caps_by_mapping = LRUCache(64)  # canonical caps mapping -> Caps, so that a caps= mapping keeps its plans
 _default_caps = []
 
 
@@ -1105,31 +1517,61 @@ def _webgpu_default_caps():
     return _default_caps[0]
 
 
-def _cached_plan(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
-    """_plan() of the request, memoised: a repeated call costs one dictionary lookup."""
+def _typed_items(mapping):
+    """Items with their types: the plan cache must not take True for 1 (they hash alike)."""
+    return tuple((k, v.__class__, v) for k, v in sorted(mapping.items(), key=lambda item: str(item[0])))
+
+
+def _plan_key(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
+    """The memo key of a request, or None for one that cannot be a key (refused while planning)."""
     try:
+        shape_key = tuple(
+            (k, v if type(v) is tuple and all(type(d) is int for d in v) else (type(v), tuple(map(type, v)), tuple(v)))
+            for k, v in sorted(shapes.items(), key=lambda item: str(item[0]))
+        )
         key = (
             contract.op,
-            tuple(sorted((k, tuple(v)) for k, v in shapes.items())),
-            tuple(sorted((k, str(v)) for k, v in (dtypes or {}).items())),
-            tuple(sorted((attrs or {}).items())),
-            tuple(sorted((tunables or {}).items())),
+            shape_key,
+            tuple(sorted((str(k), str(v)) for k, v in (dtypes or {}).items())),
+            _typed_items(attrs or {}),
+            _typed_items(tunables or {}),
             id(caps),
             variant,
             outputs if outputs is None or isinstance(outputs, str) else tuple(outputs),
         )
         hash(key)
-    except TypeError:
-        key = None  # unhashable attribute values: plan without the cache (and refuse them there)
+        return key
+    except (TypeError, AttributeError):
+        return None  # not a mapping, unhashable or unsortable values: plan without the cache
+
+
+def _cached_plan(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
+    """_plan() of the request, memoised: a repeated call costs one dictionary lookup."""
+    key = _plan_key(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs)
     cached = _plans.get(key) if key is not None else None
     if cached is not None and cached[0] is caps:
         return cached[1]
     plan = _plan(contract, _request(contract, shapes, dtypes, attrs, caps, tunables, outputs), variant)
     if key is not None:
-        if len(_plans) >= _PLAN_CACHE_SIZE:
-            _plans.clear()
-        _plans[key] = (caps, plan)
+        _plans.put(key, (caps, plan))
     return plan
+
+
+def planning_caps(caps, device):
+    """The Caps a plan is made for: the device's, a given Caps, a mapping (memoised), or WebGPU's defaults."""
+    if caps is None and device is None:
+        return _webgpu_default_caps()
+    if isinstance(caps, Mapping):
+        try:
+            key = repr(sorted((k, sorted(v.items()) if isinstance(v, Mapping) else sorted(v)) for k, v in caps.items()))
+        except TypeError:
+            return caps_of(caps, device)
+        cached = _caps_by_mapping.get(key)
+        if cached is None:
+            cached = caps_of(caps, device)
+            _caps_by_mapping.put(key, cached)
+        return cached
+    return caps_of(caps, device)
 
 
 def build_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None):
@@ -1137,46 +1579,122 @@ def build_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables
 
     Without caps= or device=, plans for WebGPU's default limits and no optional features.
     """
-    caps = caps_of(caps, device) if (caps is not None or device is not None) else _webgpu_default_caps()
-    return _cached_plan(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs)
+    return _cached_plan(contract, shapes, dtypes, attrs, planning_caps(caps, device), tunables, variant, outputs)
 
 
 def explain_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None):
-    plan = build_plan(contract, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)
+    """Why each candidate was or was not taken; for a refused request, the broken rule first."""
+    try:
+        plan = build_plan(contract, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)
+    except ContractError as error:
+        return "\n".join((f"refused: {error}",) + _candidate_lines(contract, shapes, dtypes, attrs, caps, device, tunables, outputs))
     return "\n".join(plan.explanation)
+
+
+def _candidate_lines(contract, shapes, dtypes, attrs, caps, device, tunables, outputs):
+    """Each candidate's own verdict on a refused request, where the request can be evaluated at all."""
+    try:
+        request = _request(contract, shapes, dtypes, attrs, planning_caps(caps, device), tunables, outputs)
+        derived = contract.derive(request)
+    except (ArithmeticError, IndexError, KeyError, TypeError, ValueError):
+        return ()
+    lines = []
+    for c in contract.candidates:
+        reason = candidate_verdict(c, request, derived)
+        lines.append(f"{c.ID} (priority {c.PRIORITY}): " + (f"rejected: {reason}" if reason else "its own rules pass"))
+    return tuple(lines)
+
+
+def _kernel_input(op, name, value):
+    """A Tensor as it is; anything else as a native-order numpy array (big-endian data converted)."""
+    if isinstance(value, Tensor):
+        return value
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise ContractError(op, f"input {name}", "an array", f"expected a numpy array or Tensor, got {type(value).__name__}: {error}") from None
+    if array.dtype.kind not in "fiub":
+        raise ContractError(
+            op, f"input {name}", "an array", f"expected a float32 or float16 numpy array or Tensor, got {type(value).__name__} of dtype {array.dtype}"
+        )
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+def _kernel_inputs(contract, inputs):
+    """{bind key: value} and {bind key: the caller's name}; None means an input left out."""
+    if not isinstance(inputs, Mapping):
+        raise ContractError(contract.op, "inputs", "a mapping", f"inputs maps input names to arrays or Tensors, got {type(inputs).__name__}")
+    tensors = {t.key: t for t in contract.inputs}
+    roles = {t.role: t.key for t in contract.inputs}
+    values, names = {}, {}
+    for name, value in inputs.items():
+        key = name if name in tensors else roles.get(name)
+        if key is None:
+            known = list(tensors) + [r for r in roles if r not in tensors]
+            raise ContractError(contract.op, f"input {name}", "known input", f"unknown input{_suggest(name, known)}; inputs are {', '.join(tensors)}")
+        if key in names:
+            raise ContractError(contract.op, f"input {name}", "one name per input", f"given twice, as {names[key]!r} and {name!r}: pass it once")
+        names[key] = name
+        if value is not None:
+            values[key] = _kernel_input(contract.op, name, value)
+    return values, names
+
+
+def _input_dtypes(contract, values, names):
+    tensors = {t.key: t for t in contract.inputs}
+    dtypes, first = {}, {}
+    for key, value in values.items():
+        name = _dtype_name(value.dtype)
+        type_var = tensors[key].type_var
+        allowed = contract.type_constraints[type_var]
+        subject = f"input {names[key]}"
+        if isinstance(value, Tensor) and not (value.dtype.isnative or value.dtype.byteorder == "|"):
+            raise ContractError(contract.op, subject, "little-endian", f"a Tensor's dtype must be native ({_dtype_text(value.dtype)}): GPU buffers hold little-endian data")
+        if name not in allowed:
+            hint = f" (convert with .astype(numpy.{allowed[0]}))" if value.dtype.kind in "fiub" else ""
+            raise ContractError(contract.op, subject, f"{type_var} in {', '.join(allowed)}", f"dtype {name} is not supported{hint}")
+        if dtypes.setdefault(type_var, name) != name:
+            raise ContractError(
+                contract.op, subject, f"one dtype for {type_var}",
+                f"dtype {name} differs from {first[type_var]}'s {dtypes[type_var]}: every {type_var} tensor must share one dtype",
+            )
+        first.setdefault(type_var, names[key])
+    return dtypes
+
+
+def _output_names(contract, out):
+    """out= keyed by bind key, and the caller's names of those outputs."""
+    if out is None:
+        return {}, {}
+    if not isinstance(out, Mapping):
+        raise ContractError(contract.op, "out", "a mapping", f"out= maps output names to Tensors, got {type(out).__name__}")
+    by_name = {t.key: t.key for t in contract.outputs} | {t.role: t.key for t in contract.outputs}
+    keyed, names = {}, {}
+    for name, tensor in out.items():
+        key = by_name.get(name)
+        if key is None:
+            raise ContractError(contract.op, f"out {name}", "known output", f"unknown output; outputs are {', '.join(t.key for t in contract.outputs)}")
+        if key in keyed:
+            raise ContractError(contract.op, f"out {name}", "one name per output", f"given twice, as {names[key]!r} and {name!r}")
+        keyed[key], names[key] = tensor, name
+    return keyed, names
 
 
 def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None):
     """kernel(): infer shapes and dtypes from the inputs, plan, run; everything checked first."""
-    tensors = {t.key: t for t in contract.inputs}
-    roles = {t.role: t.key for t in contract.inputs}
-    inputs = {roles.get(k, k): v for k, v in inputs.items()}
-    dtypes, shapes = {}, {}
-    for key, value in inputs.items():
-        if key not in tensors:
-            raise ContractError(contract.op, f"input {key}", "known input", f"unknown input; inputs are {', '.join(tensors)}")
-        if not isinstance(value, Tensor):
-            value = np.asarray(value)
-            inputs[key] = value
-        name = _dtype_name(value.dtype)
-        type_var = tensors[key].type_var
-        allowed = contract.type_constraints[type_var]
-        if name not in allowed:
-            raise ContractError(contract.op, f"input {tensors[key].role}", f"{type_var} in {', '.join(allowed)}", f"dtype {name} is not supported")
-        if dtypes.setdefault(type_var, name) != name:
-            first = next(tensors[k].role for k in shapes if tensors[k].type_var == type_var)
-            raise ContractError(
-                contract.op, f"input {tensors[key].role}", f"one dtype for {type_var}",
-                f"dtype {name} differs from {first}'s {dtypes[type_var]}: every {type_var} tensor must share one dtype",
-            )
-        shapes[key] = tuple(value.shape)
-    if device is None and caps is None:
-        device = next((v.device for v in inputs.values() if isinstance(v, Tensor)), None) or default_device()
-    elif device is None:
-        device = default_device()
-    plan = _cached_plan(contract, shapes, dtypes, attrs, caps_of(caps, device), tunables, variant, outputs)
+    values, names = _kernel_inputs(contract, inputs)
+    dtypes = _input_dtypes(contract, values, names)
+    shapes = {names[key]: (value.shape if type(value.shape) is tuple else tuple(value.shape)) for key, value in values.items()}
+    shapes.update({names[key]: None for key in names if key not in values})
+    if device is None:
+        device = next((v.device for v in values.values() if isinstance(v, Tensor)), None) or default_device()
+    plan = _cached_plan(contract, shapes, dtypes, attrs, planning_caps(caps, device), tunables, variant, outputs)
     wanted = _requested_outputs(contract, outputs)
-    by_role = {t.role: t.key for t in contract.outputs}
-    out = {by_role.get(k, k): v for k, v in (out or {}).items()}
-    results = run_plan(plan, inputs, device, out)
+    keyed_out, out_names = _output_names(contract, out)
+    try:
+        results = run_plan(plan, values, device, keyed_out, {**names, **out_names})
+    except ContractError as error:
+        raise _in_callers_words(contract, error, names) from None
     return {o: results[o] for o in wanted}

@@ -444,10 +444,10 @@ def good(dtype=np.float32, shape=(2, 3, 4)):
         ({"input": np.ones((3,), np.float32)}, "input input", "ranks.input >= 3"),
         ({"scale": np.ones(4, np.float32)}, "input scale", "dim(shapes.scale, 0) == dim(shapes.input, 1)"),
         ({"scale": np.ones((3, 1), np.float32)}, "input scale", "ranks.scale == 1"),
-        ({"b": np.ones(2, np.float32)}, "input B", "dim(shapes.b, 0) == dim(shapes.input, 1)"),
-        ({"b": np.ones((1, 3), np.float32)}, "input B", "ranks.B == 1"),
+        ({"b": np.ones(2, np.float32)}, "input b", "dim(shapes.b, 0) == dim(shapes.input, 1)"),
+        ({"b": np.ones((1, 3), np.float32)}, "input b", "ranks.B == 1"),
         ({"scale": np.ones(3, np.float16)}, "input scale", "every T tensor must share one dtype"),
-        ({"b": np.ones(3, np.float16)}, "input B", "every T tensor must share one dtype"),
+        ({"b": np.ones(3, np.float16)}, "input b", "every T tensor must share one dtype"),
         ({"input": np.ones((2, 3, 4), np.float64)}, "input input", "float64 is not supported"),
     ],
 )

@@ -27,6 +27,7 @@ from .._runtime import (
     build_plan,
     ceil_div,
     explain_plan,
+    features_text,
     inner,
     js_div,
     js_mod,
@@ -114,7 +115,7 @@ def check_contract(r) -> None:
             OP,
             "dtype T",
             "f16Ok(dtypes.T)",
-            f"needs `f16Ok(dtypes.T)`, got dtypes.T = {show(lambda: dtype_t)}",
+            f"float16 needs the device feature shader-f16, which this device does not have (features: {features_text(features)})",
         )
     # ranks.X >= 3
     if not (len(shape_x) >= 3):

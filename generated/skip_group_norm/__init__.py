@@ -52,6 +52,7 @@ from .._runtime import (
     build_plan,
     ceil_div,
     explain_plan,
+    features_text,
     js_div,
     js_mod,
     pow2ceil,
@@ -158,7 +159,7 @@ def check_contract(r) -> None:
             OP,
             "dtype T",
             "f16Ok(dtypes.T)",
-            f"needs `f16Ok(dtypes.T)`, got dtypes.T = {show(lambda: dtype_t)}",
+            f"float16 needs the device feature shader-f16, which this device does not have (features: {features_text(features)})",
         )
     # attrs.groups >= 1
     if not (attr_groups >= 1):
