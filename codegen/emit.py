@@ -146,6 +146,8 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
         w.line("import math")
         w.line()
     runtime_names = ["AttributeSpec", "ContractError", "OpContract", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show"]
+    if ir.chunking is not None:
+        runtime_names.append("ChunkSpec")
     runtime_names += [h for h in helpers if h != "math"]
     if any(_F16_RULE.fullmatch(rule.source) for rule in op.rules):
         runtime_names.append("features_text")
@@ -206,8 +208,9 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
         w.line(f"    {v.ir.id},  # priority {v.ir.priority}")
     w.line(")")
     w.line()
+    _emit_chunking(w, ir.chunking)
     w.line("CONTRACT = OpContract(")
-    for field in ("OP", "INPUTS", "OUTPUTS", "TYPE_CONSTRAINTS", "ATTRIBUTES", "TUNABLES", "CANDIDATES"):
+    for field in ("OP", "INPUTS", "OUTPUTS", "TYPE_CONSTRAINTS", "ATTRIBUTES", "TUNABLES", "CANDIDATES", "CHUNKING"):
         w.line(f"    {field.lower()}={field},")
     w.line("    output_shapes=output_shapes, check_contract=check_contract, derive=derive,")
     w.line("    check_derived_contract=check_derived_contract,")
@@ -216,6 +219,19 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     w.line()
     _emit_api(w, op)
     return formatted(header, w)
+
+
+def _emit_chunking(w: Writer, chunking) -> None:
+    if chunking is None:
+        w.comment("No `chunking` in the manifest: a tensor over maxStorageBufferBindingSize is refused.")
+        w.line("CHUNKING = None")
+    else:
+        w.comment("How a tensor over maxStorageBufferBindingSize is split (the manifest's `chunking`).")
+        w.line(
+            f"CHUNKING = ChunkSpec(batch={chunking.batch!r}, channels={chunking.channels!r}, "
+            f"per_channel={chunking.per_channel!r}, groups_attribute={chunking.groups_attribute!r})"
+        )
+    w.line()
 
 
 def _annotation(kind: str) -> str:

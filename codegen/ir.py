@@ -142,6 +142,23 @@ class Variant:
 
 
 @dataclass(frozen=True)
+class Chunking:
+    """How a request too large for one storage binding splits into independent sub-requests.
+
+    `batch` tensors are cut along axis 0 (every item of a batch is independent); when one item is
+    still too large, `channels` tensors are cut along axis 1 within an item, with the `(C)`
+    tensors in `per_channel` cut alike and, where channels form groups, whole groups kept
+    together and `groups_attribute` set to the groups of the piece. Names are bind keys.
+    """
+
+    batch: tuple[str, ...]
+    channels: tuple[str, ...]
+    per_channel: tuple[str, ...]
+    groups_attribute: str | None
+    origin: Origin
+
+
+@dataclass(frozen=True)
 class Op:
     id: str  # the manifest folder: ai.onnx.BatchNormalization
     domain: str
@@ -157,6 +174,7 @@ class Op:
     variants: tuple[Variant, ...]
     source: str  # repository-relative manifest path
     sha256: str
+    chunking: Chunking | None = None
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:

@@ -19,6 +19,7 @@ from typing import Any
 
 from .ir import (
     Attribute,
+    Chunking,
     Binding,
     Derive,
     Dispatch,
@@ -134,6 +135,7 @@ def load_manifest(path: Path, repo_root: Path) -> Op:
         variants=_variants(reader, data, root, tensors),
         source=source,
         sha256=hashlib.sha256(raw).hexdigest(),
+        chunking=_chunking(reader, data, root, tensors),
     )
     if reader.problems:
         raise ManifestError(reader.problems)
@@ -193,6 +195,33 @@ def _tensor(reader: _Reader, key: str, role: str, spec: dict, is_output: bool, o
         origin=origin,
         api_flag=spec.get("apiFlag"),
     )
+
+
+def _chunking(reader: _Reader, data: dict, root: Origin, tensors: dict) -> Chunking | None:
+    """The optional `chunking` object: tensor names (bind key or role) and the groups attribute."""
+    origin = root.child("chunking")
+    spec = reader.mapping(data.get("chunking"), origin, "chunking")
+    if not spec:
+        return None
+    by_name = {t.key: t.key for t in tensors.values()} | {t.role: t.key for t in tensors.values()}
+    unknown = sorted(set(spec) - {"description", "batch", "channels", "perChannel", "groupsAttribute"})
+    for key in unknown:
+        reader.fail(origin.child(key), "unknown key; chunking takes description, batch, channels, perChannel, groupsAttribute")
+
+    def names(field: str) -> tuple[str, ...]:
+        keys = []
+        for i, name in enumerate(reader.sequence(spec.get(field), origin.child(field), field)):
+            if name not in by_name:
+                reader.fail(origin.child(field, i), f"unknown tensor {name!r}; tensors are {', '.join(sorted(by_name))}")
+            else:
+                keys.append(by_name[name])
+        return tuple(keys)
+
+    groups = spec.get("groupsAttribute")
+    attributes = {a.name for a in _attributes(_Reader(reader.source, data), data, root)}
+    if groups is not None and groups not in attributes:
+        reader.fail(origin.child("groupsAttribute"), f"unknown attribute {groups!r}")
+    return Chunking(names("batch"), names("channels"), names("perChannel"), groups, origin)
 
 
 def _attributes(reader: _Reader, data: dict, root: Origin) -> tuple[Attribute, ...]:

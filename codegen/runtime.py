@@ -1081,12 +1081,63 @@ def run_plan(plan, inputs, device=None, out=None, names=None):
     out = _checked_out(plan, out, values, device, names)
     caps = device_caps(device)
     check_binding_sizes(plan.op, plan, caps, names)
-    for pass_plan in plan.passes:
+    for pass_plan in plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes):
         check_pass_limits(plan.op, pass_plan, caps)
-    if not plan.passes and not resident:
+    check_chunk_offsets(plan, caps)
+    if not plan.passes and not plan.chunks and not resident:
         # Nothing to compute (an empty output): no GPU work at all.
         return {key: _empty_result(shape, dtype_name, out.get(key)) for key, (shape, dtype_name) in plan.outputs.items()}
     return _execute(plan, values, device, out, resident)
+
+
+def _bind_chunks(plan, tensors, device, encoder, created):
+    """Bound passes of every piece, each over its slices of the whole tensors.
+
+    The (C) ranges are copied into scratch in `encoder` before the compute pass that reads them;
+    pieces of one plan share its intermediates, since their dispatches run one after another.
+    """
+    import wgpu
+
+    bound, intermediates = [], {}
+    for chunk in plan.chunks:
+        views = {"input": {}, "output": {}}
+        for kind in views:
+            for key, tensor in tensors[kind].items():
+                if key in chunk.slices:
+                    views[kind][key] = BufferSlice(tensor.buffer, *chunk.slices[key])
+                elif key in chunk.copies:
+                    offset, size = chunk.copies[key]
+                    scratch = device.create_buffer(size=size, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
+                    encoder.copy_buffer_to_buffer(tensor.buffer, offset, scratch, 0, size)
+                    created.append(scratch)
+                    views[kind][key] = BufferSlice(scratch, 0, size)
+                else:
+                    views[kind][key] = tensor
+        scratch = intermediates.get(id(chunk.plan))
+        if scratch is None:
+            scratch = intermediates[id(chunk.plan)] = {
+                key: Tensor.empty(shape, dtype_name, device) for key, (shape, dtype_name) in chunk.plan.intermediates.items()
+            }
+            created.extend(t.buffer for t in scratch.values())
+        views["intermediate"] = scratch
+        bound += bind_passes([p for p in chunk.plan.passes if 0 not in p.dispatch], views, device)
+    return bound
+
+
+def check_chunk_offsets(plan, caps):
+    """A plan cut for other caps may bind at offsets this device does not allow."""
+    align = caps.limits["minStorageBufferOffsetAlignment"]
+    for chunk in plan.chunks:
+        for key, (offset, size) in chunk.slices.items():
+            if offset % align or size > caps.limits["maxStorageBufferBindingSize"]:
+                raise PlanError(
+                    plan.op,
+                    f"piece of {key}",
+                    "minStorageBufferOffsetAlignment",
+                    f"the plan binds {size} bytes at offset {offset}, which this device does not allow "
+                    f"(minStorageBufferOffsetAlignment = {align}, maxStorageBufferBindingSize = "
+                    f"{caps.limits['maxStorageBufferBindingSize']}): plan for this device",
+                )
 
 
 def _empty_result(shape, dtype_name, out_tensor):
@@ -1111,11 +1162,14 @@ def _execute(plan, values, device, out, resident):
                 if kind == "intermediate" or not resident:
                     created.append(tensors[kind][key].buffer)
 
-        runnable = [p for p in plan.passes if 0 not in p.dispatch]
-        if runnable:  # empty tensors: nothing to dispatch
-            label = f"{plan.op} {plan.variant}"
-            encoder = device.create_command_encoder(label=label)
-            encode_passes(encoder, bind_passes(runnable, tensors, device), label=label)
+        label = f"{plan.op} {plan.variant}"
+        encoder = device.create_command_encoder(label=label)
+        if plan.chunks:
+            bound = _bind_chunks(plan, tensors, device, encoder, created)
+        else:
+            bound = bind_passes([p for p in plan.passes if 0 not in p.dispatch], tensors, device)
+        if bound:  # empty tensors: nothing to dispatch
+            encode_passes(encoder, bound, label=label)
             device.queue.submit([encoder.finish()])
 
         if resident:
@@ -1179,6 +1233,7 @@ class OpContract:
     check_contract: object
     derive: object
     check_derived_contract: object
+    chunking: object = None  # ChunkSpec, or None: a tensor over one binding is refused
 
 
 def _override_value(value, kind, what):
@@ -1428,8 +1483,167 @@ def _check_sizes(contract, request):
                 )
 
 
+@dataclass(frozen=True)
+class ChunkSpec:
+    """The manifest's `chunking`: which tensors a request too large for one binding is cut along."""
+
+    batch: tuple  # bind keys cut along axis 0
+    channels: tuple = ()  # bind keys cut along axis 1 within one batch item
+    per_channel: tuple = ()  # (C) bind keys cut with the channels (copied into scratch)
+    groups_attribute: str | None = None  # channels form this many groups; a piece keeps whole groups
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a chunked plan: the plan of the piece, and where its tensors' bytes lie.
+
+    `slices` binds a range of a whole tensor's buffer, `copies` copies a range into scratch first
+    (a (C) tensor's range rarely starts at a multiple of minStorageBufferOffsetAlignment).
+    Both map bind keys to (byte offset, byte size).
+    """
+
+    plan: Plan
+    slices: Mapping[str, tuple]
+    copies: Mapping[str, tuple]
+
+
+@dataclass(frozen=True)
+class _Piece:
+    shapes: Mapping[str, tuple]
+    attrs: Mapping[str, object]
+    slices: Mapping[str, tuple]
+    copies: Mapping[str, tuple]
+
+
+def _pad4(nbytes):
+    return -(-nbytes // 4) * 4
+
+
 def chunk_request(contract, request):
-    return None  # chunking comes next
+    """The pieces of a request that has a tensor over maxStorageBufferBindingSize, else None.
+
+    Batch items first (the fewest pieces), channel ranges within an item when one item is too
+    large; every binding offset a multiple of minStorageBufferOffsetAlignment. Where no cut
+    exists, the refusal names the tensor and the limit.
+    """
+    limit = request.caps.limits["maxStorageBufferBindingSize"]
+    dtype_names = _dtype_names(request, contract)
+    itemsize = {k: np.dtype(v).itemsize for k, v in dtype_names.items()}
+    over = [k for k in request.shapes if _storage_nbytes(request.shapes[k], dtype_names[k]) > limit]
+    if not over:
+        return None
+
+    def refuse(why):
+        key = over[0]
+        kind = "input" if key in {t.key for t in contract.inputs} else "output"
+        nbytes = _storage_nbytes(request.shapes[key], dtype_names[key])
+        return ContractError(
+            contract.op,
+            f"{kind} {request.names.get(key, key)}",
+            "maxStorageBufferBindingSize",
+            f"{request.shapes[key]} {dtype_names[key]} needs {nbytes} bytes, over the device's "
+            f"maxStorageBufferBindingSize = {limit}, and {why}",
+        )
+
+    spec = contract.chunking
+    if spec is None:
+        raise refuse("this op cannot run in pieces")
+    batch = [k for k in spec.batch if k in request.shapes]
+    if any(k not in batch for k in over):
+        raise refuse(f"the op can cut only {', '.join(spec.batch)}")
+    items = request.shapes[batch[0]][0]
+    if any(request.shapes[k][0] != items for k in batch):
+        raise refuse("the tensors it can cut do not share one batch axis")
+    per_item = {k: numel(request.shapes[k]) // items * itemsize[k] for k in batch}
+    align = request.caps.limits["minStorageBufferOffsetAlignment"]
+    # Outputs, and inputs whose items start on the alignment, are bound in place; the other
+    # inputs (a (N, C) skip) have their range copied into scratch, which needs only 4 bytes.
+    outputs = {t.key for t in contract.outputs}
+    sliced = {k: b for k, b in per_item.items() if k in outputs or b % align == 0}
+    copied = {k: b for k, b in per_item.items() if k not in sliced}
+    step = math.lcm(*(align // math.gcd(align, b) for b in sliced.values()), *(4 // math.gcd(4, b) for b in copied.values()))
+    count = limit // max(per_item.values()) // step * step
+    if count >= 1:
+        return tuple(_batch_piece(request, sliced, copied, start, min(start + count, items)) for start in range(0, items, count))
+    if not spec.channels:
+        raise refuse("one batch item alone is over it, and the op cannot cut channels")
+    return _channel_pieces(contract, request, spec, itemsize, limit, align, refuse)
+
+
+def _batch_piece(request, sliced, copied, start, stop):
+    shapes = dict(request.shapes)
+    for key in {**sliced, **copied}:
+        shapes[key] = (stop - start,) + tuple(request.shapes[key][1:])
+    slices = {key: (start * b, _pad4((stop - start) * b)) for key, b in sliced.items()}
+    copies = {key: (start * b, _pad4((stop - start) * b)) for key, b in copied.items()}
+    return _Piece(shapes, dict(request.attrs), slices, copies)
+
+
+def _channel_pieces(contract, request, spec, itemsize, limit, align, refuse):
+    """Pieces of channel ranges within each batch item, whole groups kept together."""
+    channels = [k for k in spec.channels if k in request.shapes]
+    per_channel = [k for k in spec.per_channel if k in request.shapes]
+    if any(k not in channels and k not in per_channel for k in request.shapes):
+        raise refuse("one batch item alone is over it, and not every tensor can be cut by channel")
+    items, total = request.shapes[channels[0]][:2]
+    unit = total // request.attrs[spec.groups_attribute] if spec.groups_attribute else 1
+    for key in per_channel:  # a copy moves whole 4-byte words: an f16 range starts at an even channel
+        unit = math.lcm(unit, 4 // math.gcd(4, itemsize[key]))
+    per_channel_bytes = {k: inner(request.shapes[k], 1) * itemsize[k] for k in channels}
+    step = math.lcm(unit, *(align // math.gcd(align, b) for b in per_channel_bytes.values()))
+    if items > 1 and any(total * b % align for b in per_channel_bytes.values()):
+        raise refuse(f"its batch items do not start at multiples of minStorageBufferOffsetAlignment = {align}")
+    count = limit // max(per_channel_bytes.values()) // step * step
+    if count < 1:
+        raise refuse(f"even the smallest piece it can be cut into ({step} channels) is over it")
+    pieces = []
+    for item in range(items):
+        for first in range(0, total, count):
+            last = min(first + count, total)
+            shapes = dict(request.shapes)
+            for key in channels:
+                shapes[key] = (1, last - first) + tuple(request.shapes[key][2:])
+            for key in per_channel:
+                shapes[key] = (last - first,)
+            attrs = dict(request.attrs)
+            if spec.groups_attribute:
+                attrs[spec.groups_attribute] = (last - first) // (total // request.attrs[spec.groups_attribute])
+            slices = {k: ((item * total + first) * b, _pad4((last - first) * b)) for k, b in per_channel_bytes.items()}
+            copies = {k: (first * itemsize[k], _pad4((last - first) * itemsize[k])) for k in per_channel}
+            pieces.append(_Piece(shapes, attrs, slices, copies))
+    return tuple(pieces)
+
+
+def _chunked_plan(contract, request, variant, pieces):
+    """A plan of pieces, each planned like a request of its own (pieces of one size share a plan)."""
+    inputs_of = {t.key for t in contract.inputs}
+    outputs = tuple(k for k in (t.key for t in contract.outputs) if k in request.outputs)
+    plans, chunks = {}, []
+    for piece in pieces:
+        key = (tuple(sorted(piece.shapes.items())), tuple(sorted(piece.attrs.items())))
+        if key not in plans:
+            shapes = {k: v for k, v in piece.shapes.items() if k in inputs_of}
+            sub_request = _request(contract, shapes, request.dtypes, piece.attrs, request.caps, request.tunables, outputs)
+            plans[key] = _plan(contract, Request(**{**sub_request.__dict__, "names": request.names}), variant)
+        chunks.append(Chunk(plans[key], piece.slices, piece.copies))
+    dtype_names = _dtype_names(request, contract)
+    written = {k for c in chunks for k in c.plan.outputs}
+    variants = ", ".join(dict.fromkeys(c.plan.variant for c in chunks))
+    limit = request.caps.limits["maxStorageBufferBindingSize"]
+    explanation = (
+        f"chunked: {len(chunks)} pieces, each within maxStorageBufferBindingSize = {limit}; "
+        f"{len(plans)} distinct piece plan(s), variant {variants}",
+    ) + chunks[0].plan.explanation
+    return Plan(
+        contract.op,
+        variants,
+        (),
+        {k: (request.shapes[k], dtype_names[k]) for k in request.shapes if k in inputs_of},
+        {k: (request.shapes[k], dtype_names[k]) for k in request.shapes if k in written},
+        {},
+        explanation,
+        tuple(chunks),
+    )
 
 
 def _plan(contract, request, variant):

@@ -547,14 +547,19 @@ def test_opset18_scale_shape_is_refused_with_the_opset21_rule():
 
 
 @pytest.mark.parametrize("variant,attrs", [("group_splitk", {"num_groups": 2}), ("group_stash_f16_serial", {"num_groups": 2, "stash_type": 10})])
-def test_tensor_over_the_storage_binding_limit_is_refused(variant, attrs):
+def test_tensor_over_the_storage_binding_limit_is_planned_in_pieces(variant, attrs):
     shapes = {"x": (2, 4, 64, 64), "scale": (4,), "bias": (4,)}  # 128 KiB of f32
     caps = {**F16_CAPS, "limits": {"maxStorageBufferBindingSize": 64 * 1024}}
     tunables = SMALL_SPLITS if variant == "group_splitk" else None
-    with pytest.raises(ContractError, match="maxStorageBufferBindingSize"):
-        gn.plan(shapes, {"T": "float32"}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
-    # Within the limit the same plans are made.
-    gn.plan(shapes, {"T": "float32"}, attrs=attrs, caps={**caps, "limits": {"maxStorageBufferBindingSize": 128 * 1024}}, tunables=tunables, variant=variant)
+    plan = gn.plan(shapes, {"T": "float32"}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
+    assert [c.plan.variant for c in plan.chunks] == [variant, variant]
+    assert [c.slices["x"] for c in plan.chunks] == [(0, 64 * 1024), (64 * 1024, 64 * 1024)]
+    # Within the limit the same request is one plan.
+    whole = gn.plan(shapes, {"T": "float32"}, attrs=attrs, caps={**caps, "limits": {"maxStorageBufferBindingSize": 128 * 1024}}, tunables=tunables, variant=variant)
+    assert not whole.chunks and whole.variant == variant
+    # One group over the limit cannot be cut.
+    with pytest.raises(ContractError, match="maxStorageBufferBindingSize = 16384, and even the smallest piece"):
+        gn.plan(shapes, {"T": "float32"}, attrs=attrs, caps={**caps, "limits": {"maxStorageBufferBindingSize": 16 * 1024}}, tunables=tunables, variant=variant)
 
 
 def test_forced_variant_that_does_not_apply_is_refused():
