@@ -153,7 +153,7 @@ def describe_device(device, out):
     print(f"adapter:  {info.get('device') or '(unnamed)'} ({info.get('adapter_type', 'unknown type')}; "
           f"{info.get('description') or 'no driver description'})", file=out)
     print(f"backend:  {info.get('backend_type', 'unknown')}  (wgpu {wgpu.__version__})", file=out)
-    print(f"features: {', '.join(sorted(caps.features)) or 'none'}", file=out)
+    print(f"features: {', '.join(sorted(caps.features)) or 'none'}  (enabled on the kernels' device)", file=out)
     print("limits:", file=out)
     for name, value in sorted(caps.limits.items()):
         print(f"  {name:<44} {value}", file=out)
