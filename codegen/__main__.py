@@ -24,6 +24,12 @@ from .wgsl import missing_templates, render_op
 
 RUNTIME_SOURCE = Path(__file__).with_name("runtime.py")
 BENCH_SOURCE = Path(__file__).with_name("bench.py")
+# Copied verbatim, each under its name in generated/.
+VERBATIM_SOURCES = {
+    "bench.py": BENCH_SOURCE,
+    "doctor.py": Path(__file__).with_name("doctor.py"),
+    "__main__.py": Path(__file__).with_name("package_main.py"),
+}
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,8 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
     files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources)
     files["_runtime.py"] = emit_runtime(RUNTIME_SOURCE.read_text(), runtime_source)
-    files["bench.py"] = emit_runtime(BENCH_SOURCE.read_text(), Source(f"{BENCH_SOURCE.parent.name}/{BENCH_SOURCE.name}", sha256_of(BENCH_SOURCE)))
+    for relative, path in VERBATIM_SOURCES.items():
+        files[relative] = emit_runtime(path.read_text(), Source(f"{path.parent.name}/{path.name}", sha256_of(path)))
     files = _format_python(files)
     files["REPORT.md"] = emit_report(emitted, skipped, report, files)
     return files

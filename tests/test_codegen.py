@@ -529,8 +529,10 @@ def test_tiny_files(tiny_files):
     assert sorted(tiny_files) == [
         "REPORT.md",
         "__init__.py",
+        "__main__.py",
         "_runtime.py",
         "bench.py",
+        "doctor.py",
         "tiny/__init__.py",
         "tiny/copy.py",
     ]

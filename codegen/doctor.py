@@ -1,0 +1,244 @@
+"""What this machine's WebGPU device offers, and whether every generated op runs right on it.
+
+    python -m generated doctor
+
+Prints the adapter, the backend, the device's features and limits (WebGPU's names), the subgroup
+width a probe shader measures (the adapter does not report it), then runs every op once per dtype
+on small random data (natural variant selection) against a float64 NumPy reference written here,
+so the package needs nothing beyond wgpu and numpy. Exit status 0 when every check passes, 1 when
+one fails or there is no adapter. float16 checks are skipped, and say why, on a device without
+shader-f16.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import sys
+import traceback
+
+import numpy as np
+
+from . import _runtime
+
+# DESIGN §7's tolerances: |actual - reference| <= atol + rtol * |reference|.
+TOLERANCES = {"float32": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
+
+PROBE = """
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(subgroup_size) size: u32, @builtin(local_invocation_index) i: u32) { out[i] = size; }
+"""
+
+
+# ---------------------------------------------------------------------------------------------
+# References, in float64, from the ONNX / ONNX Runtime operator definitions
+
+
+def _per_channel(values, ndim, axis=1):
+    shape = [1] * ndim
+    shape[axis] = -1
+    return np.asarray(values, np.float64).reshape(shape)
+
+
+def _normalize_rows(rows, epsilon):
+    mean = rows.mean(axis=-1, keepdims=True)
+    return (rows - mean) / np.sqrt(rows.var(axis=-1, keepdims=True) + epsilon)
+
+
+def batch_normalization_ref(inputs, attrs):
+    x = inputs["x"].astype(np.float64)
+    scale, b, mean, var = (_per_channel(inputs[k], x.ndim) for k in ("scale", "b", "inputMean", "inputVar"))
+    return {"y": (x - mean) / np.sqrt(var + attrs["epsilon"]) * scale + b}
+
+
+def group_normalization_ref(inputs, attrs):
+    x = inputs["x"].astype(np.float64)
+    rows = _normalize_rows(x.reshape(x.shape[0], attrs["num_groups"], -1), attrs["epsilon"])
+    return {"y": rows.reshape(x.shape) * _per_channel(inputs["scale"], x.ndim) + _per_channel(inputs["bias"], x.ndim)}
+
+
+def instance_normalization_ref(inputs, attrs):
+    x = inputs["input"].astype(np.float64)
+    planes = _normalize_rows(x.reshape(x.shape[0], x.shape[1], -1), attrs["epsilon"]).reshape(x.shape)
+    return {"output": planes * _per_channel(inputs["scale"], x.ndim) + _per_channel(inputs["b"], x.ndim)}
+
+
+def skip_group_norm_ref(inputs, attrs):
+    """NHWC: S = X + skip + bias rounded to X's dtype; Y = SiLU(group-normalized S * gamma + beta)."""
+    x = inputs["X"]
+    s = x.astype(np.float64) + inputs["skip"].astype(np.float64) + _per_channel(inputs["bias"], 4, axis=3)
+    s = s.astype(x.dtype).astype(np.float64)
+    n, h, w, c = s.shape
+    rows = s.reshape(n, h * w, attrs["groups"], c // attrs["groups"]).transpose(0, 2, 1, 3).reshape(n, attrs["groups"], -1)
+    normalized = _normalize_rows(rows, attrs["epsilon"]).reshape(n, attrs["groups"], h * w, -1).transpose(0, 2, 1, 3)
+    y = normalized.reshape(s.shape) * _per_channel(inputs["gamma"], 4, axis=3) + _per_channel(inputs["beta"], 4, axis=3)
+    return {"Y": y / (1.0 + np.exp(-y)), "S": s}
+
+
+def _bn_inputs(rng, dtype):
+    x = rng.standard_normal((2, 5, 4, 6)) * 2 + 1
+    return {"x": x, "scale": rng.uniform(-2, 2, 5), "b": rng.uniform(-1, 1, 5), "inputMean": rng.uniform(-1, 1, 5), "inputVar": rng.uniform(0.1, 3, 5)}
+
+
+def _gn_inputs(rng, dtype):
+    return {"x": rng.standard_normal((2, 6, 7, 9)) * 2 + 1, "scale": rng.uniform(-2, 2, 6), "bias": rng.uniform(-1, 1, 6)}
+
+
+def _in_inputs(rng, dtype):
+    return {"input": rng.standard_normal((2, 3, 8, 12)) * 2 + 1, "scale": rng.uniform(-2, 2, 3), "b": rng.uniform(-1, 1, 3)}
+
+
+def _sgn_inputs(rng, dtype):
+    shape = (2, 5, 6, 24)
+    return {
+        "X": rng.standard_normal(shape) * 2 + 1,
+        "gamma": rng.uniform(-2, 2, 24),
+        "beta": rng.uniform(-1, 1, 24),
+        "skip": rng.standard_normal(shape) * 0.5,
+        "bias": rng.uniform(-1, 1, 24),
+    }
+
+
+# op package -> (inputs, attrs, outputs to request, reference)
+CHECKS = {
+    "batch_normalization": (_bn_inputs, {"epsilon": 1e-5}, None, batch_normalization_ref),
+    "group_normalization": (_gn_inputs, {"num_groups": 3, "epsilon": 1e-5}, None, group_normalization_ref),
+    "instance_normalization": (_in_inputs, {"epsilon": 1e-5}, None, instance_normalization_ref),
+    "skip_group_norm": (_sgn_inputs, {"groups": 4, "activation": 1, "channels_last": 1, "epsilon": 1e-5}, ("Y", "S"), skip_group_norm_ref),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The device
+
+
+def op_packages():
+    """{name: module} of every op package beside this module, in name order."""
+    package = importlib.import_module(__package__)
+    names = sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
+    return {name: importlib.import_module(f".{name}", __package__) for name in names}
+
+
+def measured_subgroup_width(device):
+    """The subgroup_size builtin in a 64-wide workgroup: one width, several, or None without subgroups."""
+    import wgpu
+
+    if "subgroup" not in device.features:
+        return None
+    module = device.create_shader_module(code=PROBE)
+    pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
+    buffer = device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+    group = device.create_bind_group(
+        layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buffer}}]
+    )
+    encoder = device.create_command_encoder()
+    compute = encoder.begin_compute_pass()
+    compute.set_pipeline(pipeline)
+    compute.set_bind_group(0, group)
+    compute.dispatch_workgroups(1)
+    compute.end()
+    device.queue.submit([encoder.finish()])
+    widths = sorted(set(np.frombuffer(device.queue.read_buffer(buffer), np.uint32).tolist()))
+    buffer.destroy()
+    return widths
+
+
+def describe_device(device, out):
+    """Adapter, backend, features, limits and the measured subgroup width, in plain words."""
+    import wgpu
+
+    info = device.adapter_info
+    caps = _runtime.device_caps(device)
+    print(f"adapter:  {info.get('device') or '(unnamed)'} ({info.get('adapter_type', 'unknown type')}; "
+          f"{info.get('description') or 'no driver description'})", file=out)
+    print(f"backend:  {info.get('backend_type', 'unknown')}  (wgpu {wgpu.__version__})", file=out)
+    print(f"features: {', '.join(sorted(caps.features)) or 'none'}  (enabled on the kernels' device)", file=out)
+    print("limits:", file=out)
+    for name, value in sorted(caps.limits.items()):
+        print(f"  {name:<44} {value}", file=out)
+    widths = measured_subgroup_width(device)
+    if widths is None:
+        print("subgroup width: none (the device has no subgroups)", file=out)
+    elif len(widths) == 1:
+        print(f"subgroup width: {widths[0]} (measured by a probe shader)", file=out)
+    else:
+        print(f"subgroup width: varies, {', '.join(map(str, widths))} (measured by a probe shader)", file=out)
+    return caps
+
+
+# ---------------------------------------------------------------------------------------------
+# The checks
+
+
+def _largest_excess(actual, ref, dtype):
+    """max |actual - ref| / (atol + rtol |ref|): at most 1 passes; NaN counts as infinitely far."""
+    atol, rtol = TOLERANCES[dtype]
+    error = np.abs(np.asarray(actual, np.float64) - ref) / (atol + rtol * np.abs(ref))
+    return float(np.nan_to_num(error, nan=np.inf).max()) if error.size else 0.0
+
+
+def check_op(name, package, dtype, device):
+    """(passed, one line in plain words) for one op and dtype."""
+    make_inputs, attrs, outputs, reference = CHECKS[name]
+    rng = np.random.default_rng(20251201)
+    inputs = {k: v.astype(dtype) for k, v in make_inputs(rng, dtype).items()}
+    shapes = {k: v.shape for k, v in inputs.items()}
+    try:
+        plan = package.plan(shapes, {t: dtype for t in package.TYPE_CONSTRAINTS}, attrs=attrs, device=device, outputs=outputs)
+        actual = package.kernel(inputs, attrs=attrs, outputs=outputs, device=device)
+    except Exception as error:
+        return False, f"{name} {dtype}: the call failed: {type(error).__name__}: {error}"
+    expected = reference(inputs, attrs)
+    worst = max(_largest_excess(actual[key], expected[key], dtype) for key in actual)
+    what = f"{name} {dtype} {tuple(inputs[next(iter(inputs))].shape)}, variant {plan.variant}"
+    if worst <= 1.0:
+        return True, f"{what}: right (largest error {100 * worst:.0f}% of the allowed)"
+    return False, f"{what}: WRONG (largest error {worst:.3g} times the allowed)"
+
+
+def run_checks(device, caps, out):
+    """Every op package in float32 and float16; returns the number of failed checks."""
+    failed = total = 0
+    for name, package in op_packages().items():
+        for dtype in ("float32", "float16"):
+            if name not in CHECKS:
+                print(f"  skip  {name}: doctor has no reference for this op", file=out)
+                break
+            if dtype == "float16" and "shader-f16" not in caps.features:
+                print(f"  skip  {name} float16: the device has no shader-f16", file=out)
+                continue
+            passed, line = check_op(name, package, dtype, device)
+            total += 1
+            failed += not passed
+            print(f"  {'ok  ' if passed else 'FAIL'}  {line}", file=out)
+    summary = f"all {total} checks passed" if not failed else f"{failed} of {total} checks FAILED"
+    print(summary, file=out)
+    return failed
+
+
+def main(argv=None, out=None):
+    """`python -m generated doctor`: 0 when every check passes, 1 on a failure or without an adapter."""
+    out = out or sys.stdout
+    if argv:
+        print("usage: python -m generated doctor (no options)", file=sys.stderr)
+        return 2
+    try:
+        device = _runtime.default_device()
+    except Exception as error:  # wgpu raises RuntimeError when it finds no adapter
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[-1].strip()
+        print(f"no WebGPU adapter: {reason}", file=out)
+        print("on a GPU-less Linux machine install Mesa's Vulkan driver (mesa-vulkan-drivers) and set "
+              "WGPU_BACKEND_TYPE=Vulkan", file=out)
+        return 1
+    try:
+        caps = describe_device(device, out)
+    except Exception:
+        print(f"describing the device failed:\n{traceback.format_exc()}", file=out)
+        return 1
+    print("checks (small random data, every op and dtype, against a float64 NumPy reference):", file=out)
+    return 1 if run_checks(device, caps, out) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
