@@ -1526,9 +1526,10 @@ def chunk_request(contract, request):
     large; every binding offset a multiple of minStorageBufferOffsetAlignment. Where no cut
     exists, the refusal names the tensor and the limit.
     """
-    limit = request.caps.limits["maxStorageBufferBindingSize"]
     dtype_names = _dtype_names(request, contract)
     itemsize = {k: np.dtype(v).itemsize for k, v in dtype_names.items()}
+    # Kernels count elements in u32: a piece also stays under 2**31 elements of its smallest type.
+    limit = min(request.caps.limits["maxStorageBufferBindingSize"], 2**31 * min(itemsize.values()))
     over = [k for k in request.shapes if _storage_nbytes(request.shapes[k], dtype_names[k]) > limit]
     if not over:
         return None
@@ -1631,8 +1632,8 @@ def _chunked_plan(contract, request, variant, pieces):
     variants = ", ".join(dict.fromkeys(c.plan.variant for c in chunks))
     limit = request.caps.limits["maxStorageBufferBindingSize"]
     explanation = (
-        f"chunked: {len(chunks)} pieces, each within maxStorageBufferBindingSize = {limit}; "
-        f"{len(plans)} distinct piece plan(s), variant {variants}",
+        f"chunked: {len(chunks)} pieces, each within maxStorageBufferBindingSize = {limit} and 2**31 "
+        f"elements; {len(plans)} distinct piece plan(s), variant {variants}",
     ) + chunks[0].plan.explanation
     return Plan(
         contract.op,
@@ -1671,7 +1672,23 @@ def _derived(contract, request):
         raise ContractError(contract.op, "request", "derive", f"the manifest's derived values cannot be computed: {type(error).__name__}: {error}") from None
 
 
+def _check_element_counts(contract, request):
+    """Kernels count a tensor's elements in u32: a piece over that is refused by name."""
+    for t in contract.inputs + contract.outputs:
+        count = numel(request.shapes.get(t.key, ()))
+        if count >= 2**32:
+            kind = "input" if t in contract.inputs else "output"
+            raise ContractError(
+                contract.op,
+                f"{kind} {request.names.get(t.key, t.role)}",
+                "u32 element count",
+                f"{request.shapes[t.key]} has {count} elements; the kernels count elements in 32-bit "
+                "integers, so one piece holds at most 4294967295",
+            )
+
+
 def _variant_plan(contract, request, variant):
+    _check_element_counts(contract, request)
     derived = _derived(contract, request)
     contract.check_derived_contract(request, derived)
     chosen, explanation = select(contract.op, contract.candidates, request, derived, variant)
