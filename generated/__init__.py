@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 e0c982338dfd5c50)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 b20b0d9f8e49cbf7)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 c0a5825e418417e4)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 adb31bf6e60a9423)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 75ce0ce60c550252)
 # Do not edit: change the sources above and regenerate.
 """WebGPU kernels for ONNX normalization operators, generated ahead of time.
 
