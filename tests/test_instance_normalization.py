@@ -165,7 +165,7 @@ def test_forced_variant_against_reference_and_onnxruntime(case, dtype, caps, req
     ids=case_id,
 )
 def test_large_common_offset_keeps_accuracy(case, dtype, request):
-    """Shifted sums / Chan merges: a mean 1000 (f32) or 100 (f16) times the spread costs nothing."""
+    """Shifted Welford / two-step merges, the mean as a pair: a mean 1000 (f32) or 100 (f16) times the spread costs nothing."""
     variant, shape, tunables = case
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype, offset=1000.0 if dtype == np.float32 else 100.0)
