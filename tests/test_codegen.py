@@ -212,7 +212,7 @@ def test_list_dialect_group_normalization(ops):
     splitk = _variant(op, "group_splitk")
     assert len(splitk.passes) == 2
     assert len(splitk.intermediates) == 1 and splitk.intermediates[0].id == "partials"
-    assert splitk.intermediates[0].shape.source == "[groupRows * groupSplitCount, 2]"
+    assert splitk.intermediates[0].shape.source == "[groupRows * groupSplitCount, 4]"
     assert [b.kind for b in splitk.passes[0].bindings if b.name == "partials"] == ["intermediate"]
     # seed 002 writes one `when` as a plain string: one clause, pointing at the string itself.
     stash = _variant(op, "group_stash_f16_serial")

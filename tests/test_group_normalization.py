@@ -7,8 +7,8 @@ group_normalization_ref with DESIGN §7 tolerances and against onnxruntime, whic
 GroupNormalization-21 by expanding its ONNX function body.
 
 group_splitk: pass `partials` reduces `split` contiguous chunks of each (batch item, group) row into
-(mean_k - rowShift, M2_k); pass `apply` merges them with Chan's formula in a fixed order and
-normalizes its chunk. Small STATS_VALUES_PER_SPLIT / SPLIT_STATS_MIN_HIDDEN tunables give several
+(mean0_k, lo_k, M2_k) (the chunk mean as a pair); pass `apply` merges them in two fixed-order steps
+(the mean, then the squared deviations about it) and normalizes its chunk. Small STATS_VALUES_PER_SPLIT / SPLIT_STATS_MIN_HIDDEN tunables give several
 splits on small data; the natural path needs groupHidden >= 65536 and at most 256 rows.
 group_splitk_vec4 is the same with vec4 loads (spatial % 4 == 0: chunks of whole vectors); both
 merge the partials once per workgroup (per-invocation runs, then a fixed tree).
@@ -184,7 +184,8 @@ def test_workgroup_defaults_per_variant_kind():
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 def test_splitk_with_seven_splits_and_far_from_zero_data(variant, dtype, request):
     """A device allowing 7 workgroups a dimension caps split at 7 (not a power of two), and data
-    sitting 1e3 spreads from zero checks that the apply pass normalizes (x - rowShift) - mean_d."""
+    sitting 1e3 spreads from zero checks that the mean travels as a pair and the apply pass
+    normalizes (x - mean0) - lo."""
     rng, seed = rng_for(request.node.name)
     shape = (3, 4, 20, 12)  # 480 values a row: 8 splits' worth
     inputs = random_inputs(rng, shape, dtype)

@@ -342,7 +342,7 @@ def test_constant_rows_give_bias(variant, combine, request):
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_large_offset_small_spread(variant, combine, dtype, offset, spread, request):
     """Rows far from zero relative to their spread: unshifted E[x^2] - E[x]^2 in f32 would lose
-    every digit here; the row-shifted sums must not."""
+    every digit here; the shifted per-invocation statistics and the (mean0, lo) pair must not."""
     if not applies(variant, dtype, combine, ROW_SHAPES[variant][0]):
         pytest.skip("scalar_io: f32 and the subgroup combine only")
     rng, seed = rng_for(request.node.name)

@@ -424,8 +424,9 @@ def test_repeated_runs_are_bit_identical(variant, request):
 @pytest.mark.parametrize("channels_last", [1, 0], ids=["NHWC", "NCHW"])
 @pytest.mark.parametrize("family", FAMILIES)
 def test_data_far_from_zero(family, channels_last, dtype, request):
-    """Means hundreds (f16: tens) of spreads from zero: the statistics are sums of deviations from the
-    row's first value and normalize (s - shift) - meanD, so nothing cancels."""
+    """Means hundreds (f16: tens) of spreads from zero: the statistics are per-invocation Welford/Chan
+    summaries of deviations from each invocation's first value, the mean travels as a pair
+    mean0 + lo and normalize forms (s - mean0) - lo, so nothing cancels."""
     rng, seed = rng_for(request.node.name)
     shape = (2, 7, 9, 32) if channels_last else (2, 32, 7, 9)
     shapes = {"X": shape, "gamma": (32,), "beta": (32,), "skip": (2, 32), "bias": (32,)}
