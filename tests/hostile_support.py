@@ -19,7 +19,7 @@ import os
 import re
 import subprocess
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -110,8 +110,24 @@ OPS = {
         {},
         (2, 4, 3),
     ),
-    "gn": OpInfo("gn", gn, ("x", "scale", "bias"), {"x": "X", "scale": "scale", "bias": "bias"}, "y", {"num_groups": 2}, (2, 4, 3)),
-    "in": OpInfo("in", inn, ("input", "scale", "b"), {"input": "input", "scale": "scale", "b": "B"}, "output", {}, (2, 4, 3)),
+    "gn": OpInfo(
+        "gn",
+        gn,
+        ("x", "scale", "bias"),
+        {"x": "X", "scale": "scale", "bias": "bias"},
+        "y",
+        {"num_groups": 2},
+        (2, 4, 3),
+    ),
+    "in": OpInfo(
+        "in",
+        inn,
+        ("input", "scale", "b"),
+        {"input": "input", "scale": "scale", "b": "B"},
+        "output",
+        {},
+        (2, 4, 3),
+    ),
     "sgn": OpInfo(
         "sgn",
         sgn,
@@ -165,9 +181,11 @@ def summary(result):
     return repr(result)[:200]
 
 
-def check_refusal(error, op, names=(), words=(), what=""):
+def check_refusal(error, op, names=(), words=(), what="", names_in="subject"):
     """issue 9's error shape. `names`: the caller's name(s) for the input or attribute; one must
-    appear as a whole word. `words`: each must appear (compared without case, '-', '_', spaces)."""
+    appear as a whole word in the error's subject (names_in="subject": the field that says what is
+    wrong, so a name in an op's description cannot stand in for it) or anywhere in its text
+    (names_in="text"). `words`: each must appear in the text (compared without case, '-', '_', spaces)."""
     text = str(error)
     where = f"{what}: {text!r}"
     assert isinstance(error, ValueError), where
@@ -177,14 +195,17 @@ def check_refusal(error, op, names=(), words=(), what=""):
     if isinstance(names, str):
         names = (names,)
     if names:
-        assert any(word(n, text) for n in names), f"{what}: none of the caller's names {names} appears in {text!r}"
+        where = str(error.subject) if names_in == "subject" else text
+        assert any(
+            word(n, where) for n in names
+        ), f"{what}: none of the caller's names {names} appears in the {names_in} of {text!r} (subject {error.subject!r})"
     for w in words:
         assert normalized(w) in normalized(text), f"{what}: {w!r} is not in {text!r}"
 
 
-def assert_refused(call, op, names=(), words=(), what=""):
+def assert_refused(call, op, names=(), words=(), what="", names_in="subject"):
     error = refusal(call, what)
-    check_refusal(error, op, names, words, what)
+    check_refusal(error, op, names, words, what, names_in)
     return error
 
 
@@ -243,7 +264,14 @@ def run_cases_in_children(module: str, names, timeout=240):
 
 def _panic_lines(stderr: str) -> str:
     """The lines of a Rust panic (or the tail) without the backtrace frames."""
-    keep = [l for l in stderr.splitlines() if l and not l.startswith(" ") and "XDG_RUNTIME_DIR" not in l and not l.startswith(("Forcing backend", "stack backtrace", "note: "))]
+    keep = [
+        l
+        for l in stderr.splitlines()
+        if l
+        and not l.startswith(" ")
+        and "XDG_RUNTIME_DIR" not in l
+        and not l.startswith(("Forcing backend", "stack backtrace", "note: "))
+    ]
     return "\n".join(keep[-12:])
 
 
@@ -263,7 +291,11 @@ def describe_outcome(fn):
             "is_value_error": isinstance(error, ValueError),
         }
     except Exception as error:  # noqa: BLE001
-        return {"outcome": "raised", "type": f"{type(error).__module__}.{type(error).__name__}", "str": str(error)[:800]}
+        return {
+            "outcome": "raised",
+            "type": f"{type(error).__module__}.{type(error).__name__}",
+            "str": str(error)[:800],
+        }
     return {"outcome": "returned", "value": value}
 
 
@@ -276,7 +308,9 @@ class ChildError(ValueError):
 
     def __init__(self, result):
         super().__init__(result["str"])
-        self.op, self.subject, self.rule, self.message = (result[k] for k in ("op", "subject", "rule", "message"))
+        self.op, self.subject, self.rule, self.message = (
+            result[k] for k in ("op", "subject", "rule", "message")
+        )
         self.text = result["str"]
 
     def __str__(self):
@@ -287,10 +321,14 @@ def check_child_refusal(result, op, names=(), words=(), what=""):
     """check_refusal for a case run in a child."""
     outcome = result["outcome"]
     if outcome == "died":
-        raise AssertionError(f"{what}: the process died (exit status {result['rc']}) instead of refusing:\n{result['stderr']}")
+        raise AssertionError(
+            f"{what}: the process died (exit status {result['rc']}) instead of refusing:\n{result['stderr']}"
+        )
     if outcome == "raised":
         raise AssertionError(f"{what}: expected a ContractError, got {result['type']}: {result['str']}")
     if outcome == "returned":
-        raise Accepted(f"{what}: expected a ContractError, the call was accepted and returned {result['value']}")
+        raise Accepted(
+            f"{what}: expected a ContractError, the call was accepted and returned {result['value']}"
+        )
     assert result["is_value_error"], f"{what}: the ContractError is not a ValueError"
     check_refusal(ChildError(result), op, names, words, what)

@@ -32,11 +32,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from generated import ContractError, Tensor
-from generated import batch_normalization as bn
 from generated import default_device
-from generated import group_normalization as gn
-from generated import instance_normalization as inn
-from generated import skip_group_norm as sgn
 from tests.device_helpers import poisoned_call
 from tests.hostile_support import OPS, ROOT, check_refusal
 from tests.oracles import (
@@ -157,7 +153,11 @@ def in_requests(draw, min_dim=1):
     dtype = draw(DTYPES)
     rng = np.random.default_rng(draw(SEEDS))
     c = shape[1]
-    inputs = {"input": random_x(rng, shape, dtype, 3.0), "scale": per_channel(rng, c, dtype), "b": per_channel(rng, c, dtype, -1, 1)}
+    inputs = {
+        "input": random_x(rng, shape, dtype, 3.0),
+        "scale": per_channel(rng, c, dtype),
+        "b": per_channel(rng, c, dtype, -1, 1),
+    }
     return "in", inputs, {"epsilon": draw(EPSILONS)}, None
 
 
@@ -179,7 +179,12 @@ def sgn_requests(draw, min_dim=1):
     }
     if draw(st.booleans()):
         inputs["bias"] = per_channel(rng, c, t, -1, 1)
-    attrs = {"groups": groups, "activation": draw(st.sampled_from([0, 1])), "channels_last": channels_last, "epsilon": draw(EPSILONS)}
+    attrs = {
+        "groups": groups,
+        "activation": draw(st.sampled_from([0, 1])),
+        "channels_last": channels_last,
+        "epsilon": draw(EPSILONS),
+    }
     outputs = draw(st.sampled_from([("Y",), ("Y", "S")]))
     return "sgn", inputs, attrs, outputs
 
@@ -190,14 +195,35 @@ REQUESTS = {"bn": bn_requests, "gn": gn_requests, "in": in_requests, "sgn": sgn_
 def references(op_id, inputs, attrs):
     """{output key: float64 reference}."""
     if op_id == "bn":
-        return {"y": batch_normalization_ref(inputs["x"], inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], attrs["epsilon"])}
+        return {
+            "y": batch_normalization_ref(
+                inputs["x"],
+                inputs["scale"],
+                inputs["b"],
+                inputs["inputMean"],
+                inputs["inputVar"],
+                attrs["epsilon"],
+            )
+        }
     if op_id == "gn":
         return {"y": group_normalization_ref(inputs["x"], inputs["scale"], inputs["bias"], **attrs)}
     if op_id == "in":
-        return {"output": instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"], attrs["epsilon"])}
+        return {
+            "output": instance_normalization_ref(
+                inputs["input"], inputs["scale"], inputs["b"], attrs["epsilon"]
+            )
+        }
     y, s = skip_group_norm_ref(
-        inputs["X"], inputs["gamma"], inputs["beta"], inputs["skip"], inputs.get("bias"),
-        attrs["groups"], attrs["epsilon"], attrs["activation"], attrs["channels_last"], inputs["X"].dtype,
+        inputs["X"],
+        inputs["gamma"],
+        inputs["beta"],
+        inputs["skip"],
+        inputs.get("bias"),
+        attrs["groups"],
+        attrs["epsilon"],
+        attrs["activation"],
+        attrs["channels_last"],
+        inputs["X"].dtype,
     )
     return {"Y": y, "S": s}
 
@@ -243,7 +269,9 @@ def stash16_exact_statistics_ref(x, scale, bias, num_groups, epsilon):
     mean_ulp = np.spacing(np.abs(mean).astype(np.float16)).astype(np.float64) / std
     mean_ulp = np.broadcast_to(mean_ulp, rows.shape).reshape(x.shape)
     shape = (1, -1) + (1,) * (x.ndim - 2)
-    y = np.asarray(scale, np.float64).reshape(shape) * normalized + np.asarray(bias, np.float64).reshape(shape)
+    y = np.asarray(scale, np.float64).reshape(shape) * normalized + np.asarray(bias, np.float64).reshape(
+        shape
+    )
     return y, normalized, mean_ulp
 
 
@@ -258,8 +286,12 @@ def check_stash16(actual, inputs, attrs, dtype, context):
     """stash_type=10 against the exact-statistics body everywhere, and against tests/oracles.py's
     literal body where its f16 statistics are trustworthy."""
     x, scale, bias = inputs["x"], inputs["scale"], inputs["bias"]
-    ref, normalized, mean_ulp = stash16_exact_statistics_ref(x, scale, bias, attrs["num_groups"], attrs["epsilon"])
-    assert_close_f16_stage(actual, ref, normalized, scale, dtype, context + " (exact statistics)", extra=mean_ulp)
+    ref, normalized, mean_ulp = stash16_exact_statistics_ref(
+        x, scale, bias, attrs["num_groups"], attrs["epsilon"]
+    )
+    assert_close_f16_stage(
+        actual, ref, normalized, scale, dtype, context + " (exact statistics)", extra=mean_ulp
+    )
     if body_statistics_trustworthy(x, attrs["num_groups"]):
         literal = group_normalization_ref(x, scale, bias, **attrs)
         ones, zeros = np.ones(x.shape[1], x.dtype), np.zeros(x.shape[1], x.dtype)
@@ -277,10 +309,20 @@ def applicable_variants(op_id, inputs, attrs, outputs):
     found = []
     for variant in OPS[op_id].variants:
         try:
-            module.plan(shapes, dtypes, attrs, variant=variant, tunables=variant_tunables(op_id, variant), device=default_device(), outputs=outputs)
+            module.plan(
+                shapes,
+                dtypes,
+                attrs,
+                variant=variant,
+                tunables=variant_tunables(op_id, variant),
+                device=default_device(),
+                outputs=outputs,
+            )
         except ContractError as error:
             if error.subject != "variant":
-                raise AssertionError(f"a valid request refused for a reason other than the variant: {error}") from error
+                raise AssertionError(
+                    f"a valid request refused for a reason other than the variant: {error}"
+                ) from error
             continue
         found.append(variant)
     return found
@@ -307,7 +349,9 @@ def _valid_fuzz(op_id, examples):
     @given(data=st.data())
     def run(data):
         _, inputs, attrs, outputs = data.draw(REQUESTS[op_id](), label="request")
-        variant = data.draw(st.sampled_from([None] + applicable_variants(op_id, inputs, attrs, outputs)), label="variant")
+        variant = data.draw(
+            st.sampled_from([None] + applicable_variants(op_id, inputs, attrs, outputs)), label="variant"
+        )
         check_valid(op_id, inputs, attrs, outputs, variant)
 
     run()
@@ -352,7 +396,10 @@ def empty_requests(draw, op_id):
                 fixed[k] = v[:c] if len(v) >= c else v
             elif k == "skip":
                 n = shape[0]
-                fixed[k] = np.empty(shape if v.shape == inputs[key].shape else ((n, c) if v.ndim == 2 else (n, 1, 1, c)), v.dtype)
+                fixed[k] = np.empty(
+                    shape if v.shape == inputs[key].shape else ((n, c) if v.ndim == 2 else (n, 1, 1, c)),
+                    v.dtype,
+                )
         inputs = fixed
     return op, inputs, attrs, outputs
 
@@ -378,7 +425,10 @@ def _empty_fuzz(op_id, examples):
         shape = inputs[OPS[op_id].keys[0]].shape
         result = module.kernel(inputs, attrs=attrs, outputs=outputs, variant=variant)
         for key, value in result.items():
-            assert value.shape == shape and value.dtype == inputs[OPS[op_id].keys[0]].dtype, (key, value.shape)
+            assert value.shape == shape and value.dtype == inputs[OPS[op_id].keys[0]].dtype, (
+                key,
+                value.shape,
+            )
         shapes = {k: v.shape for k, v in inputs.items()}
         dtypes = {"T": inputs[OPS[op_id].keys[0]].dtype.name}
         if op_id == "sgn":
@@ -423,7 +473,11 @@ def invalid_requests(draw, op_id):
         key = draw(st.sampled_from(params))
         inputs[key] = inputs[key].reshape(1, -1)
     elif kind == "mixed_dtype":
-        key = draw(st.sampled_from([k for k in info.keys[1:] if k in inputs and not (op_id == "sgn" and k in ("gamma", "beta"))]))
+        key = draw(
+            st.sampled_from(
+                [k for k in info.keys[1:] if k in inputs and not (op_id == "sgn" and k in ("gamma", "beta"))]
+            )
+        )
         inputs[key] = inputs[key].astype(other)
     elif kind == "float64":
         inputs[first] = x.astype(np.float64)
@@ -447,7 +501,9 @@ def invalid_requests(draw, op_id):
     elif kind == "skip_shape":
         n = x.shape[0]
         c = x.shape[3 if attrs["channels_last"] else 1]
-        inputs["skip"] = np.ones(draw(st.sampled_from([(n, c + 1), (n, 1, c), (n + 1, c), (n, 1, 1, 1, c), (n, c, 1, 2)])), x.dtype)
+        inputs["skip"] = np.ones(
+            draw(st.sampled_from([(n, c + 1), (n, 1, c), (n + 1, c), (n, 1, 1, 1, c), (n, c, 1, 2)])), x.dtype
+        )
     elif kind == "activation":
         attrs["activation"] = draw(st.sampled_from([2, -1]))
     elif kind == "training_mode":
@@ -516,10 +572,17 @@ def malformed_calls(draw):
     pool += ["dim", "shape", "rank", "dtypes"] if api != "kernel" else ["value", "out"]
     for mutation in draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2, unique=True)):
         if mutation == "key":
-            how = draw(st.sampled_from(["rename", "drop", "extra"] + (["duplicate"] if any(info.roles[k] != k for k in info.keys) else [])))
+            how = draw(
+                st.sampled_from(
+                    ["rename", "drop", "extra"]
+                    + (["duplicate"] if any(info.roles[k] != k for k in info.keys) else [])
+                )
+            )
             key = draw(st.sampled_from([k for k in shapes if k not in info.optional]))
             if how == "rename":
-                shapes[draw(st.sampled_from([key + "_", key.upper() + "x", "", " " + key, key + "s"]))] = shapes.pop(key)
+                shapes[draw(st.sampled_from([key + "_", key.upper() + "x", "", " " + key, key + "s"]))] = (
+                    shapes.pop(key)
+                )
             elif how == "drop":
                 del shapes[key]
             elif how == "extra":
@@ -531,16 +594,43 @@ def malformed_calls(draw):
         elif mutation == "dim":
             key = draw(st.sampled_from(sorted(k for k in shapes if shapes[k])))
             axis = draw(st.integers(0, len(shapes[key]) - 1))
-            bad = draw(st.sampled_from([True, False, np.True_, 4.7, -1, -(2**40), 2**40, 2**64, math.nan, math.inf, "4", None, [2], (2,), b"4", 3 + 0j]))
+            bad = draw(
+                st.sampled_from(
+                    [
+                        True,
+                        False,
+                        np.True_,
+                        4.7,
+                        -1,
+                        -(2**40),
+                        2**40,
+                        2**64,
+                        math.nan,
+                        math.inf,
+                        "4",
+                        None,
+                        [2],
+                        (2,),
+                        b"4",
+                        3 + 0j,
+                    ]
+                )
+            )
             shapes[key][axis] = bad
             mutations.append(f"dim:{key}[{axis}]={bad!r}")
         elif mutation == "shape":
             key = draw(st.sampled_from(sorted(shapes)))
-            shapes[key] = draw(st.sampled_from([None, "2,4,3", 5, 4.0, {"a": 1}, [[2, 4, 3]], [[2], [4]], object()]))
+            shapes[key] = draw(
+                st.sampled_from([None, "2,4,3", 5, 4.0, {"a": 1}, [[2, 4, 3]], [[2], [4]], object()])
+            )
             mutations.append(f"shape:{key}={shapes[key]!r}")
         elif mutation == "rank":
             key = info.keys[0]
-            shapes[key] = draw(st.sampled_from({"bn": [[4]], "gn": [[2, 4]], "in": [[2, 4]], "sgn": [[2, 3, 4], [2, 2, 3, 4, 1]]}[op_id]))
+            shapes[key] = draw(
+                st.sampled_from(
+                    {"bn": [[4]], "gn": [[2, 4]], "in": [[2, 4]], "sgn": [[2, 3, 4], [2, 2, 3, 4, 1]]}[op_id]
+                )
+            )
             mutations.append(f"rank:{key}={shapes[key]!r}")
         elif mutation == "attr":
             names = [a.name for a in info.module.ATTRIBUTES]
@@ -551,7 +641,11 @@ def malformed_calls(draw):
             else:
                 spec = next(a for a in info.module.ATTRIBUTES if a.name == name)
                 if spec.kind == "float":
-                    bad = draw(st.sampled_from(["1e-5", None, [1e-5], True, math.nan, math.inf, -math.inf, 1e39, {"v": 1}]))
+                    bad = draw(
+                        st.sampled_from(
+                            ["1e-5", None, [1e-5], True, math.nan, math.inf, -math.inf, 1e39, {"v": 1}]
+                        )
+                    )
                 else:
                     bad = ["2", None, [2], {"v": 2}, True, False, math.nan, math.inf, 1.5, 2**64]
                     if name != "channels_last":  # any non-zero int64 means channels last
@@ -563,20 +657,59 @@ def malformed_calls(draw):
                 attrs = draw(st.sampled_from([["num_groups"], "epsilon=1", 5]))
                 mutations.append(f"attrs container {attrs!r}")
         elif mutation == "dtypes":
-            dtypes = draw(st.sampled_from([{"T": "float64"}, {"T": 5}, {"T": "f64"}, {"Q": "float32"}, {}, "float32", ["float32"], {"T": [np.float32]}]))
+            dtypes = draw(
+                st.sampled_from(
+                    [
+                        {"T": "float64"},
+                        {"T": 5},
+                        {"T": "f64"},
+                        {"Q": "float32"},
+                        {},
+                        "float32",
+                        ["float32"],
+                        {"T": [np.float32]},
+                    ]
+                )
+            )
             if op_id == "sgn" and isinstance(dtypes, dict) and "T" in dtypes:
                 dtypes = {**dtypes, "M": "float32"}
             mutations.append(f"dtypes={dtypes!r}")
         elif mutation == "tunable":
-            bad = draw(st.sampled_from([("WORKGROUP_SIZE", True), ("WORKGROUP_SIZE", 0), ("WORKGROUP_SIZE", -1), ("WORKGROUP_SIZE", 2.5), ("WORKGROUP_SIZE", math.nan), ("WORKGROUP_SIZE", "64"), ("WORKGROUP_SIZE", None), ("NOPE", 64), ("workgroup_size", 64)]))
+            bad = draw(
+                st.sampled_from(
+                    [
+                        ("WORKGROUP_SIZE", True),
+                        ("WORKGROUP_SIZE", 0),
+                        ("WORKGROUP_SIZE", -1),
+                        ("WORKGROUP_SIZE", 2.5),
+                        ("WORKGROUP_SIZE", math.nan),
+                        ("WORKGROUP_SIZE", "64"),
+                        ("WORKGROUP_SIZE", None),
+                        ("NOPE", 64),
+                        ("workgroup_size", 64),
+                    ]
+                )
+            )
             kwargs["tunables"] = draw(st.sampled_from([{bad[0]: bad[1]}, [bad]]))
             mutations.append(f"tunables={kwargs['tunables']!r}")
         elif mutation == "caps":
-            kwargs["caps"] = draw(st.sampled_from([
-                {"features": ["shader_f16"]}, {"limits": {"maxNothing": 1}}, {"feature": []}, {"limits": {"maxBufferSize": True}},
-                {"limits": {"maxBufferSize": -1}}, {"limits": {"maxBufferSize": 2.5}}, {"limits": {"maxBufferSize": "1"}},
-                {"features": "shader-f16"}, ["shader-f16"], "shader-f16", 5,
-            ]))
+            kwargs["caps"] = draw(
+                st.sampled_from(
+                    [
+                        {"features": ["shader_f16"]},
+                        {"limits": {"maxNothing": 1}},
+                        {"feature": []},
+                        {"limits": {"maxBufferSize": True}},
+                        {"limits": {"maxBufferSize": -1}},
+                        {"limits": {"maxBufferSize": 2.5}},
+                        {"limits": {"maxBufferSize": "1"}},
+                        {"features": "shader-f16"},
+                        ["shader-f16"],
+                        "shader-f16",
+                        5,
+                    ]
+                )
+            )
             mutations.append(f"caps={kwargs['caps']!r}")
         elif mutation == "outputs":
             kwargs["outputs"] = draw(st.sampled_from([("Z",), 5, [None], ("",), (("Y",),)]))
@@ -590,7 +723,22 @@ def malformed_calls(draw):
                 mutations.append("outputs=('nope',)")
         elif mutation == "value":
             key = draw(st.sampled_from(sorted(shapes)))
-            value = draw(st.sampled_from(([] if key in info.optional else ["none"]) + ["string", "ragged", "object", "int32", "float64", "bool", "scalar", "dict", "nested_none"]))
+            value = draw(
+                st.sampled_from(
+                    ([] if key in info.optional else ["none"])
+                    + [
+                        "string",
+                        "ragged",
+                        "object",
+                        "int32",
+                        "float64",
+                        "bool",
+                        "scalar",
+                        "dict",
+                        "nested_none",
+                    ]
+                )
+            )
             kwargs.setdefault("values", {})[key] = value
             mutations.append(f"value:{key}={value}")
         elif mutation == "out":
@@ -623,7 +771,11 @@ def _make_call(api, op_id, shapes, attrs, dtypes, kwargs):
         base = info.inputs()
         inputs = {}
         for key, shape in shapes.items():
-            source = base.get(key) if key in base else base.get(next((k for k, r in info.roles.items() if r == key), key))
+            source = (
+                base.get(key)
+                if key in base
+                else base.get(next((k for k, r in info.roles.items() if r == key), key))
+            )
             inputs[key] = np.ones(tuple(shape), np.float32) if source is None else source
         for key, value in kwargs.pop("values", {}).items():
             if key in inputs:
@@ -656,7 +808,14 @@ def malformed_child_main(examples):
     seen = set()
     count = [0]
 
-    @settings_(max_examples=examples, deadline=None, derandomize=False, database=None, phases=[Phase.generate], suppress_health_check=list(HealthCheck))
+    @settings_(
+        max_examples=examples,
+        deadline=None,
+        derandomize=False,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
     @given_(malformed_calls())
     def loop(call):
         api, op_id, shapes, attrs, dtypes, kwargs, mutations = call
@@ -691,24 +850,36 @@ def malformed_child_main(examples):
             return
         if key not in seen:
             seen.update({key, base})
-            print("BAD " + json.dumps({"api": api, "outcome": outcome, "mutations": list(mutations), "call": text}), flush=True)
+            print(
+                "BAD "
+                + json.dumps({"api": api, "outcome": outcome, "mutations": list(mutations), "call": text}),
+                flush=True,
+            )
 
     loop()
     print(f"DONE {count[0]}", flush=True)
 
 
 def test_fuzz_malformed_calls():
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), RUST_BACKTRACE="0")
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), RUST_BACKTRACE="0"
+    )
     env.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
     code = f"import tests.test_fuzz as m; m.malformed_child_main({MALFORMED_EXAMPLES})"
-    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
     lines = proc.stdout.splitlines()
     bad = [json.loads(line[4:]) for line in lines if line.startswith("BAD ")]
     done = [line for line in lines if line.startswith("DONE ")]
     bad.sort(key=lambda b: (b["api"], b["outcome"], len(b["mutations"]), len(b["call"])))
     problems = [f"{b['api']}: {b['outcome']}: {b['call']}" for b in bad]
     if not done:
-        last = next((line[6:] for line in reversed(lines) if line.startswith("START ")), "<before the first call>")
+        last = next(
+            (line[6:] for line in reversed(lines) if line.startswith("START ")), "<before the first call>"
+        )
         tail = "\n".join(l for l in (proc.stderr or "").splitlines() if l and not l.startswith(" "))[-2000:]
         problems.append(f"the child process died (exit status {proc.returncode}) in: {last}\n{tail}")
-    assert not problems, f"{len(problems)} kinds of malformed call not refused with a ContractError:\n" + "\n".join(problems)
+    assert (
+        not problems
+    ), f"{len(problems)} kinds of malformed call not refused with a ContractError:\n" + "\n".join(problems)
