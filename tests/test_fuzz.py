@@ -319,7 +319,7 @@ def applicable_variants(op_id, inputs, attrs, outputs):
                 outputs=outputs,
             )
         except ContractError as error:
-            if error.subject != "variant":
+            if not str(error.subject).startswith("variant"):
                 raise AssertionError(
                     f"a valid request refused for a reason other than the variant: {error}"
                 ) from error
@@ -647,9 +647,9 @@ def malformed_calls(draw):
                         )
                     )
                 else:
-                    bad = ["2", None, [2], {"v": 2}, True, False, math.nan, math.inf, 1.5, 2**64]
-                    if name != "channels_last":  # any non-zero int64 means channels last
-                        bad.append(-(2**63))
+                    bad = ["2", None, [2], {"v": 2}, True, False, math.nan, math.inf, 1.5]
+                    if name != "channels_last":  # any non-zero int means channels last
+                        bad += [2**64, -(2**63)]
                     bad = draw(st.sampled_from(bad))
                 attrs[name] = bad
                 mutations.append(f"attr:{name}={bad!r}")
