@@ -202,7 +202,10 @@ class Caps:
             raise _caps_error("features", f"unknown WebGPU features: {', '.join(unknown)}", WEBGPU_FEATURES)
         limits = dict(WEBGPU_DEFAULT_LIMITS)
         for name, value in given.items():
-            limit = whole(value, f"limits.{name}")
+            try:
+                limit = whole(value, f"limits.{name}")
+            except PlanError as error:
+                raise _caps_error("limits", f"limits.{name}: {error.message}", ()) from None
             if limit < 0:
                 raise _caps_error("limits", f"limits.{name} = {value!r} is negative", ())
             limits[name] = limit
@@ -321,6 +324,7 @@ class PassPlan:
     workgroup_size: int
     workgroup_storage_bytes: int
     uses_subgroups: bool
+    workgroup_size_name: str = ""  # the override that sets the workgroup size ("" for a literal)
 
 
 @dataclass(frozen=True)
@@ -541,6 +545,9 @@ def threads_dispatch(threads, workgroup_size, caps, what):
     return fold_dispatch(ceil_div(whole(threads, what), whole(workgroup_size, what)), 1, 1, caps, what)
 
 
+WORKGROUP_LIMITS = ("maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX")
+
+
 def check_pass_limits(op, pass_plan, caps):
     """Refuse a pass the device cannot run.
 
@@ -552,7 +559,7 @@ def check_pass_limits(op, pass_plan, caps):
     size = pass_plan.workgroup_size
     if size < 1:
         raise PlanError(op, subject, "workgroup size", f"workgroup size {size} is not positive")
-    for name in ("maxComputeInvocationsPerWorkgroup", "maxComputeWorkgroupSizeX"):
+    for name in WORKGROUP_LIMITS:
         if size > limits[name]:
             raise PlanError(op, subject, name, f"workgroup size {size} exceeds {name} = {limits[name]}")
     storage = pass_plan.workgroup_storage_bytes
@@ -1270,6 +1277,7 @@ def make_pass(r, shader, name, label, dispatch, uniforms, numbers_):
         workgroup_size=factor(shader.workgroup_size),
         workgroup_storage_bytes=storage,
         uses_subgroups=shader.uses_subgroups,
+        workgroup_size_name="" if shader.workgroup_size.isdigit() else shader.workgroup_size,
     )
 
 
@@ -1364,6 +1372,8 @@ def _requested_outputs(contract, outputs):
         return tuple(t.key for t in contract.outputs if not t.optional)
     if isinstance(outputs, str):
         outputs = (outputs,)
+    if not isinstance(outputs, (tuple, list, set, frozenset)) or not all(isinstance(o, str) for o in outputs):
+        raise ContractError(contract.op, "outputs", "output names", f"outputs= takes output names, like ('Y', 'S'); got {outputs!r}")
     unknown = [o for o in outputs if o not in by_name]
     if unknown:
         raise ContractError(contract.op, f"output {unknown[0]}", "known output", f"unknown output; outputs are {', '.join(t.role for t in contract.outputs)}")
@@ -1393,8 +1403,9 @@ def _given_shapes(contract, shapes):
             given[key] = checked_shape(contract.op, f"input {name}", shape)
     for t in contract.inputs:
         if not t.optional and t.key not in given:
-            alias = f" ({t.role})" if t.role != t.key else ""
-            raise ContractError(contract.op, f"input {names.get(t.key, t.key)}", "required input", f"required input {t.key}{alias} is missing")
+            name = names.get(t.key, t.key)
+            alias = f" (ONNX name {t.role})" if t.role != name else ""
+            raise ContractError(contract.op, f"input {name}", "required input", f"required input {name} is missing{alias}")
     return given, names
 
 
@@ -1530,7 +1541,8 @@ def chunk_request(contract, request):
     itemsize = {k: np.dtype(v).itemsize for k, v in dtype_names.items()}
     # Kernels count elements in u32: a piece also stays under 2**31 elements of its smallest type.
     limit = min(request.caps.limits["maxStorageBufferBindingSize"], 2**31 * min(itemsize.values()))
-    over = [k for k in request.shapes if _storage_nbytes(request.shapes[k], dtype_names[k]) > limit]
+    size = {k: _storage_nbytes(request.shapes[k], dtype_names[k]) for k in request.shapes}
+    over = sorted((k for k in request.shapes if size[k] > limit), key=lambda k: -size[k])  # largest first
     if not over:
         return None
 
@@ -1710,7 +1722,15 @@ def _variant_plan(contract, request, variant):
     plan = Plan(contract.op, chosen.ID, passes, inputs, outputs, intermediates, explanation)
     check_binding_sizes(contract.op, plan, request.caps, request.names)
     for pass_plan in passes:
-        check_pass_limits(contract.op, pass_plan, request.caps)
+        try:
+            check_pass_limits(contract.op, pass_plan, request.caps)
+        except PlanError as error:
+            name = pass_plan.workgroup_size_name
+            if error.rule == "workgroup size" or name not in contract.tunables or error.rule not in WORKGROUP_LIMITS:
+                raise
+            raise ContractError(
+                contract.op, f"tunable {name}", error.rule, f"{name} = {request.tunables[name]} sets the workgroup size of pass {pass_plan.name}: {error.message}"
+            ) from None
     return plan
 
 
@@ -1805,12 +1825,22 @@ def planning_caps(caps, device):
     return caps_of(caps, device)
 
 
+def _op_caps(contract, caps, device):
+    """planning_caps(), with a refusal of the caps themselves naming the op."""
+    try:
+        return planning_caps(caps, device)
+    except ContractError as error:
+        if error.op != "caps":
+            raise
+        raise ContractError(contract.op, f"caps {error.subject}", error.rule, error.message) from None
+
+
 def build_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None):
     """plan(): contract checks, derive, selection and every pass's values; no GPU work.
 
     Without caps= or device=, plans for WebGPU's default limits and no optional features.
     """
-    return _cached_plan(contract, shapes, dtypes, attrs, planning_caps(caps, device), tunables, variant, outputs)
+    return _cached_plan(contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, variant, outputs)
 
 
 def explain_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None):
@@ -1825,7 +1855,7 @@ def explain_plan(contract, shapes, dtypes=None, attrs=None, *, caps=None, tunabl
 def _candidate_lines(contract, shapes, dtypes, attrs, caps, device, tunables, outputs):
     """Each candidate's own verdict on a refused request, where the request can be evaluated at all."""
     try:
-        request = _request(contract, shapes, dtypes, attrs, planning_caps(caps, device), tunables, outputs)
+        request = _request(contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, outputs)
         derived = contract.derive(request)
     except (ArithmeticError, IndexError, KeyError, TypeError, ValueError):
         return ()
@@ -1921,7 +1951,7 @@ def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, varia
     shapes.update({names[key]: None for key in names if key not in values})
     if device is None:
         device = next((v.device for v in values.values() if isinstance(v, Tensor)), None) or default_device()
-    plan = _cached_plan(contract, shapes, dtypes, attrs, planning_caps(caps, device), tunables, variant, outputs)
+    plan = _cached_plan(contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, variant, outputs)
     wanted = _requested_outputs(contract, outputs)
     keyed_out, out_names = _output_names(contract, out)
     try:
