@@ -283,7 +283,7 @@ def test_contract_errors_name_op_subject_and_rule(change, attrs, subject, words)
 def test_missing_input_is_refused():
     inputs = good()
     del inputs["inputVar"]
-    with pytest.raises(ContractError, match=r"input inputVar: required input inputVar \(input_var\) is missing"):
+    with pytest.raises(ContractError, match=r"input inputVar: required input inputVar is missing \(ONNX name input_var\)"):
         bn.kernel(inputs)
 
 
