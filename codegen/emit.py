@@ -145,7 +145,7 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     if "math" in helpers:
         w.line("import math")
         w.line()
-    runtime_names = ["AttributeSpec", "ContractError", "OpContract", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show"]
+    runtime_names = ["AttributeSpec", "ContractError", "OpContract", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show", "warm_up"]
     if ir.chunking is not None:
         runtime_names.append("ChunkSpec")
     runtime_names += [h for h in helpers if h != "math"]
@@ -296,13 +296,22 @@ def _emit_api(w: Writer, op: ResolvedOp) -> None:
     w.line("    return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)")
     w.line()
     w.line()
-    w.line("def kernel(inputs, *, attrs=None, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None):")
+    w.line("def kernel(inputs, *, attrs=None, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None, encoder=None):")
     w.line(f'    """Run {ir.name} on numpy arrays or device Tensors; returns a dict keyed by output bind key.')
     w.line("")
-    w.line("    `out` maps output keys to existing Tensors to write into.")
+    w.line("    `out` maps output keys to existing Tensors to write into. `encoder` records the op into a")
+    w.line("    GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.")
     w.line('    """')
     w.line("    return run_kernel(")
-    w.line("        CONTRACT, inputs, attrs, outputs=outputs, device=device, variant=variant, caps=caps, tunables=tunables, out=out")
+    w.line("        CONTRACT, inputs, attrs, outputs=outputs, device=device, variant=variant, caps=caps, tunables=tunables, out=out,")
+    w.line("        encoder=encoder,")
+    w.line("    )")
+    w.line()
+    w.line()
+    w.line("def warmup(shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None):")
+    w.line('    """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""')
+    w.line("    return warm_up(")
+    w.line("        CONTRACT, shapes, dtypes, attrs, device=device, caps=caps, tunables=tunables, variant=variant, outputs=outputs")
     w.line("    )")
     w.line()
     w.line()
@@ -575,9 +584,9 @@ def emit_package_init(ops: list[ResolvedOp], sources: list[Source]) -> PythonSou
     w.line('"""')
     w.line()
     w.line("from . import " + ", ".join(snake(op.ir.name) for op in ops))
-    w.line("from ._runtime import ContractError, Tensor, default_device")
+    w.line("from ._runtime import ContractError, Sequence, Tensor, default_device")
     w.line()
-    w.line(f"__all__ = {['ContractError', 'Tensor', 'default_device'] + [snake(op.ir.name) for op in ops]!r}")
+    w.line(f"__all__ = {['ContractError', 'Sequence', 'Tensor', 'default_device'] + [snake(op.ir.name) for op in ops]!r}")
     return formatted(banner(sources), w)
 
 

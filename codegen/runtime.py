@@ -325,6 +325,9 @@ class PassPlan:
     workgroup_storage_bytes: int
     uses_subgroups: bool
     workgroup_size_name: str = ""  # the override that sets the workgroup size ("" for a literal)
+    # Computed once when the plan is made, so that a call only looks them up.
+    pipeline_constants: tuple = ()  # sorted (override, value) pairs as the pipeline gets them
+    uniform_data: bytes = field(default=b"", repr=False)  # the packed Params struct
 
 
 @dataclass(frozen=True)
@@ -813,9 +816,13 @@ def pack_uniforms(uniform_types, uniforms):
 
 
 def _override_constants(pass_plan):
+    return _override_constants_of(pass_plan.overrides, pass_plan.override_types)
+
+
+def _override_constants_of(overrides, override_types):
     constants = {}
-    for name, value in pass_plan.overrides.items():
-        typ = pass_plan.override_types.get(name, "f32")
+    for name, value in overrides.items():
+        typ = override_types.get(name, "f32")
         if typ == "u32":
             constants[name] = u32(value, f"override {name}")
         elif typ == "i32":
@@ -868,25 +875,53 @@ def _shader_module(device, pass_plan):
 
 def _pipeline(device, pass_plan):
     """(pipeline, bind group layout) for a pass, created once per device, WGSL and overrides."""
-    global pipeline_creations
-    constants = _override_constants(pass_plan)
-    layout_key = _layout_key(pass_plan)
-    key = (pass_plan.wgsl, tuple(sorted(constants.items())), layout_key)
-    cache = _per_device(_pipelines, device, PIPELINE_CACHE_SIZE)
-    cached = cache.get(key)
+    cached = _cached_pipeline(device, pass_plan)
     if cached is None:
-        # An explicit layout from the plan's bindings: layout="auto" drops bindings the shader
-        # does not use, and a bind group holding them is then refused.
-        bind_group_layout = _bind_group_layout(device, layout_key)
-        pipeline = device.create_compute_pipeline(
-            label=pass_plan.label,
-            layout=device.create_pipeline_layout(bind_group_layouts=[bind_group_layout]),
-            compute={"module": _shader_module(device, pass_plan), "entry_point": "main", "constants": constants},
-        )
-        pipeline_creations += 1
-        cached = (pipeline, bind_group_layout)
-        cache.put(key, cached)
+        promise, bind_group_layout = _start_pipeline(device, pass_plan)
+        cached = _finish_pipeline(device, pass_plan, promise.sync_wait(), bind_group_layout)
     return cached
+
+
+def _pipeline_key(pass_plan):
+    constants = pass_plan.pipeline_constants or tuple(sorted(_override_constants(pass_plan).items()))
+    return (pass_plan.wgsl, constants, _layout_key(pass_plan))
+
+
+def _cached_pipeline(device, pass_plan):
+    return _per_device(_pipelines, device, PIPELINE_CACHE_SIZE).get(_pipeline_key(pass_plan))
+
+
+def _start_pipeline(device, pass_plan):
+    """Begin creating a pass's pipeline with wgpu's asynchronous call (synchronous in wgpu-native
+    0.32, which has no asynchronous pipeline creation yet: the promise is then already resolved)."""
+    # An explicit layout from the plan's bindings: layout="auto" drops bindings the shader
+    # does not use, and a bind group holding them is then refused.
+    bind_group_layout = _bind_group_layout(device, _layout_key(pass_plan))
+    promise = device.create_compute_pipeline_async(
+        label=pass_plan.label,
+        layout=device.create_pipeline_layout(bind_group_layouts=[bind_group_layout]),
+        compute={"module": _shader_module(device, pass_plan), "entry_point": "main", "constants": dict(_pipeline_key(pass_plan)[1])},
+    )
+    return promise, bind_group_layout
+
+
+def _finish_pipeline(device, pass_plan, pipeline, bind_group_layout):
+    global pipeline_creations
+    pipeline_creations += 1
+    cached = (pipeline, bind_group_layout)
+    _per_device(_pipelines, device, PIPELINE_CACHE_SIZE).put(_pipeline_key(pass_plan), cached)
+    return cached
+
+
+def warm_pipelines(device, passes):
+    """Create every missing pipeline of `passes`: all requests first, then the waits."""
+    started = []
+    for pass_plan in passes:
+        if _cached_pipeline(device, pass_plan) is None and _pipeline_key(pass_plan) not in {_pipeline_key(p) for p, _, _ in started}:
+            started.append((pass_plan, *_start_pipeline(device, pass_plan)))
+    for pass_plan, promise, bind_group_layout in started:
+        _finish_pipeline(device, pass_plan, promise.sync_wait(), bind_group_layout)
+    return len(started)
 
 
 def _usage_names(flags):
@@ -972,7 +1007,7 @@ def _uniform_buffer(device, pass_plan):
     """One read-only uniform buffer per distinct content and device, reused by every call."""
     import wgpu
 
-    data = pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms)
+    data = pass_plan.uniform_data or pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms)
     buffers = _per_device(_uniform_buffers, device, UNIFORM_CACHE_SIZE)
     buffer = buffers.get(data)
     if buffer is None:
@@ -999,11 +1034,33 @@ def bind_passes(passes, tensors, device):
                 view = tensors[b.kind][b.resource]
                 if isinstance(view, Tensor):
                     view = whole_tensor(view)
-            resource = {"buffer": view.buffer, "offset": view.offset, "size": view.size}
-            entries.append({"binding": b.index, "resource": resource})
-        bind_group = device.create_bind_group(layout=bind_group_layout, entries=entries)
+            entries.append((b.index, view))
+        bind_group = _bind_group(device, bind_group_layout, entries)
         bound.append(BoundPass(pass_plan.label, pipeline, bind_group, tuple(pass_plan.dispatch)))
     return bound
+
+
+BIND_GROUP_CACHE_SIZE = 1024
+_bind_groups = weakref.WeakKeyDictionary()  # device -> LRUCache {(layout, views): (bind group, weak refs)}
+
+
+def _bind_group(device, layout, entries):
+    """A bind group per (layout, buffer ranges), cached: a repeated call on the same Tensors
+    builds nothing. The key holds ids, so a hit is checked against weak references to the layout
+    and the buffers it was made with: a buffer that died and left its id to another never matches."""
+    key = (id(layout), tuple((index, id(v.buffer), v.offset, v.size) for index, v in entries))
+    cache = _per_device(_bind_groups, device, BIND_GROUP_CACHE_SIZE)
+    hit = cache.get(key)
+    if hit is not None:
+        bind_group, refs = hit
+        if refs[0]() is layout and all(ref() is v.buffer for ref, (_, v) in zip(refs[1:], entries)):
+            return bind_group
+    bind_group = device.create_bind_group(
+        layout=layout,
+        entries=[{"binding": index, "resource": {"buffer": v.buffer, "offset": v.offset, "size": v.size}} for index, v in entries],
+    )
+    cache.put(key, (bind_group, (weakref.ref(layout),) + tuple(weakref.ref(v.buffer) for _, v in entries)))
+    return bind_group
 
 
 def encode_passes(encoder, bound, timestamps=None, label=None):
@@ -1070,17 +1127,32 @@ def _checked_out(plan, out, values, device, names):
     return checked
 
 
-def run_plan(plan, inputs, device=None, out=None, names=None):
+def run_plan(plan, inputs, device=None, out=None, names=None, encoder=None):
     """Run a plan: upload, allocate, encode every pass, submit once, read back.
 
     All inputs Tensors -> Tensors out without read-back (they chain on the GPU); otherwise
     numpy arrays out. `out` maps output keys to Tensors to write into instead of fresh ones.
-    Everything is checked before the first upload; `names` maps keys to the caller's names for
-    the messages.
+    With `encoder`, the call is encoded into that GPUCommandEncoder and not submitted: inputs
+    must then be Tensors, and Tensors come back. Everything is checked before the first upload;
+    `names` maps keys to the caller's names for the messages.
     """
     names = names or {}
+    values, out, device, resident = check_call(plan, inputs, device, out, names, encoder)
+    if not plan.passes and not plan.chunks and not resident:
+        # Nothing to compute (an empty output): no GPU work at all.
+        return {key: _empty_result(shape, dtype_name, out.get(key)) for key, (shape, dtype_name) in plan.outputs.items()}
+    return _execute(plan, values, device, out, resident, encoder)
+
+
+def check_call(plan, inputs, device, out, names, encoder=None, subject="encoder="):
+    """Everything a call is checked for before GPU work; (values, out, device, resident)."""
     values, resident_inputs = _plan_inputs(plan, inputs, names)
     resident = len(resident_inputs) == len(values)
+    if encoder is not None and not resident:
+        numpy_keys = [names.get(k, k) for k, v in values.items() if not isinstance(v, Tensor)]
+        raise ContractError(
+            plan.op, f"input {numpy_keys[0]}", "Tensors only", f"{subject} records GPU work, so every input must be a Tensor (Tensor.from_numpy(array))"
+        )
     if device is None:
         device = resident_inputs[0].device if resident_inputs else default_device()
     for key, value in values.items():
@@ -1091,44 +1163,107 @@ def run_plan(plan, inputs, device=None, out=None, names=None):
     for pass_plan in plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes):
         check_pass_limits(plan.op, pass_plan, caps)
     check_chunk_offsets(plan, caps)
-    if not plan.passes and not plan.chunks and not resident:
-        # Nothing to compute (an empty output): no GPU work at all.
-        return {key: _empty_result(shape, dtype_name, out.get(key)) for key, (shape, dtype_name) in plan.outputs.items()}
-    return _execute(plan, values, device, out, resident)
+    return values, out, device, resident
 
 
-def _bind_chunks(plan, tensors, device, encoder, created):
-    """Bound passes of every piece, each over its slices of the whole tensors.
+# Scratch (intermediates, and the (C) ranges a piece copies) comes from one pool per device, reused
+# by every call. That is safe because WebGPU runs the commands of a queue in order, and makes each
+# dispatch, copy and pass see everything the commands before it wrote: whether two calls share an
+# encoder, a submission or neither, the later one's use of a scratch buffer starts after the earlier
+# one's ended. Pooled buffers are never destroyed, only dropped when the pool forgets them, so an
+# encoder recorded but not yet submitted keeps what it uses alive.
+SCRATCH_POOL_SIZE = 256
+_scratch = weakref.WeakKeyDictionary()  # device -> LRUCache {(role, nbytes): buffer}
 
-    The (C) ranges are copied into scratch in `encoder` before the compute pass that reads them;
-    pieces of one plan share its intermediates, since their dispatches run one after another.
-    """
+
+def scratch_buffer(device, role, nbytes):
+    """A pooled storage buffer of `nbytes` for `role` (distinct roles never share one)."""
     import wgpu
 
-    bound, intermediates = [], {}
-    for chunk in plan.chunks:
-        views = {"input": {}, "output": {}}
-        for kind in views:
+    pool = _per_device(_scratch, device, SCRATCH_POOL_SIZE)
+    key = (role, nbytes)
+    buffer = pool.get(key)
+    if buffer is None:
+        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
+        buffer = device.create_buffer(size=max(4, nbytes), usage=usage)
+        pool.put(key, buffer)
+    return buffer
+
+
+def _intermediates(plan, device):
+    views = {}
+    for key, (shape, dtype_name) in plan.intermediates.items():
+        nbytes = _storage_nbytes(shape, dtype_name)
+        views[key] = BufferSlice(scratch_buffer(device, ("intermediate", key), nbytes), 0, nbytes)
+    return views
+
+
+@dataclass(frozen=True)
+class BufferCopy:
+    source: object
+    source_offset: int
+    target: object
+    size: int
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """One call ready to encode, as often as wanted: copies first, then its dispatches."""
+
+    label: str
+    copies: tuple
+    bound: tuple
+
+
+def record_call(plan, tensors, device):
+    """Pipelines, uniforms, scratch and bind groups for a plan over given tensors; no encoding.
+
+    `tensors` maps "input" and "output" to {key: Tensor}.
+    """
+    label = f"{plan.op} {plan.variant}"
+    if not plan.chunks:
+        views = {**tensors, "intermediate": _intermediates(plan, device)}
+        bound = bind_passes([p for p in plan.passes if 0 not in p.dispatch], views, device)
+        return RecordedCall(label, (), tuple(bound))
+    copies, bound = [], []
+    for index, chunk in enumerate(plan.chunks):
+        views = {"intermediate": _intermediates(chunk.plan, device)}
+        for kind in ("input", "output"):
+            views[kind] = {}
             for key, tensor in tensors[kind].items():
                 if key in chunk.slices:
                     views[kind][key] = BufferSlice(tensor.buffer, *chunk.slices[key])
                 elif key in chunk.copies:
                     offset, size = chunk.copies[key]
-                    scratch = device.create_buffer(size=size, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
-                    encoder.copy_buffer_to_buffer(tensor.buffer, offset, scratch, 0, size)
-                    created.append(scratch)
-                    views[kind][key] = BufferSlice(scratch, 0, size)
+                    target = scratch_buffer(device, ("piece", index, key), size)
+                    copies.append(BufferCopy(tensor.buffer, offset, target, size))
+                    views[kind][key] = BufferSlice(target, 0, size)
                 else:
                     views[kind][key] = tensor
-        scratch = intermediates.get(id(chunk.plan))
-        if scratch is None:
-            scratch = intermediates[id(chunk.plan)] = {
-                key: Tensor.empty(shape, dtype_name, device) for key, (shape, dtype_name) in chunk.plan.intermediates.items()
-            }
-            created.extend(t.buffer for t in scratch.values())
-        views["intermediate"] = scratch
         bound += bind_passes([p for p in chunk.plan.passes if 0 not in p.dispatch], views, device)
-    return bound
+    return RecordedCall(label, tuple(copies), tuple(bound))
+
+
+def encode_calls(encoder, calls, label=None):
+    """Encode recorded calls: their dispatches in as few compute passes as their copies allow."""
+    compute = None
+    for call in calls:
+        if call.copies:
+            if compute is not None:
+                compute.end()
+                compute = None
+            for c in call.copies:
+                encoder.copy_buffer_to_buffer(c.source, c.source_offset, c.target, 0, c.size)
+        for item in call.bound:
+            if compute is None:
+                compute = encoder.begin_compute_pass(label=label or call.label)
+            compute.push_debug_group(item.label)
+            compute.set_pipeline(item.pipeline)
+            compute.set_bind_group(0, item.bind_group)
+            compute.dispatch_workgroups(*item.dispatch)
+            compute.pop_debug_group()
+    if compute is not None:
+        compute.end()
 
 
 def check_chunk_offsets(plan, caps):
@@ -1151,41 +1286,41 @@ def _empty_result(shape, dtype_name, out_tensor):
     return out_tensor.numpy() if out_tensor is not None else np.empty(shape, dtype_name)
 
 
-def _execute(plan, values, device, out, resident):
-    created = []  # buffers this call owns and releases, unless handed out as results
+def _call_tensors(plan, values, device, out):
+    """Inputs as Tensors (numpy ones uploaded) and outputs (out= ones, or fresh); the uploads."""
+    uploaded = []
+    inputs = {}
+    for key, value in values.items():
+        if not isinstance(value, Tensor):
+            value = Tensor.from_numpy(value, device)
+            uploaded.append(value)
+        inputs[key] = value
+    outputs = {key: out.get(key) or Tensor.empty(shape, dtype_name, device) for key, (shape, dtype_name) in plan.outputs.items()}
+    return {"input": inputs, "output": outputs}, uploaded
+
+
+def _execute(plan, values, device, out, resident, encoder=None):
+    tensors, uploaded = _call_tensors(plan, values, device, out)
     try:
-        tensors = {"input": {}, "output": {}, "intermediate": {}}
-        for key, value in values.items():
-            if not isinstance(value, Tensor):
-                value = Tensor.from_numpy(value, device)
-                created.append(value.buffer)
-            tensors["input"][key] = value
-        for kind, group in (("output", plan.outputs), ("intermediate", plan.intermediates)):
-            for key, (shape, dtype_name) in group.items():
-                if kind == "output" and key in out:
-                    tensors[kind][key] = out[key]
-                    continue
-                tensors[kind][key] = Tensor.empty(shape, dtype_name, device)
-                if kind == "intermediate" or not resident:
-                    created.append(tensors[kind][key].buffer)
-
-        label = f"{plan.op} {plan.variant}"
-        encoder = device.create_command_encoder(label=label)
-        if plan.chunks:
-            bound = _bind_chunks(plan, tensors, device, encoder, created)
-        else:
-            bound = bind_passes([p for p in plan.passes if 0 not in p.dispatch], tensors, device)
-        if bound:  # empty tensors: nothing to dispatch
-            encode_passes(encoder, bound, label=label)
-            device.queue.submit([encoder.finish()])
-
+        call = record_call(plan, tensors, device)
+        if encoder is not None:
+            encode_calls(encoder, [call])
+        elif call.bound:  # empty tensors: nothing to dispatch
+            own = device.create_command_encoder(label=call.label)
+            encode_calls(own, [call])
+            device.queue.submit([own.finish()])
         if resident:
             return dict(tensors["output"])
-        return {key: tensor.numpy() for key, tensor in tensors["output"].items()}
+        results = {key: tensor.numpy() for key, tensor in tensors["output"].items()}
+        for key, tensor in tensors["output"].items():
+            if key not in out:
+                tensor.buffer.destroy()
+        return results
     finally:
         # wgpu frees a destroyed buffer only once the submitted work that uses it is done.
-        for buffer in created:
-            buffer.destroy()
+        if encoder is None:
+            for tensor in uploaded:
+                tensor.buffer.destroy()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1262,6 +1397,11 @@ def make_pass(r, shader, name, label, dispatch, uniforms, numbers_):
         if field_name in uniforms:
             _override_value(uniforms[field_name], kind, f"{label}: uniform {field_name}")
     storage = sum(size * math.prod(factor(t) for t in terms) for size, terms in shader.workgroup_arrays)
+    try:
+        uniform_data = pack_uniforms(shader.uniform_types, uniforms)
+    except PlanError as error:
+        raise PlanError(error.op, f"{label}: {error.subject}", error.rule, error.message) from None
+    constants = _override_constants_of(overrides, dict(shader.overrides))
     return PassPlan(
         name=name,
         label=label,
@@ -1278,6 +1418,8 @@ def make_pass(r, shader, name, label, dispatch, uniforms, numbers_):
         workgroup_storage_bytes=storage,
         uses_subgroups=shader.uses_subgroups,
         workgroup_size_name="" if shader.workgroup_size.isdigit() else shader.workgroup_size,
+        pipeline_constants=tuple(sorted(constants.items())),
+        uniform_data=uniform_data,
     )
 
 
@@ -1943,8 +2085,8 @@ def _output_names(contract, out):
     return keyed, names
 
 
-def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None):
-    """kernel(): infer shapes and dtypes from the inputs, plan, run; everything checked first."""
+def _call_plan(contract, inputs, attrs, outputs, device, variant, caps, tunables):
+    """The checked inputs, the caller's names, the device and the plan of one kernel() call."""
     values, names = _kernel_inputs(contract, inputs)
     dtypes = _input_dtypes(contract, values, names)
     shapes = {names[key]: (value.shape if type(value.shape) is tuple else tuple(value.shape)) for key, value in values.items()}
@@ -1952,10 +2094,74 @@ def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, varia
     if device is None:
         device = next((v.device for v in values.values() if isinstance(v, Tensor)), None) or default_device()
     plan = _cached_plan(contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, variant, outputs)
+    return values, names, device, plan
+
+
+def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None, encoder=None):
+    """kernel(): infer shapes and dtypes from the inputs, plan, run; everything checked first.
+
+    With `encoder`, the op is recorded into that GPUCommandEncoder and nothing is submitted.
+    """
+    values, names, device, plan = _call_plan(contract, inputs, attrs, outputs, device, variant, caps, tunables)
     wanted = _requested_outputs(contract, outputs)
     keyed_out, out_names = _output_names(contract, out)
     try:
-        results = run_plan(plan, values, device, keyed_out, {**names, **out_names})
+        results = run_plan(plan, values, device, keyed_out, {**names, **out_names}, encoder)
     except ContractError as error:
         raise _in_callers_words(contract, error, names) from None
     return {o: results[o] for o in wanted}
+
+
+def warm_up(contract, shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None):
+    """warmup(): the plan for these shapes, with every pipeline it needs created on `device`.
+
+    Plans for the device's own capabilities unless `caps` is given; returns the plan.
+    """
+    device = device if device is not None else default_device()
+    plan = build_plan(contract, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device, outputs=outputs)
+    warm_pipelines(device, plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes))
+    return plan
+
+
+class Sequence:
+    """Calls recorded once and replayed with one submit: what CUDA graphs and ONNX Runtime's
+    graph capture give their users.
+
+    `kernel()` plans, checks, allocates the outputs and builds pipelines, uniforms and bind groups
+    once, and returns the output Tensors; `run()` encodes every recorded dispatch into one command
+    buffer and submits it, reading whatever the input Tensors hold then (write new data between
+    runs with `queue.write_buffer`). Nothing is planned, allocated or created per `run()`.
+    Intermediates come from the device's scratch pool (see `scratch_buffer`).
+    """
+
+    def __init__(self, device=None):
+        self.device = device if device is not None else default_device()
+        self._calls = []
+
+    def kernel(self, op, inputs, attrs=None, *, outputs=None, out=None, variant=None, tunables=None):
+        contract = getattr(op, "CONTRACT", op)
+        if not isinstance(contract, OpContract):
+            raise TypeError(f"Sequence.kernel() takes an op module (generated.group_normalization), not {type(op).__name__}")
+        values, names, device, plan = _call_plan(contract, inputs, attrs, outputs, self.device, variant, None, tunables)
+        wanted = _requested_outputs(contract, outputs)
+        keyed_out, out_names = _output_names(contract, out)
+        try:
+            values, checked_out, _, _ = check_call(plan, values, device, keyed_out, {**names, **out_names}, self, "Sequence.kernel()")
+        except ContractError as error:
+            raise _in_callers_words(contract, error, names) from None
+        tensors, _ = _call_tensors(plan, values, device, checked_out)
+        call = record_call(plan, tensors, device)
+        if call.bound:
+            self._calls.append(call)
+        return {o: tensors["output"][o] for o in wanted}
+
+    def __len__(self):
+        return len(self._calls)
+
+    def run(self):
+        """Encode every recorded call into one command buffer and submit it."""
+        if not self._calls:
+            return
+        encoder = self.device.create_command_encoder(label="Sequence")
+        encode_calls(encoder, self._calls, label="Sequence")
+        self.device.queue.submit([encoder.finish()])

@@ -12,10 +12,11 @@ relatively, so a copy can live under any name.
 """
 
 from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
-from ._runtime import ContractError, Tensor, default_device
+from ._runtime import ContractError, Sequence, Tensor, default_device
 
 __all__ = [
     "ContractError",
+    "Sequence",
     "Tensor",
     "default_device",
     "batch_normalization",

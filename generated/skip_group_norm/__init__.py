@@ -61,6 +61,7 @@ from .._runtime import (
     pow2ceil,
     run_kernel,
     show,
+    warm_up,
 )
 from . import (
     split_bias_sum,
@@ -548,11 +549,21 @@ def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device
 
 
 def kernel(
-    inputs, *, attrs=None, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None
+    inputs,
+    *,
+    attrs=None,
+    outputs=None,
+    device=None,
+    variant=None,
+    caps=None,
+    tunables=None,
+    out=None,
+    encoder=None,
 ):
     """Run SkipGroupNorm on numpy arrays or device Tensors; returns a dict keyed by output bind key.
 
-    `out` maps output keys to existing Tensors to write into.
+    `out` maps output keys to existing Tensors to write into. `encoder` records the op into a
+    GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.
     """
     return run_kernel(
         CONTRACT,
@@ -564,6 +575,24 @@ def kernel(
         caps=caps,
         tunables=tunables,
         out=out,
+        encoder=encoder,
+    )
+
+
+def warmup(
+    shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None
+):
+    """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""
+    return warm_up(
+        CONTRACT,
+        shapes,
+        dtypes,
+        attrs,
+        device=device,
+        caps=caps,
+        tunables=tunables,
+        variant=variant,
+        outputs=outputs,
     )
 
 

@@ -1,0 +1,238 @@
+"""The call boundary for apps: kernel(encoder=), Sequence, warmup(), bounded caches, reuse.
+
+Every result is compared bit for bit with a plain kernel() call of the same plan, which the
+kernel test files compare with the float64 references.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import wgpu
+
+from generated import Sequence
+from generated import _runtime as rt
+from generated import batch_normalization as bn
+from generated import group_normalization as gn
+from generated import instance_normalization as inn
+from generated import skip_group_norm as sgn
+from generated._runtime import ContractError, Tensor, default_device
+
+from oracles import assert_close, group_normalization_ref, rng_for, seed_note
+
+SPLIT = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}  # GroupNorm split-k on small rows
+
+
+def bn_inputs(rng, dtype, shape=(2, 8, 4, 4)):
+    c = shape[1]
+    return {
+        "x": rng.standard_normal(shape).astype(dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "b": rng.uniform(-1, 1, c).astype(dtype),
+        "inputMean": rng.uniform(-1, 1, c).astype(dtype),
+        "inputVar": rng.uniform(0.1, 2, c).astype(dtype),
+    }, {}
+
+
+def gn_inputs(rng, dtype, shape=(2, 8, 6, 5)):
+    c = shape[1]
+    inputs = {"x": (rng.standard_normal(shape) * 2 + 1).astype(dtype), "scale": rng.uniform(-2, 2, c).astype(dtype), "bias": rng.uniform(-1, 1, c).astype(dtype)}
+    return inputs, {"num_groups": 4}
+
+
+def in_inputs(rng, dtype, shape=(2, 4, 8, 4)):
+    c = shape[1]
+    return {"input": rng.standard_normal(shape).astype(dtype), "scale": rng.uniform(-2, 2, c).astype(dtype), "b": rng.uniform(-1, 1, c).astype(dtype)}, {}
+
+
+def sgn_inputs(rng, dtype, shape=(2, 4, 4, 8)):
+    c = shape[-1]
+    inputs = {
+        "X": rng.standard_normal(shape).astype(dtype),
+        "gamma": rng.uniform(-2, 2, c).astype(dtype),
+        "beta": rng.uniform(-1, 1, c).astype(dtype),
+        "skip": rng.standard_normal(shape).astype(dtype),
+        "bias": rng.uniform(-1, 1, c).astype(dtype),
+    }
+    return inputs, {"groups": 2, "activation": 1}
+
+
+OPS = {"bn": (bn, bn_inputs), "gn": (gn, gn_inputs), "in": (inn, in_inputs), "sgn": (sgn, sgn_inputs)}
+
+
+def variants_of(package, dtype, inputs, attrs):
+    """Every variant that applies to this request (a forced one that does not is refused)."""
+    shapes = {k: v.shape for k, v in inputs.items()}
+    dtypes = {tv: np.dtype(dtype).name for tv in package.TYPE_CONSTRAINTS}
+    found = []
+    for c in package.CANDIDATES:
+        outputs = tuple(t.key for t in package.OUTPUTS) if "sum" in c.ID else None
+        try:
+            package.plan(shapes, dtypes, attrs, device=default_device(), variant=c.ID, tunables=SPLIT if package is gn else None, outputs=outputs)
+        except ContractError:
+            continue
+        found.append((c.ID, outputs))
+    return found
+
+
+CASES = [(op, dtype) for op in OPS for dtype in (np.float32, np.float16)]
+
+
+@pytest.mark.parametrize("op,dtype", CASES, ids=[f"{o}-{np.dtype(d).name}" for o, d in CASES])
+def test_encoder_is_bit_identical_to_kernel_for_every_variant(op, dtype, request):
+    package, make = OPS[op]
+    rng, seed = rng_for(request.node.name)
+    inputs, attrs = make(rng, dtype)
+    tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    tunables = SPLIT if package is gn else None
+    variants = variants_of(package, dtype, inputs, attrs)
+    assert len(variants) >= 2, variants
+    device = default_device()
+    for variant, outputs in variants:
+        plain = package.kernel(inputs, attrs=attrs, variant=variant, tunables=tunables, outputs=outputs)
+        encoder = device.create_command_encoder()
+        recorded = package.kernel(tensors, attrs=attrs, variant=variant, tunables=tunables, outputs=outputs, encoder=encoder)
+        device.queue.submit([encoder.finish()])
+        for key in plain:
+            assert isinstance(recorded[key], Tensor)
+            assert recorded[key].numpy().tobytes() == plain[key].tobytes(), f"{op} {variant} {key}, {seed_note(seed)}"
+
+
+def test_encoder_mixes_with_the_callers_own_commands_in_one_submission(request):
+    """The caller copies new data into x, we normalize, the caller copies y away: one submit."""
+    rng, seed = rng_for(request.node.name)
+    device = default_device()
+    inputs, attrs = gn_inputs(rng, np.float32)
+    fresh = (rng.standard_normal(inputs["x"].shape) * 3 - 2).astype(np.float32)
+    x = Tensor.from_numpy(inputs["x"])
+    staging = Tensor.from_numpy(fresh)
+    scale, bias = Tensor.from_numpy(inputs["scale"]), Tensor.from_numpy(inputs["bias"])
+    y = Tensor.empty(x.shape, np.float32)
+    kept = Tensor.empty(x.shape, np.float32)
+    encoder = device.create_command_encoder()
+    encoder.copy_buffer_to_buffer(staging.buffer, 0, x.buffer, 0, x.nbytes)
+    result = gn.kernel({"x": x, "scale": scale, "bias": bias}, attrs=attrs, out={"y": y}, encoder=encoder)
+    encoder.copy_buffer_to_buffer(y.buffer, 0, kept.buffer, 0, y.nbytes)
+    assert result["y"] is y
+    device.queue.submit([encoder.finish()])
+    ref = group_normalization_ref(fresh, inputs["scale"], inputs["bias"], attrs["num_groups"])
+    assert_close(kept.numpy(), ref, np.float32, f"copied result, {seed_note(seed)}")
+
+
+def test_encoder_takes_tensors_only_and_keeps_every_refusal():
+    rng, _ = rng_for("encoder-refusals")
+    inputs, attrs = gn_inputs(rng, np.float32)
+    encoder = default_device().create_command_encoder()
+    with pytest.raises(ContractError, match="input x: encoder= records GPU work, so every input must be a Tensor"):
+        gn.kernel(inputs, attrs=attrs, encoder=encoder)
+    tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    with pytest.raises(ContractError, match="num_groups"):
+        gn.kernel(tensors, attrs={"num_groups": 3}, encoder=encoder)
+    with pytest.raises(ContractError, match="no aliasing"):
+        gn.kernel(tensors, attrs=attrs, out={"y": tensors["x"]}, encoder=encoder)
+
+
+def chain(seq_or_none, tensors, encoder=None):
+    """BatchNorm -> GroupNorm (split-k, with intermediates) -> InstanceNorm, on Tensors."""
+    def call(package, inputs, **kwargs):
+        if seq_or_none is not None:
+            return seq_or_none.kernel(package, inputs, **kwargs)
+        return package.kernel(inputs, **kwargs)
+
+    y1 = call(bn, {k: tensors[k] for k in ("x", "scale", "b", "inputMean", "inputVar")})["y"]
+    y2 = call(gn, {"x": y1, "scale": tensors["scale"], "bias": tensors["b"]}, attrs={"num_groups": 4}, variant="group_splitk", tunables=SPLIT)["y"]
+    return call(inn, {"input": y2, "scale": tensors["scale"], "b": tensors["b"]})["output"]
+
+
+def test_sequence_replays_a_chain_after_its_inputs_change(request):
+    rng, seed = rng_for(request.node.name)
+    device = default_device()
+    inputs, _ = bn_inputs(rng, np.float32, (2, 8, 8, 8))
+    tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    seq = Sequence(device)
+    out = chain(seq, tensors)
+    assert len(seq) == 3
+    created = rt.pipeline_creations
+    for round_ in range(5):
+        x = (rng.standard_normal(inputs["x"].shape) * (round_ + 1) + round_).astype(np.float32)
+        device.queue.write_buffer(tensors["x"].buffer, 0, x.tobytes())
+        seq.run()
+        expected = chain(None, {**tensors, "x": Tensor.from_numpy(x)})
+        assert out.numpy().tobytes() == expected.numpy().tobytes(), f"round {round_}, {seed_note(seed)}"
+    assert rt.pipeline_creations == created, "run() must create nothing"
+
+
+def test_sequence_of_every_op_runs_many_times(request):
+    rng, seed = rng_for(request.node.name)
+    seq = Sequence()
+    expected = {}
+    results = {}
+    for op, (package, make) in OPS.items():
+        inputs, attrs = make(rng, np.float32)
+        tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+        results[op] = seq.kernel(package, tensors, attrs=attrs)
+        expected[op] = package.kernel(inputs, attrs=attrs)
+    for _ in range(20):
+        seq.run()
+    for op in OPS:
+        for key, value in expected[op].items():
+            assert results[op][key].numpy().tobytes() == value.tobytes(), f"{op} {key}, {seed_note(seed)}"
+
+
+def test_sequence_refuses_what_kernel_refuses():
+    rng, _ = rng_for("sequence-refusals")
+    inputs, attrs = gn_inputs(rng, np.float32)
+    seq = Sequence()
+    with pytest.raises(ContractError, match="Sequence.kernel\\(\\) records GPU work"):
+        seq.kernel(gn, inputs, attrs=attrs)
+    tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    with pytest.raises(ContractError, match="num_groups"):
+        seq.kernel(gn, tensors, attrs={"num_groups": 5})
+    with pytest.raises(TypeError, match="op module"):
+        seq.kernel("group_normalization", tensors, attrs=attrs)
+    assert len(seq) == 0
+
+
+def test_warmup_creates_every_pipeline_a_call_needs():
+    rng, _ = rng_for("warmup")
+    inputs, attrs = gn_inputs(rng, np.float32, (2, 8, 6, 7))
+    shapes = {k: v.shape for k, v in inputs.items()}
+    plan = gn.warmup(shapes, {"T": "float32"}, attrs, variant="group_splitk", tunables=SPLIT)
+    assert plan.variant == "group_splitk"
+    created = rt.pipeline_creations
+    gn.kernel(inputs, attrs=attrs, variant="group_splitk", tunables=SPLIT)
+    assert rt.pipeline_creations == created
+    assert gn.warmup(shapes, {"T": "float32"}, attrs, variant="group_splitk", tunables=SPLIT) is plan
+
+
+def test_repeated_calls_on_the_same_tensors_build_no_bind_group(monkeypatch):
+    rng, _ = rng_for("bind-groups")
+    inputs, attrs = in_inputs(rng, np.float32)
+    tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    out = {"output": Tensor.empty(inputs["input"].shape, np.float32)}
+    inn.kernel(tensors, out=out)
+    device = default_device()
+    made = []
+    original = type(device).create_bind_group
+    monkeypatch.setattr(type(device), "create_bind_group", lambda self, **kw: made.append(1) or original(self, **kw))
+    for _ in range(5):
+        inn.kernel(tensors, out=out)
+    assert made == []
+    inn.kernel({**tensors, "input": Tensor.from_numpy(inputs["input"])}, out=out)  # a new buffer
+    assert made != []
+
+
+def test_caches_stay_bounded_over_many_changing_shapes(monkeypatch):
+    device = default_device()
+    pipelines = rt._per_device(rt._pipelines, device, rt.PIPELINE_CACHE_SIZE)
+    monkeypatch.setattr(pipelines, "maxsize", 8)
+    monkeypatch.setattr(rt._plans, "maxsize", 64)
+    rng, _ = rng_for("bounded")
+    for hw in range(1, 41):
+        inputs, attrs = gn_inputs(rng, np.float32, (1, 4, hw, 3))
+        gn.kernel(inputs, attrs={"num_groups": 2})
+    assert len(pipelines) <= 8 and len(rt._plans) <= 64
+    for n in range(10_000):  # plans alone: no GPU work
+        gn.plan({"x": (1 + n % 7, 8, 1 + n // 7, 3), "scale": (8,), "bias": (8,)}, {"T": "float32"}, {"num_groups": 2})
+    assert len(rt._plans) <= 64
+    assert all(len(cache) <= cache.maxsize for caches in (rt._uniform_buffers, rt._bind_groups, rt._scratch) for cache in caches.values())
