@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 4dc567c125b8f772)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 7f8a71d30d61be55)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `group_stash_f16_serial` of ai.onnx GroupNormalization-21.
 
 Priority 1000 (manifest position 0). Taken when every clause holds:

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 4dc567c125b8f772)
 #   templates/norm-row-stats.wgsl.jinja (sha256 1978bf391ec3be1a)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `group_subgroup_vec4` of ai.onnx GroupNormalization-21.
 
 Priority 110 (manifest position 4). Taken when every clause holds:

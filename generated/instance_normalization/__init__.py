@@ -6,6 +6,7 @@
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 2d29cc8075cbf6d8)
 #   templates/norm-row-stats.wgsl.jinja (sha256 1978bf391ec3be1a)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """ai.onnx InstanceNormalization-6: the contract, derived values, selection and the public calls.
 
 """

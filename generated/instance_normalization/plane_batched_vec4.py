@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 54ccdc20c4002625)
 #   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 a01c8d56cef66948)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `plane_batched_vec4` of ai.onnx InstanceNormalization-6.
 
 Priority 115 (manifest position 0). Taken when every clause holds:

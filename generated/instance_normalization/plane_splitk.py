@@ -4,6 +4,7 @@
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 96f92973c0898041)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 2d29cc8075cbf6d8)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `plane_splitk` of ai.onnx InstanceNormalization-6.
 
 Priority 120 (manifest position 5). Taken when every clause holds:

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 54ccdc20c4002625)
 #   templates/norm-row-stats.wgsl.jinja (sha256 1978bf391ec3be1a)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `plane_subgroup` of ai.onnx InstanceNormalization-6.
 
 Priority 100 (manifest position 3). Taken when every clause holds:

@@ -2,6 +2,7 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 41dee905c2b9c9be)
 #   templates/group-norm-fused.wgsl.jinja (sha256 f4a8bd78fde151f8)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `fused_plain` of com.microsoft SkipGroupNorm-1.
 
 Priority 120 (manifest position 7). Taken when every clause holds:

@@ -3,6 +3,7 @@
 #   templates/group-norm-combine.wgsl.jinja (sha256 2e48c6a7f7f809b5)
 #   templates/group-norm-slab.wgsl.jinja (sha256 a2859b2777f88228)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `split_bias_plain` of com.microsoft SkipGroupNorm-1.
 
 Priority 110 (manifest position 2). Taken when every clause holds:
