@@ -295,8 +295,9 @@ def _shape_text(values):
 # Command line
 
 
-def check(model, *, dims=None, seed=0, device=None, out=sys.stdout):
+def check(model, *, dims=None, seed=0, device=None, out=None):
     """Check every supported node of `model`; returns the number of nodes outside tolerance or failed."""
+    out = out or sys.stdout
     device = device or _runtime.default_device()
     rng = np.random.default_rng(seed)
     opsets = _opsets(model)
