@@ -1,7 +1,7 @@
 """The project's PEP 517 build backend (pyproject.toml: `build-backend`, `backend-path`).
 
-Standard library only, so `pip wheel .`, `pip install .` and `python -m build` work offline with
-nothing to download. Metadata comes from pyproject.toml's [project] table (core metadata 2.4,
+Standard library only, so `pip wheel .` and `pip install .` work offline with nothing to
+download. Metadata comes from pyproject.toml's [project] table (core metadata 2.4,
 PEP 639 license expression); [tool.norm-kernels-build] says what goes where:
 
 - wheel: the runtime package, ONE import package: `source` (generated/) installed as `package`
