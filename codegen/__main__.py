@@ -25,6 +25,7 @@ from .wgsl import missing_templates, render_op
 
 RUNTIME_SOURCE = Path(__file__).with_name("runtime.py")
 BENCH_SOURCE = Path(__file__).with_name("bench.py")
+ONNX_VERSIONS_SOURCE = Path(__file__).with_name("onnx_versions.py")
 # Copied verbatim, each under its name in generated/.
 VERBATIM_SOURCES = {
     "bench.py": BENCH_SOURCE,
@@ -82,6 +83,8 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
             ]
             files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, banner(variant_sources))
     all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
+    # The registry ops() comes from the ONNX version tables too.
+    all_sources.append(Source(f"{ONNX_VERSIONS_SOURCE.parent.name}/{ONNX_VERSIONS_SOURCE.name}", sha256_of(ONNX_VERSIONS_SOURCE)))
     files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources, project_version(repo_root))
     # PEP 561: the package's annotations are meant for type checkers (a banner is not "partial").
     files["py.typed"] = banner([])

@@ -3,6 +3,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 4dc567c125b8f772)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 54ccdc20c4002625)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 41dee905c2b9c9be)
+#   codegen/onnx_versions.py (sha256 a1568ccdcd8c1d86)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """WebGPU kernels for ONNX normalization operators, generated ahead of time.
