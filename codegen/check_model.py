@@ -242,8 +242,7 @@ def gpu_time(call, plan, device):
 
     settings = bench.Settings.quick()
     runnable = [p for p in plan.passes if 0 not in p.dispatch]
-    if plan.chunks or not runnable:
-        timer = bench.GpuTimer(device, settings.batch, use_timestamps=False)
+    if plan.chunks or not runnable:  # pieces or nothing to dispatch: time whole calls
         samples = []
         for _ in range(settings.iters):
             started = time.perf_counter()
