@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import sys
 import time
+import tomllib
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -24,12 +25,17 @@ from .wgsl import missing_templates, render_op
 
 RUNTIME_SOURCE = Path(__file__).with_name("runtime.py")
 BENCH_SOURCE = Path(__file__).with_name("bench.py")
+ONNX_VERSIONS_SOURCE = Path(__file__).with_name("onnx_versions.py")
 # Copied verbatim, each under its name in generated/.
 VERBATIM_SOURCES = {
     "bench.py": BENCH_SOURCE,
     "doctor.py": Path(__file__).with_name("doctor.py"),
     "__main__.py": Path(__file__).with_name("package_main.py"),
+    "onnx_nodes.py": Path(__file__).with_name("onnx_nodes.py"),
+    "check_model.py": Path(__file__).with_name("check_model.py"),
 }
+# The compiler's own project: its version is the generated package's when MANIFESTS has none beside it.
+OWN_PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
 @dataclass(frozen=True)
@@ -77,13 +83,28 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
             ]
             files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, banner(variant_sources))
     all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
-    files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources)
+    # The registry ops() comes from the ONNX version tables too.
+    all_sources.append(Source(f"{ONNX_VERSIONS_SOURCE.parent.name}/{ONNX_VERSIONS_SOURCE.name}", sha256_of(ONNX_VERSIONS_SOURCE)))
+    files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources, project_version(repo_root))
+    # PEP 561: the package's annotations are meant for type checkers (a banner is not "partial").
+    files["py.typed"] = banner([])
     files["_runtime.py"] = emit_runtime(RUNTIME_SOURCE.read_text(), runtime_source)
     for relative, path in VERBATIM_SOURCES.items():
         files[relative] = emit_runtime(path.read_text(), Source(f"{path.parent.name}/{path.name}", sha256_of(path)))
     files = _format_python(files)
     files["REPORT.md"] = emit_report(emitted, skipped, report, files)
     return files
+
+
+def project_version(repo_root: Path) -> str:
+    """`[project] version` of the pyproject.toml beside MANIFESTS (else the compiler's own): the one
+    source of the version, read by the wheel build too (build_backend/)."""
+    for path in (repo_root / "pyproject.toml", OWN_PYPROJECT):
+        if path.exists():
+            version = tomllib.loads(path.read_text()).get("project", {}).get("version")
+            if version:
+                return version
+    return "0+unknown"
 
 
 def _format_python(files: dict) -> dict[str, str]:

@@ -4,6 +4,12 @@
                               [--json FILE] [--markdown FILE] [--plot FILE] [--torch]
                               [--variant ID] [--tunable NAME=VALUE] [--per-pass] [--wall-clock]
 
+Checked before anything runs (exit 2, the message lists what exists): op, variant and tunable
+names (a variant or tunable must exist in at least one of the ops run), dtypes (float32,
+float16), tunable values (whole numbers >= 1), output files (opened for writing first), and
+--plot's matplotlib (`pip install matplotlib`, or the project's `bench` extra). A plot that cannot
+be drawn (no results) makes the exit status 1.
+
 Cases come from each op package's `cases.py` (`BENCH_CASES`, written from the `bench.json`
 beside the op's manifest): {"name", "source", "inputs": {bind key: shape}, "dtypes": {type
 variable: dtype or list of dtypes}, "attrs", and optionally "outputs", "tunables", "quick"}.
@@ -753,7 +759,8 @@ def markdown(results, meta):
 
 
 def plot(results, meta, path):
-    """Achieved GB/s per case, against the copy kernel and PyTorch; None if matplotlib is missing."""
+    """Achieved GB/s per case, against the copy kernel and PyTorch, as PNG into `path` (a name or a
+    binary file); None when written, else why not."""
     try:
         import matplotlib
 
@@ -803,7 +810,7 @@ def plot(results, meta, path):
     ax.grid(axis="x", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=120, format="png")
     plt.close(fig)
     return None
 
@@ -816,20 +823,67 @@ def _names(values):
     return [name for value in values or [] for name in value.split(",") if name]
 
 
+def _dtype(text):
+    """--dtype: float32 and/or float16 (f32, f16), comma-separated."""
+    names = [name for name in text.split(",") if name]
+    bad = [name for name in names if name not in _DTYPE_NAMES]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"{text!r}: the kernels' dtypes are float32 and float16")
+    return tuple(_DTYPE_NAMES[name] for name in names)
+
+
+def _tunable(text):
+    """--tunable NAME=VALUE with a whole number >= 1, as the kernels take it."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
+    try:
+        number = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{name}={value}: {value!r} is not a number") from None
+    if not (number.is_integer() and number >= 1):
+        raise argparse.ArgumentTypeError(f"{name}={value}: a tunable is a whole number >= 1")
+    return name, int(number)
+
+
+def _listing(by_op):
+    return "; ".join(f"{op}: {', '.join(names) or '(none)'}" for op, names in by_op.items())
+
+
+def _open_outputs(parser, wanted):
+    """Open the output files before the run, so that a bad path fails now, not after the benchmarks."""
+    files = {}
+    for key, (option, path, mode) in wanted.items():
+        if path is None:
+            files[key] = None
+            continue
+        try:
+            files[key] = open(path, mode)
+        except OSError as error:
+            for handle in files.values():
+                if handle is not None:
+                    handle.close()
+            parser.error(f"{option} {path}: cannot write: {error.strerror or error}")
+    return files
+
+
 def parse_args(argv):
-    parser = argparse.ArgumentParser(prog="python -m generated.bench", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog=f"python -m {__package__}.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--ops", action="append", help="op packages to run, comma-separated (default: all)")
-    parser.add_argument("--dtype", action="append", help="float32 and/or float16 (default: both)")
+    parser.add_argument(
+        "--dtype", action="append", type=_dtype, metavar="{float32,float16}", help="dtype of T (default: both)"
+    )
     parser.add_argument("--quick", action="store_true", help="only the cases marked quick, few iterations")
-    parser.add_argument("--json", help="write the results as JSON")
-    parser.add_argument("--markdown", help="write the Markdown tables to FILE too")
-    parser.add_argument("--plot", help="write a PNG plot (needs matplotlib)")
+    parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
+    parser.add_argument("--markdown", metavar="FILE", help="write the Markdown tables to FILE too")
+    parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (needs matplotlib: the bench extra)")
     parser.add_argument("--torch", action="store_true", help="add the PyTorch eager equivalent (CUDA)")
-    parser.add_argument("--variant", help="force this variant in the ops that have it")
+    parser.add_argument("--variant", metavar="ID", help="force this variant in the ops that have it")
     parser.add_argument(
         "--tunable",
         action="append",
         default=[],
+        type=_tunable,
         metavar="NAME=VALUE",
         help="override a tunable in the ops that have it",
     )
@@ -839,24 +893,53 @@ def parse_args(argv):
     parser.add_argument(
         "--wall-clock", action="store_true", help="time with queue syncs even if timestamp-query is available"
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    packages = op_packages()
+    args.ops = _names(args.ops) or list(packages)
+    unknown = [name for name in args.ops if name not in packages]
+    if unknown:
+        parser.error(f"--ops: unknown op {', '.join(unknown)}; choose from {', '.join(packages)}")
+    chosen = {name: packages[name] for name in args.ops}
+    if args.variant is not None and not any(args.variant in {c.ID for c in op.CANDIDATES} for op in chosen.values()):
+        variants = {name: [c.ID for c in op.CANDIDATES] for name, op in chosen.items()}
+        parser.error(f"--variant: no op here has variant {args.variant!r}; variants: {_listing(variants)}")
+    for name, _ in args.tunable:
+        if not any(name in op.TUNABLES for op in chosen.values()):
+            tunables = {op_name: list(op.TUNABLES) for op_name, op in chosen.items()}
+            parser.error(f"--tunable: no op here has tunable {name!r}; tunables: {_listing(tunables)}")
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            parser.error("--plot needs matplotlib: pip install matplotlib (or the project's bench extra)")
+    args.packages = chosen
+    args.files = _open_outputs(
+        parser,
+        {
+            "markdown": ("--markdown", args.markdown, "w"),
+            "json": ("--json", args.json, "w"),
+            "plot": ("--plot", args.plot, "wb"),
+        },
+    )
+    return args
 
 
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        return _main(args)
+    finally:
+        for handle in args.files.values():
+            if handle is not None:
+                handle.close()
+
+
+def _main(args):
     settings = Settings.quick() if args.quick else Settings.full()
-    packages = op_packages()
-    wanted = _names(args.ops) or list(packages)
-    unknown = [name for name in wanted if name not in packages]
-    if unknown:
-        print(f"unknown ops: {', '.join(unknown)}; known: {', '.join(packages)}", file=sys.stderr)
-        return 2
-    dtypes = {_DTYPE_NAMES[d] for d in _names(args.dtype)}
-    tunables = {
-        name: float(value) if "." in value else int(value)
-        for name, value in (t.split("=", 1) for t in args.tunable)
-    }
-    cases = select_cases(wanted, args.quick, dtypes)
+    packages = args.packages
+    dtypes = {name for names in args.dtype or () for name in names}
+    tunables = dict(args.tunable)
+    cases = select_cases(list(packages), args.quick, dtypes)
     if not cases:
         print("no benchmark cases (is there a bench.json beside the manifests?)", file=sys.stderr)
         return 2
@@ -890,17 +973,18 @@ def main(argv=None):
 
     text = markdown(results, meta)
     print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as handle:
-            handle.write(text)
-    if args.json:
-        with open(args.json, "w") as handle:
-            json.dump({"meta": meta, "results": [r.__dict__ for r in results]}, handle, indent=1)
-    if args.plot:
-        skipped = plot(results, meta, args.plot)
+    files = args.files
+    if files["markdown"]:
+        files["markdown"].write(text)
+    if files["json"]:
+        json.dump({"meta": meta, "results": [r.__dict__ for r in results]}, files["json"], indent=1)
+    failed = any(r.error for r in results)
+    if files["plot"]:
+        skipped = plot(results, meta, files["plot"])
         if skipped:
-            print(f"plot skipped: {skipped}", file=sys.stderr)
-    return 1 if any(r.error for r in results) else 0
+            print(f"plot not written: {skipped}", file=sys.stderr)
+            failed = True
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""`python -m generated COMMAND`: `doctor` (is the device right for these kernels?) or `bench`.
+"""`python -m generated COMMAND`: `doctor` (is the device right for these kernels?), `bench` or `check_model`.
 
 This file is copied verbatim into ``generated/__main__.py``; it imports the package only relatively,
 so a vendored copy runs as ``python -m myapp.kernels doctor``.
@@ -12,6 +12,7 @@ import sys
 COMMANDS = {
     "doctor": ("doctor", "the device, its features, limits and subgroup width, and a check of every op"),
     "bench": ("bench", "benchmarks: GPU time, GB/s against a copy kernel (python -m <package>.bench --help)"),
+    "check_model": ("check_model", "every normalization node of an ONNX model against ONNX Runtime (needs onnx, onnxruntime)"),
 }
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .emit import REGENERATE, module_name
+from .emit import LICENSE_NOTICE, REGENERATE, module_name
 
 
 def emit_report(emitted, skipped, validation, files: dict[str, str]) -> str:
@@ -44,6 +44,7 @@ def emit_report(emitted, skipped, validation, files: dict[str, str]) -> str:
             lines.append(f"- {op.ir.title} `{variant.ir.id}`: {', '.join(f'`templates/{m}`' for m in missing)}")
         lines.append("")
     lines.append(f"Total: {len(emitted)} ops emitted, {shaders} shader specializations.")
+    lines += ["", f"<!-- {LICENSE_NOTICE} -->"]
     return "\n".join(lines) + "\n"
 
 

@@ -3,24 +3,115 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 43ad9770fd2a3953)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 5e45710dbfd8c910)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 f2e008bef86fe018)
+#   codegen/onnx_versions.py (sha256 a1568ccdcd8c1d86)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """WebGPU kernels for ONNX normalization operators, generated ahead of time.
 
 Each op is a subpackage with `kernel`, `plan`, `explain` and a plain function. The package
 imports only `wgpu` (lazily, at the first GPU call) and `numpy`, and imports itself only
-relatively, so a copy can live under any name.
+relatively, so a copy can live under any name. `ops()` maps ONNX operator versions to the
+op packages; `onnx_nodes.run_node()` runs an ONNX node through them.
 """
+
+from typing import NamedTuple
 
 from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
 from ._runtime import ContractError, Sequence, Tensor, default_device
 
+__version__ = "0.1.0"  # [project] version in pyproject.toml
 __all__ = [
     "ContractError",
+    "OpEntry",
     "Sequence",
     "Tensor",
+    "__version__",
     "default_device",
+    "find_op",
+    "ops",
     "batch_normalization",
     "group_normalization",
     "instance_normalization",
     "skip_group_norm",
 ]
+
+
+class OpEntry(NamedTuple):
+    """One ONNX operator version and the op package that runs it."""
+
+    module: object  # the op package
+    domain: str  # "ai.onnx" or "com.microsoft"
+    op_type: str
+    since_version: int
+    first_opset: int  # the opsets of `domain` in which this version is the op's definition
+    last_opset: int | None  # None: still the op's newest version
+    note: str  # "" when the package implements this version as it is; else how run_node adapts it
+
+    def serves(self, opset: int) -> bool:
+        return self.first_opset <= opset and (self.last_opset is None or opset <= self.last_opset)
+
+    def __str__(self):
+        last = "" if self.last_opset is None else self.last_opset
+        return f"{self.domain} {self.op_type}-{self.since_version} (opsets {self.first_opset}..{last})"
+
+
+# From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).
+_ENTRIES = (
+    OpEntry(
+        batch_normalization,
+        "ai.onnx",
+        "BatchNormalization",
+        9,
+        9,
+        13,
+        "no training_mode attribute (inference only) and one type for every input; the same inference output",
+    ),
+    OpEntry(
+        batch_normalization,
+        "ai.onnx",
+        "BatchNormalization",
+        14,
+        14,
+        14,
+        "one type T for every input (15 lets scale/B and mean/var differ); the same inference output",
+    ),
+    OpEntry(batch_normalization, "ai.onnx", "BatchNormalization", 15, 15, None, ""),
+    OpEntry(
+        group_normalization,
+        "ai.onnx",
+        "GroupNormalization",
+        18,
+        18,
+        20,
+        "scale and bias are per group, (num_groups,): run_node repeats each over its group's channels (what opset 21 changed), and the statistics are computed in float32 (stash_type 1)",
+    ),
+    OpEntry(group_normalization, "ai.onnx", "GroupNormalization", 21, 21, None, ""),
+    OpEntry(instance_normalization, "ai.onnx", "InstanceNormalization", 6, 6, 21, ""),
+    OpEntry(
+        instance_normalization,
+        "ai.onnx",
+        "InstanceNormalization",
+        22,
+        22,
+        None,
+        "22 only adds bfloat16 to T; float32 and float16 are computed as in 6",
+    ),
+    OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
+)
+
+
+def ops() -> dict:
+    """{(domain, op_type, since_version): OpEntry}: every ONNX operator version a package here runs."""
+    return {(e.domain, e.op_type, e.since_version): e for e in _ENTRIES}
+
+
+def find_op(domain: str, op_type: str, opset: int | None = None) -> OpEntry | None:
+    """The entry that serves `op_type` at the model's `opset` of `domain` ("" is ai.onnx), or None.
+
+    `opset=None` takes the op's newest version.
+    """
+    domain = domain or "ai.onnx"
+    found = [e for e in _ENTRIES if (e.domain, e.op_type) == (domain, op_type)]
+    if opset is None:
+        return next((e for e in found if e.last_opset is None), None)
+    return next((e for e in found if e.serves(opset)), None)

@@ -532,7 +532,10 @@ def test_tiny_files(tiny_files):
         "__main__.py",
         "_runtime.py",
         "bench.py",
+        "check_model.py",
         "doctor.py",
+        "onnx_nodes.py",
+        "py.typed",
         "tiny/__init__.py",
         "tiny/copy.py",
     ]
@@ -546,6 +549,7 @@ def test_tiny_banner(tiny, tiny_files):
         f"#   manifests/test.Tiny/manifest.json (sha256 {_sha16(manifest)})\n"
         f"#   templates/tiny.wgsl.jinja (sha256 {_sha16(template)})\n"
         "# Do not edit: change the sources above and regenerate.\n"
+        "# SPDX-License-Identifier: Apache-2.0\n"
     )
 
 
@@ -773,6 +777,8 @@ ALLOWED_THIRD_PARTY = {"numpy", "wgpu"}
 # The benchmark harness is a tool, not kernel code: it writes JSON and files, and imports PyTorch
 # and matplotlib (inside functions, only when asked for). It still reads no manifest.
 BENCH_ALLOWED = {"import json", "open(", "torch", "matplotlib"}
+# The ONNX tools import onnx (and check_model onnxruntime) inside functions, only when they run.
+TOOLS_ALLOWED = {"bench.py": BENCH_ALLOWED, "onnx_nodes.py": {"onnx"}, "check_model.py": {"onnx", "onnxruntime"}}
 
 
 def test_generated_code_is_standalone(built):
@@ -780,7 +786,7 @@ def test_generated_code_is_standalone(built):
     python = _generated_python(files)
     assert python
     for path, text in python.items():
-        allowed = BENCH_ALLOWED if path == "bench.py" else set()
+        allowed = TOOLS_ALLOWED.get(path, set())
         assert "jinja2" not in text, path
         code = _code_without_comments(text)  # the banner names `python -m codegen`; code must not
         for forbidden in ("codegen", "eval(", "exec(", "manifest.json", "json.load", "import json", "open("):

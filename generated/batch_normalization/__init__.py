@@ -5,6 +5,7 @@
 #   templates/batch-normalization-nchw-vec4.wgsl.jinja (sha256 b5376ef166d0662b)
 #   templates/batch-normalization-nchw.wgsl.jinja (sha256 6e771abd86315938)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """ai.onnx BatchNormalization-15: the contract, derived values, selection and the public calls.
 
 Applies inference-mode batch normalization: `Y = (X - input_mean) / sqrt(input_var + epsilon) *

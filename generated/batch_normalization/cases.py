@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/test.json (sha256 4e382385b268a8fb)
 #   manifests/ai.onnx.BatchNormalization/bench.json (sha256 04e5dc92b060c30a)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Correctness and benchmark cases of ai.onnx BatchNormalization-15, from the JSON files beside its manifest."""
 
 TEST_CASES = [

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 ae71469bb1bf5f18)
 #   templates/batch-normalization-flat-vec4.wgsl.jinja (sha256 a25aab9d6ac078e5)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `flat_inference_vec4` of ai.onnx BatchNormalization-15.
 
 Priority 80 (manifest position 4). Taken when every clause holds:

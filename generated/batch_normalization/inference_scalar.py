@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 ae71469bb1bf5f18)
 #   templates/batch-normalization-nchw.wgsl.jinja (sha256 6e771abd86315938)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `inference_scalar` of ai.onnx BatchNormalization-15.
 
 Priority 0 (manifest position 0). Taken when every clause holds:

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 ae71469bb1bf5f18)
 #   templates/batch-normalization-nc-vec4.wgsl.jinja (sha256 19d2bde2b9d0aa71)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `nc_inference_vec4` of ai.onnx BatchNormalization-15.
 
 Priority 110 (manifest position 1). Taken when every clause holds:

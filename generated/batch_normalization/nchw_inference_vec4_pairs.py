@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 ae71469bb1bf5f18)
 #   templates/batch-normalization-nchw-vec4.wgsl.jinja (sha256 b5376ef166d0662b)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `nchw_inference_vec4_pairs` of ai.onnx BatchNormalization-15.
 
 Priority 105 (manifest position 3). Taken when every clause holds:

@@ -5,6 +5,7 @@
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 033a1811c05ed817)
 #   templates/norm-row-stats.wgsl.jinja (sha256 fe726826e86621e2)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """ai.onnx GroupNormalization-21: the contract, derived values, selection and the public calls.
 
 Applies group normalization to the input: `y = scale * (x - mean) / sqrt(variance + epsilon) +

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/test.json (sha256 a62f047d25348923)
 #   manifests/ai.onnx.GroupNormalization/bench.json (sha256 eb6463d9bc414274)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Correctness and benchmark cases of ai.onnx GroupNormalization-21, from the JSON files beside its manifest."""
 
 TEST_CASES = [

@@ -3,6 +3,7 @@
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 69b0c5f8e8835d89)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 072a0a9d4125806b)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `group_splitk_vec4` of ai.onnx GroupNormalization-21.
 
 Priority 125 (manifest position 2). Taken when every clause holds:

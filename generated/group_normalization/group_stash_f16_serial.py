@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 43ad9770fd2a3953)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 033a1811c05ed817)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `group_stash_f16_serial` of ai.onnx GroupNormalization-21.
 
 Priority 1000 (manifest position 0). Taken when every clause holds:

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 43ad9770fd2a3953)
 #   templates/norm-row-stats.wgsl.jinja (sha256 fe726826e86621e2)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `group_subgroup_vec4` of ai.onnx GroupNormalization-21.
 
 Priority 110 (manifest position 4). Taken when every clause holds:

@@ -6,6 +6,7 @@
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 88a2260acba3a9eb)
 #   templates/norm-row-stats.wgsl.jinja (sha256 fe726826e86621e2)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """ai.onnx InstanceNormalization-6: the contract, derived values, selection and the public calls.
 
 """

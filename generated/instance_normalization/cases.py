@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/test.json (sha256 48e4d2d6346b72d0)
 #   manifests/ai.onnx.InstanceNormalization/bench.json (sha256 2963e073b4e6c51a)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Correctness and benchmark cases of ai.onnx InstanceNormalization-6, from the JSON files beside its manifest."""
 
 TEST_CASES = [

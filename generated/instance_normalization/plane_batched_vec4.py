@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 5e45710dbfd8c910)
 #   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 d26a5126a9e77359)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `plane_batched_vec4` of ai.onnx InstanceNormalization-6.
 
 Priority 115 (manifest position 0). Taken when every clause holds:

@@ -4,6 +4,7 @@
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 d21d543dd04699fd)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 88a2260acba3a9eb)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `plane_splitk_vec4` of ai.onnx InstanceNormalization-6.
 
 Priority 121 (manifest position 4). Taken when every clause holds:

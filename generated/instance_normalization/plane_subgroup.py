@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 5e45710dbfd8c910)
 #   templates/norm-row-stats.wgsl.jinja (sha256 fe726826e86621e2)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `plane_subgroup` of ai.onnx InstanceNormalization-6.
 
 Priority 100 (manifest position 3). Taken when every clause holds:

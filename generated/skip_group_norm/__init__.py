@@ -4,6 +4,7 @@
 #   templates/group-norm-fused.wgsl.jinja (sha256 8be516d7fae67218)
 #   templates/group-norm-slab.wgsl.jinja (sha256 1c6f7e302316dffa)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """com.microsoft SkipGroupNorm-1: the contract, derived values, selection and the public calls.
 
 Adds a residual and an optional bias to the input, then group-normalizes the sum with an

@@ -2,6 +2,7 @@
 #   manifests/com.microsoft.SkipGroupNorm/test.json (sha256 14add5149e61f83c)
 #   manifests/com.microsoft.SkipGroupNorm/bench.json (sha256 162959bcada75794)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Correctness and benchmark cases of com.microsoft SkipGroupNorm-1, from the JSON files beside its manifest."""
 
 TEST_CASES = [

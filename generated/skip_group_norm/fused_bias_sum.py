@@ -2,6 +2,7 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 f2e008bef86fe018)
 #   templates/group-norm-fused.wgsl.jinja (sha256 8be516d7fae67218)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `fused_bias_sum` of com.microsoft SkipGroupNorm-1.
 
 Priority 120 (manifest position 1). Taken when every clause holds:

@@ -3,6 +3,7 @@
 #   templates/group-norm-combine.wgsl.jinja (sha256 2d5ae997359ffc74)
 #   templates/group-norm-slab.wgsl.jinja (sha256 1c6f7e302316dffa)
 # Do not edit: change the sources above and regenerate.
+# SPDX-License-Identifier: Apache-2.0
 """Variant `split_bias_sum` of com.microsoft SkipGroupNorm-1.
 
 Priority 110 (manifest position 0). Taken when every clause holds:

@@ -1,0 +1,395 @@
+"""`python -m generated.check_model MODEL.onnx`: every normalization node of a model, on the GPU and on ONNX Runtime.
+
+For each node that `ops()` has a kernel for (at the model's opset), in graph order:
+
+- shapes and element types from onnx shape inference, with every unknown or symbolic dimension of
+  the graph inputs set to 1 (or to `--dim NAME=VALUE`); outputs of the nodes run here fill in what
+  inference could not (com.microsoft ops);
+- inputs: the model's initializers where the node reads one, else random values (seeded): normal
+  for data, uniform in [0.5, 1.5) for a BatchNormalization variance;
+- the node through the generated kernel (`onnx_nodes.run_node`), and the same node alone through
+  ONNX Runtime's CPU provider in float32 (float16 inputs widened to float32 for it: the reference
+  is the float32 result, not ORT's float16 rounding). com.microsoft SkipGroupNorm, which the CPU
+  provider lacks, runs there as the equivalent standard-op graph: Add(X, skip) (+ bias), rounded to
+  T when T is float16 as the op specifies, Transpose to NCHW when channels_last, GroupNormalization-21
+  (stash_type 1), x * Sigmoid(x) when activation, Transpose back;
+- one line per node: op, input shapes and dtype, the variant taken, the largest error against the
+  tolerance (float32: 1e-5 + 1e-4 * |ref|; float16: 2e-3 + 2e-3 * |ref|), GPU time (timestamp
+  queries when the device has them, else wall clock of queue-synced calls).
+
+Exit status: 0 when every node run is within tolerance, 1 when one is not (or fails), 2 for a
+model that cannot be read. Needs `onnx` and `onnxruntime` (the kernels themselves do not).
+This file is copied verbatim into ``generated/check_model.py`` and imports the package relatively.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from . import _runtime, find_op, ops
+from .onnx_nodes import UnsupportedNodeError, bind_node, entry_for, plan_node, run_node
+
+TOLERANCES = {"float32": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
+ONNX_TYPES = {1: "float32", 10: "float16"}  # TensorProto element types the kernels take
+
+
+def _opsets(model) -> dict:
+    return {(o.domain or "ai.onnx"): o.version for o in model.opset_import}
+
+
+def _fixed_inputs(model, dims):
+    """A copy of the model whose graph inputs have every dimension known (symbolic ones from `dims`, else 1)."""
+    import onnx
+
+    fixed = onnx.ModelProto()
+    fixed.CopyFrom(model)
+    for value in fixed.graph.input:
+        if not value.type.HasField("tensor_type"):
+            continue
+        for dim in value.type.tensor_type.shape.dim:
+            if not dim.HasField("dim_value"):
+                size = dims.get(dim.dim_param, 1)
+                dim.Clear()
+                dim.dim_value = size
+    return fixed
+
+
+def _known_tensors(model):
+    """{name: (shape or None, dtype name or None)} from shape inference and the initializers."""
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # a model onnx cannot infer: fall back to what it declares
+        inferred = model
+    known = {}
+    graph = inferred.graph
+    for value in list(graph.input) + list(graph.value_info) + list(graph.output):
+        tensor = value.type.tensor_type
+        if not value.type.HasField("tensor_type"):
+            continue
+        shape = None
+        if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
+            shape = tuple(d.dim_value for d in tensor.shape.dim)
+        known[value.name] = (shape, ONNX_TYPES.get(tensor.elem_type))
+    initializers = {t.name: t for t in graph.initializer}
+    for name, tensor in initializers.items():
+        known[name] = (tuple(tensor.dims), ONNX_TYPES.get(tensor.data_type))
+    return known, initializers
+
+
+def _random(role, shape, dtype, rng):
+    if role == "input_var":
+        values = rng.uniform(0.5, 1.5, size=shape)
+    else:
+        values = rng.standard_normal(size=shape)
+    return values.astype(np.float32).astype(dtype)
+
+
+def _node_inputs(node, entry, known, initializers, rng):
+    """The node's input values in its order (None for an omitted one), or a reason it cannot run."""
+    from onnx import numpy_helper
+
+    values = []
+    for spec, name in zip(entry.module.INPUTS, node.input):
+        if not name:
+            values.append(None)
+            continue
+        if name in initializers:
+            values.append(numpy_helper.to_array(initializers[name]))
+            continue
+        shape, dtype = known.get(name, (None, None))
+        if shape is None or dtype is None:
+            return (
+                None,
+                f"input {name!r}: shape or element type unknown (float32/float16 with inferred shape needed)",
+            )
+        values.append(_random(spec.role, shape, dtype, rng))
+    return values, None
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference: ONNX Runtime, CPU provider
+
+
+def _widened(array):
+    return array.astype(np.float32) if array.dtype == np.float16 else array
+
+
+def _single_node_model(nodes, inputs, outputs, opsets, initializers=()):
+    """A model of `nodes` with graph inputs `inputs` ({name: array}) and outputs `outputs` (names)."""
+    from onnx import helper
+
+    graph_inputs = [
+        helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+        for name, a in inputs.items()
+    ]
+    graph_outputs = [helper.make_empty_tensor_value_info(name) for name in outputs]
+    graph = helper.make_graph(nodes, "reference", graph_inputs, graph_outputs, initializer=list(initializers))
+    imports = [helper.make_opsetid("" if d == "ai.onnx" else d, version) for d, version in opsets.items()]
+    ir_version = helper.find_min_ir_version_for(imports, ignore_unknown=True)
+    return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
+
+
+def _skip_group_norm_graph(node, values, x_dtype):
+    """com.microsoft SkipGroupNorm as standard ops (GroupNormalization-21), for ORT's CPU provider."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from .onnx_nodes import node_attributes
+
+    attrs = node_attributes(node)
+    channels_last = attrs.get("channels_last", 1) != 0
+    names = ["X", "gamma", "beta", "skip", "bias"]
+    given = {n: v for n, v in zip(names, values) if v is not None}
+    x = given["X"]
+    n, c = (x.shape[0], x.shape[-1]) if channels_last else x.shape[:2]
+    nodes, initializers = [], []
+
+    def constant(name, array):
+        initializers.append(numpy_helper.from_array(np.asarray(array, np.int64), name))
+        return name
+
+    skip = "skip"
+    if given["skip"].shape != x.shape:
+        per_item = (n, 1, 1, c) if channels_last else (n, c, 1, 1)
+        nodes.append(helper.make_node("Reshape", ["skip", constant("skip_shape", per_item)], ["skip_b"]))
+        skip = "skip_b"
+    nodes.append(helper.make_node("Add", ["X", skip], ["sum0"]))
+    total = "sum0"
+    if "bias" in given:
+        bias = "bias"
+        if not channels_last:
+            nodes.append(helper.make_node("Reshape", ["bias", constant("bias_shape", (c, 1, 1))], ["bias_b"]))
+            bias = "bias_b"
+        nodes.append(helper.make_node("Add", [total, bias], ["sum1"]))
+        total = "sum1"
+    if x_dtype == np.float16:  # S is T: the statistics see the sum rounded to float16
+        nodes.append(helper.make_node("Cast", [total], ["sum_f16"], to=TensorProto.FLOAT16))
+        nodes.append(helper.make_node("Cast", ["sum_f16"], ["sum_rounded"], to=TensorProto.FLOAT))
+        total = "sum_rounded"
+    nodes.append(helper.make_node("Identity", [total], ["S"]))
+    nchw = total
+    if channels_last:
+        nodes.append(helper.make_node("Transpose", [total], ["s_nchw"], perm=[0, 3, 1, 2]))
+        nchw = "s_nchw"
+    norm = helper.make_node(
+        "GroupNormalization",
+        [nchw, "gamma", "beta"],
+        ["normed"],
+        num_groups=attrs["groups"],
+        epsilon=attrs.get("epsilon", 1e-5),
+        stash_type=1,
+    )
+    nodes.append(norm)
+    y = "normed"
+    if attrs.get("activation"):
+        nodes.append(helper.make_node("Sigmoid", [y], ["gate"]))
+        nodes.append(helper.make_node("Mul", [y, "gate"], ["activated"]))
+        y = "activated"
+    nodes.append(
+        helper.make_node("Transpose", [y], ["Y"], perm=[0, 2, 3, 1])
+        if channels_last
+        else helper.make_node("Identity", [y], ["Y"])
+    )
+    feeds = {name: _widened(v) for name, v in given.items()}
+    return nodes, feeds, initializers, {"ai.onnx": 21}
+
+
+def reference(node, entry, values, opsets):
+    """The node's outputs from ONNX Runtime's CPU provider, in float32; one per node output (None for "")."""
+    import onnxruntime
+    from onnx import helper
+
+    outputs = [name for name in node.output if name]
+    if (entry.domain, entry.op_type) == ("com.microsoft", "SkipGroupNorm"):
+        x_dtype = values[0].dtype
+        nodes, feeds, initializers, imports = _skip_group_norm_graph(node, values, x_dtype)
+        positions = ["Y", "S"]
+        renamed = {name: positions[i] for i, name in enumerate(node.output) if name}
+        model = _single_node_model(nodes, feeds, [renamed[n] for n in outputs], imports, initializers)
+        fetch = [renamed[n] for n in outputs]
+    else:
+        feeds = {name: _widened(v) for name, v in zip(node.input, values) if name and v is not None}
+        copy = helper.make_node(node.op_type, list(node.input), list(node.output), domain=node.domain)
+        copy.attribute.extend(node.attribute)
+        domain = entry.domain
+        imports = {domain: opsets.get(domain, entry.since_version)}
+        if domain != "ai.onnx":
+            imports["ai.onnx"] = opsets.get("ai.onnx", 21)
+        model = _single_node_model([copy], feeds, outputs, imports)
+        fetch = outputs
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    )
+    results = iter(session.run(fetch, feeds))
+    return [next(results) if name else None for name in node.output]
+
+
+# ---------------------------------------------------------------------------------------------
+# Timing and comparison
+
+
+def gpu_time(call, plan, device):
+    """(microseconds per call, how it was measured) of the bound node's plan on `device`."""
+    from . import bench
+
+    settings = bench.Settings.quick()
+    runnable = [p for p in plan.passes if 0 not in p.dispatch]
+    if plan.chunks or not runnable:  # pieces or nothing to dispatch: time whole calls
+        samples = []
+        for _ in range(settings.iters):
+            started = time.perf_counter()
+            call.module.kernel(call.inputs, attrs=call.attrs, outputs=call.outputs, device=device)
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples) * 1e6, "wall clock of whole kernel() calls"
+    timer = bench.GpuTimer(device, settings.batch)
+    tensors = {
+        "input": {
+            k: _runtime.Tensor.from_numpy(np.ascontiguousarray(v), device) for k, v in call.inputs.items()
+        }
+    }
+    for kind, group in (("output", plan.outputs), ("intermediate", plan.intermediates)):
+        tensors[kind] = {
+            k: _runtime.Tensor.empty(shape, dtype, device) for k, (shape, dtype) in group.items()
+        }
+    try:
+        bound = _runtime.bind_passes(runnable, tensors, device)
+        samples = timer.measure(
+            {"op": lambda encoder, i, ts: _runtime.encode_passes(encoder, bound, ts)}, 1, settings
+        )
+    finally:
+        for group in tensors.values():
+            for tensor in group.values():
+                tensor.buffer.destroy()
+    how = "timestamp-query" if timer.timestamps else "wall clock"
+    return statistics.median(samples["op"]) * 1e6, how
+
+
+def worst_error(actual, expected, dtype):
+    """(largest |actual - expected|, largest error / tolerance) over the elements."""
+    atol, rtol = TOLERANCES[dtype]
+    actual = np.asarray(actual, np.float64)
+    expected = np.asarray(expected, np.float64)
+    if actual.shape != expected.shape:
+        return float("inf"), float("inf")
+    if actual.size == 0:
+        return 0.0, 0.0
+    error = np.abs(actual - expected)
+    error = np.where(np.isnan(actual) | np.isnan(expected), np.inf, error)
+    return float(error.max()), float((error / (atol + rtol * np.abs(expected))).max())
+
+
+def _shape_text(values):
+    return ", ".join("x".join(map(str, v.shape)) if v is not None else "-" for v in values)
+
+
+# ---------------------------------------------------------------------------------------------
+# Command line
+
+
+def check(model, *, dims=None, seed=0, device=None, out=None):
+    """Check every supported node of `model`; returns the number of nodes outside tolerance or failed."""
+    out = out or sys.stdout
+    device = device or _runtime.default_device()
+    rng = np.random.default_rng(seed)
+    opsets = _opsets(model)
+    known, initializers = _known_tensors(_fixed_inputs(model, dims or {}))
+    op_types = {(e.domain, e.op_type) for e in ops().values()}
+    ran = failed = 0
+    for index, node in enumerate(model.graph.node):
+        domain = node.domain or "ai.onnx"
+        if (domain, node.op_type) not in op_types:
+            continue
+        label = f"{node.name or f'node {index}'}: {domain} {node.op_type} (opset {opsets.get(domain)})"
+        entry = find_op(domain, node.op_type, opsets.get(domain, 0))
+        if entry is None:
+            print(f"{label}: skipped: {_unsupported(node, opsets.get(domain))}", file=out)
+            continue
+        values, why = _node_inputs(node, entry, known, initializers, rng)
+        if values is None:
+            print(f"{label}: skipped: {why}", file=out)
+            continue
+        dtype = next(v for v in values if v is not None).dtype.name
+        label = f"{node.name or f'node {index}'}: {entry.op_type}-{entry.since_version} {_shape_text(values)} {dtype}"
+        ran += 1
+        try:
+            call = bind_node(node, values, opset=opsets.get(domain))
+            plan = plan_node(call, device=device)
+            results = run_node(node, values, opset=opsets.get(domain), device=device)
+            expected = reference(node, entry, values, opsets)
+            micros, how = gpu_time(call, plan, device)
+        except Exception as error:
+            failed += 1
+            print(f"{label}: FAILED: {type(error).__name__}: {error}", file=out)
+            continue
+        for name, value in zip(node.output, results):
+            if name:
+                known[name] = (tuple(value.shape), value.dtype.name)
+        worst, ratio = 0.0, 0.0
+        for value, ref in zip(results, expected):
+            if value is not None:
+                error, fraction = worst_error(value, ref, value.dtype.name)
+                worst, ratio = max(worst, error), max(ratio, fraction)
+        verdict = "ok" if ratio <= 1.0 else "OUTSIDE TOLERANCE"
+        failed += ratio > 1.0
+        print(
+            f"{label}: variant {plan.variant}: max error {worst:.3g} ({ratio:.3g} of tolerance): "
+            f"GPU {micros:.1f} us ({how}): {verdict}",
+            file=out,
+        )
+    print(f"{ran} normalization nodes run, {failed} outside tolerance or failed", file=out)
+    return failed
+
+
+def _unsupported(node, opset):
+    try:
+        entry_for(node, opset)
+    except UnsupportedNodeError as error:
+        return str(error)
+    return "not supported"
+
+
+def _dim(text):
+    name, sep, value = text.partition("=")
+    if not sep or not name or not value.isdigit():
+        raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a whole number), got {text!r}")
+    return name, int(value)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(
+        prog=f"python -m {__package__}.check_model", description=__doc__.splitlines()[0]
+    )
+    parser.add_argument("model", help="an .onnx file")
+    parser.add_argument(
+        "--dim",
+        type=_dim,
+        action="append",
+        default=[],
+        metavar="NAME=SIZE",
+        help="size of a symbolic input dimension (default 1)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        import onnx
+
+        model = onnx.load(args.model)
+    except ImportError as error:
+        print(f"check_model needs onnx and onnxruntime: {error}", file=sys.stderr)
+        return 2
+    except Exception as error:
+        print(f"cannot read {args.model}: {type(error).__name__}: {error}", file=sys.stderr)
+        return 2
+    return 1 if check(model, dims=dict(args.dim), seed=args.seed) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,224 @@
+"""ONNX models: the registry `generated.ops()`, `generated.onnx_nodes.run_node` and `python -m generated.check_model`."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx.defs
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import generated
+from generated import check_model
+from generated.onnx_nodes import UnsupportedNodeError, run_node
+from oracles import (
+    assert_close,
+    batch_normalization_ref,
+    group_normalization_ref,
+    instance_normalization_ref,
+    skip_group_norm_ref,
+)
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _versions(domain, op_type):
+    """Every since_version of an op in onnx.defs (ai.onnx is "" there)."""
+    onnx_domain = "" if domain == "ai.onnx" else domain
+    return sorted(
+        {s.since_version for s in onnx.defs.get_all_schemas_with_history() if (s.domain, s.name) == (onnx_domain, op_type)}
+    )
+
+
+def test_registry_maps_onnx_versions_to_the_op_packages():
+    ops = generated.ops()
+    assert set(ops) == {
+        ("ai.onnx", "BatchNormalization", 9),
+        ("ai.onnx", "BatchNormalization", 14),
+        ("ai.onnx", "BatchNormalization", 15),
+        ("ai.onnx", "GroupNormalization", 18),
+        ("ai.onnx", "GroupNormalization", 21),
+        ("ai.onnx", "InstanceNormalization", 6),
+        ("ai.onnx", "InstanceNormalization", 22),
+        ("com.microsoft", "SkipGroupNorm", 1),
+    }
+    spans = {key: (e.module.__name__.split(".")[-1], e.first_opset, e.last_opset) for key, e in ops.items()}
+    assert spans[("ai.onnx", "BatchNormalization", 15)] == ("batch_normalization", 15, None)
+    assert spans[("ai.onnx", "BatchNormalization", 9)] == ("batch_normalization", 9, 13)
+    assert spans[("ai.onnx", "GroupNormalization", 21)] == ("group_normalization", 21, None)
+    assert spans[("ai.onnx", "GroupNormalization", 18)] == ("group_normalization", 18, 20)
+    assert spans[("ai.onnx", "InstanceNormalization", 6)] == ("instance_normalization", 6, 21)
+    assert spans[("ai.onnx", "InstanceNormalization", 22)] == ("instance_normalization", 22, None)
+    assert spans[("com.microsoft", "SkipGroupNorm", 1)] == ("skip_group_norm", 1, None)
+    # The package's own version has no note; the adapted ones say how.
+    assert ops[("ai.onnx", "GroupNormalization", 21)].note == ""
+    assert "per group" in ops[("ai.onnx", "GroupNormalization", 18)].note
+    assert generated.find_op("", "InstanceNormalization", 17).since_version == 6
+    assert generated.find_op("ai.onnx", "BatchNormalization", 7) is None
+    assert generated.find_op("", "GroupNormalization", None).since_version == 21
+    assert generated.find_op("", "LayerNormalization", 17) is None
+
+
+def test_registry_agrees_with_onnx_defs():
+    """Each entry's opsets run from its since_version to the opset before onnx's next version of the op."""
+    newest = onnx.defs.onnx_opset_version()
+    for (domain, op_type, since), entry in generated.ops().items():
+        if domain != "ai.onnx":
+            continue
+        versions = _versions(domain, op_type)
+        assert since in versions, (op_type, since, versions)
+        later = [v for v in versions if v > since]
+        assert entry.last_opset == (min(later) - 1 if later else None), (op_type, since, versions)
+        assert later or newest >= since
+        # Inputs by position and attributes by name: the package's own, or fewer (an adapted version).
+        schema = onnx.defs.get_schema(op_type, since)
+        module = entry.module
+        assert len(schema.inputs) == len(module.INPUTS) and len(schema.outputs) >= 1
+        if not entry.note:
+            assert [i.name for i in schema.inputs] == [t.role for t in module.INPUTS]
+        assert set(schema.attributes) <= {a.name for a in module.ATTRIBUTES}
+
+
+def _node(op_type, inputs, outputs=("Y",), domain="", **attrs):
+    inputs = inputs.split() if isinstance(inputs, str) else list(inputs)
+    return helper.make_node(op_type, inputs, list(outputs), domain=domain, name=op_type.lower(), **attrs)
+
+
+def test_run_node_runs_every_op(device):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 8, 3, 5)).astype(np.float32)
+    c = rng.uniform(0.5, 1.5, (5, 8)).astype(np.float32)
+
+    (y,) = run_node(_node("BatchNormalization", "x s b m v", epsilon=1e-3), [x, *c[:4]], opset=15, device=device)
+    assert_close(y, batch_normalization_ref(x, *c[:4], epsilon=1e-3), np.float32, "BatchNormalization")
+
+    node = _node("InstanceNormalization", ["x", "s", "b"], ["out"])
+    (y,) = run_node(node, {"x": x, "s": c[0], "b": c[1]}, opset=22, device=device)
+    assert_close(y, instance_normalization_ref(x, c[0], c[1]), np.float32, "InstanceNormalization")
+
+    (y,) = run_node(_node("GroupNormalization", "x s b", num_groups=4), [x, c[0], c[1]], opset=21, device=device)
+    assert_close(y, group_normalization_ref(x, c[0], c[1], 4), np.float32, "GroupNormalization-21")
+
+    # Opset 18: scale and bias per group, repeated over each group's channels.
+    g_scale, g_bias = c[2][:4], c[3][:4]
+    (y,) = run_node(_node("GroupNormalization", "x s b", num_groups=4), [x, g_scale, g_bias], opset=18, device=device)
+    ref = group_normalization_ref(x, np.repeat(g_scale, 2), np.repeat(g_bias, 2), 4)
+    assert_close(y, ref, np.float32, "GroupNormalization-18")
+
+    xs = rng.standard_normal((2, 3, 5, 8)).astype(np.float32)  # channels last
+    skip = rng.standard_normal((2, 8)).astype(np.float32)
+    node = _node("SkipGroupNorm", ["X", "gamma", "beta", "skip", ""], ["Y", "S"], "com.microsoft", groups=2, activation=1)
+    y, s = run_node(node, [xs, c[0], c[1], skip, None], opset=1, device=device)
+    ref_y, ref_s = skip_group_norm_ref(xs, c[0], c[1], skip, None, 2, 1e-5, 1, 1, np.float32)
+    assert_close(y, ref_y, np.float32, "SkipGroupNorm Y")
+    assert_close(s, ref_s, np.float32, "SkipGroupNorm S")
+    # An output not asked for ("") is None.
+    node = _node("SkipGroupNorm", ["X", "gamma", "beta", "skip"], ["Y", ""], "com.microsoft", groups=2, activation=0)
+    y, s = run_node(node, [xs, c[0], c[1], skip], opset=1, device=device)
+    assert s is None and y.shape == xs.shape
+
+
+def test_run_node_refuses_clearly():
+    x = np.ones((1, 4, 2, 2), np.float32)
+    with pytest.raises(UnsupportedNodeError, match=r"no kernel for ai.onnx LayerNormalization; supported: .*GroupNormalization-21"):
+        run_node(_node("LayerNormalization", "x s"), [x, x])
+    with pytest.raises(UnsupportedNodeError, match=r"BatchNormalization at opset 7: the kernels run .*BatchNormalization-9"):
+        run_node(_node("BatchNormalization", "x s b m v"), [x] * 5, opset=7)
+    training = _node("BatchNormalization", "x s b m v", ["Y", "running_mean", "running_var"], training_mode=1)
+    with pytest.raises(UnsupportedNodeError, match=r"asks for outputs 'running_mean', 'running_var'.*Y only"):
+        run_node(training, [x] * 5, opset=15)
+    with pytest.raises(UnsupportedNodeError, match=r"3 inputs named, 2 values given"):
+        run_node(_node("InstanceNormalization", "x s b"), [x, x], opset=6)
+    bad_groups = _node("GroupNormalization", "x s b", num_groups=3)
+    with pytest.raises(UnsupportedNodeError, match=r"num_groups dividing C"):
+        run_node(bad_groups, [x, np.ones(3, np.float32), np.ones(3, np.float32)], opset=18)
+    # The op's own contract checks the attributes: an unknown one is a ContractError naming it.
+    with pytest.raises(generated.ContractError, match="spatial"):
+        run_node(_node("InstanceNormalization", "x s b", spatial=1), [x, np.ones(4, np.float32), np.ones(4, np.float32)])
+
+
+def test_the_kernels_do_not_import_onnx():
+    code = "import sys, generated, generated.onnx_nodes, generated.check_model; print('onnx' in sys.modules)"
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "False", result.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# check_model
+
+
+def chain_model(opset, dtype=TensorProto.FLOAT):
+    """BatchNormalization -> InstanceNormalization -> GroupNormalization -> com.microsoft SkipGroupNorm,
+    with a symbolic batch dimension; GroupNormalization's scale and bias are per group below opset 21."""
+    n_groups, c = 4, 8
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(3)
+
+    def init(name, shape):
+        return numpy_helper.from_array(rng.uniform(0.5, 1.5, shape).astype(np_dtype), name)
+
+    per_group = (n_groups,) if opset < 21 else (c,)
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "bn_s", "bn_b", "bn_m", "bn_v"], ["a"], name="bn"),
+        helper.make_node("InstanceNormalization", ["a", "in_s", "in_b"], ["b"], name="in", epsilon=1e-4),
+        helper.make_node("GroupNormalization", ["b", "gn_s", "gn_b"], ["c"], name="gn", num_groups=n_groups),
+        helper.make_node(
+            "SkipGroupNorm", ["c", "sg_g", "sg_b", "skip", "sg_bias"], ["y", "s"], name="sgn",
+            domain="com.microsoft", groups=n_groups, activation=1, channels_last=0,
+        ),
+        helper.make_node("Relu", ["y"], ["z"], name="relu"),
+    ]
+    initializers = [init(n, (c,)) for n in ("bn_s", "bn_b", "bn_m", "bn_v", "in_s", "in_b", "sg_g", "sg_b", "sg_bias")]
+    initializers += [init("gn_s", per_group), init("gn_b", per_group)]
+    inputs = [helper.make_tensor_value_info(name, dtype, ["N", c, 4, 6]) for name in ("x", "skip")]
+    outputs = [helper.make_tensor_value_info(name, dtype, None) for name in ("z", "s")]
+    graph = helper.make_graph(nodes, "chain", inputs, outputs, initializer=initializers)
+    opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets, True))
+
+
+@pytest.mark.parametrize("opset, dtype", [(21, TensorProto.FLOAT), (18, TensorProto.FLOAT), (21, TensorProto.FLOAT16)])
+def test_check_model_runs_every_normalization_node(tmp_path, capsys, opset, dtype):
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_model(opset, dtype), path)
+    assert check_model.main([str(path), "--dim", "N=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    gn = "GroupNormalization-21 2x8x4x6, 8, 8" if opset == 21 else "GroupNormalization-18 2x8x4x6, 4, 4"
+    dtype_name = "float32" if dtype == TensorProto.FLOAT else "float16"
+    expected = [f"bn: BatchNormalization-15 2x8x4x6, 8, 8, 8, 8 {dtype_name}", f"in: InstanceNormalization-6 2x8x4x6, 8, 8 {dtype_name}",
+                f"gn: {gn} {dtype_name}", f"sgn: SkipGroupNorm-1 2x8x4x6, 8, 8, 2x8x4x6, 8 {dtype_name}"]
+    assert len(lines) == 5, lines
+    for line, start in zip(lines, expected):
+        assert line.startswith(start + ": variant "), line
+        assert "of tolerance" in line and " us (" in line and line.endswith(": ok"), line
+    assert lines[-1] == "4 normalization nodes run, 0 outside tolerance or failed"
+
+
+def test_check_model_exits_1_outside_tolerance_and_2_on_an_unreadable_model(tmp_path, capsys, monkeypatch):
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_model(21), path)
+    real = check_model.run_node
+    monkeypatch.setattr(check_model, "run_node", lambda node, *a, **k: [v + 0.01 if v is not None else v for v in real(node, *a, **k)])
+    assert check_model.main([str(path)]) == 1
+    out = capsys.readouterr().out
+    assert out.count("OUTSIDE TOLERANCE") == 4 and "4 outside tolerance or failed" in out
+    (tmp_path / "broken.onnx").write_bytes(b"not a model")
+    assert check_model.main([str(tmp_path / "broken.onnx")]) == 2
+    assert "cannot read" in capsys.readouterr().err
+
+
+def test_check_model_says_why_it_skips_a_node(tmp_path, capsys):
+    """BatchNormalization-7 (opset 8) is not run; the message names the versions that are."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])
+    params = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in "sbmv"]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="old")
+    graph = helper.make_graph([node], "old", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)], ir_version=3)
+    path = tmp_path / "old.onnx"
+    onnx.save(model, path)
+    assert check_model.main([str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "old: ai.onnx BatchNormalization (opset 8): skipped: ai.onnx BatchNormalization at opset 8: the kernels run" in out
+    assert "0 normalization nodes run" in out
