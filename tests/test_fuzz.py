@@ -592,7 +592,11 @@ def malformed_calls(draw):
                 shapes[info.roles[key]] = shapes[key]
             mutations.append(f"key:{how}:{key}")
         elif mutation == "dim":
-            key = draw(st.sampled_from(sorted(k for k in shapes if shapes[k])))
+            # Only shapes still lists (an earlier "shape" mutation may have made one a string or an int).
+            listed = sorted(k for k in shapes if isinstance(shapes[k], list) and shapes[k])
+            if not listed:
+                continue
+            key = draw(st.sampled_from(listed))
             axis = draw(st.integers(0, len(shapes[key]) - 1))
             bad = draw(
                 st.sampled_from(
