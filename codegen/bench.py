@@ -54,7 +54,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _runtime
+from . import _runtime, bench_calls
 from ._runtime import Tensor
 
 # Calls rotate among copies of their tensors until this many bytes are touched per round: a few
@@ -422,6 +422,32 @@ class TorchPeer:
             base.clear()
             torch.cuda.empty_cache()
 
+    def eager_group_norm_step(self, calls, dtype, reps):
+        """Median wall µs of eager F.group_norm over (shape, groups, epsilon) calls, one sync at the end."""
+        torch = self.torch
+        dt = {"float32": torch.float32, "float16": torch.float16}[dtype]
+        tensors = [
+            (torch.randn(shape, device="cuda", dtype=dt), torch.rand(shape[1], device="cuda", dtype=dt),
+             torch.rand(shape[1], device="cuda", dtype=dt), groups, epsilon)
+            for shape, groups, epsilon in calls
+        ]
+
+        def step():
+            for x, weight, bias, groups, epsilon in tensors:
+                self.F.group_norm(x, groups, weight, bias, epsilon)
+            torch.cuda.synchronize()
+
+        for _ in range(3):
+            step()
+        samples = []
+        for _ in range(reps):
+            started = time.perf_counter()
+            step()
+            samples.append(time.perf_counter() - started)
+        tensors.clear()
+        torch.cuda.empty_cache()
+        return statistics.median(samples) * 1e6
+
     def _time(self, call, copies):
         torch = self.torch
         per_graph = max(copies, 20 if self.settings.iters > 50 else 5)
@@ -630,22 +656,28 @@ class Bench:
             clock(lambda: op.plan(case.shapes, case.dtypes, case.attrs, device=device, **options))
             for _ in range(n)
         ]
-        submit_s, end_to_end_s, into_s, sync_s = [], [], [], []
+        submit_s, into_submit_s, end_to_end_s, into_s, sync_s = [], [], [], [], []
         for _ in range(n):
             timer.sync()
             submit_s.append(clock(kernel_call))
+            timer.sync()
+            into_submit_s.append(clock(kernel_into_outputs))
             timer.sync()
             end_to_end_s.append(clock(lambda: (kernel_call(), timer.sync())))
             into_s.append(clock(lambda: (kernel_into_outputs(), timer.sync())))
             sync_s.append(clock(timer.sync))
         sync_us = _median_us(sync_s)
-        return {
+        host = {
             "plan_us": _median_us(plan_s),
             "kernel_submit_us": _median_us(submit_s),
+            "kernel_out_submit_us": _median_us(into_submit_s),
             "kernel_overhead_us": _median_us(end_to_end_s) - gpu_us - sync_us,
             "kernel_out_overhead_us": _median_us(into_s) - gpu_us - sync_us,
             "sync_us": sync_us,
         }
+        plan = op.plan(case.shapes, case.dtypes, case.attrs, device=device, **options)
+        host.update(bench_calls.host_floor(device, plan, tensors, timer.sync, n))
+        return bench_calls.with_ratios(host)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -715,23 +747,30 @@ def markdown(results, meta):
         )
     lines += [
         "",
-        "Host overhead (medians): `plan()` per call; `kernel()` on device-resident tensors until it returns "
-        "(submit), and to the end of its GPU work minus GPU time and minus a bare queue sync (overhead), "
-        "with fresh outputs and with `out=` existing ones; the case's first call, which creates its "
-        "pipelines unless an earlier case made them.",
+        "Host time (medians, µs): `plan()` per call; each call's host time until it returns (submit), the "
+        "queue synced between calls: `kernel()` with fresh outputs, `kernel(out=)`, `Sequence.run()` of the "
+        "call recorded once, and the bare wgpu floor in the same process (one dispatch: encoder, compute pass, "
+        "pipeline, bind group, submit) with the cached bind group and creating one; × floor = against the "
+        "fresh-bind-group floor. Overhead = to the end of the GPU work minus GPU time and a bare sync. "
+        f"Figures under {bench_calls.NOISE_US:g} µs are noise. First call: creates the case's pipelines "
+        "unless an earlier case made them.",
         "",
-        "| op | case | dtype | plan \u00b5s | kernel() submit \u00b5s | kernel() overhead \u00b5s "
-        "| kernel(out=) overhead \u00b5s | first call ms |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |",
+        "| op | case | dtype | plan | kernel() | kernel(out=) | Sequence.run() | floor, cached bg | floor, fresh bg "
+        "| kernel(out=) × floor | Sequence × floor | kernel() overhead | kernel(out=) overhead | first call ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         if r.error:
             continue
         dtype = "/".join(_SHORT_DTYPE[d] for d in r.dtypes.values())
         h = r.host
+        shown = bench_calls.shown_us
         lines.append(
-            f"| {r.op} | {r.case} | {dtype} | {_fmt(h['plan_us'])} | {_fmt(h['kernel_submit_us'])} "
-            f"| {_fmt(h['kernel_overhead_us'])} | {_fmt(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} |"
+            f"| {r.op} | {r.case} | {dtype} | {_fmt(h['plan_us'])} | {shown(h['kernel_submit_us'])} "
+            f"| {shown(h.get('kernel_out_submit_us'))} | {shown(h.get('sequence_run_us'))} "
+            f"| {shown(h.get('floor_cached_us'))} | {shown(h.get('floor_fresh_us'))} "
+            f"| {_fmt(h.get('kernel_out_submit_ratio'), 2)} | {_fmt(h.get('sequence_run_ratio'), 2)} "
+            f"| {shown(h['kernel_overhead_us'])} | {shown(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} |"
         )
     alone = [r for r in results if not r.error and any("alone_us" in p for p in r.passes)]
     if alone:
@@ -893,6 +932,12 @@ def parse_args(argv):
     parser.add_argument(
         "--wall-clock", action="store_true", help="time with queue syncs even if timestamp-query is available"
     )
+    parser.add_argument(
+        "--sequences",
+        choices=("auto", "only", "skip"),
+        default="auto",
+        help="app steps from bench.json's sequences: auto runs them in full (not --quick) runs",
+    )
     args = parser.parse_args(argv)
     packages = op_packages()
     args.ops = _names(args.ops) or list(packages)
@@ -958,7 +1003,7 @@ def _main(args):
     bench = Bench(device, settings, timer, torch_peer, args.variant, tunables, args.per_pass)
 
     results = []
-    for case in cases:
+    for case in cases if args.sequences != "only" else ():
         result = bench.run(packages[case.op], case)
         results.append(result)
         status = (
@@ -971,13 +1016,20 @@ def _main(args):
             "summed GPU timestamps exceeded wall time: timestamp ticks may not be nanoseconds"
         )
 
-    text = markdown(results, meta)
+    steps = []
+    if args.sequences == "only" or (args.sequences == "auto" and not args.quick):
+        for op, entry in bench_calls.sequences_of(packages):
+            for dtype in entry["dtypes"]:
+                if not dtypes or dtype in dtypes:
+                    steps.append(bench_calls.run_sequence(op, entry, dtype, device, timer, settings, torch_peer))
+                    print(f"# sequence {entry['name']} {dtype}: {steps[-1]['sequence_wall_us']:.0f} us a step", file=sys.stderr, flush=True)
+    text = (markdown(results, meta) if results else "") + bench_calls.sequences_markdown(steps)
     print(text)
     files = args.files
     if files["markdown"]:
         files["markdown"].write(text)
     if files["json"]:
-        json.dump({"meta": meta, "results": [r.__dict__ for r in results]}, files["json"], indent=1)
+        json.dump({"meta": meta, "results": [r.__dict__ for r in results], "sequences": steps}, files["json"], indent=1)
     failed = any(r.error for r in results)
     if files["plot"]:
         skipped = plot(results, meta, files["plot"])

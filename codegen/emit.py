@@ -565,14 +565,17 @@ def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> PythonSource | 
     for name, variable in (("test.json", "TEST_CASES"), ("bench.json", "BENCH_CASES")):
         path = folder / name
         if path.exists():
-            tables[variable] = json.loads(path.read_text())["cases"]
+            data = json.loads(path.read_text())
+            tables[variable] = data["cases"]
+            if "sequences" in data:  # bench.json: series of calls timed as one app step
+                tables["BENCH_SEQUENCES"] = data["sequences"]
             sources.append(Source(path.resolve().relative_to(repo_root.resolve()).as_posix(), sha256_of(path)))
     if not tables:
         return None
     w = Writer()
     w.line(f'"""Correctness and benchmark cases of {op.ir.title}, from the JSON files beside its manifest."""')
     w.line()
-    for variable in ("TEST_CASES", "BENCH_CASES"):
+    for variable in ("TEST_CASES", "BENCH_CASES", "BENCH_SEQUENCES"):
         w.line(f"{variable} = {tables.get(variable, [])!r}")
     return formatted(banner(sources), w)
 

@@ -1025,19 +1025,32 @@ def bind_passes(passes, tensors, device):
     bound = []
     for pass_plan in passes:
         pipeline, bind_group_layout = _pipeline(device, pass_plan)
-        entries = []
-        for b in pass_plan.bindings:
-            if b.kind == "uniform":
-                buffer = _uniform_buffer(device, pass_plan)
-                view = BufferSlice(buffer, 0, buffer.size)
-            else:
-                view = tensors[b.kind][b.resource]
-                if isinstance(view, Tensor):
-                    view = whole_tensor(view)
-            entries.append((b.index, view))
-        bind_group = _bind_group(device, bind_group_layout, entries)
+        bind_group = _bind_group(device, bind_group_layout, _binding_views(pass_plan, tensors, device))
         bound.append(BoundPass(pass_plan.label, pipeline, bind_group, tuple(pass_plan.dispatch)))
     return bound
+
+
+def _binding_views(pass_plan, tensors, device):
+    """(binding index, BufferSlice) of every binding of a pass, its uniform buffer included."""
+    views = []
+    for b in pass_plan.bindings:
+        if b.kind == "uniform":
+            buffer = _uniform_buffer(device, pass_plan)
+            view = BufferSlice(buffer, 0, buffer.size)
+        else:
+            view = tensors[b.kind][b.resource]
+            if isinstance(view, Tensor):
+                view = whole_tensor(view)
+        views.append((b.index, view))
+    return views
+
+
+def bind_group_entries(pass_plan, tensors, device):
+    """The `create_bind_group` entries of a pass over given tensors (what the cache saves making)."""
+    return [
+        {"binding": index, "resource": {"buffer": v.buffer, "offset": v.offset, "size": v.size}}
+        for index, v in _binding_views(pass_plan, tensors, device)
+    ]
 
 
 BIND_GROUP_CACHE_SIZE = 1024

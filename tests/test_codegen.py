@@ -532,6 +532,7 @@ def test_tiny_files(tiny_files):
         "__main__.py",
         "_runtime.py",
         "bench.py",
+        "bench_calls.py",
         "check_model.py",
         "doctor.py",
         "onnx_nodes.py",

@@ -81,3 +81,4 @@ BENCH_CASES = [
         "quick": True,
     },
 ]
+BENCH_SEQUENCES = []

@@ -101,3 +101,4 @@ BENCH_CASES = [
         "attrs": {"epsilon": 1e-05},
     },
 ]
+BENCH_SEQUENCES = []

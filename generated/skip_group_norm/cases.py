@@ -304,3 +304,4 @@ BENCH_CASES = [
         "outputs": ["Y"],
     },
 ]
+BENCH_SEQUENCES = []

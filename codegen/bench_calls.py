@@ -1,0 +1,211 @@
+"""Benchmarks of the call boundary: the bare wgpu floor measured in the same process, and app steps.
+
+This file is copied verbatim into ``generated/bench_calls.py``; `python -m generated.bench` runs it.
+
+- `host_floor()`: what one dispatch costs the host through wgpu-py alone (command encoder, compute
+  pass, pipeline, bind group, dispatch, submit), with the call's cached bind group and creating
+  one, next to `kernel()`, `kernel(out=)` and `Sequence.run()` of the same plan.
+- `run_sequences()`: the `sequences` of a bench.json (the 61 GroupNorm calls of a Stable Diffusion
+  UNet step), timed as an app runs them: plain `kernel()` calls, `kernel(encoder=)` into one
+  encoder, `Sequence.run()`, against the summed GPU time of the calls and PyTorch eager.
+"""
+
+from __future__ import annotations
+
+import importlib
+import statistics
+import time
+
+import numpy as np
+
+from . import _runtime
+from ._runtime import Sequence, Tensor
+
+# A host time under this many µs (a bare queue sync's jitter on the machines measured) is reported
+# as below noise, never as a negative or meaningless number.
+NOISE_US = 2.0
+
+
+def _median_us(fn, n):
+    samples = []
+    for _ in range(n):
+        started = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - started)
+    return statistics.median(samples) * 1e6
+
+
+def host_floor(device, plan, tensors, sync, n):
+    """Host µs until return of the bare wgpu work of one dispatch and of our calls on one plan.
+
+    Every figure is the host time of the call itself (no GPU time in it); the queue is synced
+    between calls so that no call waits for an earlier one's GPU work.
+    """
+    passes = [p for p in plan.passes if 0 not in p.dispatch]
+    if not passes or plan.chunks:
+        return {}
+    first = passes[0]
+    call = _runtime.record_call(plan, tensors, device)
+    item = call.bound[0]
+    pipeline, layout = _runtime._pipeline(device, first)
+    entries = _runtime.bind_group_entries(first, {**tensors, "intermediate": _runtime._intermediates(plan, device)}, device)
+
+    def bare(bind_group):
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        compute.set_pipeline(pipeline)
+        compute.set_bind_group(0, bind_group)
+        compute.dispatch_workgroups(*item.dispatch)
+        compute.end()
+        device.queue.submit([encoder.finish()])
+
+    sequence = Sequence(device)
+    sequence._calls.append(call)  # the plan's own recorded call: what Sequence.kernel() would record
+
+    def timed(fn):
+        samples = []
+        for _ in range(n):
+            sync()  # not counted: the call must not wait for an earlier one's GPU work
+            started = time.perf_counter()
+            fn()
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples) * 1e6
+
+    return {
+        "floor_cached_us": timed(lambda: bare(item.bind_group)),
+        "floor_fresh_us": timed(lambda: bare(device.create_bind_group(layout=layout, entries=entries))),
+        "sequence_run_us": timed(sequence.run),
+    }
+
+
+def with_ratios(host):
+    """Each host figure's ratio to the bare floor with a fresh bind group; noise shown as such."""
+    floor = host.get("floor_fresh_us")
+    if not floor or floor <= NOISE_US:
+        return host
+    for key in ("kernel_submit_us", "kernel_out_submit_us", "sequence_run_us", "floor_cached_us"):
+        if host.get(key) is not None:
+            host[key.replace("_us", "_ratio")] = host[key] / floor
+    return host
+
+
+def shown_us(value):
+    """A host figure for a table: below NOISE_US it is noise, whatever its sign."""
+    if value is None:
+        return ""
+    return f"< {NOISE_US:g} (noise)" if value < NOISE_US else f"{value:,.1f}"
+
+
+# ---------------------------------------------------------------------------------------------
+# App steps
+
+
+def sequences_of(packages):
+    """(op module, sequence entry) for every BENCH_SEQUENCES entry of the op packages."""
+    found = []
+    for name, op in packages.items():
+        try:
+            cases = importlib.import_module(f".{name}.cases", __package__)
+        except ModuleNotFoundError:
+            continue
+        found += [(op, entry) for entry in getattr(cases, "BENCH_SEQUENCES", [])]
+    return found
+
+
+def _calls(entry, dtype, device, rng):
+    """Per call: (inputs as Tensors, attrs, out= Tensors)."""
+    calls = []
+    for channels, size, epsilon in entry["calls"]:
+        shape = (entry["batch"], channels, size, size)
+        x = rng.standard_normal(shape).astype(dtype)
+        inputs = {
+            "x": Tensor.from_numpy(x, device),
+            "scale": Tensor.from_numpy(rng.uniform(0.5, 1.5, channels).astype(dtype), device),
+            "bias": Tensor.from_numpy(rng.uniform(-0.5, 0.5, channels).astype(dtype), device),
+        }
+        attrs = {"num_groups": entry["num_groups"], "epsilon": epsilon}
+        calls.append((inputs, attrs, {"y": Tensor.empty(shape, dtype, device)}))
+    return calls
+
+
+def _summed_gpu_us(op, calls, device, timer, settings):
+    """The sum over calls of each call's own GPU time (calls of one shape measured once)."""
+    by_shape = {}
+    total = 0.0
+    for inputs, attrs, out in calls:
+        key = (inputs["x"].shape, attrs["epsilon"])
+        if key not in by_shape:
+            plan = op.plan({k: v.shape for k, v in inputs.items()}, {"T": inputs["x"].dtype.name}, attrs, device=device)
+            call = _runtime.record_call(plan, {"input": inputs, "output": out}, device)
+            samples = timer.measure({"op": lambda encoder, i, ts: _runtime.encode_passes(encoder, call.bound, ts)}, 1, settings)
+            by_shape[key] = statistics.median(samples["op"]) * 1e6
+        total += by_shape[key]
+    return total
+
+
+def run_sequence(op, entry, dtype, device, timer, settings, torch_peer):
+    rng = np.random.default_rng(0)
+    calls = _calls(entry, np.dtype(dtype), device, rng)
+    for inputs, attrs, out in calls:  # pipelines, plans and caches made before any timing
+        op.kernel(inputs, attrs=attrs, out=out)
+    timer.sync()
+    sequence = Sequence(device)
+    for inputs, attrs, out in calls:
+        sequence.kernel(op, inputs, attrs, out=out)
+
+    def plain():
+        for inputs, attrs, _ in calls:
+            op.kernel(inputs, attrs=attrs)
+        timer.sync()
+
+    def into_encoder():
+        encoder = device.create_command_encoder()
+        for inputs, attrs, out in calls:
+            op.kernel(inputs, attrs=attrs, out=out, encoder=encoder)
+        device.queue.submit([encoder.finish()])
+        timer.sync()
+
+    def replay():
+        sequence.run()
+        timer.sync()
+
+    reps = max(5, settings.host_iters // 4)
+    result = {
+        "name": entry["name"],
+        "source": entry.get("source", ""),
+        "dtype": dtype,
+        "calls": len(calls),
+        "kernel_wall_us": _median_us(plain, reps),
+        "encoder_wall_us": _median_us(into_encoder, reps),
+        "sequence_wall_us": _median_us(replay, reps),
+        "sync_us": _median_us(timer.sync, reps),
+        "summed_gpu_us": _summed_gpu_us(op, calls, device, timer, settings),
+    }
+    if torch_peer is not None:
+        result["torch_eager_wall_us"] = torch_peer.eager_group_norm_step(
+            [(tuple(i["x"].shape), a["num_groups"], a["epsilon"]) for i, a, _ in calls], dtype, reps
+        )
+    result["sequence_budget_us"] = result["summed_gpu_us"] + 15.0 * len(calls)
+    return result
+
+
+def sequences_markdown(results):
+    if not results:
+        return ""
+    lines = [
+        "",
+        "App steps: wall time per step (median; each step ends with one queue sync, PyTorch's with one "
+        "torch.cuda.synchronize()), against the summed GPU time of its calls. Budget = summed GPU + 15 µs a call.",
+        "",
+        "| sequence | dtype | calls | kernel() µs | kernel(encoder=) µs | Sequence.run() µs | summed GPU µs "
+        "| budget µs | PyTorch eager µs |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        torch_us = r.get("torch_eager_wall_us")
+        lines.append(
+            f"| {r['name']} | {r['dtype']} | {r['calls']} | {r['kernel_wall_us']:,.0f} | {r['encoder_wall_us']:,.0f} "
+            f"| {r['sequence_wall_us']:,.0f} | {r['summed_gpu_us']:,.0f} | {r['sequence_budget_us']:,.0f} "
+            f"| {'' if torch_us is None else f'{torch_us:,.0f}'} |"
+        )
+    return "\n".join(lines) + "\n"
