@@ -811,8 +811,18 @@ def pack_uniforms(uniform_types, uniforms):
         elif typ == "i32":
             values.append(_i32(uniforms[name], f"uniform {name}"))
         else:
-            values.append(float(uniforms[name]))
+            values.append(_f32(uniforms[name], f"uniform {name}"))
     return struct.pack("<" + "".join(formats[typ] for _, typ in uniform_types), *values)
+
+
+def _f32(value, what):
+    """value as a float that a WGSL f32 holds: finite and within the f32 range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise PlanError("plan", what, "finite f32", f"expected a number, got {value!r}")
+    x = float(value)
+    if not (math.isfinite(x) and abs(x) <= 3.4028234663852886e38):
+        raise PlanError("plan", what, "finite f32", f"expected a finite 32-bit float, got {value!r}")
+    return x
 
 
 def _override_constants(pass_plan):
@@ -1406,15 +1416,12 @@ def make_pass(r, shader, name, label, dispatch, uniforms, numbers_):
     def factor(term):
         return int(term) if term.isdigit() else overrides[term]
 
-    for field_name, kind in shader.uniform_types:
-        if field_name in uniforms:
-            _override_value(uniforms[field_name], kind, f"{label}: uniform {field_name}")
     storage = sum(size * math.prod(factor(t) for t in terms) for size, terms in shader.workgroup_arrays)
     try:
         uniform_data = pack_uniforms(shader.uniform_types, uniforms)
     except PlanError as error:
         raise PlanError(error.op, f"{label}: {error.subject}", error.rule, error.message) from None
-    constants = _override_constants_of(overrides, dict(shader.overrides))
+    constants = overrides  # already converted and checked by _override_value
     return PassPlan(
         name=name,
         label=label,
