@@ -3,7 +3,7 @@
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 69b0c5f8e8835d89)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 072a0a9d4125806b)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 033a1811c05ed817)
-#   templates/norm-row-stats.wgsl.jinja (sha256 fe726826e86621e2)
+#   templates/norm-row-stats.wgsl.jinja (sha256 211e4b076a72ec9f)
 # Do not edit: change the sources above and regenerate.
 """ai.onnx GroupNormalization-21: the contract, derived values, selection and the public calls.
 

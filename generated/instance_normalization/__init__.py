@@ -4,7 +4,7 @@
 #   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 d26a5126a9e77359)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 d21d543dd04699fd)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 88a2260acba3a9eb)
-#   templates/norm-row-stats.wgsl.jinja (sha256 fe726826e86621e2)
+#   templates/norm-row-stats.wgsl.jinja (sha256 211e4b076a72ec9f)
 # Do not edit: change the sources above and regenerate.
 """ai.onnx InstanceNormalization-6: the contract, derived values, selection and the public calls.
 
