@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 43ad9770fd2a3953)
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 489e0032183f45f0)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 e39904a1edb6a95c)
-#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 033a1811c05ed817)
+#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 b7cf26e3d261cefc)
 #   templates/norm-row-stats.wgsl.jinja (sha256 211e4b076a72ec9f)
 # Do not edit: change the sources above and regenerate.
 """ai.onnx GroupNormalization-21: the contract, derived values, selection and the public calls.
