@@ -139,11 +139,12 @@ def test_forced_variant_against_reference_and_onnxruntime(case, dtype, caps, req
     if variant in SPLIT_VARIANTS:
         assert first.dispatch[2] == first.overrides["split"] > 1, first
         # Workgroup memory within instanceRowWorkgroupBytes (normWorkgroupCap * 16: a vec4
-        # summary a subgroup slot, or f32 + vec2<f32> a lane for the two trees).
+        # summary a subgroup slot, or a (count, hi, lo, M2) summary a lane for the tree).
         assert first.workgroup_storage_bytes <= first.overrides["workgroupSize"] * 16
     else:
-        # Within instanceBatchedVec4StorageBytes (normWorkgroupCap * 3 * 4 + planesPerWorkgroup * 4).
-        bound = first.overrides["workgroupSize"] * 12 + first.overrides["planesPerWorkgroup"] * 4
+        # Within instanceBatchedVec4StorageBytes (normWorkgroupCap * 4 * 4 + planesPerWorkgroup * 4:
+        # a (count, hi, lo, M2) summary a lane).
+        bound = first.overrides["workgroupSize"] * 16 + first.overrides["planesPerWorkgroup"] * 4
         assert 0 < first.workgroup_storage_bytes <= bound, first
     actual = run_poisoned(inputs, **kwargs)
     context = f"{variant} {shape} {np.dtype(dtype).name} eps={epsilon} {seed_note(seed)}"
