@@ -587,9 +587,14 @@ def check_pass_limits(op, pass_plan, caps):
         raise PlanError(op, subject, "subgroups", "the pass uses subgroups and the device lacks the feature")
 
 
+_ITEMSIZE = {"float32": 4, "float16": 2}
+_NP_DTYPES = {"float32": np.dtype("float32"), "float16": np.dtype("float16")}  # dtype.name is slow
+
+
 def _storage_nbytes(shape, dtype_name):
     """Bytes of a tensor's buffer: copies and reads need multiples of 4, and never 0."""
-    nbytes = numel(shape) * np.dtype(dtype_name).itemsize
+    itemsize = _ITEMSIZE.get(dtype_name) or np.dtype(dtype_name).itemsize
+    nbytes = math.prod(shape) * itemsize
     return max(4, -(-nbytes // 4) * 4)
 
 
@@ -754,13 +759,15 @@ class Tensor:
     the shape's bytes (padded to 4) and have the usages the call needs.
     """
 
-    __slots__ = ("buffer", "shape", "dtype", "device")
+    __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes")
 
     def __init__(self, buffer, shape, dtype, device):
         self.buffer = buffer
         self.shape = checked_shape("Tensor", "shape", shape)
         self.dtype = np.dtype(dtype)
         self.device = device
+        # The bytes a binding of the whole tensor covers: its bytes padded to a multiple of 4.
+        self.storage_nbytes = _storage_nbytes(self.shape, self.dtype.name)
 
     @property
     def nbytes(self):
@@ -792,7 +799,7 @@ class Tensor:
         """Read the tensor back (waits for the GPU work that writes it)."""
         if numel(self.shape) == 0:
             return np.empty(self.shape, self.dtype)
-        data = self.device.queue.read_buffer(self.buffer, 0, _storage_nbytes(self.shape, self.dtype.name))
+        data = self.device.queue.read_buffer(self.buffer, 0, self.storage_nbytes)
         return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
 
     def __repr__(self):
@@ -940,6 +947,10 @@ def _usage_names(flags):
     return [name for name in ("STORAGE", "COPY_SRC", "COPY_DST", "UNIFORM") if flags & getattr(wgpu.BufferUsage, name)]
 
 
+# WebGPU's GPUBufferUsage flags (the values wgpu.BufferUsage has), without importing wgpu here.
+_USAGE_FLAGS = {"COPY_SRC": 0x04, "COPY_DST": 0x08, "UNIFORM": 0x40, "STORAGE": 0x80}
+
+
 def check_tensor_buffer(op, subject, tensor, usages):
     """Refuse a Tensor whose buffer cannot back its shape, or lacks a usage the call needs.
 
@@ -947,7 +958,7 @@ def check_tensor_buffer(op, subject, tensor, usages):
     """
     if numel(tensor.shape) == 0:
         return
-    need = _storage_nbytes(tensor.shape, tensor.dtype.name)
+    need = tensor.storage_nbytes
     size = tensor.buffer.size
     if size < need:
         padded = " (its bytes padded to a multiple of 4)" if need != tensor.nbytes else ""
@@ -957,9 +968,8 @@ def check_tensor_buffer(op, subject, tensor, usages):
             "buffer size",
             f"the Tensor's buffer holds {size} bytes, but a {tensor.shape} {tensor.dtype.name} tensor needs {need}{padded}",
         )
-    import wgpu
-
-    missing = [u for u in usages if not tensor.buffer.usage & getattr(wgpu.BufferUsage, u)]
+    flags = tensor.buffer.usage
+    missing = [u for u in usages if not flags & _USAGE_FLAGS[u]]
     if missing:
         has = " | ".join(_usage_names(tensor.buffer.usage)) or "none of STORAGE, COPY_SRC, COPY_DST"
         raise ContractError(
@@ -972,7 +982,8 @@ def check_tensor_buffer(op, subject, tensor, usages):
 
 def _checked_tensor(op, subject, value, spec, device):
     shape, dtype_name = spec
-    if value.shape != tuple(shape) or value.dtype != np.dtype(dtype_name):
+    expected = _NP_DTYPES.get(dtype_name) or np.dtype(dtype_name)
+    if value.shape != tuple(shape) or value.dtype != expected or not value.dtype.isnative:
         raise ContractError(
             op,
             subject,
@@ -1010,7 +1021,7 @@ class BufferSlice:
 
 
 def whole_tensor(tensor):
-    return BufferSlice(tensor.buffer, 0, _storage_nbytes(tensor.shape, tensor.dtype.name))
+    return BufferSlice(tensor.buffer, 0, tensor.storage_nbytes)
 
 
 def _uniform_buffer(device, pass_plan):
@@ -1181,12 +1192,22 @@ def check_call(plan, inputs, device, out, names, encoder=None, subject="encoder=
     for key, value in values.items():
         _checked_tensor(plan.op, f"input {names.get(key, key)}", value, plan.inputs[key], device)
     out = _checked_out(plan, out, values, device, names)
-    caps = device_caps(device)
+    checked = _per_device(_plans_fit, device, _PLAN_CACHE_SIZE)
+    if checked.get(id(plan)) is not plan:
+        check_plan_fits(plan, device_caps(device), names)
+        checked.put(id(plan), plan)  # the plan itself is kept, so its id is never reused meanwhile
+    return values, out, device, resident
+
+
+_plans_fit = weakref.WeakKeyDictionary()  # device -> LRUCache {id(plan): plan} of plans this device can run
+
+
+def check_plan_fits(plan, caps, names=None):
+    """Refuse a plan (made for other caps, maybe) that this device cannot run."""
     check_binding_sizes(plan.op, plan, caps, names)
     for pass_plan in plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes):
         check_pass_limits(plan.op, pass_plan, caps)
     check_chunk_offsets(plan, caps)
-    return values, out, device, resident
 
 
 # Scratch (intermediates, and the (C) ranges a piece copies) comes from one pool per device, reused
@@ -1277,14 +1298,13 @@ def encode_calls(encoder, calls, label=None):
                 compute = None
             for c in call.copies:
                 encoder.copy_buffer_to_buffer(c.source, c.source_offset, c.target, 0, c.size)
+        # No debug group per dispatch: each costs two native calls, and the pass label names the call.
         for item in call.bound:
             if compute is None:
                 compute = encoder.begin_compute_pass(label=label or call.label)
-            compute.push_debug_group(item.label)
             compute.set_pipeline(item.pipeline)
             compute.set_bind_group(0, item.bind_group)
             compute.dispatch_workgroups(*item.dispatch)
-            compute.pop_debug_group()
     if compute is not None:
         compute.end()
 
