@@ -759,7 +759,7 @@ class Tensor:
     the shape's bytes (padded to 4) and have the usages the call needs.
     """
 
-    __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes")
+    __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes", "destroyed")
 
     def __init__(self, buffer, shape, dtype, device):
         self.buffer = buffer
@@ -768,6 +768,7 @@ class Tensor:
         self.device = device
         # The bytes a binding of the whole tensor covers: its bytes padded to a multiple of 4.
         self.storage_nbytes = _storage_nbytes(self.shape, self.dtype.name)
+        self.destroyed = False  # set by destroy(): a call or a read-back of it is then refused
 
     @property
     def nbytes(self):
@@ -797,10 +798,31 @@ class Tensor:
 
     def numpy(self):
         """Read the tensor back (waits for the GPU work that writes it)."""
+        if self.destroyed:
+            raise ContractError("Tensor", "numpy()", "not destroyed", "the Tensor was destroyed: its buffer is gone")
         if numel(self.shape) == 0:
             return np.empty(self.shape, self.dtype)
         data = self.device.queue.read_buffer(self.buffer, 0, self.storage_nbytes)
         return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
+
+    def __array__(self, dtype=None, copy=None):
+        """numpy.asarray(tensor): a blocking read-back (waits for the GPU work that writes it)."""
+        array = self.numpy()
+        return array if dtype is None else array.astype(dtype)
+
+    def destroy(self):
+        """Free the GPU buffer now rather than when the Tensor is collected; the Tensor is unusable after
+        (calls and read-backs refuse it). Destroying `tensor.buffer` directly bypasses that check, and
+        wgpu-native may then abort the process at the next use: call this instead."""
+        self.destroyed = True
+        self.buffer.destroy()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.destroy()
+        return False
 
     def __repr__(self):
         return f"Tensor(shape={self.shape}, dtype={self.dtype.name})"
@@ -956,6 +978,8 @@ def check_tensor_buffer(op, subject, tensor, usages):
 
     A Tensor of no elements is never bound, so its buffer may be anything, 0 bytes included.
     """
+    if tensor.destroyed:
+        raise ContractError(op, subject, "not destroyed", "the Tensor was destroyed: its buffer is gone")
     if numel(tensor.shape) == 0:
         return
     need = tensor.storage_nbytes
@@ -1164,9 +1188,9 @@ def _checked_out(plan, out, values, device, names):
 def run_plan(plan, inputs, device=None, out=None, names=None, encoder=None):
     """Run a plan: upload, allocate, encode every pass, submit once, read back.
 
-    All inputs Tensors -> Tensors out without read-back (they chain on the GPU); otherwise
-    numpy arrays out. `out` maps output keys to Tensors to write into instead of fresh ones.
-    With `encoder`, the call is encoded into that GPUCommandEncoder and not submitted: inputs
+    Any input a Tensor -> Tensors out without read-back (they chain on the GPU; numpy inputs
+    are uploaded); only numpy inputs -> numpy arrays out. `out` maps output keys to Tensors to
+    write into instead of fresh ones. With `encoder`, the call is encoded into that GPUCommandEncoder and not submitted: inputs
     must then be Tensors, and Tensors come back. Everything is checked before the first upload;
     `names` maps keys to the caller's names for the messages.
     """
@@ -1181,8 +1205,10 @@ def run_plan(plan, inputs, device=None, out=None, names=None, encoder=None):
 def check_call(plan, inputs, device, out, names, encoder=None, subject="encoder="):
     """Everything a call is checked for before GPU work; (values, out, device, resident)."""
     values, resident_inputs = _plan_inputs(plan, inputs, names)
-    resident = len(resident_inputs) == len(values)
-    if encoder is not None and not resident:
+    # Mixed numpy and Tensor inputs: the numpy ones are uploaded and Tensors come back, so that a
+    # chain stays on the GPU once any of its inputs is there.
+    resident = bool(resident_inputs)
+    if encoder is not None and len(resident_inputs) != len(values):
         numpy_keys = [names.get(k, k) for k, v in values.items() if not isinstance(v, Tensor)]
         raise ContractError(
             plan.op, f"input {numpy_keys[0]}", "Tensors only", f"{subject} records GPU work, so every input must be a Tensor (Tensor.from_numpy(array))"

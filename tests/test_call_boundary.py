@@ -236,3 +236,19 @@ def test_caches_stay_bounded_over_many_changing_shapes(monkeypatch):
         gn.plan({"x": (1 + n % 7, 8, 1 + n // 7, 3), "scale": (8,), "bias": (8,)}, {"T": "float32"}, {"num_groups": 2})
     assert len(rt._plans) <= 64
     assert all(len(cache) <= cache.maxsize for caches in (rt._uniform_buffers, rt._bind_groups, rt._scratch) for cache in caches.values())
+
+
+def test_tensor_reads_back_frees_and_mixes_with_numpy():
+    rng, _ = rng_for("tensor-api")
+    inputs, attrs = gn_inputs(rng, np.float32)
+    expected = gn.kernel(inputs, attrs=attrs)["y"]
+    mixed = gn.kernel({**inputs, "x": Tensor.from_numpy(inputs["x"])}, attrs=attrs)["y"]
+    assert isinstance(mixed, Tensor)  # any Tensor in: Tensors out, numpy inputs uploaded
+    assert np.asarray(mixed).tobytes() == expected.tobytes()
+    assert np.asarray(mixed, dtype=np.float64).dtype == np.float64
+    with Tensor.from_numpy(inputs["x"]) as t:
+        assert np.array_equal(t.numpy(), inputs["x"])
+    with pytest.raises(ContractError, match="the Tensor was destroyed"):
+        t.numpy()
+    with pytest.raises(ContractError, match="input x: the Tensor was destroyed"):
+        gn.kernel({**inputs, "x": t}, attrs=attrs)
