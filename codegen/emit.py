@@ -143,7 +143,8 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     w.line()
     w.line("from __future__ import annotations")
     w.line()
-    w.line("from typing import NamedTuple")
+    w.line("from collections.abc import Mapping, Sequence")
+    w.line("from typing import Any, NamedTuple")
     w.line()
     all_codes = [v.code for v in op.derives] + [c for _, c in op.output_shapes] + [r.code for r in op.rules]
     all_codes += [f for r in op.rules for _, f in r.facts]
@@ -151,7 +152,7 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     if "math" in helpers:
         w.line("import math")
         w.line()
-    runtime_names = ["AttributeSpec", "ContractError", "OpContract", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show", "warm_up"]
+    runtime_names = ["AttributeSpec", "Caps", "ContractError", "OpContract", "Plan", "Tensor", "TensorIn", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show", "warm_up"]
     if ir.chunking is not None:
         runtime_names.append("ChunkSpec")
     runtime_names += [h for h in helpers if h != "math"]
@@ -288,22 +289,39 @@ def _meaning(op: ResolvedOp, subject: str) -> str:
     return ""
 
 
+# The public calls' annotations: names the op modules import from the runtime (`TensorIn`,
+# `Plan`, `Caps`, `Tensor`) and from typing.
+_PLAN_PARAMS = (
+    "shapes: Mapping[str, Sequence[int] | None], dtypes: Mapping[str, str] | None = None, "
+    "attrs: Mapping[str, float] | None = None, *, caps: Caps | Mapping[str, Any] | None = None, "
+    "tunables: Mapping[str, int] | None = None"
+)
+_CALL_PARAMS = (
+    "*, attrs: Mapping[str, float] | None = None, outputs: Sequence[str] | None = None, device: Any = None, "
+    "variant: str | None = None, caps: Caps | Mapping[str, Any] | None = None, tunables: Mapping[str, int] | None = None, "
+    "out: Mapping[str, Tensor] | None = None, encoder: Any = None"
+)
+
+
 def _emit_api(w: Writer, op: ResolvedOp) -> None:
     ir = op.ir
-    w.line("def plan(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None):")
-    w.line('    """The launch plan for these shapes, without touching a GPU (DESIGN §6)."""')
+    w.line(f"def plan({_PLAN_PARAMS}, variant: str | None = None, device: Any = None, outputs: Sequence[str] | None = None) -> Plan:")
+    w.line('    """The launch plan for these shapes, without touching a GPU: `p.variant`, `p.passes[i].dispatch`, `.uniforms`, `.overrides`, `p.chunks`."""')
     w.line("    return build_plan(")
     w.line("        CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device, outputs=outputs")
     w.line("    )")
     w.line()
     w.line()
-    w.line("def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None) -> str:")
-    w.line('    """Every candidate variant and why it was or was not taken."""')
+    w.line(f"def explain({_PLAN_PARAMS}, device: Any = None, outputs: Sequence[str] | None = None) -> str:")
+    w.line('    """Every candidate variant and why it was or was not taken; for a refused request, the broken rule first."""')
     w.line("    return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)")
     w.line()
     w.line()
-    w.line("def kernel(inputs, *, attrs=None, outputs=None, device=None, variant=None, caps=None, tunables=None, out=None, encoder=None):")
-    w.line(f'    """Run {ir.name} on numpy arrays or device Tensors; returns a dict keyed by output bind key.')
+    w.line(f"def kernel(inputs: Mapping[str, TensorIn | None], {_CALL_PARAMS}) -> dict[str, TensorIn]:")
+    w.line(f'    """Run {ir.name}; returns a dict keyed by output bind key.')
+    w.line("")
+    for line in _api_reference(op):
+        w.line(f"    {line}" if line else "")
     w.line("")
     w.line("    `out` maps output keys to existing Tensors to write into. `encoder` records the op into a")
     w.line("    GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.")
@@ -314,27 +332,64 @@ def _emit_api(w: Writer, op: ResolvedOp) -> None:
     w.line("    )")
     w.line()
     w.line()
-    w.line("def warmup(shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None):")
+    w.line(f"def warmup({_PLAN_PARAMS}, device: Any = None, variant: str | None = None, outputs: Sequence[str] | None = None) -> Plan:")
     w.line('    """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""')
     w.line("    return warm_up(")
     w.line("        CONTRACT, shapes, dtypes, attrs, device=device, caps=caps, tunables=tunables, variant=variant, outputs=outputs")
     w.line("    )")
     w.line()
     w.line()
+    _emit_plain_function(w, op)
+
+
+def _api_reference(op: ResolvedOp) -> list[str]:
+    """Docstring lines: each input, attribute (kind, default, allowed values) and output, in the manifest's words."""
+    ir = op.ir
+    lines = ["Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):"]
+    for t in ir.inputs:
+        alias = f" ({t.role})" if t.role != t.key else ""
+        optional = ", optional" if t.optional else ""
+        lines += _wrap_text(f"- `{t.key}`{alias}, {t.type_var}{optional}: {t.description}".rstrip(": "), 92)
+    if ir.attributes:
+        lines.append("Attributes (`attrs=`):")
+    for a in ir.attributes:
+        kind = op.attribute_kind(a.name)
+        default = "required" if a.default is None else f"default {a.default!r}"
+        allowed = "" if a.allowed is None else f", one of {', '.join(repr(v) for v in a.allowed)}"
+        lines += _wrap_text(f"- `{a.name}` ({kind}, {default}{allowed}): {a.description}".rstrip(": "), 92)
+    lines.append("Outputs:")
+    for t in ir.outputs:
+        alias = f" ({t.role})" if t.role != t.key else ""
+        optional = ", optional: ask for it with outputs=" if t.optional else ""
+        lines += _wrap_text(f"- `{t.key}`{alias}{optional}: {t.description}".rstrip(": "), 92)
+    types = "; ".join(f"{name}: {', '.join(values)}" for name, values in ir.type_constraints)
+    lines.append(f"Types: {types}.")
+    return lines
+
+
+def _emit_plain_function(w: Writer, op: ResolvedOp) -> None:
+    ir = op.ir
     required_inputs = [t for t in ir.inputs if not t.optional]
     optional_inputs = [t for t in ir.inputs if t.optional]
-    params = [parameter_name(t.key) for t in required_inputs] + [f"{parameter_name(t.key)}=None" for t in optional_inputs]
+    params = [f"{parameter_name(t.key)}: TensorIn" for t in required_inputs]
+    params += [f"{parameter_name(t.key)}: TensorIn | None = None" for t in optional_inputs]
     keywords = []
     for a in ir.attributes:
-        keywords.append(f"{a.name}" if a.default is None else f"{a.name}={a.default!r}")
+        kind = "int" if op.attribute_kind(a.name) == "int" else "float"
+        keywords.append(f"{a.name}: {kind}" if a.default is None else f"{a.name}: {kind} = {a.default!r}")
     optional_outputs = [t for t in ir.outputs if t.optional]
-    keywords += [f"{t.api_flag or 'return_' + snake(t.key)}=False" for t in optional_outputs]
-    keywords += ["device=None", "variant=None"]
+    keywords += [f"{t.api_flag or 'return_' + snake(t.key)}: bool = False" for t in optional_outputs]
+    keywords += ["device: Any = None", "variant: str | None = None"]
     name = snake(ir.name)
     first = ir.outputs[0]
-    with w.block(f"def {name}({', '.join(params)}, *, {', '.join(keywords)}):"):
+    returns_type = "TensorIn" if not optional_outputs else "TensorIn | tuple[TensorIn, ...]"
+    with w.block(f"def {name}({', '.join(params)}, *, {', '.join(keywords)}) -> {returns_type}:"):
         returns = first.role + "".join(f", and {t.role} when {t.api_flag or 'return_' + snake(t.key)}" for t in optional_outputs)
-        w.line(f'"""{ir.name} as a plain function: returns {returns} (numpy in, numpy out; Tensor in, Tensor out)."""')
+        w.line(f'"""{ir.name} as a plain function: returns {returns} (numpy in, numpy out; any Tensor in, Tensors out).')
+        w.line()
+        for line in _api_reference(op):
+            w.line(line)
+        w.line('"""')
         w.line("inputs = {")
         for t in ir.inputs:
             w.line(f'    "{t.key}": {parameter_name(t.key)},')
@@ -345,7 +400,7 @@ def _emit_api(w: Writer, op: ResolvedOp) -> None:
         if not optional_outputs:
             w.line(f'return kernel(inputs, attrs=attrs, device=device, variant=variant)["{first.key}"]')
             return
-        w.line(f'outputs = ("{first.key}",)')
+        w.line(f'outputs: tuple[str, ...] = ("{first.key}",)')
         for t in optional_outputs:
             flag = t.api_flag or "return_" + snake(t.key)
             with w.block(f"if {flag}:"):

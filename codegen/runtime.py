@@ -14,8 +14,9 @@ import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, Union
 
 import numpy as np
 
@@ -707,7 +708,7 @@ _default_device = None
 _default_device_lock = threading.Lock()
 
 
-def default_device():
+def default_device() -> Any:
     """One shared wgpu device per process, with the adapter's limits and useful features."""
     global _default_device
     with _default_device_lock:
@@ -761,9 +762,9 @@ class Tensor:
 
     __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes", "destroyed")
 
-    def __init__(self, buffer, shape, dtype, device):
+    def __init__(self, buffer: Any, shape: Sequence[int], dtype: Any, device: Any) -> None:
         self.buffer = buffer
-        self.shape = checked_shape("Tensor", "shape", shape)
+        self.shape: tuple[int, ...] = checked_shape("Tensor", "shape", shape)
         self.dtype = np.dtype(dtype)
         self.device = device
         # The bytes a binding of the whole tensor covers: its bytes padded to a multiple of 4.
@@ -771,11 +772,11 @@ class Tensor:
         self.destroyed = False  # set by destroy(): a call or a read-back of it is then refused
 
     @property
-    def nbytes(self):
+    def nbytes(self) -> int:
         return numel(self.shape) * self.dtype.itemsize
 
     @classmethod
-    def empty(cls, shape, dtype, device=None, usage=None):
+    def empty(cls, shape: Sequence[int], dtype: Any, device: Any = None, usage: int | None = None) -> Tensor:
         device = device if device is not None else default_device()
         shape = checked_shape("Tensor", "shape", shape)
         size = _storage_nbytes(shape, np.dtype(dtype).name)
@@ -783,7 +784,7 @@ class Tensor:
         return cls(buffer, shape, dtype, device)
 
     @classmethod
-    def from_numpy(cls, array, device=None, usage=None):
+    def from_numpy(cls, array: Any, device: Any = None, usage: int | None = None) -> Tensor:
         array = np.asarray(array)
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
@@ -796,7 +797,7 @@ class Tensor:
             tensor.device.queue.write_buffer(tensor.buffer, 0, data)
         return tensor
 
-    def numpy(self):
+    def numpy(self) -> np.ndarray:
         """Read the tensor back (waits for the GPU work that writes it)."""
         if self.destroyed:
             raise ContractError("Tensor", "numpy()", "not destroyed", "the Tensor was destroyed: its buffer is gone")
@@ -805,27 +806,31 @@ class Tensor:
         data = self.device.queue.read_buffer(self.buffer, 0, self.storage_nbytes)
         return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
 
-    def __array__(self, dtype=None, copy=None):
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """numpy.asarray(tensor): a blocking read-back (waits for the GPU work that writes it)."""
         array = self.numpy()
         return array if dtype is None else array.astype(dtype)
 
-    def destroy(self):
+    def destroy(self) -> None:
         """Free the GPU buffer now rather than when the Tensor is collected; the Tensor is unusable after
         (calls and read-backs refuse it). Destroying `tensor.buffer` directly bypasses that check, and
         wgpu-native may then abort the process at the next use: call this instead."""
         self.destroyed = True
         self.buffer.destroy()
 
-    def __enter__(self):
+    def __enter__(self) -> Tensor:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> bool:
         self.destroy()
         return False
 
     def __repr__(self):
         return f"Tensor(shape={self.shape}, dtype={self.dtype.name})"
+
+
+# What the public calls take and give for a tensor: a numpy array or a device Tensor.
+TensorIn = Union[np.ndarray, Tensor]
 
 
 def pack_uniforms(uniform_types, uniforms):
@@ -2200,11 +2205,21 @@ class Sequence:
     Intermediates come from the device's scratch pool (see `scratch_buffer`).
     """
 
-    def __init__(self, device=None):
+    def __init__(self, device: Any = None) -> None:
         self.device = device if device is not None else default_device()
-        self._calls = []
+        self._calls: list[RecordedCall] = []
 
-    def kernel(self, op, inputs, attrs=None, *, outputs=None, out=None, variant=None, tunables=None):
+    def kernel(
+        self,
+        op: Any,
+        inputs: Mapping[str, TensorIn | None],
+        attrs: Mapping[str, float] | None = None,
+        *,
+        outputs: Sequence[str] | None = None,
+        out: Mapping[str, Tensor] | None = None,
+        variant: str | None = None,
+        tunables: Mapping[str, int] | None = None,
+    ) -> dict[str, Tensor]:
         contract = getattr(op, "CONTRACT", op)
         if not isinstance(contract, OpContract):
             raise TypeError(f"Sequence.kernel() takes an op module (generated.group_normalization), not {type(op).__name__}")
@@ -2221,10 +2236,10 @@ class Sequence:
             self._calls.append(call)
         return {o: tensors["output"][o] for o in wanted}
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._calls)
 
-    def run(self):
+    def run(self) -> None:
         """Encode every recorded call into one command buffer and submit it."""
         if not self._calls:
             return

@@ -17,13 +17,18 @@ running-variance outputs.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .._runtime import (
     AttributeSpec,
+    Caps,
     ChunkSpec,
     ContractError,
     OpContract,
+    Plan,
+    Tensor,
+    TensorIn,
     TensorSpec,
     build_plan,
     explain_plan,
@@ -257,9 +262,17 @@ CONTRACT = OpContract(
 
 
 def plan(
-    shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None
-):
-    """The launch plan for these shapes, without touching a GPU (DESIGN §6)."""
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    variant: str | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
+    """The launch plan for these shapes, without touching a GPU: `p.variant`, `p.passes[i].dispatch`, `.uniforms`, `.overrides`, `p.chunks`."""
     return build_plan(
         CONTRACT,
         shapes,
@@ -273,26 +286,57 @@ def plan(
     )
 
 
-def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None) -> str:
-    """Every candidate variant and why it was or was not taken."""
+def explain(
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> str:
+    """Every candidate variant and why it was or was not taken; for a refused request, the broken rule first."""
     return explain_plan(
         CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs
     )
 
 
 def kernel(
-    inputs,
+    inputs: Mapping[str, TensorIn | None],
     *,
-    attrs=None,
-    outputs=None,
-    device=None,
-    variant=None,
-    caps=None,
-    tunables=None,
-    out=None,
-    encoder=None,
-):
-    """Run BatchNormalization on numpy arrays or device Tensors; returns a dict keyed by output bind key.
+    attrs: Mapping[str, float] | None = None,
+    outputs: Sequence[str] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    out: Mapping[str, Tensor] | None = None,
+    encoder: Any = None,
+) -> dict[str, TensorIn]:
+    """Run BatchNormalization; returns a dict keyed by output bind key.
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `x` (X), T: Input data tensor with shape `(N, C, D1, ..., Dn)`, normalized independently
+    per channel using the supplied estimated statistics.
+    - `scale`, T: Per-channel scale tensor with shape `(C)`.
+    - `b` (B), T: Per-channel bias tensor with shape `(C)`.
+    - `inputMean` (input_mean), T: Precomputed estimated mean tensor with shape `(C)` used for
+    inference.
+    - `inputVar` (input_var), T: Precomputed estimated variance tensor with shape `(C)` used for
+    inference.
+    Attributes (`attrs=`):
+    - `epsilon` (float, default 1e-05): Small value added to the variance before taking the
+    square root to avoid division by zero.
+    - `momentum` (float, default 0.9, one of 0.9): Standard ONNX running-statistics momentum.
+    This inference-only package accepts the default `0.9`; non-default values are reserved for
+    the unsupported training-state update.
+    - `training_mode` (int, default 0, one of 0): Execution mode. This inference-only package
+    supports the default value 0; value 1 is rejected because the ONNX training outputs are not
+    exposed.
+    Outputs:
+    - `y` (Y): Batch-normalized output tensor with the same shape as `X`.
+    Types: T: float32, float16.
 
     `out` maps output keys to existing Tensors to write into. `encoder` records the op into a
     GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.
@@ -312,8 +356,16 @@ def kernel(
 
 
 def warmup(
-    shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None
-):
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
     """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""
     return warm_up(
         CONTRACT,
@@ -329,19 +381,42 @@ def warmup(
 
 
 def batch_normalization(
-    x,
-    scale,
-    b,
-    input_mean,
-    input_var,
+    x: TensorIn,
+    scale: TensorIn,
+    b: TensorIn,
+    input_mean: TensorIn,
+    input_var: TensorIn,
     *,
-    epsilon=1e-05,
-    momentum=0.9,
-    training_mode=0,
-    device=None,
-    variant=None,
-):
-    """BatchNormalization as a plain function: returns Y (numpy in, numpy out; Tensor in, Tensor out)."""
+    epsilon: float = 1e-05,
+    momentum: float = 0.9,
+    training_mode: int = 0,
+    device: Any = None,
+    variant: str | None = None,
+) -> TensorIn:
+    """BatchNormalization as a plain function: returns Y (numpy in, numpy out; any Tensor in, Tensors out).
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `x` (X), T: Input data tensor with shape `(N, C, D1, ..., Dn)`, normalized independently
+    per channel using the supplied estimated statistics.
+    - `scale`, T: Per-channel scale tensor with shape `(C)`.
+    - `b` (B), T: Per-channel bias tensor with shape `(C)`.
+    - `inputMean` (input_mean), T: Precomputed estimated mean tensor with shape `(C)` used for
+    inference.
+    - `inputVar` (input_var), T: Precomputed estimated variance tensor with shape `(C)` used for
+    inference.
+    Attributes (`attrs=`):
+    - `epsilon` (float, default 1e-05): Small value added to the variance before taking the
+    square root to avoid division by zero.
+    - `momentum` (float, default 0.9, one of 0.9): Standard ONNX running-statistics momentum.
+    This inference-only package accepts the default `0.9`; non-default values are reserved for
+    the unsupported training-state update.
+    - `training_mode` (int, default 0, one of 0): Execution mode. This inference-only package
+    supports the default value 0; value 1 is rejected because the ONNX training outputs are not
+    exposed.
+    Outputs:
+    - `y` (Y): Batch-normalized output tensor with the same shape as `X`.
+    Types: T: float32, float16.
+    """
     inputs = {
         "x": x,
         "scale": scale,

@@ -18,13 +18,18 @@ LayerNormalization. The normalization stage supports TensorProto `stash_type` va
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 from .._runtime import (
     AttributeSpec,
+    Caps,
     ChunkSpec,
     ContractError,
     OpContract,
+    Plan,
+    Tensor,
+    TensorIn,
     TensorSpec,
     build_plan,
     ceil_div,
@@ -340,9 +345,17 @@ CONTRACT = OpContract(
 
 
 def plan(
-    shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None
-):
-    """The launch plan for these shapes, without touching a GPU (DESIGN §6)."""
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    variant: str | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
+    """The launch plan for these shapes, without touching a GPU: `p.variant`, `p.passes[i].dispatch`, `.uniforms`, `.overrides`, `p.chunks`."""
     return build_plan(
         CONTRACT,
         shapes,
@@ -356,26 +369,52 @@ def plan(
     )
 
 
-def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None) -> str:
-    """Every candidate variant and why it was or was not taken."""
+def explain(
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> str:
+    """Every candidate variant and why it was or was not taken; for a refused request, the broken rule first."""
     return explain_plan(
         CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs
     )
 
 
 def kernel(
-    inputs,
+    inputs: Mapping[str, TensorIn | None],
     *,
-    attrs=None,
-    outputs=None,
-    device=None,
-    variant=None,
-    caps=None,
-    tunables=None,
-    out=None,
-    encoder=None,
-):
-    """Run GroupNormalization on numpy arrays or device Tensors; returns a dict keyed by output bind key.
+    attrs: Mapping[str, float] | None = None,
+    outputs: Sequence[str] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    out: Mapping[str, Tensor] | None = None,
+    encoder: Any = None,
+) -> dict[str, TensorIn]:
+    """Run GroupNormalization; returns a dict keyed by output bind key.
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `x` (X), T: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size
+    and `C` is the number of channels.
+    - `scale`, T: Scale tensor of shape `(C)`, one value per channel.
+    - `bias`, T: Bias tensor of shape `(C)`, one value per channel.
+    Attributes (`attrs=`):
+    - `epsilon` (float, default 1e-05): Small value added to the variance denominator to avoid
+    division by zero.
+    - `stash_type` (int, default 1, one of 1, 10): TensorProto element type used for the
+    normalization stage: `1` computes in float32, while `10` computes in float16. Normalized
+    values are cast back to the input type before scale and bias are applied.
+    - `num_groups` (int, required): Required number of groups to divide the channels into; must
+    be a divisor of `C`.
+    Outputs:
+    - `y` (Y): Normalized output tensor of the same shape as `X`.
+    Types: T: float32, float16.
 
     `out` maps output keys to existing Tensors to write into. `encoder` records the op into a
     GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.
@@ -395,8 +434,16 @@ def kernel(
 
 
 def warmup(
-    shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None
-):
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
     """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""
     return warm_up(
         CONTRACT,
@@ -412,9 +459,35 @@ def warmup(
 
 
 def group_normalization(
-    x, scale, bias, *, epsilon=1e-05, stash_type=1, num_groups, device=None, variant=None
-):
-    """GroupNormalization as a plain function: returns Y (numpy in, numpy out; Tensor in, Tensor out)."""
+    x: TensorIn,
+    scale: TensorIn,
+    bias: TensorIn,
+    *,
+    epsilon: float = 1e-05,
+    stash_type: int = 1,
+    num_groups: int,
+    device: Any = None,
+    variant: str | None = None,
+) -> TensorIn:
+    """GroupNormalization as a plain function: returns Y (numpy in, numpy out; any Tensor in, Tensors out).
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `x` (X), T: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size
+    and `C` is the number of channels.
+    - `scale`, T: Scale tensor of shape `(C)`, one value per channel.
+    - `bias`, T: Bias tensor of shape `(C)`, one value per channel.
+    Attributes (`attrs=`):
+    - `epsilon` (float, default 1e-05): Small value added to the variance denominator to avoid
+    division by zero.
+    - `stash_type` (int, default 1, one of 1, 10): TensorProto element type used for the
+    normalization stage: `1` computes in float32, while `10` computes in float16. Normalized
+    values are cast back to the input type before scale and bias are applied.
+    - `num_groups` (int, required): Required number of groups to divide the channels into; must
+    be a divisor of `C`.
+    Outputs:
+    - `y` (Y): Normalized output tensor of the same shape as `X`.
+    Types: T: float32, float16.
+    """
     inputs = {
         "x": x,
         "scale": scale,

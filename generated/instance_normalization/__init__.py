@@ -13,15 +13,20 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import math
 
 from .._runtime import (
     AttributeSpec,
+    Caps,
     ChunkSpec,
     ContractError,
     OpContract,
+    Plan,
+    Tensor,
+    TensorIn,
     TensorSpec,
     build_plan,
     ceil_div,
@@ -368,9 +373,17 @@ CONTRACT = OpContract(
 
 
 def plan(
-    shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None
-):
-    """The launch plan for these shapes, without touching a GPU (DESIGN §6)."""
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    variant: str | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
+    """The launch plan for these shapes, without touching a GPU: `p.variant`, `p.passes[i].dispatch`, `.uniforms`, `.overrides`, `p.chunks`."""
     return build_plan(
         CONTRACT,
         shapes,
@@ -384,26 +397,45 @@ def plan(
     )
 
 
-def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None) -> str:
-    """Every candidate variant and why it was or was not taken."""
+def explain(
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> str:
+    """Every candidate variant and why it was or was not taken; for a refused request, the broken rule first."""
     return explain_plan(
         CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs
     )
 
 
 def kernel(
-    inputs,
+    inputs: Mapping[str, TensorIn | None],
     *,
-    attrs=None,
-    outputs=None,
-    device=None,
-    variant=None,
-    caps=None,
-    tunables=None,
-    out=None,
-    encoder=None,
-):
-    """Run InstanceNormalization on numpy arrays or device Tensors; returns a dict keyed by output bind key.
+    attrs: Mapping[str, float] | None = None,
+    outputs: Sequence[str] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    out: Mapping[str, Tensor] | None = None,
+    encoder: Any = None,
+) -> dict[str, TensorIn]:
+    """Run InstanceNormalization; returns a dict keyed by output bind key.
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `input`, T
+    - `scale`, T
+    - `b` (B), T
+    Attributes (`attrs=`):
+    - `epsilon` (float, default 1e-05)
+    Outputs:
+    - `output`
+    Types: T: float32, float16.
 
     `out` maps output keys to existing Tensors to write into. `encoder` records the op into a
     GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.
@@ -423,8 +455,16 @@ def kernel(
 
 
 def warmup(
-    shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None
-):
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
     """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""
     return warm_up(
         CONTRACT,
@@ -439,8 +479,27 @@ def warmup(
     )
 
 
-def instance_normalization(input, scale, b, *, epsilon=1e-05, device=None, variant=None):
-    """InstanceNormalization as a plain function: returns output (numpy in, numpy out; Tensor in, Tensor out)."""
+def instance_normalization(
+    input: TensorIn,
+    scale: TensorIn,
+    b: TensorIn,
+    *,
+    epsilon: float = 1e-05,
+    device: Any = None,
+    variant: str | None = None,
+) -> TensorIn:
+    """InstanceNormalization as a plain function: returns output (numpy in, numpy out; any Tensor in, Tensors out).
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `input`, T
+    - `scale`, T
+    - `b` (B), T
+    Attributes (`attrs=`):
+    - `epsilon` (float, default 1e-05)
+    Outputs:
+    - `output`
+    Types: T: float32, float16.
+    """
     inputs = {
         "input": input,
         "scale": scale,

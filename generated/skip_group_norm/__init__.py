@@ -43,15 +43,20 @@ needs no shader-f16.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import math
 
 from .._runtime import (
     AttributeSpec,
+    Caps,
     ChunkSpec,
     ContractError,
     OpContract,
+    Plan,
+    Tensor,
+    TensorIn,
     TensorSpec,
     build_plan,
     ceil_div,
@@ -526,9 +531,17 @@ CONTRACT = OpContract(
 
 
 def plan(
-    shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, variant=None, device=None, outputs=None
-):
-    """The launch plan for these shapes, without touching a GPU (DESIGN §6)."""
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    variant: str | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
+    """The launch plan for these shapes, without touching a GPU: `p.variant`, `p.passes[i].dispatch`, `.uniforms`, `.overrides`, `p.chunks`."""
     return build_plan(
         CONTRACT,
         shapes,
@@ -542,26 +555,60 @@ def plan(
     )
 
 
-def explain(shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None) -> str:
-    """Every candidate variant and why it was or was not taken."""
+def explain(
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    outputs: Sequence[str] | None = None,
+) -> str:
+    """Every candidate variant and why it was or was not taken; for a refused request, the broken rule first."""
     return explain_plan(
         CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs
     )
 
 
 def kernel(
-    inputs,
+    inputs: Mapping[str, TensorIn | None],
     *,
-    attrs=None,
-    outputs=None,
-    device=None,
-    variant=None,
-    caps=None,
-    tunables=None,
-    out=None,
-    encoder=None,
-):
-    """Run SkipGroupNorm on numpy arrays or device Tensors; returns a dict keyed by output bind key.
+    attrs: Mapping[str, float] | None = None,
+    outputs: Sequence[str] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    out: Mapping[str, Tensor] | None = None,
+    encoder: Any = None,
+) -> dict[str, TensorIn]:
+    """Run SkipGroupNorm; returns a dict keyed by output bind key.
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `X`, T: Input image tensor, `(N, H, W, C)` when `channels_last` is non-zero (the default)
+    and `(N, C, H, W)` when it is 0.
+    - `gamma`, M: Per-channel affine scale of shape `(C)`.
+    - `beta`, M: Per-channel affine offset of shape `(C)`.
+    - `skip`, T: Residual added to `X`: exactly `X`'s shape, or `(N, C)` / `(N, 1, 1, C)` with
+    one value per batch item and channel. `(N, 1, 1, C)` at `H = W = 1` in the channels-last
+    layout is an exact match and takes the non-broadcast route.
+    - `bias`, T, optional: Optional per-channel bias of shape `(C)`, added to `X + skip` before
+    normalization.
+    Attributes (`attrs=`):
+    - `groups` (int, required): Number of channel groups; must divide `C`. Required: the
+    operator declares no default.
+    - `activation` (int, required, one of 0, 1): 0: none; 1: SiLU after the affine step.
+    Required: the operator declares no default.
+    - `channels_last` (int, default 1): Non-zero: `X` and `Y` are `(N, H, W, C)`; 0: `(N, C, H,
+    W)`.
+    - `epsilon` (float, default 1e-05): Added to the group variance before the reciprocal square
+    root.
+    Outputs:
+    - `Y`: Normalized tensor with the shape and element type of `X`.
+    - `S`, optional: ask for it with outputs=: Optional `X + skip + bias`, rounded to T: the
+    values the statistics are taken over.
+    Types: T: float32, float16; M: float32, float16.
 
     `out` maps output keys to existing Tensors to write into. `encoder` records the op into a
     GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.
@@ -581,8 +628,16 @@ def kernel(
 
 
 def warmup(
-    shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None
-):
+    shapes: Mapping[str, Sequence[int] | None],
+    dtypes: Mapping[str, str] | None = None,
+    attrs: Mapping[str, float] | None = None,
+    *,
+    caps: Caps | Mapping[str, Any] | None = None,
+    tunables: Mapping[str, int] | None = None,
+    device: Any = None,
+    variant: str | None = None,
+    outputs: Sequence[str] | None = None,
+) -> Plan:
     """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""
     return warm_up(
         CONTRACT,
@@ -598,21 +653,47 @@ def warmup(
 
 
 def skip_group_norm(
-    X,
-    gamma,
-    beta,
-    skip,
-    bias=None,
+    X: TensorIn,
+    gamma: TensorIn,
+    beta: TensorIn,
+    skip: TensorIn,
+    bias: TensorIn | None = None,
     *,
-    groups,
-    activation,
-    channels_last=1,
-    epsilon=1e-05,
-    return_sum=False,
-    device=None,
-    variant=None,
-):
-    """SkipGroupNorm as a plain function: returns Y, and S when return_sum (numpy in, numpy out; Tensor in, Tensor out)."""
+    groups: int,
+    activation: int,
+    channels_last: int = 1,
+    epsilon: float = 1e-05,
+    return_sum: bool = False,
+    device: Any = None,
+    variant: str | None = None,
+) -> TensorIn | tuple[TensorIn, ...]:
+    """SkipGroupNorm as a plain function: returns Y, and S when return_sum (numpy in, numpy out; any Tensor in, Tensors out).
+
+    Inputs (bind key, or the ONNX name in parentheses; numpy arrays or Tensors of T's dtypes):
+    - `X`, T: Input image tensor, `(N, H, W, C)` when `channels_last` is non-zero (the default)
+    and `(N, C, H, W)` when it is 0.
+    - `gamma`, M: Per-channel affine scale of shape `(C)`.
+    - `beta`, M: Per-channel affine offset of shape `(C)`.
+    - `skip`, T: Residual added to `X`: exactly `X`'s shape, or `(N, C)` / `(N, 1, 1, C)` with
+    one value per batch item and channel. `(N, 1, 1, C)` at `H = W = 1` in the channels-last
+    layout is an exact match and takes the non-broadcast route.
+    - `bias`, T, optional: Optional per-channel bias of shape `(C)`, added to `X + skip` before
+    normalization.
+    Attributes (`attrs=`):
+    - `groups` (int, required): Number of channel groups; must divide `C`. Required: the
+    operator declares no default.
+    - `activation` (int, required, one of 0, 1): 0: none; 1: SiLU after the affine step.
+    Required: the operator declares no default.
+    - `channels_last` (int, default 1): Non-zero: `X` and `Y` are `(N, H, W, C)`; 0: `(N, C, H,
+    W)`.
+    - `epsilon` (float, default 1e-05): Added to the group variance before the reciprocal square
+    root.
+    Outputs:
+    - `Y`: Normalized tensor with the shape and element type of `X`.
+    - `S`, optional: ask for it with outputs=: Optional `X + skip + bias`, rounded to T: the
+    values the statistics are taken over.
+    Types: T: float32, float16; M: float32, float16.
+    """
     inputs = {
         "X": X,
         "gamma": gamma,
@@ -622,7 +703,7 @@ def skip_group_norm(
     }
     inputs = {k: v for k, v in inputs.items() if v is not None}
     attrs = {"groups": groups, "activation": activation, "channels_last": channels_last, "epsilon": epsilon}
-    outputs = ("Y",)
+    outputs: tuple[str, ...] = ("Y",)
     if return_sum:
         outputs += ("S",)
     result = kernel(inputs, attrs=attrs, outputs=outputs, device=device, variant=variant)
