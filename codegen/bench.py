@@ -41,6 +41,7 @@ What is measured, per case:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import itertools
 import json
@@ -627,6 +628,8 @@ class Bench:
 
         result.host = self._host_overheads(op, case, sets[0], options, result.gpu_us)
         result.host["first_call_ms"] = first_call * 1e3
+        arrays_for = lambda shapes: random_inputs(op, dataclasses.replace(case, shapes=shapes), self.rng)  # noqa: E731
+        result.host.update(bench_calls.new_shape_first_call(op, case, arrays_for, options, device, timer.sync))
 
         if self.torch_peer is not None:
             seconds, how = self.torch_peer.time(case.op, arrays, attributes_with_defaults(op, case), copies)
@@ -753,11 +756,13 @@ def markdown(results, meta):
         "pipeline, bind group, submit) with the cached bind group and creating one; × floor = against the "
         "fresh-bind-group floor. Overhead = to the end of the GPU work minus GPU time and a bare sync. "
         f"Figures under {bench_calls.NOISE_US:g} µs are noise. First call: creates the case's pipelines "
-        "unless an earlier case made them.",
+        "unless an earlier case made them. New shape: the first call of the case's shapes with one spatial "
+        "dimension 4 larger (a shape not seen before), and the pipelines it created.",
         "",
         "| op | case | dtype | plan | kernel() | kernel(out=) | Sequence.run() | floor, cached bg | floor, fresh bg "
-        "| kernel(out=) × floor | Sequence × floor | kernel() overhead | kernel(out=) overhead | first call ms |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| kernel(out=) × floor | Sequence × floor | kernel() overhead | kernel(out=) overhead | first call ms "
+        "| new shape: first call ms (pipelines made) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         if r.error:
@@ -770,7 +775,9 @@ def markdown(results, meta):
             f"| {shown(h.get('kernel_out_submit_us'))} | {shown(h.get('sequence_run_us'))} "
             f"| {shown(h.get('floor_cached_us'))} | {shown(h.get('floor_fresh_us'))} "
             f"| {_fmt(h.get('kernel_out_submit_ratio'), 2)} | {_fmt(h.get('sequence_run_ratio'), 2)} "
-            f"| {shown(h['kernel_overhead_us'])} | {shown(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} |"
+            f"| {shown(h['kernel_overhead_us'])} | {shown(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} "
+            f"| {_fmt(h.get('new_shape_first_call_ms'), 2)} ({h.get('new_shape_pipelines', '')}"
+            f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) |"
         )
     alone = [r for r in results if not r.error and any("alone_us" in p for p in r.passes)]
     if alone:

@@ -209,3 +209,46 @@ def sequences_markdown(results):
             f"| {'' if torch_us is None else f'{torch_us:,.0f}'} |"
         )
     return "\n".join(lines) + "\n"
+
+
+# ---------------------------------------------------------------------------------------------
+# A new shape for a variant whose pipelines exist
+
+
+def neighbour_shapes(case):
+    """The case's shapes with one spatial dimension 4 larger (N 1 larger for rank-2 inputs): a shape
+    never seen, which keeps every divisibility the variant relies on; None when there is none."""
+    first_key, first = next(iter(case.shapes.items()))
+    if len(first) < 3:
+        axis = 0
+    elif case.attrs.get("channels_last", 0) and len(first) == 4:
+        axis = 2
+    else:
+        axis = len(first) - 1
+    grown = {}
+    for key, shape in case.shapes.items():
+        if len(shape) == len(first) and shape[:axis] == first[:axis] and shape[axis] == first[axis]:
+            shape = shape[:axis] + (shape[axis] + (1 if axis == 0 else 4),) + shape[axis + 1 :]
+        grown[key] = shape
+    return grown
+
+
+def new_shape_first_call(op, case, arrays_for, options, device, sync):
+    """(ms of the first kernel() call of a neighbouring shape, pipelines it created, same variant?)."""
+    shapes = neighbour_shapes(case)
+    before = op.plan(case.shapes, case.dtypes, case.attrs, device=device, **options)
+    after = op.plan(shapes, case.dtypes, case.attrs, device=device, **options)
+    inputs = {k: Tensor.from_numpy(a, device) for k, a in arrays_for(shapes).items()}
+    sync()
+    created = _runtime.pipeline_creations
+    started = time.perf_counter()
+    op.kernel(inputs, attrs=case.attrs, device=device, **options)
+    sync()
+    elapsed = time.perf_counter() - started
+    for tensor in inputs.values():
+        tensor.destroy()
+    return {
+        "new_shape_first_call_ms": elapsed * 1e3,
+        "new_shape_pipelines": _runtime.pipeline_creations - created,
+        "new_shape_same_variant": before.variant == after.variant,
+    }
