@@ -27,7 +27,8 @@ from types import SimpleNamespace
 import pytest
 
 import codegen.__main__ as cli
-from codegen.__main__ import build
+from codegen import build as builder
+from codegen.build import build
 from codegen.manifest import ManifestError, load_manifest, load_manifests
 from codegen.resolve import resolve_op
 
@@ -89,7 +90,48 @@ def test_build_matches_committed_generated_byte_for_byte(built):
             stale.append(relative)
     extra = sorted(p for p in _generated_files_on_disk() if p.endswith(".py") and p not in files)
     stale += [f"{p} (not generated any more)" for p in extra]
-    assert not stale, f"generated/ is stale; regenerate with `{REGENERATE}`:\n  " + "\n  ".join(stale)
+    assert not stale, (
+        f"generated/ is stale; regenerate with `{REGENERATE}`:\n  " + "\n  ".join(stale) + "\n" + builder.stale_diff(files, GENERATED)
+    )
+
+
+def test_stale_diff_shows_what_changed(tmp_path):
+    (tmp_path / "a.py").write_text("x = 1\ny = 2\n")
+    diff = builder.stale_diff({"a.py": "x = 1\ny = 3\n", "b.py": "new\n"}, tmp_path)
+    assert "-y = 2\n+y = 3" in diff and "+new" in diff and "built/b.py" in diff
+
+
+def test_only_writes_that_ops_files_and_refuses_unknown_names(tmp_path, device):
+    import shutil
+
+    out = tmp_path / "generated"
+    shutil.copytree(GENERATED, out, ignore=shutil.ignore_patterns("__pycache__"))
+    (out / "group_normalization" / "__init__.py").write_text("# hand edit\n")
+    (out / "batch_normalization" / "inference_scalar.py").write_text("# stale\n")
+    files = build(MANIFESTS, TEMPLATES, only=("batch_normalization",), device=device)
+    assert files and all(path.startswith("batch_normalization/") for path in files)
+    changed = builder.write(files, out, only=True)
+    assert changed == ["batch_normalization/inference_scalar.py"]
+    assert (out / "group_normalization" / "__init__.py").read_text() == "# hand edit\n"  # left alone
+    assert (out / "__init__.py").read_bytes() == (GENERATED / "__init__.py").read_bytes()
+    for name in ("nope", "BatchNorm"):
+        with pytest.raises(ManifestError, match=f"--only {name}: no such op; ops are ai.onnx.BatchNormalization"):
+            build(MANIFESTS, TEMPLATES, only=(name,), device=device)
+    with pytest.raises(ManifestError, match="no <op id>/manifest.json in this folder"):
+        build(tmp_path, TEMPLATES, device=device)
+
+
+def test_writes_are_atomic(tmp_path, monkeypatch):
+    target = tmp_path / "m.py"
+    target.write_text("old\n")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(builder.os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        builder.write({"m.py": "new\n"}, tmp_path)
+    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["m.py"]
 
 
 def test_build_writes_the_expected_files(built, ops):
@@ -503,7 +545,7 @@ def tiny(tmp_path, monkeypatch):
     (tmp_path / "codegen").mkdir()
     runtime = tmp_path / "codegen" / "runtime.py"
     shutil.copyfile(REPO / "codegen" / "runtime.py", runtime)
-    monkeypatch.setattr(cli, "RUNTIME_SOURCE", runtime)
+    monkeypatch.setattr(builder, "RUNTIME_SOURCE", runtime)
     return SimpleNamespace(root=tmp_path, manifests=manifests, templates=templates)
 
 
@@ -653,7 +695,7 @@ def test_tiny_report(tiny_files):
 
 def _import_tiny(tiny, files, package: str, monkeypatch):
     out = tiny.root / "out"
-    cli.write(files, out / package)
+    builder.write(files, out / package)
     monkeypatch.syspath_prepend(str(out))
     importlib.invalidate_caches()
     return importlib.import_module(f"{package}.tiny")

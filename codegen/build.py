@@ -1,0 +1,218 @@
+"""Build stage: manifests/ + templates/ -> {path relative to OUT: text}, and the one writer.
+
+`build()` is a pure function of the sources (manifests, templates, the runtime and tool sources
+copied verbatim); `write()` replaces, through a temporary file and `os.replace`, only the files
+whose bytes changed; `stale()` is what `--check` reports. The CLI (`__main__.py`) only parses
+arguments and prints.
+"""
+
+from __future__ import annotations
+
+import difflib
+import multiprocessing
+import os
+import tempfile
+import tomllib
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+from .emit import Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_variant, format_source, module_name, sha256_of
+from .expr import snake
+from .manifest import ManifestError, load_manifests
+from .report import emit_report
+from .resolve import resolve_op
+from .validate import validate
+from .wgsl import missing_templates, render_op
+
+RUNTIME_SOURCE = Path(__file__).with_name("runtime.py")
+BENCH_SOURCE = Path(__file__).with_name("bench.py")
+ONNX_VERSIONS_SOURCE = Path(__file__).with_name("onnx_versions.py")
+# Copied verbatim, each under its name in generated/.
+VERBATIM_SOURCES = {
+    "bench.py": BENCH_SOURCE,
+    "bench_calls.py": Path(__file__).with_name("bench_calls.py"),
+    "doctor.py": Path(__file__).with_name("doctor.py"),
+    "__main__.py": Path(__file__).with_name("package_main.py"),
+    "onnx_nodes.py": Path(__file__).with_name("onnx_nodes.py"),
+    "check_model.py": Path(__file__).with_name("check_model.py"),
+}
+# The compiler's own project: its version is the generated package's when MANIFESTS has none beside it.
+OWN_PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
+
+
+def selected_ops(manifests: Path, only: tuple[str, ...] = ()):
+    """The manifests' ops, or those `only` names (op id, name or module name); unknown names and an
+    empty folder are a one-line ManifestError."""
+    if not manifests.is_dir():
+        raise ManifestError([f"{manifests}: no such folder of <op id>/manifest.json"])
+    loaded = load_manifests(manifests)
+    if not loaded:
+        raise ManifestError([f"{manifests}: no <op id>/manifest.json in this folder"])
+    names = {name: op for op in loaded for name in (op.id, op.name, module_name_of(op))}
+    unknown = [name for name in only if name not in names]
+    if unknown:
+        raise ManifestError([f"--only {unknown[0]}: no such op; ops are {', '.join(op.id for op in loaded)} (or their module names {', '.join(module_name_of(op) for op in loaded)})"])
+    return [op for op in loaded if not only or any(names[name] is op for name in only)]
+
+
+def module_name_of(op) -> str:
+    """The op package's name (`group_normalization`), from an ir.Op."""
+    return snake(op.name)
+
+
+def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=None) -> dict[str, str]:
+    """Every generated file as {path relative to OUT: text}; raises ManifestError on any problem.
+
+    With `only`, just those ops' own files (their package folders): nothing shared is rebuilt.
+    """
+    repo_root = manifests.resolve().parent
+    ops = [resolve_op(op) for op in selected_ops(manifests, only)]
+    files: dict[str, str] = {}
+    emitted, skipped, rendered_all = [], [], []
+    for op in ops:
+        # A variant whose templates are not written yet is left out; the op needs at least one.
+        ready = tuple(v for v in op.variants if not missing_templates(v, templates))
+        for variant in op.variants:
+            if variant not in ready:
+                skipped.append((op, variant, missing_templates(variant, templates)))
+        if not ready:
+            continue
+        op = replace(op, variants=ready)
+        rendered = list(render_op(op, templates))
+        rendered_all.extend(rendered)
+        emitted.append((op, rendered))
+    report = validate(rendered_all, templates, device) if rendered_all else None
+    runtime_source = Source(f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}", sha256_of(RUNTIME_SOURCE))
+    for op, rendered in emitted:
+        template_paths = sorted({item.template for item in rendered})
+        sources = [Source(op.ir.source, op.ir.sha256)] + [Source(t, sha256_of(repo_root / t)) for t in template_paths]
+        package = module_name(op)
+        files[f"{package}/__init__.py"] = emit_op_init(op, rendered, banner(sources))
+        cases = emit_cases(op, manifests / op.ir.id, repo_root)
+        if cases is not None:
+            files[f"{package}/cases.py"] = cases
+        for variant in op.variants:
+            mine = [item for item in rendered if item.variant is variant]
+            variant_sources = [Source(op.ir.source, op.ir.sha256)] + [
+                Source(t, sha256_of(repo_root / t)) for t in sorted({item.template for item in mine})
+            ]
+            files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, banner(variant_sources))
+    if only:
+        return _format_python(files)
+    all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
+    # The registry ops() comes from the ONNX version tables too.
+    all_sources.append(Source(f"{ONNX_VERSIONS_SOURCE.parent.name}/{ONNX_VERSIONS_SOURCE.name}", sha256_of(ONNX_VERSIONS_SOURCE)))
+    files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources, project_version(repo_root))
+    # PEP 561: the package's annotations are meant for type checkers (a banner is not "partial").
+    files["py.typed"] = banner([])
+    files["_runtime.py"] = emit_runtime(RUNTIME_SOURCE.read_text(), runtime_source)
+    for relative, path in VERBATIM_SOURCES.items():
+        files[relative] = emit_runtime(path.read_text(), Source(f"{path.parent.name}/{path.name}", sha256_of(path)))
+    files = _format_python(files)
+    files["REPORT.md"] = emit_report(emitted, skipped, report, files)
+    return files
+
+
+def project_version(repo_root: Path) -> str:
+    """`[project] version` of the pyproject.toml beside MANIFESTS (else the compiler's own): the one
+    source of the version, read by the wheel build too (build_backend/)."""
+    for path in (repo_root / "pyproject.toml", OWN_PYPROJECT):
+        if path.exists():
+            version = tomllib.loads(path.read_text()).get("project", {}).get("version")
+            if version:
+                return version
+    return "0+unknown"
+
+
+def _format_python(files: dict) -> dict[str, str]:
+    """Run black on every generated module, across the machine's cores (same bytes either way)."""
+    items = list(files.items())
+    workers = min(os.cpu_count() or 1, 8)
+    if workers > 1:
+        # spawn, not fork: forking a process that holds a wgpu device can deadlock the child.
+        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+            texts = list(pool.map(format_source, [item for _, item in items], chunksize=1))
+    else:
+        texts = [format_source(item) for _, item in items]
+    return {path: text for (path, _), text in zip(items, texts)}
+
+
+def _leftovers(files: dict[str, str], out: Path) -> list[Path]:
+    """Files we generated earlier that this build no longer writes; anything else is not ours."""
+    if not out.exists():
+        return []
+    found = []
+    for path in sorted(out.rglob("*.py")):
+        relative = path.relative_to(out).as_posix()
+        if relative not in files and "__pycache__" not in relative:
+            with path.open() as handle:
+                if handle.readline().startswith("# Generated by `python -m codegen"):
+                    found.append(path)
+    return found
+
+
+def write(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
+    """Replace files whose bytes changed, each atomically, and delete generated files that are no
+    longer built (with `only`, only inside the folders this build wrote)."""
+    changed = []
+    for relative, text in files.items():
+        path = out / relative
+        if not path.exists() or path.read_text() != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _replace_file(path, text)
+            changed.append(relative)
+    folders = {Path(relative).parent for relative in files}
+    for path in _leftovers(files, out):
+        if only and path.relative_to(out).parent not in folders:
+            continue
+        path.unlink()
+        changed.append(f"{path.relative_to(out).as_posix()} (removed)")
+    return changed
+
+
+def _replace_file(path: Path, text: str) -> None:
+    """Write through a temporary file beside `path` and os.replace: never a half-written module."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w") as stream:
+            stream.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def stale(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
+    """What --check reports: missing, changed, and (within the folders built, with `only`) leftover files."""
+    found = []
+    for relative, text in files.items():
+        path = out / relative
+        if not path.exists():
+            found.append(f"{relative} (missing)")
+        elif path.read_text() != text:
+            found.append(relative)
+    folders = {Path(relative).parent for relative in files}
+    found += [
+        f"{path.relative_to(out).as_posix()} (not generated any more)"
+        for path in _leftovers(files, out)
+        if not only or path.relative_to(out).parent in folders
+    ]
+    return found
+
+
+
+
+def stale_diff(files: dict[str, str], out: Path, limit: int = 3, lines: int = 40) -> str:
+    """A unified diff of the first `limit` stale files (committed -> built), cut to `lines` lines each."""
+    parts = []
+    for relative, text in files.items():
+        path = out / relative
+        old = path.read_text() if path.exists() else ""
+        if old == text:
+            continue
+        diff = list(difflib.unified_diff(old.splitlines(True), text.splitlines(True), f"{out.name}/{relative}", f"built/{relative}"))
+        parts.append("".join(diff[:lines]) + ("...\n" if len(diff) > lines else ""))
+        if len(parts) == limit:
+            break
+    return "\n".join(parts)
