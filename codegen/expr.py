@@ -13,6 +13,7 @@ of ints), set (device feature sets), map (adapter info) and list (intermediate s
 
 from __future__ import annotations
 
+import difflib
 import keyword
 import re
 from dataclasses import dataclass, field
@@ -177,7 +178,11 @@ class _Compiler:
             raise self.fail("only names and dotted names can be read (`shapes.X`, `device.limits.maxBufferSize`)")
         symbol = self.scope.lookup(path)
         if symbol is None:
-            raise self.fail(f"unknown name `{'.'.join(path)}`; known here: {self.scope.describe()}")
+            known = [name.strip() for name in self.scope.describe().split(",")]
+            by_folded = {name.lower(): name for name in known}  # `shapes.x` is closest to `shapes.X`
+            close = difflib.get_close_matches(".".join(path).lower(), list(by_folded), n=1)
+            hint = f"did you mean `{by_folded[close[0]]}`? " if close else ""
+            raise self.fail(f"unknown name `{'.'.join(path)}`; {hint}known here: {self.scope.describe()}")
         return Compiled(symbol.python, symbol.type, PREC_ATOM, locals=symbol.locals, refs=symbol.refs)
 
     visit_Name = resolve

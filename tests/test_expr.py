@@ -479,6 +479,11 @@ def test_unknown_name(source, fragment):
     assert "known here" in error.message and "shapes.X" in error.message
 
 
+@pytest.mark.parametrize("source, suggestion", [("shapes.x", "shapes.X"), ("attrs.nn", "attrs.n"), ("flga", "flag")])
+def test_unknown_name_suggests_the_closest_known_one(source, suggestion):
+    assert f"did you mean `{suggestion}`?" in compile_error(source).message
+
+
 @pytest.mark.parametrize("source, name", [("foo(1)", "foo"), ("pow2floor(3)", "pow2floor"), ("abs(attrs.n)", "abs")])
 def test_unknown_function(source, name):
     message = compile_error(source).message
