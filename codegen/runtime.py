@@ -10,11 +10,11 @@ from __future__ import annotations
 import math
 import numbers
 import struct
-import sys
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections import abc
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
@@ -762,7 +762,7 @@ class Tensor:
 
     __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes", "destroyed")
 
-    def __init__(self, buffer: Any, shape: Sequence[int], dtype: Any, device: Any) -> None:
+    def __init__(self, buffer: Any, shape: abc.Sequence[int], dtype: Any, device: Any) -> None:
         self.buffer = buffer
         self.shape: tuple[int, ...] = checked_shape("Tensor", "shape", shape)
         self.dtype = np.dtype(dtype)
@@ -776,7 +776,7 @@ class Tensor:
         return numel(self.shape) * self.dtype.itemsize
 
     @classmethod
-    def empty(cls, shape: Sequence[int], dtype: Any, device: Any = None, usage: int | None = None) -> Tensor:
+    def empty(cls, shape: abc.Sequence[int], dtype: Any, device: Any = None, usage: int | None = None) -> Tensor:
         device = device if device is not None else default_device()
         shape = checked_shape("Tensor", "shape", shape)
         size = _storage_nbytes(shape, np.dtype(dtype).name)
@@ -2215,7 +2215,7 @@ class Sequence:
         inputs: Mapping[str, TensorIn | None],
         attrs: Mapping[str, float] | None = None,
         *,
-        outputs: Sequence[str] | None = None,
+        outputs: abc.Sequence[str] | None = None,
         out: Mapping[str, Tensor] | None = None,
         variant: str | None = None,
         tunables: Mapping[str, int] | None = None,
