@@ -253,32 +253,14 @@ def run_case(case, device, caps, profile, seed):
     return {"outcome": "right", "message": ""}
 
 
-PROBE = """
-@group(0) @binding(0) var<storage, read_write> out: array<u32>;
-@compute @workgroup_size(64)
-fn main(@builtin(subgroup_size) size: u32, @builtin(local_invocation_index) i: u32) { out[i] = size; }
-"""
 
 
 def measured_subgroup_size(device):
-    """The subgroup_size builtin in a 64-wide 1-D workgroup on `device`, or None without subgroups."""
-    if "subgroup" not in device.features:
-        return None
-    import wgpu
+    """The subgroup_size builtin in a 64-wide 1-D workgroup on `device` (doctor's probe), or None."""
+    from generated.doctor import measured_subgroup_width
 
-    module = device.create_shader_module(code=PROBE)
-    pipeline = device.create_compute_pipeline(layout="auto", compute={"module": module, "entry_point": "main"})
-    buffer = device.create_buffer(size=256, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
-    group = device.create_bind_group(layout=pipeline.get_bind_group_layout(0), entries=[{"binding": 0, "resource": {"buffer": buffer}}])
-    encoder = device.create_command_encoder()
-    compute = encoder.begin_compute_pass()
-    compute.set_pipeline(pipeline)
-    compute.set_bind_group(0, group)
-    compute.dispatch_workgroups(1)
-    compute.end()
-    device.queue.submit([encoder.finish()])
-    sizes = sorted(set(np.frombuffer(device.queue.read_buffer(buffer), np.uint32).tolist()))
-    return sizes[0] if len(sizes) == 1 else sizes
+    sizes = measured_subgroup_width(device)
+    return sizes if sizes is None or len(sizes) != 1 else sizes[0]
 
 
 def device_facts(device, caps):
