@@ -175,6 +175,9 @@ class Op:
     source: str  # repository-relative manifest path
     sha256: str
     chunking: Chunking | None = None
+    # Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`:
+    # name -> why), against the default of binding them at dispatch time through Params.
+    pipeline_constants: tuple[tuple[str, str], ...] = ()
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:

@@ -136,6 +136,12 @@ def load_manifest(path: Path, repo_root: Path) -> Op:
         source=source,
         sha256=hashlib.sha256(raw).hexdigest(),
         chunking=_chunking(reader, data, root, tensors),
+        pipeline_constants=tuple(
+            (name, str(why))
+            for name, why in reader.mapping(
+                data.get("pipelineConstants"), root.child("pipelineConstants"), "pipelineConstants"
+            ).items()
+        ),
     )
     if reader.problems:
         raise ManifestError(reader.problems)

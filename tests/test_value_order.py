@@ -108,7 +108,7 @@ def test_group_normalization(config, dtype, pattern, request):
     shapes = {k: v.shape for k, v in inputs.items()}
     p = gn.plan(shapes, {"T": np.dtype(dtype).name}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
     if "split" in variant:
-        assert p.passes[0].overrides["split"] == 8
+        assert p.passes[0].uniforms["split"] == 8
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(gn, inputs, attrs=attrs, caps=caps, tunables=tunables, variant=variant)["y"]
@@ -177,9 +177,9 @@ def test_instance_normalization(config, dtype, pattern, request):
     shapes = {k: v.shape for k, v in inputs.items()}
     p = inn.plan(shapes, {"T": np.dtype(dtype).name}, caps=caps, tunables=tunables, variant=variant)
     if "splitk" in variant:
-        assert p.passes[0].overrides["split"] == 8
+        assert p.passes[0].uniforms["split"] == 8
     elif variant == "plane_batched_vec4":
-        assert p.passes[0].overrides["lanesPerPlane"] == 16
+        assert p.passes[0].uniforms["lanesPerPlane"] == 16
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(inn, inputs, caps=caps, tunables=tunables, variant=variant)["output"]
