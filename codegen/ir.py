@@ -139,6 +139,8 @@ class Variant:
     intermediates: tuple[Intermediate, ...]
     passes: tuple[Pass, ...]
     origin: Origin
+    # As Op.pipeline_constants, for this variant's passes only.
+    pipeline_constants: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

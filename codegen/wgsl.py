@@ -267,7 +267,7 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
         if key not in bodies:
             context = {v.name: combo[v.name] for v in template_values}
             bodies[key] = (combo, context, template.render(context))
-    kept = {n for n, _ in op.ir.pipeline_constants}
+    kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
     uniforms = _scope_uniforms(pass_, kept, numeric, [body for _, _, body in bodies.values()], origin, name)
     moved = {u.name for u in uniforms}
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
