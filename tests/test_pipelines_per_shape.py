@@ -8,11 +8,6 @@ grow on the second call, and both results match the float64 references of tests/
 (DESIGN §7 tolerances; NaN-poisoned outputs, fresh random data, seed printed on failure).
 A second test plans 50 shapes of one variant and counts the distinct (wgsl, overrides)
 pipeline keys: only the workgroup-array sizes (powers of two under a tunable) may tell them apart.
-
-com.microsoft SkipGroupNorm's split family still binds its shape values as pipeline overrides
-(the split variants' `pipelineConstants`, until its slab walks lose their per-element divisions
-and its slab workgroup size is bucketed): those cases are strict xfails that turn into failures
-once it is converted, as a reminder. The fused family is converted and tested like the others.
 """
 
 from __future__ import annotations
@@ -217,19 +212,18 @@ def sgn_check(inputs, attrs, result, context):
         assert_close(result["S"], s_ref, inputs["X"].dtype, f"{context} S")
 
 
-SPLIT_STILL_OVERRIDES = pytest.mark.xfail(
-    strict=True, reason="the split family keeps its shape values as pipelineConstants (overrides) for now"
-)
-
-
 @DTYPES
-@pytest.mark.parametrize("variant", [pytest.param(v, marks=SPLIT_STILL_OVERRIDES) if v.startswith("split") else v for v in SGN_VARIANTS])
+@pytest.mark.parametrize("variant", SGN_VARIANTS)
 def test_skip_group_norm_second_shape_reuses_pipelines(variant, dtype, request):
     rng, seed = rng_for(request.node.name)
     bias = "bias" in variant
     cases = [
         ((2, 4, 5, 16), {"groups": 4, "activation": 0, "epsilon": 1e-5, "_bias": bias}),
-        ((1, 3, 6, 8), {"groups": 2, "activation": 0, "epsilon": 1e-5, "_bias": bias}),
+        # The same power-of-two workgroups: fused (rowVectors 20 and 18 -> 32 lanes); split (8 slab
+        # lanes, 10 and 15 slabs -> a 16-lane combine).
+        ((1, 3, 6, 8), {"groups": 2, "activation": 1, "epsilon": 1e-5, "_bias": bias})
+        if variant.startswith("fused")
+        else ((1, 3, 5, 24), {"groups": 6, "activation": 1, "epsilon": 1e-5, "_bias": bias}),
     ]
     outputs = ("Y", "S") if variant.endswith("sum") else ("Y",)
 

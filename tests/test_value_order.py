@@ -235,7 +235,7 @@ def test_skip_group_norm(variant, channels_last, dtype, pattern, request):
     name = np.dtype(dtype).name
     p = sgn.plan(shapes, {"T": name, "M": name}, attrs=attrs, outputs=outputs, tunables=SGN_TUNABLES, variant=variant, caps={"features": ["shader-f16"]})
     if variant.startswith("split"):
-        assert p.passes[0].overrides["slabCount"] > 1, p.passes[0].overrides
+        assert p.passes[0].uniforms["slabCount"] > 1, p.passes[0].uniforms
     else:
         assert p.passes[0].overrides["fusedWorkgroupSize"] < p.passes[0].uniforms["rowVectors"]
     result = poisoned_call(sgn, inputs, outputs, attrs=attrs, tunables=SGN_TUNABLES, variant=variant)
