@@ -352,6 +352,10 @@ def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
     env = make_environment(templates_dir)
     rendered, problems = [], []
     for variant in op.variants:
+        names = {v.name for p in variant.passes for v in p.scope_values}
+        for name, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants:
+            if name not in names:
+                problems.append(f"{variant.ir.origin}: pipelineConstants names `{name}`, which is no value of this variant's passes")
         for pass_ in variant.passes:
             try:
                 rendered.append(render_pass(op, variant, pass_, env, templates_dir))

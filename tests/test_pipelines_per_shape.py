@@ -279,3 +279,34 @@ def test_fifty_shapes_share_a_handful_of_pipelines(package, variant, attrs, caps
             assert not set(p.overrides) & set(p.uniforms), p.name
     # Only the workgroup size (a power of two up to a tunable, for the row variants) may differ.
     assert len(keys) == len(sizes) <= 12, f"{variant}: {len(keys)} pipeline keys for 50 shapes ({seed_note(seed)})"
+
+
+# --- the compiler's choice, for every shader ------------------------------------------------------
+
+
+def test_no_request_dependent_override_except_array_and_workgroup_sizes():
+    """Every override of every rendered shader is either fixed per device (tunables, limits,
+    dtypes) or sizes a workgroup array / the workgroup; request-dependent values are uniforms."""
+    from pathlib import Path
+
+    from codegen.manifest import load_manifests
+    from codegen.resolve import resolve_op
+    from codegen.wgsl import render_op
+
+    root = Path(__file__).resolve().parent.parent
+    checked = 0
+    for op in load_manifests(root / "manifests"):
+        resolved = resolve_op(op)
+        for item in render_op(resolved, root / "templates"):
+            values = {v.name: v for v in item.pass_.scope_values}
+            for uniform in item.scope_uniforms:
+                assert uniform.value.request_dependent, uniform.name
+            for spec in item.specializations:
+                sizes = {spec.workgroup_size} | {f for _, factors in spec.workgroup_arrays for f in factors}
+                for name, _ in spec.overrides:
+                    value = values.get(name)
+                    shape_dependent = value is not None and value.request_dependent
+                    assert not shape_dependent or name in sizes, f"{op.name} {item.variant.ir.id}.{item.pass_.ir.id}: {name}"
+                    checked += 1
+                assert f"params.{spec.workgroup_size}" not in spec.wgsl
+    assert checked > 100
