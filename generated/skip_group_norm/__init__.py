@@ -2,7 +2,7 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 326573fa8112e6c4)
 #   templates/group-norm-combine.wgsl.jinja (sha256 e9ce971f75223796)
 #   templates/group-norm-fused.wgsl.jinja (sha256 ab0663b15ac46819)
-#   templates/group-norm-slab.wgsl.jinja (sha256 c51f44e753244787)
+#   templates/group-norm-slab.wgsl.jinja (sha256 ce5e599694896918)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """com.microsoft SkipGroupNorm-1: the contract, derived values, selection and the public calls.
