@@ -567,10 +567,15 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
         w.line("uniforms = {")
         for field, code in p.uniforms:
             w.line(f'    "{field.name}": {code.python},  # {field.value.text()}')
+        for uniform in item.scope_uniforms:
+            if not uniform.declared:
+                w.line(f'    "{uniform.name}": {numbers[uniform.name]},  # request-dependent: bound at dispatch time')
         w.line("}")
+        moved = {u.name for u in item.scope_uniforms}
         w.line("numbers = {")
         for name, text in numbers.items():
-            w.line(f'    "{name}": {text},')
+            if name not in moved:
+                w.line(f'    "{name}": {text},')
         w.line("}")
         w.line(f'return make_pass(r, shader, "{ir.id}", "{label}", dispatch, uniforms, numbers)')
 
@@ -578,7 +583,7 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
 def _emit_shaders(w: Writer, p: ResolvedPass, item: RenderedPass) -> None:
     ir = p.ir
     prefix = ir.id.upper()
-    uniform_fields = [(f.name, f.type) for b in ir.bindings for f in b.fields]
+    uniform_fields = list(item.uniform_fields)
     uniform_fields += [(f"_pad{i}", "u32") for i in range(-len(uniform_fields) % 4)] if uniform_fields else []
     w.comment("The resources every specialization of this pass binds, in binding order, and its Params layout.")
     w.line(f"{prefix}_BINDINGS = (")

@@ -139,6 +139,8 @@ class Variant:
     intermediates: tuple[Intermediate, ...]
     passes: tuple[Pass, ...]
     origin: Origin
+    # As Op.pipeline_constants, for this variant's passes only.
+    pipeline_constants: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,9 @@ class Op:
     source: str  # repository-relative manifest path
     sha256: str
     chunking: Chunking | None = None
+    # Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`:
+    # name -> why), against the default of binding them at dispatch time through Params.
+    pipeline_constants: tuple[tuple[str, str], ...] = ()
 
     @property
     def tensors(self) -> tuple[Tensor, ...]:

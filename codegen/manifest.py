@@ -136,6 +136,7 @@ def load_manifest(path: Path, repo_root: Path) -> Op:
         source=source,
         sha256=hashlib.sha256(raw).hexdigest(),
         chunking=_chunking(reader, data, root, tensors),
+        pipeline_constants=_pipeline_constants(reader, data, root),
     )
     if reader.problems:
         raise ManifestError(reader.problems)
@@ -283,9 +284,16 @@ def _variants(reader: _Reader, data: dict, root: Origin, tensors: dict[str, Tens
                 intermediates=intermediates,
                 passes=passes,
                 origin=origin,
+                pipeline_constants=_pipeline_constants(reader, spec, origin),
             )
         )
     return tuple(variants)
+
+
+def _pipeline_constants(reader: _Reader, spec: dict, origin: Origin) -> tuple[tuple[str, str], ...]:
+    """`pipelineConstants`: name -> why a request-dependent value stays a pipeline override."""
+    table = reader.mapping(spec.get("pipelineConstants"), origin.child("pipelineConstants"), "pipelineConstants")
+    return tuple((name, str(why)) for name, why in table.items())
 
 
 def _conditions(reader: _Reader, value: Any, origin: Origin) -> tuple[Expr, ...]:

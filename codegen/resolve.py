@@ -27,6 +27,16 @@ DEVICE_LOCALS = {
 }
 
 
+# Preamble locals that come from the request itself (DESIGN §4: dispatch-time facts): shapes and
+# ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
+_REQUEST_LOCAL_PREFIXES = ("shape_", "attr_")
+
+
+def reads_request(code: Compiled) -> bool:
+    """Whether compiled text reads a shape, a rank, an attribute or the requested outputs itself."""
+    return "r" in code.locals or any(local.startswith(_REQUEST_LOCAL_PREFIXES) for local in code.locals)
+
+
 @dataclass(frozen=True)
 class Value:
     """One named value as the generated code computes it: `var = python  # name: source`."""
@@ -35,6 +45,9 @@ class Value:
     var: str
     expr: Expr
     code: Compiled
+    # Depends, directly or through derived values, on shapes, ranks, attributes or the requested
+    # outputs: a value that changes from request to request, bound at dispatch time (`Params`).
+    request_dependent: bool = False
 
 
 @dataclass(frozen=True)
@@ -94,10 +107,11 @@ def _attribute_kind(op: Op, name: str) -> str:
 class _Level:
     """The derived values of one scope level, compiled lazily in dependency order."""
 
-    def __init__(self, derives: tuple[Derive, ...], make_scope, var_prefix: str = ""):
+    def __init__(self, derives: tuple[Derive, ...], make_scope, var_prefix: str = "", levels=None):
         self.specs = {d.name: d for d in derives}
         self.make_scope = make_scope
         self.var_prefix = var_prefix
+        self.levels = levels  # () -> {"manifest" | "variant" | "pass": _Level}: where a ref points
         self.done: dict[str, Value] = {}
         self.active: list[str] = []
 
@@ -115,8 +129,15 @@ class _Level:
             code = compile_expr(spec.expr, self.make_scope())
         finally:
             self.active.pop()
-        self.done[name] = Value(name, self.var_prefix + snake(name), spec.expr, code)
+        self.done[name] = Value(name, self.var_prefix + snake(name), spec.expr, code, self.request_dependent(code))
         return self.done[name]
+
+    def request_dependent(self, code: Compiled) -> bool:
+        if reads_request(code):
+            return True
+        levels = self.levels() if self.levels is not None else {"manifest": self}
+        # Every ref was compiled before this value (compile on first use), so it is in `done`.
+        return any(levels[level].done[name].request_dependent for level, name in code.refs)
 
     def all(self) -> tuple[Value, ...]:
         for name in self.specs:
@@ -135,7 +156,7 @@ class _Resolver:
         self.attributes = {a.name for a in op.attributes}
         self.tunables = dict(op.tunables)
         self.type_vars = {name for name, _ in op.type_constraints}
-        self.manifest = _Level(op.derives, lambda: self.scope("manifest"))
+        self.manifest = _Level(op.derives, lambda: self.scope("manifest"), levels=lambda: {"manifest": self.manifest})
 
     # names --------------------------------------------------------------------------------------
 
@@ -228,7 +249,7 @@ class _Resolver:
         select = self.scope("select")
         when = tuple((e, compile_expr(e, select, "bool")) for e in variant.when)
         demote = tuple((e, compile_expr(e, select, "bool")) for e in variant.demote_when)
-        level = _Level(variant.derives, lambda: self.scope("variant", level))
+        level = _Level(variant.derives, lambda: self.scope("variant", level), levels=lambda: {"manifest": self.manifest, "variant": level})
         values = level.all()
         intermediates = tuple(
             (i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape"))) for i in variant.intermediates
@@ -237,7 +258,11 @@ class _Resolver:
         return ResolvedVariant(variant, when, demote, values, intermediates, passes)
 
     def pass_(self, pass_: Pass, variant_level: _Level) -> ResolvedPass:
-        level = _Level(pass_.derives, lambda: self.scope("pass", variant_level, level), var_prefix="")
+        level = _Level(
+            pass_.derives,
+            lambda: self.scope("pass", variant_level, level),
+            levels=lambda: {"manifest": self.manifest, "variant": variant_level, "pass": level},
+        )
         values = level.all()
         scope = self.scope("pass", variant_level, level)
         dispatch = tuple((k, compile_expr(e, scope, ("int", "float"))) for k, e in pass_.dispatch.values)

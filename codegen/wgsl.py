@@ -43,12 +43,35 @@ class Specialization:
 
 
 @dataclass(frozen=True)
+class ScopeUniform:
+    """A numeric scope value the shader reads from `Params` (dispatch time) instead of an override.
+
+    The compiler adds one for every value a body names that depends on the request (shapes,
+    ranks, attributes, requested outputs) and that sizes no array: the body reads it as
+    `params.<name>`, so a new shape reuses the pipeline. `declared` means the manifest's Params
+    already has a field of that name, which the value then reads instead of adding one.
+    """
+
+    name: str
+    type: str  # u32 | f32
+    value: Value
+    declared: bool
+
+
+@dataclass(frozen=True)
 class RenderedPass:
     variant: ResolvedVariant
     pass_: ResolvedPass
     template: str  # repository-relative path
     key_names: tuple[str, ...]  # template values, then `binding:<name>` element types
     specializations: tuple[Specialization, ...]
+    scope_uniforms: tuple[ScopeUniform, ...] = ()  # appended to Params after the manifest's fields
+
+    @property
+    def uniform_fields(self) -> tuple[tuple[str, str], ...]:
+        """The pass's Params layout: the manifest's fields, then the compiler's, unpadded."""
+        fields = [(f.name, f.type) for b in self.pass_.ir.bindings for f in b.fields]
+        return tuple(fields) + tuple((u.name, u.type) for u in self.scope_uniforms if not u.declared)
 
 
 def make_environment(templates_dir: Path) -> jinja2.Environment:
@@ -180,7 +203,7 @@ def _workgroup_arrays(body: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
     return tuple(arrays)
 
 
-def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str) -> str:
+def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> str:
     lines = []
     # Comments must not turn an f32 shader into one that needs shader-f16.
     code = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
@@ -190,7 +213,7 @@ def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tupl
         lines.append(f"override {name}: {kind};")
     for index, binding in enumerate(pass_.ir.bindings):
         if binding.kind == "uniform":
-            fields = [f"{f.name}: {f.type}" for f in binding.fields]
+            fields = [f"{f.name}: {f.type}" for f in binding.fields] + [f"{n}: {t}" for n, t in extra]
             fields += [f"_pad{i}: u32" for i in range(-len(fields) % 4)]
             lines.append(f"struct {binding.struct_name} {{ {', '.join(fields)} }}")
             lines.append(f"@group(0) @binding({index}) var<uniform> {binding.name}: {binding.struct_name};")
@@ -238,16 +261,22 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
         numeric["WORKGROUP_SIZE"] = "u32"
     numeric["DISPATCH_FOLD_WIDTH"] = "u32"
     template = env.get_template(name)
-    specializations = {}
+    bodies = {}
     for combo in combos:
         key = tuple(combo[n] for n in key_names)
-        if key in specializations:
-            continue
-        context = {v.name: combo[v.name] for v in template_values}
-        body = template.render(context)
-        overrides = [(n, numeric[n]) for n in sorted(numeric) if re.search(rf"(?<![\w.]){re.escape(n)}\b", body)]
+        if key not in bodies:
+            context = {v.name: combo[v.name] for v in template_values}
+            bodies[key] = (combo, context, template.render(context))
+    kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
+    uniforms = _scope_uniforms(pass_, kept, numeric, [body for _, _, body in bodies.values()], origin, name)
+    moved = {u.name for u in uniforms}
+    extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
+    specializations = {}
+    for key, (combo, context, body) in bodies.items():
+        body = _read_from_params(body, uniforms, pass_)
+        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(body, n)]
         element_types = {b: combo[f"binding:{b}"] for b, _ in pass_.element_types}
-        header = _declarations(pass_, element_types, overrides, body)
+        header = _declarations(pass_, element_types, overrides, body, extra)
         size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", body)
         if size is None:
             raise ManifestError([f"{origin}: template `{name}` needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"])
@@ -261,13 +290,72 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
             workgroup_arrays=_workgroup_arrays(body),
             uses_subgroups=bool(SUBGROUP_USE.search(body)),
         )
-    return RenderedPass(variant, pass_, f"{templates_dir.name}/{name}", key_names, tuple(specializations.values()))
+    return RenderedPass(variant, pass_, f"{templates_dir.name}/{name}", key_names, tuple(specializations.values()), uniforms)
+
+
+def _names(body: str, name: str) -> bool:
+    """Whether WGSL text uses `name` as an identifier of its own (not a member: `params.name`)."""
+    return re.search(rf"(?<![\w.]){re.escape(name)}\b", body) is not None
+
+
+def _array_sizes(body: str) -> set[str]:
+    """Names that size an array (`array<T, NAME>`, products too) or the workgroup: these must be
+    pipeline constants, WGSL allows no uniform there."""
+    found = set()
+    for match in re.finditer(r"array<\s*(?:[\w]+|\w+<\s*\w+\s*>)\s*,\s*([\w\s*]+?)\s*>", body):
+        found |= {f.strip() for f in match.group(1).split("*")}
+    for match in re.finditer(r"@workgroup_size\(([^)]*)\)", body):
+        found |= {f.strip() for f in re.split(r"[,*]", match.group(1))}
+    return found
+
+
+def _scope_uniforms(pass_: ResolvedPass, kept: set, numeric: dict, bodies: list[str], origin, name: str) -> tuple:
+    """The request-dependent numeric values the bodies name and no array size needs, in scope order;
+    `kept`: the manifest's `pipelineConstants`, left as overrides."""
+    sizes = set().union(*(_array_sizes(b) for b in bodies)) if bodies else set()
+    declared = {f.name: f for b in pass_.ir.bindings for f in b.fields}
+    found = []
+    for value in pass_.scope_values:
+        if value.name not in numeric or not value.request_dependent or value.name in sizes | kept:
+            continue
+        if not any(_names(body, value.name) for body in bodies):
+            continue
+        kind = numeric[value.name]
+        if value.name in declared and declared[value.name].type != kind:
+            raise ManifestError([
+                f"{origin}: Params field `{value.name}` is {declared[value.name].type}, but the value of that name the "
+                f"template `{name}` reads is {kind}: rename one of them"
+            ])
+        found.append(ScopeUniform(value.name, kind, value, value.name in declared))
+    if found and not any(b.kind == "uniform" for b in pass_.ir.bindings):
+        names = ", ".join(u.name for u in found)
+        raise ManifestError([
+            f"{origin}: template `{name}` reads request-dependent values ({names}), which reach the shader through "
+            "the uniform Params: add a uniform binding (`params`) to the pass"
+        ])
+    return tuple(found)
+
+
+def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
+    """The body with every scope uniform read as `<uniform binding>.<name>` (`params.hidden`)."""
+    if not uniforms:
+        return body
+    holder = next(b.name for b in pass_.ir.bindings if b.kind == "uniform")
+    return re.sub(
+        rf"(?<![\w.])({'|'.join(re.escape(u.name) for u in uniforms)})\b",
+        lambda m: f"{holder}.{m.group(1)}",
+        body,
+    )
 
 
 def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
     env = make_environment(templates_dir)
     rendered, problems = [], []
     for variant in op.variants:
+        names = {v.name for p in variant.passes for v in p.scope_values}
+        for name, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants:
+            if name not in names:
+                problems.append(f"{variant.ir.origin}: pipelineConstants names `{name}`, which is no value of this variant's passes")
         for pass_ in variant.passes:
             try:
                 rendered.append(render_pass(op, variant, pass_, env, templates_dir))

@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 ae71469bb1bf5f18)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 ede50bc6c1598683)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 b94c10947030fdc4)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 0f37e4cefd98a6b8)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 326573fa8112e6c4)
 #   codegen/onnx_versions.py (sha256 a1568ccdcd8c1d86)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

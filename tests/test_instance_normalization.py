@@ -137,14 +137,14 @@ def test_forced_variant_against_reference_and_onnxruntime(case, dtype, caps, req
     assert plan.variant == variant
     first = plan.passes[0]
     if variant in SPLIT_VARIANTS:
-        assert first.dispatch[2] == first.overrides["split"] > 1, first
+        assert first.dispatch[2] == first.uniforms["split"] > 1, first
         # Workgroup memory within instanceRowWorkgroupBytes (normWorkgroupCap * 16: a vec4
         # summary a subgroup slot, or a (count, hi, lo, M2) summary a lane for the tree).
         assert first.workgroup_storage_bytes <= first.overrides["workgroupSize"] * 16
     else:
         # Within instanceBatchedVec4StorageBytes (normWorkgroupCap * 4 * 4 + planesPerWorkgroup * 4:
         # a (count, hi, lo, M2) summary a lane).
-        bound = first.overrides["workgroupSize"] * 16 + first.overrides["planesPerWorkgroup"] * 4
+        bound = first.overrides["workgroupSize"] * 16 + first.uniforms["planesPerWorkgroup"] * 4
         assert 0 < first.workgroup_storage_bytes <= bound, first
     actual = run_poisoned(inputs, **kwargs)
     context = f"{variant} {shape} {np.dtype(dtype).name} eps={epsilon} {seed_note(seed)}"

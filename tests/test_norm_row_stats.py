@@ -286,7 +286,7 @@ def test_f16_pairs_cover_partial_last_steps(variant, combine, spatial, request):
         variant, np.float16, combine, shape, groups, request.node.name, tunables={"WORKGROUP_SIZE": 8}
     )
     (main,) = plan.passes
-    assert main.overrides["wg"] == 8 and main.overrides["hiddenVec"] == spatial // 4
+    assert main.overrides["wg"] == 8 and main.uniforms["hiddenVec"] == spatial // 4
     assert "2u * wg" in main.wgsl  # the f16 specialization walks in pairs; f32 does not
     f32 = plan_for(
         variant,

@@ -108,7 +108,7 @@ def test_group_normalization(config, dtype, pattern, request):
     shapes = {k: v.shape for k, v in inputs.items()}
     p = gn.plan(shapes, {"T": np.dtype(dtype).name}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
     if "split" in variant:
-        assert p.passes[0].overrides["split"] == 8
+        assert p.passes[0].uniforms["split"] == 8
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(gn, inputs, attrs=attrs, caps=caps, tunables=tunables, variant=variant)["y"]
@@ -177,9 +177,9 @@ def test_instance_normalization(config, dtype, pattern, request):
     shapes = {k: v.shape for k, v in inputs.items()}
     p = inn.plan(shapes, {"T": np.dtype(dtype).name}, caps=caps, tunables=tunables, variant=variant)
     if "splitk" in variant:
-        assert p.passes[0].overrides["split"] == 8
+        assert p.passes[0].uniforms["split"] == 8
     elif variant == "plane_batched_vec4":
-        assert p.passes[0].overrides["lanesPerPlane"] == 16
+        assert p.passes[0].uniforms["lanesPerPlane"] == 16
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(inn, inputs, caps=caps, tunables=tunables, variant=variant)["output"]
@@ -235,9 +235,9 @@ def test_skip_group_norm(variant, channels_last, dtype, pattern, request):
     name = np.dtype(dtype).name
     p = sgn.plan(shapes, {"T": name, "M": name}, attrs=attrs, outputs=outputs, tunables=SGN_TUNABLES, variant=variant, caps={"features": ["shader-f16"]})
     if variant.startswith("split"):
-        assert p.passes[0].overrides["slabCount"] > 1, p.passes[0].overrides
+        assert p.passes[0].uniforms["slabCount"] > 1, p.passes[0].uniforms
     else:
-        assert p.passes[0].overrides["fusedWorkgroupSize"] < p.passes[0].overrides["rowVectors"]
+        assert p.passes[0].overrides["fusedWorkgroupSize"] < p.passes[0].uniforms["rowVectors"]
     result = poisoned_call(sgn, inputs, outputs, attrs=attrs, tunables=SGN_TUNABLES, variant=variant)
     y_ref, s_ref = skip_group_norm_for_call(inputs, attrs)
     context = f"{variant} channels_last={channels_last} {pattern} activation={attrs['activation']} {seed_note(seed)}"

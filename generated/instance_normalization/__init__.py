@@ -4,7 +4,7 @@
 #   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 2f90f6dbe14edd15)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 81ddb6a2b9d427e5)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 320aed529e510450)
-#   templates/norm-row-stats.wgsl.jinja (sha256 211e4b076a72ec9f)
+#   templates/norm-row-stats.wgsl.jinja (sha256 9ff685c531b7bfbd)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """ai.onnx InstanceNormalization-6: the contract, derived values, selection and the public calls.

@@ -140,14 +140,14 @@ def _main(r, d, v):
     uniforms = {
         "rows": shape_input[0] * shape_input[1],  # dim(shapes.input, 0) * dim(shapes.input, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "hidden": v.hidden,  # request-dependent: bound at dispatch time
+        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
+        "channels": v.channels,  # request-dependent: bound at dispatch time
+        "lanesPerPlane": v.lanes_per_plane,  # request-dependent: bound at dispatch time
+        "planesPerWorkgroup": v.planes_per_workgroup,  # request-dependent: bound at dispatch time
     }
     numbers = {
-        "hidden": v.hidden,
-        "hiddenVec": v.hidden_vec,
-        "channels": v.channels,
         "workgroupSize": v.workgroup_size,
-        "lanesPerPlane": v.lanes_per_plane,
-        "planesPerWorkgroup": v.planes_per_workgroup,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
     }
     return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers)
@@ -161,7 +161,16 @@ MAIN_BINDINGS = (
     Binding(3, "y", "output", "output", "storage"),
     Binding(4, "params", "uniform", "params", "uniform"),
 )
-MAIN_UNIFORM_TYPES = (("rows", "u32"), ("epsilon", "f32"), ("_pad0", "u32"), ("_pad1", "u32"))
+MAIN_UNIFORM_TYPES = (
+    ("rows", "u32"),
+    ("epsilon", "f32"),
+    ("hidden", "u32"),
+    ("hiddenVec", "u32"),
+    ("channels", "u32"),
+    ("lanesPerPlane", "u32"),
+    ("planesPerWorkgroup", "u32"),
+    ("_pad0", "u32"),
+)
 
 # Specialization key: (usesF16, binding:x, binding:scale, binding:bias, binding:y)
 MAIN_SHADERS = {
@@ -170,29 +179,17 @@ MAIN_SHADERS = {
         key=(False, "vec4<f32>", "f32", "f32", "vec4<f32>"),
         bindings=MAIN_BINDINGS,
         uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(
-            ("channels", "u32"),
-            ("hidden", "u32"),
-            ("hiddenVec", "u32"),
-            ("lanesPerPlane", "u32"),
-            ("planesPerWorkgroup", "u32"),
-            ("workgroupSize", "u32"),
-        ),
+        overrides=(("workgroupSize", "u32"),),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=False,
         wgsl="""\
-override channels: u32;
-override hidden: u32;
-override hiddenVec: u32;
-override lanesPerPlane: u32;
-override planesPerWorkgroup: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> scale: array<f32>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }
+struct Params { rows: u32, epsilon: f32, hidden: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
 @group(0) @binding(4) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -262,44 +259,44 @@ fn lanes_sum(v: vec4<f32>) -> f32 {
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let group = wid.x + wid.y * 65535u;
-    let slot = lid / lanesPerPlane;
-    let lane = lid - slot * lanesPerPlane;
-    let plane = group * planesPerWorkgroup + slot;
-    // Lanes past the last plane (or past planesPerWorkgroup * lanesPerPlane) take part in every
+    let slot = lid / params.lanesPerPlane;
+    let lane = lid - slot * params.lanesPerPlane;
+    let plane = group * params.planesPerWorkgroup + slot;
+    // Lanes past the last plane (or past params.planesPerWorkgroup * params.lanesPerPlane) take part in every
     // barrier but load and store nothing.
-    let valid = slot < planesPerWorkgroup && plane < params.rows;
-    let base = plane * hiddenVec;
+    let valid = slot < params.planesPerWorkgroup && plane < params.rows;
+    let base = plane * params.hiddenVec;
 
     var own = Stats(0u, 0.0, 0.0, 0.0);
     if (valid) {
-        for (var i = lane; i < hiddenVec;) {
+        for (var i = lane; i < params.hiddenVec;) {
             let shift = f32(x[base + i].x);
             var s1 = vec4<f32>(0.0);
             var s2 = vec4<f32>(0.0);
             var m = 0u;
-            for (; m < 4u * STATS_BLOCK && i < hiddenVec; m += 4u) {
+            for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
                 let d = vec4<f32>(x[base + i]) - shift;
                 s1 += d;
                 s2 += d * d;
-                i += lanesPerPlane;
+                i += params.lanesPerPlane;
             }
             own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
         }
     }
-    let n = f32(hidden);
+    let n = f32(params.hidden);
 
-    // One tree over the lanes of each plane; right for any lanesPerPlane (the manifest's is a power
+    // One tree over the lanes of each plane; right for any params.lanesPerPlane (the manifest's is a power
     // of two).
     var first = 1u;
-    while (first < lanesPerPlane) {
+    while (first < params.lanesPerPlane) {
         first = first << 1u;
     }
     first = first >> 1u;
-    let head = slot * lanesPerPlane;
+    let head = slot * params.lanesPerPlane;
     slots[lid] = pack_stats(own);
     workgroupBarrier();
     for (var stride = first; stride > 0u; stride = stride >> 1u) {
-        if (slot < planesPerWorkgroup && lane < stride && lane + stride < lanesPerPlane) {
+        if (slot < params.planesPerWorkgroup && lane < stride && lane + stride < params.lanesPerPlane) {
             slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + stride])));
         }
         workgroupBarrier();
@@ -313,10 +310,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lo = total.lo;
     let variance = max(total.m2 / n, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);
-    let channel = plane % channels;
+    let channel = plane % params.channels;
     let k = inv_std * f32(scale[channel]);
     let b = f32(bias[channel]);
-    for (var i = lane; i < hiddenVec; i += lanesPerPlane) {
+    for (var i = lane; i < params.hiddenVec; i += params.lanesPerPlane) {
         let d = (vec4<f32>(x[base + i]) - hi) - lo;
         y[base + i] = vec4<f32>(d * k + b);
     }
@@ -328,30 +325,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         key=(True, "vec4<f16>", "f16", "f16", "vec4<f16>"),
         bindings=MAIN_BINDINGS,
         uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(
-            ("channels", "u32"),
-            ("hidden", "u32"),
-            ("hiddenVec", "u32"),
-            ("lanesPerPlane", "u32"),
-            ("planesPerWorkgroup", "u32"),
-            ("workgroupSize", "u32"),
-        ),
+        overrides=(("workgroupSize", "u32"),),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=False,
         wgsl="""\
 enable f16;
-override channels: u32;
-override hidden: u32;
-override hiddenVec: u32;
-override lanesPerPlane: u32;
-override planesPerWorkgroup: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
 @group(0) @binding(1) var<storage, read> scale: array<f16>;
 @group(0) @binding(2) var<storage, read> bias: array<f16>;
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }
+struct Params { rows: u32, epsilon: f32, hidden: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
 @group(0) @binding(4) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -421,44 +406,44 @@ fn lanes_sum(v: vec4<f32>) -> f32 {
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let group = wid.x + wid.y * 65535u;
-    let slot = lid / lanesPerPlane;
-    let lane = lid - slot * lanesPerPlane;
-    let plane = group * planesPerWorkgroup + slot;
-    // Lanes past the last plane (or past planesPerWorkgroup * lanesPerPlane) take part in every
+    let slot = lid / params.lanesPerPlane;
+    let lane = lid - slot * params.lanesPerPlane;
+    let plane = group * params.planesPerWorkgroup + slot;
+    // Lanes past the last plane (or past params.planesPerWorkgroup * params.lanesPerPlane) take part in every
     // barrier but load and store nothing.
-    let valid = slot < planesPerWorkgroup && plane < params.rows;
-    let base = plane * hiddenVec;
+    let valid = slot < params.planesPerWorkgroup && plane < params.rows;
+    let base = plane * params.hiddenVec;
 
     var own = Stats(0u, 0.0, 0.0, 0.0);
     if (valid) {
-        for (var i = lane; i < hiddenVec;) {
+        for (var i = lane; i < params.hiddenVec;) {
             let shift = f32(x[base + i].x);
             var s1 = vec4<f32>(0.0);
             var s2 = vec4<f32>(0.0);
             var m = 0u;
-            for (; m < 4u * STATS_BLOCK && i < hiddenVec; m += 4u) {
+            for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
                 let d = vec4<f32>(x[base + i]) - shift;
                 s1 += d;
                 s2 += d * d;
-                i += lanesPerPlane;
+                i += params.lanesPerPlane;
             }
             own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
         }
     }
-    let n = f32(hidden);
+    let n = f32(params.hidden);
 
-    // One tree over the lanes of each plane; right for any lanesPerPlane (the manifest's is a power
+    // One tree over the lanes of each plane; right for any params.lanesPerPlane (the manifest's is a power
     // of two).
     var first = 1u;
-    while (first < lanesPerPlane) {
+    while (first < params.lanesPerPlane) {
         first = first << 1u;
     }
     first = first >> 1u;
-    let head = slot * lanesPerPlane;
+    let head = slot * params.lanesPerPlane;
     slots[lid] = pack_stats(own);
     workgroupBarrier();
     for (var stride = first; stride > 0u; stride = stride >> 1u) {
-        if (slot < planesPerWorkgroup && lane < stride && lane + stride < lanesPerPlane) {
+        if (slot < params.planesPerWorkgroup && lane < stride && lane + stride < params.lanesPerPlane) {
             slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + stride])));
         }
         workgroupBarrier();
@@ -472,10 +457,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lo = total.lo;
     let variance = max(total.m2 / n, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);
-    let channel = plane % channels;
+    let channel = plane % params.channels;
     let k = inv_std * f32(scale[channel]);
     let b = f32(bias[channel]);
-    for (var i = lane; i < hiddenVec; i += lanesPerPlane) {
+    for (var i = lane; i < params.hiddenVec; i += params.lanesPerPlane) {
         let d = (vec4<f32>(x[base + i]) - hi) - lo;
         y[base + i] = vec4<f16>(d * k + b);
     }

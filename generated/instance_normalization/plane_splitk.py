@@ -113,10 +113,10 @@ def _partials(r, d, v):
     uniforms = {
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {
         "workgroupSize": v.workgroup_size,
-        "split": v.split,
         "combineWorkgroupSize": v.combine_workgroup_size,
         "applyWorkgroupSize": v.apply_workgroup_size,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
@@ -147,10 +147,10 @@ def _combine(r, d, v):
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {
         "workgroupSize": v.workgroup_size,
-        "split": v.split,
         "combineWorkgroupSize": v.combine_workgroup_size,
         "applyWorkgroupSize": v.apply_workgroup_size,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
@@ -195,7 +195,7 @@ PARTIALS_BINDINGS = (
     Binding(1, "partials", "intermediate", "partials", "storage"),
     Binding(2, "params", "uniform", "params", "uniform"),
 )
-PARTIALS_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+PARTIALS_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("split", "u32"), ("_pad0", "u32"))
 
 # Specialization key: (binding:input, binding:partials)
 PARTIALS_SHADERS = {
@@ -204,17 +204,16 @@ PARTIALS_SHADERS = {
         key=("f32", "f32"),
         bindings=PARTIALS_BINDINGS,
         uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
+        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=False,
         wgsl="""\
 override DISPATCH_FOLD_WIDTH: u32;
-override split: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> input: array<f32>;
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, _pad0: u32, _pad1: u32 }
+struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 @group(0) @binding(2) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -287,7 +286,7 @@ fn main(
     }
     let s = wid.z;
     let units = params.spatial;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let begin = min(s * chunk, units);
     let end = min(begin + chunk, units);
     let base = plane * units;
@@ -326,7 +325,7 @@ fn main(
         // An empty chunk's summary is all zeros.
         let total = unpack_stats(slots[0]);
         let summary = vec3<f32>(total.hi, total.lo, total.m2);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         partials[entry] = summary.x;
         partials[entry + 1u] = summary.y;
         partials[entry + 2u] = summary.z;
@@ -340,18 +339,17 @@ fn main(
         key=("f16", "f32"),
         bindings=PARTIALS_BINDINGS,
         uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
+        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=False,
         wgsl="""\
 enable f16;
 override DISPATCH_FOLD_WIDTH: u32;
-override split: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> input: array<f16>;
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, _pad0: u32, _pad1: u32 }
+struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 @group(0) @binding(2) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -424,7 +422,7 @@ fn main(
     }
     let s = wid.z;
     let units = params.spatial;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let begin = min(s * chunk, units);
     let end = min(begin + chunk, units);
     let base = plane * units;
@@ -463,7 +461,7 @@ fn main(
         // An empty chunk's summary is all zeros.
         let total = unpack_stats(slots[0]);
         let summary = vec3<f32>(total.hi, total.lo, total.m2);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         partials[entry] = summary.x;
         partials[entry + 1u] = summary.y;
         partials[entry + 2u] = summary.z;
@@ -482,7 +480,7 @@ COMBINE_BINDINGS = (
     Binding(2, "stats", "intermediate", "stats", "storage"),
     Binding(3, "params", "uniform", "params", "uniform"),
 )
-COMBINE_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("_pad0", "u32"))
+COMBINE_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("split", "u32"))
 
 # Specialization key: (vectorizedSpec, binding:input, binding:partials, binding:stats)
 COMBINE_SHADERS = {
@@ -491,17 +489,16 @@ COMBINE_SHADERS = {
         key=(False, "f32", "f32", "f32"),
         bindings=COMBINE_BINDINGS,
         uniform_types=COMBINE_UNIFORM_TYPES,
-        overrides=(("combineWorkgroupSize", "u32"), ("split", "u32")),
+        overrides=(("combineWorkgroupSize", "u32"),),
         workgroup_size="combineWorkgroupSize",
         workgroup_arrays=(),
         uses_subgroups=False,
         wgsl="""\
 override combineWorkgroupSize: u32;
-override split: u32;
 @group(0) @binding(0) var<storage, read> input: array<f32>;
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, _pad0: u32 }
+struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
 @group(0) @binding(3) var<uniform> params: Params;
 
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
@@ -551,14 +548,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let units = params.spatial;
     let unit_values = 1u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let n = f32(units * unit_values);
 
     var total = Stats(0u, 0.0, 0.0, 0.0);
-    for (var s = 0u; s < split; s++) {
+    for (var s = 0u; s < params.split; s++) {
         let begin = min(s * chunk, units);
         let end = min(begin + chunk, units);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         let part = Stats((end - begin) * unit_values, partials[entry], partials[entry + 1u], partials[entry + 2u]);
         total = chan_merge(total, part);
     }
@@ -578,18 +575,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         key=(False, "f16", "f32", "f32"),
         bindings=COMBINE_BINDINGS,
         uniform_types=COMBINE_UNIFORM_TYPES,
-        overrides=(("combineWorkgroupSize", "u32"), ("split", "u32")),
+        overrides=(("combineWorkgroupSize", "u32"),),
         workgroup_size="combineWorkgroupSize",
         workgroup_arrays=(),
         uses_subgroups=False,
         wgsl="""\
 enable f16;
 override combineWorkgroupSize: u32;
-override split: u32;
 @group(0) @binding(0) var<storage, read> input: array<f16>;
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, _pad0: u32 }
+struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
 @group(0) @binding(3) var<uniform> params: Params;
 
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
@@ -639,14 +635,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let units = params.spatial;
     let unit_values = 1u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let n = f32(units * unit_values);
 
     var total = Stats(0u, 0.0, 0.0, 0.0);
-    for (var s = 0u; s < split; s++) {
+    for (var s = 0u; s < params.split; s++) {
         let begin = min(s * chunk, units);
         let end = min(begin + chunk, units);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         let part = Stats((end - begin) * unit_values, partials[entry], partials[entry + 1u], partials[entry + 2u]);
         total = chan_merge(total, part);
     }

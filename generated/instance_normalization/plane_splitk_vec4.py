@@ -125,10 +125,10 @@ def _partials(r, d, v):
     uniforms = {
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {
         "workgroupSize": v.workgroup_size,
-        "split": v.split,
         "combineWorkgroupSize": v.combine_workgroup_size,
         "applyWorkgroupSize": v.apply_workgroup_size,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
@@ -159,10 +159,10 @@ def _combine(r, d, v):
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {
         "workgroupSize": v.workgroup_size,
-        "split": v.split,
         "combineWorkgroupSize": v.combine_workgroup_size,
         "applyWorkgroupSize": v.apply_workgroup_size,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
@@ -209,7 +209,7 @@ PARTIALS_BINDINGS = (
     Binding(1, "partials", "intermediate", "partials", "storage"),
     Binding(2, "params", "uniform", "params", "uniform"),
 )
-PARTIALS_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("_pad0", "u32"), ("_pad1", "u32"))
+PARTIALS_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("split", "u32"), ("_pad0", "u32"))
 
 # Specialization key: (useSubgroups, vectorized, binding:input, binding:partials)
 PARTIALS_SHADERS = {
@@ -218,17 +218,16 @@ PARTIALS_SHADERS = {
         key=(False, True, "vec4<f32>", "f32"),
         bindings=PARTIALS_BINDINGS,
         uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
+        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=False,
         wgsl="""\
 override DISPATCH_FOLD_WIDTH: u32;
-override split: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, _pad0: u32, _pad1: u32 }
+struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 @group(0) @binding(2) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -305,7 +304,7 @@ fn main(
     }
     let s = wid.z;
     let units = params.spatial / 4u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let begin = min(s * chunk, units);
     let end = min(begin + chunk, units);
     let base = plane * units;
@@ -344,7 +343,7 @@ fn main(
         // An empty chunk's summary is all zeros.
         let total = unpack_stats(slots[0]);
         let summary = vec3<f32>(total.hi, total.lo, total.m2);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         partials[entry] = summary.x;
         partials[entry + 1u] = summary.y;
         partials[entry + 2u] = summary.z;
@@ -358,17 +357,16 @@ fn main(
         key=(True, True, "vec4<f32>", "f32"),
         bindings=PARTIALS_BINDINGS,
         uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
+        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=True,
         wgsl="""\
 override DISPATCH_FOLD_WIDTH: u32;
-override split: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, _pad0: u32, _pad1: u32 }
+struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 @group(0) @binding(2) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -447,7 +445,7 @@ fn main(
     }
     let s = wid.z;
     let units = params.spatial / 4u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let begin = min(s * chunk, units);
     let end = min(begin + chunk, units);
     let base = plane * units;
@@ -498,7 +496,7 @@ fn main(
             let lo = devs.x / n;
             summary = vec3<f32>(mean0, lo, max(devs.y - devs.x * lo, 0.0));
         }
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         partials[entry] = summary.x;
         partials[entry + 1u] = summary.y;
         partials[entry + 2u] = summary.z;
@@ -512,18 +510,17 @@ fn main(
         key=(False, True, "vec4<f16>", "f32"),
         bindings=PARTIALS_BINDINGS,
         uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
+        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=False,
         wgsl="""\
 enable f16;
 override DISPATCH_FOLD_WIDTH: u32;
-override split: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, _pad0: u32, _pad1: u32 }
+struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 @group(0) @binding(2) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -600,7 +597,7 @@ fn main(
     }
     let s = wid.z;
     let units = params.spatial / 4u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let begin = min(s * chunk, units);
     let end = min(begin + chunk, units);
     let base = plane * units;
@@ -639,7 +636,7 @@ fn main(
         // An empty chunk's summary is all zeros.
         let total = unpack_stats(slots[0]);
         let summary = vec3<f32>(total.hi, total.lo, total.m2);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         partials[entry] = summary.x;
         partials[entry + 1u] = summary.y;
         partials[entry + 2u] = summary.z;
@@ -653,18 +650,17 @@ fn main(
         key=(True, True, "vec4<f16>", "f32"),
         bindings=PARTIALS_BINDINGS,
         uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("split", "u32"), ("workgroupSize", "u32")),
+        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
         workgroup_size="workgroupSize",
         workgroup_arrays=((16, ("workgroupSize",)),),
         uses_subgroups=True,
         wgsl="""\
 enable f16;
 override DISPATCH_FOLD_WIDTH: u32;
-override split: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, _pad0: u32, _pad1: u32 }
+struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 @group(0) @binding(2) var<uniform> params: Params;
 
 const STATS_BLOCK: u32 = 16u;
@@ -743,7 +739,7 @@ fn main(
     }
     let s = wid.z;
     let units = params.spatial / 4u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let begin = min(s * chunk, units);
     let end = min(begin + chunk, units);
     let base = plane * units;
@@ -794,7 +790,7 @@ fn main(
             let lo = devs.x / n;
             summary = vec3<f32>(mean0, lo, max(devs.y - devs.x * lo, 0.0));
         }
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         partials[entry] = summary.x;
         partials[entry + 1u] = summary.y;
         partials[entry + 2u] = summary.z;
@@ -813,7 +809,7 @@ COMBINE_BINDINGS = (
     Binding(2, "stats", "intermediate", "stats", "storage"),
     Binding(3, "params", "uniform", "params", "uniform"),
 )
-COMBINE_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("_pad0", "u32"))
+COMBINE_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("split", "u32"))
 
 # Specialization key: (vectorizedSpec, binding:input, binding:partials, binding:stats)
 COMBINE_SHADERS = {
@@ -822,17 +818,16 @@ COMBINE_SHADERS = {
         key=(True, "vec4<f32>", "f32", "f32"),
         bindings=COMBINE_BINDINGS,
         uniform_types=COMBINE_UNIFORM_TYPES,
-        overrides=(("combineWorkgroupSize", "u32"), ("split", "u32")),
+        overrides=(("combineWorkgroupSize", "u32"),),
         workgroup_size="combineWorkgroupSize",
         workgroup_arrays=(),
         uses_subgroups=False,
         wgsl="""\
 override combineWorkgroupSize: u32;
-override split: u32;
 @group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, _pad0: u32 }
+struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
 @group(0) @binding(3) var<uniform> params: Params;
 
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
@@ -882,14 +877,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let units = params.spatial / 4u;
     let unit_values = 4u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let n = f32(units * unit_values);
 
     var total = Stats(0u, 0.0, 0.0, 0.0);
-    for (var s = 0u; s < split; s++) {
+    for (var s = 0u; s < params.split; s++) {
         let begin = min(s * chunk, units);
         let end = min(begin + chunk, units);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         let part = Stats((end - begin) * unit_values, partials[entry], partials[entry + 1u], partials[entry + 2u]);
         total = chan_merge(total, part);
     }
@@ -909,18 +904,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         key=(True, "vec4<f16>", "f32", "f32"),
         bindings=COMBINE_BINDINGS,
         uniform_types=COMBINE_UNIFORM_TYPES,
-        overrides=(("combineWorkgroupSize", "u32"), ("split", "u32")),
+        overrides=(("combineWorkgroupSize", "u32"),),
         workgroup_size="combineWorkgroupSize",
         workgroup_arrays=(),
         uses_subgroups=False,
         wgsl="""\
 enable f16;
 override combineWorkgroupSize: u32;
-override split: u32;
 @group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, _pad0: u32 }
+struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
 @group(0) @binding(3) var<uniform> params: Params;
 
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
@@ -970,14 +964,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let units = params.spatial / 4u;
     let unit_values = 4u;
-    let chunk = (units + split - 1u) / split;
+    let chunk = (units + params.split - 1u) / params.split;
     let n = f32(units * unit_values);
 
     var total = Stats(0u, 0.0, 0.0, 0.0);
-    for (var s = 0u; s < split; s++) {
+    for (var s = 0u; s < params.split; s++) {
         let begin = min(s * chunk, units);
         let end = min(begin + chunk, units);
-        let entry = 4u * (plane * split + s);
+        let entry = 4u * (plane * params.split + s);
         let part = Stats((end - begin) * unit_values, partials[entry], partials[entry + 1u], partials[entry + 2u]);
         total = chan_merge(total, part);
     }

@@ -1,0 +1,312 @@
+"""No pipeline per shape (issue 10 item 3, DESIGN §4): shape- and attribute-dependent values reach
+the shaders through the `Params` uniform, so a new shape reuses the pipelines of the last one.
+
+For every op and every variant (forced with `variant=`, f32 and f16 where valid) a first shape
+runs, then a second one with other N, C, H, W (and groups where the op has them), chosen so
+that the variant and its workgroup size stay the same: `_runtime.pipeline_creations` must not
+grow on the second call, and both results match the float64 references of tests/oracles.py
+(DESIGN §7 tolerances; NaN-poisoned outputs, fresh random data, seed printed on failure).
+A second test plans 50 shapes of one variant and counts the distinct (wgsl, overrides)
+pipeline keys: only the workgroup-array sizes (powers of two under a tunable) may tell them apart.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from generated import _runtime
+from generated import batch_normalization as bn
+from generated import group_normalization as gn
+from generated import instance_normalization as inn
+from generated import skip_group_norm as sgn
+from tests.device_helpers import poisoned_call
+from tests.oracles import (
+    assert_close,
+    batch_normalization_ref,
+    group_normalization_ref,
+    instance_normalization_ref,
+    rng_for,
+    seed_note,
+    skip_group_norm_for_call,
+)
+from tests.test_group_normalization import assert_close_f16_stage, spec_normalized
+
+F16 = {"features": ["shader-f16"]}
+SUBGROUP_ID = {"features": ["shader-f16", "subgroups"], "wgslLanguageFeatures": ["subgroup_id"]}
+DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+
+
+def pipeline_key(p):
+    return (p.wgsl, tuple(sorted(p.overrides.items())))
+
+
+def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed, **kwargs):
+    """`cases`: two (shape, attrs); runs both, the second must create no pipeline."""
+    type_keys = kwargs.pop("type_keys")
+    outputs = kwargs.pop("outputs", None)
+    plans = []
+    for shape, attrs in cases:
+        inputs = make_inputs(rng, shape, attrs, dtype)
+        dtypes = {tv: inputs[key].dtype.name for tv, key in type_keys.items()}
+        shapes = {k: v.shape for k, v in inputs.items()}
+        plan = package.plan(shapes, dtypes, attrs=attrs, variant=variant, outputs=outputs, **kwargs)
+        assert plan.variant == variant
+        plans.append(plan)
+        before = _runtime.pipeline_creations
+        result = poisoned_call(package, inputs, outputs, attrs=attrs, variant=variant, **kwargs)
+        context = f"{variant} {np.dtype(dtype).name} {shape} {attrs} {seed_note(seed)}"
+        if len(plans) == 2:
+            assert _runtime.pipeline_creations == before, f"{context}: the second shape created a pipeline"
+        check(inputs, attrs, result, context)
+    first, second = plans
+    for a, b in zip(first.passes, second.passes):
+        assert pipeline_key(a) == pipeline_key(b), f"{variant} {a.name}: overrides {a.overrides} != {b.overrides}"
+        assert a.uniforms != b.uniforms, f"{variant} {a.name}: the shapes were meant to differ in Params"
+
+
+# --- BatchNormalization ---------------------------------------------------------------------------
+
+BN_CASES = [
+    ("inference_scalar", (2, 3, 5), (3, 4, 2, 3)),
+    ("nc_inference_vec4", (3, 8), (5, 12)),
+    ("nchw_inference_vec4", (2, 3, 4, 4), (3, 5, 2, 6)),
+    ("nchw_inference_vec4_pairs", (2, 3, 4, 4), (3, 5, 2, 6)),
+    ("flat_inference_vec4", (4, 3, 7, 7), (2, 5, 3, 2)),
+    ("flat_inference_vec4_pairs", (4, 3, 7, 7), (2, 5, 3, 2)),
+]
+
+
+def bn_inputs(rng, shape, attrs, dtype):
+    c = shape[1]
+    return {
+        "x": (rng.standard_normal(shape) * 2 + 1).astype(dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "b": rng.uniform(-1, 1, c).astype(dtype),
+        "inputMean": rng.uniform(-1, 1, c).astype(dtype),
+        "inputVar": rng.uniform(0.25, 2, c).astype(dtype),
+    }
+
+
+def bn_check(inputs, attrs, result, context):
+    i = inputs
+    expected = batch_normalization_ref(i["x"], i["scale"], i["b"], i["inputMean"], i["inputVar"], attrs["epsilon"])
+    assert_close(result["y"], expected, i["x"].dtype, context)
+
+
+@DTYPES
+@pytest.mark.parametrize("variant,first,second", BN_CASES, ids=[c[0] for c in BN_CASES])
+def test_batch_normalization_second_shape_reuses_pipelines(variant, first, second, dtype, request):
+    rng, seed = rng_for(request.node.name)
+    cases = [(first, {"epsilon": 1e-5}), (second, {"epsilon": 1e-3})]
+    run_two_shapes(bn, variant, cases, bn_inputs, bn_check, dtype, rng, seed, caps=F16, type_keys={"T": "x"})
+
+
+# --- GroupNormalization ---------------------------------------------------------------------------
+
+SPLIT_TUNABLES = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
+# (variant, tunables, caps, stash_type): first (2, 6, 8, 20) with 3 groups (hidden 320), then
+# (3, 8, 6, 18) with 2 groups (hidden 432): the same power-of-two workgroup for every variant.
+GN_CASES = [
+    ("group_subgroup_vec4", {}, SUBGROUP_ID, 1),
+    ("group_subgroup_vec4", {}, F16, 1),
+    ("group_subgroup", {}, F16, 1),
+    ("group_subgroup", {}, SUBGROUP_ID, 1),
+    ("group_splitk", SPLIT_TUNABLES, F16, 1),
+    ("group_splitk_vec4", SPLIT_TUNABLES, F16, 1),
+    ("group_splitk_vec4_pairs", SPLIT_TUNABLES, F16, 1),
+    ("group_stash_f16_serial", {}, F16, 10),
+]
+
+
+def gn_inputs(rng, shape, attrs, dtype):
+    c = shape[1]
+    return {
+        "x": (rng.standard_normal(shape) * 2 + 1).astype(dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "bias": rng.uniform(-1, 1, c).astype(dtype),
+    }
+
+
+def gn_check(inputs, attrs, result, context):
+    dtype = inputs["x"].dtype
+    expected = group_normalization_ref(inputs["x"], inputs["scale"], inputs["bias"], **attrs)
+    if attrs["stash_type"] == 10:
+        normalized = spec_normalized(inputs, attrs)
+        assert_close_f16_stage(result["y"], expected, normalized, inputs["scale"], dtype, context)
+    else:
+        assert_close(result["y"], expected, dtype, context)
+
+
+@DTYPES
+@pytest.mark.parametrize("variant,tunables,caps,stash", GN_CASES, ids=[f"{c[0]}-{len(c[2])}" for c in GN_CASES])
+def test_group_normalization_second_shape_reuses_pipelines(variant, tunables, caps, stash, dtype, request):
+    rng, seed = rng_for(request.node.name)
+    cases = [
+        ((2, 6, 8, 20), {"num_groups": 3, "stash_type": stash, "epsilon": 1e-5}),
+        ((3, 8, 6, 18), {"num_groups": 2, "stash_type": stash, "epsilon": 1e-5}),
+    ]
+    run_two_shapes(gn, variant, cases, gn_inputs, gn_check, dtype, rng, seed, caps=caps, tunables=tunables, type_keys={"T": "x"})
+
+
+# --- InstanceNormalization ------------------------------------------------------------------------
+
+SPLIT_IN = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16}
+IN_CASES = [
+    ("plane_subgroup_vec4", (2, 3, 8, 12), (3, 5, 4, 28), {}, SUBGROUP_ID),
+    ("plane_subgroup_vec4", (2, 3, 8, 12), (3, 5, 4, 28), {}, F16),
+    ("plane_subgroup_vec4_scalar_io", (2, 3, 8, 16), (1, 4, 4, 28), {}, {**SUBGROUP_ID, "adapterInfo": {"subgroupMinSize": 32, "subgroupMaxSize": 32}}),
+    ("plane_subgroup", (2, 3, 7, 9), (3, 2, 5, 11), {}, F16),
+    ("plane_splitk_vec4", (2, 3, 8, 12), (3, 5, 4, 28), SPLIT_IN, SUBGROUP_ID),
+    ("plane_splitk", (2, 3, 7, 9), (3, 2, 5, 11), SPLIT_IN, F16),
+    ("plane_batched_vec4", (2, 9, 16), (4, 5, 24), {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, F16),
+]
+
+
+def in_inputs(rng, shape, attrs, dtype):
+    c = shape[1]
+    return {
+        "input": (rng.standard_normal(shape) * 2 + 1).astype(dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "b": rng.uniform(-1, 1, c).astype(dtype),
+    }
+
+
+def in_check(inputs, attrs, result, context):
+    expected = instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"], attrs["epsilon"])
+    assert_close(result["output"], expected, inputs["input"].dtype, context)
+
+
+@DTYPES
+@pytest.mark.parametrize("variant,first,second,tunables,caps", IN_CASES, ids=[f"{c[0]}-{len(c[4])}" for c in IN_CASES])
+def test_instance_normalization_second_shape_reuses_pipelines(variant, first, second, tunables, caps, dtype, request):
+    if variant == "plane_subgroup_vec4_scalar_io" and dtype == np.float16:
+        pytest.skip("f32 only")
+    rng, seed = rng_for(request.node.name)
+    cases = [(first, {"epsilon": 1e-5}), (second, {"epsilon": 1e-5})]
+    run_two_shapes(inn, variant, cases, in_inputs, in_check, dtype, rng, seed, caps=caps, tunables=tunables, type_keys={"T": "input"})
+
+
+# --- com.microsoft SkipGroupNorm ------------------------------------------------------------------
+
+SGN_VARIANTS = tuple(f"{family}_{member}" for family in ("split", "fused") for member in ("bias_sum", "bias_plain", "sum", "plain"))
+
+
+def sgn_inputs(rng, shape, attrs, dtype):
+    c = shape[3]  # NHWC
+    inputs = {
+        "X": (rng.standard_normal(shape) * 2 + 1).astype(dtype),
+        "gamma": rng.uniform(-2, 2, c).astype(dtype),
+        "beta": rng.uniform(-1, 1, c).astype(dtype),
+        "skip": rng.standard_normal(shape).astype(dtype),
+    }
+    if attrs.pop("_bias"):
+        inputs["bias"] = rng.uniform(-1, 1, c).astype(dtype)
+    return inputs
+
+
+def sgn_check(inputs, attrs, result, context):
+    y_ref, s_ref = skip_group_norm_for_call(inputs, attrs)
+    assert_close(result["Y"], y_ref, inputs["X"].dtype, f"{context} Y")
+    if "S" in result:
+        assert_close(result["S"], s_ref, inputs["X"].dtype, f"{context} S")
+
+
+@DTYPES
+@pytest.mark.parametrize("variant", SGN_VARIANTS)
+def test_skip_group_norm_second_shape_reuses_pipelines(variant, dtype, request):
+    rng, seed = rng_for(request.node.name)
+    bias = "bias" in variant
+    cases = [
+        ((2, 4, 5, 16), {"groups": 4, "activation": 0, "epsilon": 1e-5, "_bias": bias}),
+        # The same power-of-two workgroups: fused (rowVectors 20 and 18 -> 32 lanes); split (8 slab
+        # lanes, 10 and 15 slabs -> a 16-lane combine).
+        ((1, 3, 6, 8), {"groups": 2, "activation": 1, "epsilon": 1e-5, "_bias": bias})
+        if variant.startswith("fused")
+        else ((1, 3, 5, 24), {"groups": 6, "activation": 1, "epsilon": 1e-5, "_bias": bias}),
+    ]
+    outputs = ("Y", "S") if variant.endswith("sum") else ("Y",)
+
+    def make_inputs(rng, shape, attrs, dtype):
+        inputs = sgn_inputs(rng, shape, attrs, dtype)
+        return inputs
+
+    run_two_shapes(
+        sgn, variant, cases, make_inputs, sgn_check, dtype, rng, seed, caps=F16, outputs=outputs,
+        tunables={"WORKGROUP_SIZE": 8, "SLAB_VALUES": 16}, type_keys={"T": "X", "M": "gamma"},
+    )
+
+
+# --- pipeline keys over many shapes ---------------------------------------------------------------
+
+
+def random_nchw(rng, count, spatial_multiple):
+    shapes = set()
+    while len(shapes) < count:
+        n, c = int(rng.integers(1, 5)), int(rng.integers(1, 9)) * 2
+        h = int(rng.integers(4, 17))
+        w = spatial_multiple * int(rng.integers(2, 9))
+        shapes.add((n, c, h, w))
+    return sorted(shapes)
+
+
+KEY_CASES = [
+    (gn, "group_subgroup_vec4", lambda s: {"num_groups": 2}, SUBGROUP_ID, {}),
+    (gn, "group_splitk_vec4", lambda s: {"num_groups": 2}, F16, SPLIT_TUNABLES),
+    (inn, "plane_subgroup_vec4", lambda s: {}, SUBGROUP_ID, {}),
+    (inn, "plane_splitk", lambda s: {}, F16, SPLIT_IN),
+    (bn, "nchw_inference_vec4", lambda s: {}, F16, {}),
+]
+
+
+@pytest.mark.parametrize("package,variant,attrs,caps,tunables", KEY_CASES, ids=[c[1] for c in KEY_CASES])
+def test_fifty_shapes_share_a_handful_of_pipelines(package, variant, attrs, caps, tunables, request):
+    rng, seed = rng_for(request.node.name)
+    keys, sizes = set(), set()
+    for n, c, h, w in random_nchw(rng, 50, 4):
+        x = {"shape": (n, c, h, w)}
+        per_channel = {"shape": (c,)}
+        if package is gn:
+            shapes = {"x": x["shape"], "scale": (c,), "bias": (c,)}
+        elif package is inn:
+            shapes = {"input": x["shape"], "scale": (c,), "b": (c,)}
+        else:
+            shapes = {"x": x["shape"], **{k: per_channel["shape"] for k in ("scale", "b", "inputMean", "inputVar")}}
+        plan = package.plan(shapes, {"T": "float32"}, attrs=attrs(x), caps=caps, tunables=tunables, variant=variant)
+        for p in plan.passes:
+            keys.add((p.name, pipeline_key(p)))
+            sizes.add((p.name, p.workgroup_size))
+            assert not set(p.overrides) & set(p.uniforms), p.name
+    # Only the workgroup size (a power of two up to a tunable, for the row variants) may differ.
+    assert len(keys) == len(sizes) <= 12, f"{variant}: {len(keys)} pipeline keys for 50 shapes ({seed_note(seed)})"
+
+
+# --- the compiler's choice, for every shader ------------------------------------------------------
+
+
+def test_no_request_dependent_override_except_array_and_workgroup_sizes():
+    """Every override of every rendered shader is either fixed per device (tunables, limits,
+    dtypes) or sizes a workgroup array / the workgroup; request-dependent values are uniforms."""
+    from pathlib import Path
+
+    from codegen.manifest import load_manifests
+    from codegen.resolve import resolve_op
+    from codegen.wgsl import render_op
+
+    root = Path(__file__).resolve().parent.parent
+    checked = 0
+    for op in load_manifests(root / "manifests"):
+        resolved = resolve_op(op)
+        for item in render_op(resolved, root / "templates"):
+            values = {v.name: v for v in item.pass_.scope_values}
+            for uniform in item.scope_uniforms:
+                assert uniform.value.request_dependent, uniform.name
+            for spec in item.specializations:
+                sizes = {spec.workgroup_size} | {f for _, factors in spec.workgroup_arrays for f in factors}
+                for name, _ in spec.overrides:
+                    value = values.get(name)
+                    shape_dependent = value is not None and value.request_dependent
+                    assert not shape_dependent or name in sizes, f"{op.name} {item.variant.ir.id}.{item.pass_.ir.id}: {name}"
+                    checked += 1
+                assert f"params.{spec.workgroup_size}" not in spec.wgsl
+    assert checked > 100
