@@ -330,6 +330,11 @@ class PassPlan:
     pipeline_constants: tuple = ()  # sorted (override, value) pairs as the pipeline gets them
     uniform_data: bytes = field(default=b"", repr=False)  # the packed Params struct
 
+    @property
+    def values(self):
+        """Every number the pass's shader gets, whether bound as an override or through Params."""
+        return {**self.overrides, **self.uniforms}
+
 
 @dataclass(frozen=True)
 class Plan:

@@ -107,7 +107,7 @@ def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, 
             plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant=variant)
         return
     p = plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant=variant)
-    assert [q.uniforms["split"] for q in p.passes] == [split, split]
+    assert [q.values["split"] for q in p.passes] == [split, split]
     assert [q.dispatch for q in p.passes] == [(shape[0] * num_groups, 1, split)] * 2
     if "SPLIT_WORKGROUP_SIZE" in tunables:
         assert p.passes[0].workgroup_size == tunables["SPLIT_WORKGROUP_SIZE"]
@@ -127,7 +127,7 @@ def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_gro
     attrs = {"num_groups": num_groups}
     p = plan_for(inputs, attrs, caps=F16_CAPS)
     assert p.variant == (variant + "_pairs" if variant == "group_splitk_vec4" and dtype == np.float16 else variant)
-    assert p.passes[0].uniforms["split"] == (16 if shape[0] == 1 else 32)  # 65536, 66560 and 67596 values a row
+    assert p.passes[0].values["split"] == (16 if shape[0] == 1 else 32)  # 65536, 66560 and 67596 values a row
     actual = run_poisoned(inputs, attrs=attrs)
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} vs float64 {seed_note(seed)}")
     ort = dict(zip(("X", "scale", "bias"), inputs.values()))
@@ -221,7 +221,7 @@ def test_splitk_chunks_that_do_not_fill_their_pairs_blocks(variant, shape, num_g
     inputs = random_inputs(rng, shape, dtype, offset=3.0)
     attrs = {"num_groups": num_groups}
     p = plan_for(inputs, attrs, tunables=tunables, caps=F16_CAPS, variant=variant)
-    units, split = p.passes[0].uniforms["hiddenVec"], p.passes[0].uniforms["split"]
+    units, split = p.passes[0].values["hiddenVec"], p.passes[0].values["split"]
     assert {units // split + (k < units % split) for k in range(split)} == counts
     assert p.passes[0].workgroup_size == p.passes[1].workgroup_size == tunables["SPLIT_WORKGROUP_SIZE"]
     actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=variant)

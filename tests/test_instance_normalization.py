@@ -137,7 +137,7 @@ def test_forced_variant_against_reference_and_onnxruntime(case, dtype, caps, req
     assert plan.variant == variant
     first = plan.passes[0]
     if variant in SPLIT_VARIANTS:
-        assert first.dispatch[2] == first.uniforms["split"] > 1, first
+        assert first.dispatch[2] == first.values["split"] > 1, first
         # Workgroup memory within instanceRowWorkgroupBytes (normWorkgroupCap * 16: a vec4
         # summary a subgroup slot, or a (count, hi, lo, M2) summary a lane for the tree).
         assert first.workgroup_storage_bytes <= first.overrides["workgroupSize"] * 16

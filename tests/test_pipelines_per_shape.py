@@ -57,12 +57,28 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
         result = poisoned_call(package, inputs, outputs, attrs=attrs, variant=variant, **kwargs)
         context = f"{variant} {np.dtype(dtype).name} {shape} {attrs} {seed_note(seed)}"
         if len(plans) == 2:
-            assert _runtime.pipeline_creations == before, f"{context}: the second shape created a pipeline"
+            created = _runtime.pipeline_creations - before
+            if kept_constants(package, variant):
+                # The manifest keeps some request-dependent values as overrides (measured to pay):
+                # a new shape may create this variant's pipelines, one a pass at most.
+                assert created <= len(plan.passes), f"{context}: {created} pipelines for {len(plan.passes)} passes"
+            else:
+                assert created == 0, f"{context}: the second shape created a pipeline"
         check(inputs, attrs, result, context)
     first, second = plans
+    kept = kept_constants(package, variant)
     for a, b in zip(first.passes, second.passes):
+        if kept:
+            assert set(a.overrides) & set(kept) or a.overrides.keys() == b.overrides.keys(), a.name
+            continue
         assert pipeline_key(a) == pipeline_key(b), f"{variant} {a.name}: overrides {a.overrides} != {b.overrides}"
         assert a.uniforms != b.uniforms, f"{variant} {a.name}: the shapes were meant to differ in Params"
+
+
+def kept_constants(package, variant):
+    """The variant's PIPELINE_CONSTANTS: request-dependent values its manifest keeps as overrides."""
+    module = next(c for c in package.CANDIDATES if c.ID == variant)
+    return module.PIPELINE_CONSTANTS
 
 
 # --- BatchNormalization ---------------------------------------------------------------------------
@@ -303,10 +319,12 @@ def test_no_request_dependent_override_except_array_and_workgroup_sizes():
                 assert uniform.value.request_dependent, uniform.name
             for spec in item.specializations:
                 sizes = {spec.workgroup_size} | {f for _, factors in spec.workgroup_arrays for f in factors}
+                kept = {n for n, _ in op.pipeline_constants + item.variant.ir.pipeline_constants}
                 for name, _ in spec.overrides:
                     value = values.get(name)
                     shape_dependent = value is not None and value.request_dependent
-                    assert not shape_dependent or name in sizes, f"{op.name} {item.variant.ir.id}.{item.pass_.ir.id}: {name}"
+                    allowed = name in sizes or name in kept  # kept: the manifest's measured pipelineConstants
+                    assert not shape_dependent or allowed, f"{op.name} {item.variant.ir.id}.{item.pass_.ir.id}: {name}"
                     checked += 1
                 assert f"params.{spec.workgroup_size}" not in spec.wgsl
     assert checked > 100

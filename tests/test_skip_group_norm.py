@@ -178,7 +178,7 @@ def test_cases_reach_every_split_geometry():
         stats, combine, _ = p.passes
         # Shape values are uniforms (one pipeline for many shapes); the vector width is the
         # specialization's constant in the slab shader and a uniform of the combine.
-        o = {**stats.overrides, **stats.uniforms, "vectorWidth": combine.uniforms["vectorWidth"]}
+        o = {**stats.overrides, **stats.uniforms, "vectorWidth": {**combine.overrides, **combine.uniforms}["vectorWidth"]}
         nhwc = "NHWC" if o["layoutChannelsLast"] else "NCHW"
         seen.add(f"{nhwc} vec{o['vectorWidth']}")
         seen.add(f"{nhwc} slabs > 1" if o["slabCount"] > 1 else f"{nhwc} one slab")
@@ -256,7 +256,7 @@ def test_sdxl_bench_shapes_take_the_measured_family_with_sane_geometry():
             assert stats.dispatch == normalize.dispatch and combine.dispatch == (64, 1, 1)
             tiles, _, slabs = stats.dispatch
             assert tiles * slabs >= 320, (case["name"], stats.dispatch)  # enough workgroups to fill a large GPU
-            assert stats.workgroup_size <= 512 and combine.uniforms["vectorWidth"] in (2, 4)
+            assert stats.workgroup_size <= 512 and {**combine.overrides, **combine.uniforms}["vectorWidth"] in (2, 4)
         else:
             (fused,) = p.passes
             assert fused.dispatch == (64, 1, 1)

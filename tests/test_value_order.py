@@ -108,7 +108,7 @@ def test_group_normalization(config, dtype, pattern, request):
     shapes = {k: v.shape for k, v in inputs.items()}
     p = gn.plan(shapes, {"T": np.dtype(dtype).name}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
     if "split" in variant:
-        assert p.passes[0].uniforms["split"] == 8
+        assert p.passes[0].values["split"] == 8
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(gn, inputs, attrs=attrs, caps=caps, tunables=tunables, variant=variant)["y"]
@@ -177,7 +177,7 @@ def test_instance_normalization(config, dtype, pattern, request):
     shapes = {k: v.shape for k, v in inputs.items()}
     p = inn.plan(shapes, {"T": np.dtype(dtype).name}, caps=caps, tunables=tunables, variant=variant)
     if "splitk" in variant:
-        assert p.passes[0].uniforms["split"] == 8
+        assert p.passes[0].values["split"] == 8
     elif variant == "plane_batched_vec4":
         assert p.passes[0].uniforms["lanesPerPlane"] == 16
     else:
@@ -235,7 +235,7 @@ def test_skip_group_norm(variant, channels_last, dtype, pattern, request):
     name = np.dtype(dtype).name
     p = sgn.plan(shapes, {"T": name, "M": name}, attrs=attrs, outputs=outputs, tunables=SGN_TUNABLES, variant=variant, caps={"features": ["shader-f16"]})
     if variant.startswith("split"):
-        assert p.passes[0].uniforms["slabCount"] > 1, p.passes[0].uniforms
+        assert p.passes[0].values["slabCount"] > 1, p.passes[0].uniforms
     else:
         assert p.passes[0].overrides["fusedWorkgroupSize"] < p.passes[0].uniforms["rowVectors"]
     result = poisoned_call(sgn, inputs, outputs, attrs=attrs, tunables=SGN_TUNABLES, variant=variant)

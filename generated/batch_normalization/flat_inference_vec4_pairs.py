@@ -35,6 +35,9 @@ ID = "flat_inference_vec4_pairs"
 PRIORITY = 85
 ORDER = 5
 REQUIRED_FEATURES = ()
+# Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`):
+# a new value of one of these creates a pipeline; every other request-dependent value is a uniform.
+PIPELINE_CONSTANTS = {}
 
 
 def when(r, d):

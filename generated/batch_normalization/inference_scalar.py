@@ -20,6 +20,9 @@ ID = "inference_scalar"
 PRIORITY = 0
 ORDER = 0
 REQUIRED_FEATURES = ()
+# Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`):
+# a new value of one of these creates a pipeline; every other request-dependent value is a uniform.
+PIPELINE_CONSTANTS = {}
 
 
 def when(r, d):

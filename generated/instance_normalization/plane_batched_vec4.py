@@ -29,6 +29,9 @@ ID = "plane_batched_vec4"
 PRIORITY = 115
 ORDER = 0
 REQUIRED_FEATURES = ()
+# Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`):
+# a new value of one of these creates a pipeline; every other request-dependent value is a uniform.
+PIPELINE_CONSTANTS = {}
 
 
 def when(r, d):

@@ -20,6 +20,9 @@ ID = "plane_subgroup"
 PRIORITY = 100
 ORDER = 3
 REQUIRED_FEATURES = ()
+# Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`):
+# a new value of one of these creates a pipeline; every other request-dependent value is a uniform.
+PIPELINE_CONSTANTS = {}
 
 
 def when(r, d):

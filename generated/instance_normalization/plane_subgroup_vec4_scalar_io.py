@@ -26,6 +26,9 @@ ID = "plane_subgroup_vec4_scalar_io"
 PRIORITY = 111
 ORDER = 2
 REQUIRED_FEATURES = ("subgroups",)
+# Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`):
+# a new value of one of these creates a pipeline; every other request-dependent value is a uniform.
+PIPELINE_CONSTANTS = {}
 
 
 def when(r, d):
