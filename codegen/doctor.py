@@ -224,6 +224,11 @@ def main(argv=None, out=None):
         print("usage: python -m generated doctor (no options)", file=sys.stderr)
         return 2
     try:
+        import wgpu  # noqa: F401
+    except ImportError as error:
+        print(f"wgpu is not installed ({error}): pip install wgpu", file=out)
+        return 1
+    try:
         device = _runtime.default_device()
     except Exception as error:  # wgpu raises RuntimeError when it finds no adapter
         reason = (str(error).strip().splitlines() or [type(error).__name__])[-1].strip()

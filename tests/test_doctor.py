@@ -30,7 +30,7 @@ def test_doctor_of_a_vendored_copy_passes_and_prints_the_measured_subgroup_width
     target = tmp_path / "myapp" / "kernels"
     shutil.copytree(ROOT / "generated", target, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "myapp" / "__init__.py").write_text("")
-    done = _run(["myapp.kernels", "doctor"], tmp_path, PYTHONPATH=str(tmp_path))
+    done = _run(["myapp.kernels", "doctor"], tmp_path, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
     assert done.returncode == 0, done.stdout + done.stderr
     text = done.stdout
     width = 8 if is_lavapipe() and not os.environ.get("LP_NATIVE_VECTOR_WIDTH") else measured_subgroup_size()
