@@ -664,7 +664,7 @@ def emit_package_init(ops: list[ResolvedOp], sources: list[Source], version: str
     w.line("from ._runtime import ContractError, Sequence, Tensor, default_device")
     w.line()
     w.line(f"__version__ = {version!r}  # [project] version in pyproject.toml")
-    names = ["ContractError", "OpEntry", "Sequence", "Tensor", "__version__", "default_device", "find_op", "ops"]
+    names = ["ContractError", "OpEntry", "Sequence", "Tensor", "__version__", "default_device", "find_op", "ops", "warmup"]
     w.line(f"__all__ = {names + [snake(op.ir.name) for op in ops]!r}")
     w.line()
     w.line()
@@ -710,6 +710,18 @@ def emit_package_init(ops: list[ResolvedOp], sources: list[Source], version: str
         with w.block("if opset is None:"):
             w.line("return next((e for e in found if e.last_opset is None), None)")
         w.line("return next((e for e in found if e.serves(opset)), None)")
+    w.line()
+    w.line()
+    with w.block("def warmup(device=None) -> int:"):
+        w.line('"""Create ahead of time the pipelines every variant of every op needs for the shipped test and')
+        w.line("bench cases on `device` (default tunables); returns how many were made. See `_runtime.warm_cases`.")
+        w.line('"""')
+        w.line("import importlib")
+        w.line()
+        w.line("from ._runtime import warm_cases")
+        w.line()
+        cases = ", ".join(f"({module_name(op)}, importlib.import_module('.cases', {module_name(op)}.__name__))" for op in ops)
+        w.line(f"return warm_cases([{cases}], device)")
     return formatted(banner(sources), w)
 
 

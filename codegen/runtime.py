@@ -884,7 +884,7 @@ def _override_constants_of(overrides, override_types):
 # Per-device caches, each bounded: weak keys so that a caller's device and its pipelines go away
 # together, and LRU eviction so that an app with changing shapes keeps a bounded set alive.
 # Evicted objects are dropped, never destroyed: work already submitted keeps what it uses alive.
-PIPELINE_CACHE_SIZE = 256
+PIPELINE_CACHE_SIZE = 1024  # every pipeline the shipped cases reach on one device is about 320
 UNIFORM_CACHE_SIZE = 1024
 _shader_modules = weakref.WeakKeyDictionary()  # device -> LRUCache {wgsl: module}
 _bind_group_layouts = weakref.WeakKeyDictionary()  # device -> LRUCache {layout key: layout}
@@ -2197,6 +2197,41 @@ def warm_up(contract, shapes, dtypes=None, attrs=None, *, device=None, caps=None
     plan = build_plan(contract, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device, outputs=outputs)
     warm_pipelines(device, plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes))
     return plan
+
+
+def warm_cases(packages, device=None):
+    """`generated.warmup()`: create, on `device`, the pipelines that every variant of every op
+    needs for the op's shipped test and bench cases, with the default tunables; returns how many
+    pipelines were made.
+
+    Since shapes reach shaders through Params, a variant's pipelines depend only on its shader
+    specializations and on its power-of-two workgroup buckets, so these cases reach nearly all of a
+    device's pipelines; values a manifest keeps as `pipelineConstants` are the exception. A
+    variant that does not apply to a case (a feature the device lacks, a shape rule) is skipped.
+    """
+    device = device if device is not None else default_device()
+    before = pipeline_creations
+    for op, cases in packages:
+        all_outputs = tuple(t.key for t in op.OUTPUTS)
+        for entry in list(cases.TEST_CASES) + list(cases.BENCH_CASES):
+            for dtypes in _dtype_combinations(entry["dtypes"]):
+                for candidate in op.CANDIDATES:
+                    given = entry.get("outputs")
+                    for outputs in dict.fromkeys((tuple(given) if given is not None else None, all_outputs)):
+                        try:
+                            op.warmup(entry["inputs"], dtypes, entry.get("attrs"), device=device, variant=candidate.ID, outputs=outputs)
+                        except ContractError:
+                            continue
+    return pipeline_creations - before
+
+
+def _dtype_combinations(dtypes):
+    """Every {type variable: dtype} a case entry names (a value may be one dtype or a list)."""
+    import itertools
+
+    names = list(dtypes)
+    choices = [dtypes[n] if isinstance(dtypes[n], list) else [dtypes[n]] for n in names]
+    return [dict(zip(names, combination)) for combination in itertools.product(*choices)]
 
 
 class Sequence:

@@ -29,6 +29,7 @@ __all__ = [
     "default_device",
     "find_op",
     "ops",
+    "warmup",
     "batch_normalization",
     "group_normalization",
     "instance_normalization",
@@ -115,3 +116,22 @@ def find_op(domain: str, op_type: str, opset: int | None = None) -> OpEntry | No
     if opset is None:
         return next((e for e in found if e.last_opset is None), None)
     return next((e for e in found if e.serves(opset)), None)
+
+
+def warmup(device=None) -> int:
+    """Create ahead of time the pipelines every variant of every op needs for the shipped test and
+    bench cases on `device` (default tunables); returns how many were made. See `_runtime.warm_cases`.
+    """
+    import importlib
+
+    from ._runtime import warm_cases
+
+    return warm_cases(
+        [
+            (batch_normalization, importlib.import_module(".cases", batch_normalization.__name__)),
+            (group_normalization, importlib.import_module(".cases", group_normalization.__name__)),
+            (instance_normalization, importlib.import_module(".cases", instance_normalization.__name__)),
+            (skip_group_norm, importlib.import_module(".cases", skip_group_norm.__name__)),
+        ],
+        device,
+    )

@@ -252,3 +252,22 @@ def test_tensor_reads_back_frees_and_mixes_with_numpy():
         t.numpy()
     with pytest.raises(ContractError, match="input x: the Tensor was destroyed"):
         gn.kernel({**inputs, "x": t}, attrs=attrs)
+
+
+def test_package_warmup_makes_the_pipelines_of_every_shipped_case():
+    import importlib
+
+    import generated
+
+    generated.warmup()
+    assert generated.warmup() == 0  # everything already there
+    created = rt.pipeline_creations
+    rng, _ = rng_for("package-warmup")
+    for package in (bn, gn, inn, sgn):
+        cases = importlib.import_module(".cases", package.__name__)
+        for entry in cases.TEST_CASES[:3]:
+            dtypes = {tv: (d[0] if isinstance(d, list) else d) for tv, d in entry["dtypes"].items()}
+            type_of = {t.key: t.type_var for t in package.INPUTS}
+            inputs = {k: rng.uniform(0.5, 1.5, shape).astype(dtypes[type_of[k]]) for k, shape in entry["inputs"].items()}
+            package.kernel(inputs, attrs=entry.get("attrs"), outputs=entry.get("outputs"))
+    assert rt.pipeline_creations == created, "a shipped case needed a pipeline warmup() did not make"
