@@ -1155,7 +1155,7 @@ def encode_passes(encoder, bound, timestamps=None, label=None):
     compute.end()
 
 
-def _plan_inputs(plan, inputs, names):
+def _plan_inputs(plan, inputs):
     """The plan's inputs from the caller's values: present, right shape and dtype, one device."""
     missing = [key for key in plan.inputs if inputs.get(key) is None]
     if missing:
@@ -1205,23 +1205,28 @@ def run_plan(plan, inputs, device=None, out=None, names=None, encoder=None):
     `names` maps keys to the caller's names for the messages.
     """
     names = names or {}
-    values, out, device, resident = check_call(plan, inputs, device, out, names, encoder)
+    recorder = "encoder=" if encoder is not None else None
+    values, out, device, resident = check_call(plan, inputs, device, out, names, recorder)
     if not plan.passes and not plan.chunks and not resident:
         # Nothing to compute (an empty output): no GPU work at all.
         return {key: _empty_result(shape, dtype_name, out.get(key)) for key, (shape, dtype_name) in plan.outputs.items()}
     return _execute(plan, values, device, out, resident, encoder)
 
 
-def check_call(plan, inputs, device, out, names, encoder=None, subject="encoder="):
-    """Everything a call is checked for before GPU work; (values, out, device, resident)."""
-    values, resident_inputs = _plan_inputs(plan, inputs, names)
+def check_call(plan, inputs, device, out, names, recorder=None):
+    """Everything a call is checked for before GPU work; (values, out, device, resident).
+
+    `recorder` names what records the call ("encoder=", "Sequence.kernel()"): its inputs must
+    all be Tensors.
+    """
+    values, resident_inputs = _plan_inputs(plan, inputs)
     # Mixed numpy and Tensor inputs: the numpy ones are uploaded and Tensors come back, so that a
     # chain stays on the GPU once any of its inputs is there.
     resident = bool(resident_inputs)
-    if encoder is not None and len(resident_inputs) != len(values):
+    if recorder is not None and len(resident_inputs) != len(values):
         numpy_keys = [names.get(k, k) for k, v in values.items() if not isinstance(v, Tensor)]
         raise ContractError(
-            plan.op, f"input {numpy_keys[0]}", "Tensors only", f"{subject} records GPU work, so every input must be a Tensor (Tensor.from_numpy(array))"
+            plan.op, f"input {numpy_keys[0]}", "Tensors only", f"{recorder} records GPU work, so every input must be a Tensor (Tensor.from_numpy(array))"
         )
     if device is None:
         device = resident_inputs[0].device if resident_inputs else default_device()
@@ -2267,7 +2272,7 @@ class Sequence:
         wanted = _requested_outputs(contract, outputs)
         keyed_out, out_names = _output_names(contract, out)
         try:
-            values, checked_out, _, _ = check_call(plan, values, device, keyed_out, {**names, **out_names}, self, "Sequence.kernel()")
+            values, checked_out, _, _ = check_call(plan, values, device, keyed_out, {**names, **out_names}, "Sequence.kernel()")
         except ContractError as error:
             raise _in_callers_words(contract, error, names) from None
         tensors, _ = _call_tensors(plan, values, device, checked_out)

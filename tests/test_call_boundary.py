@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import wgpu
 
 from generated import Sequence
 from generated import _runtime as rt

@@ -14,7 +14,7 @@ from generated import batch_normalization as bn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import skip_group_norm as sgn
-from generated._runtime import ContractError, Tensor, device_caps, default_device
+from generated._runtime import ContractError, device_caps, default_device
 
 from device_helpers import poisoned_call
 from oracles import (

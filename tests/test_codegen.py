@@ -26,7 +26,6 @@ from types import SimpleNamespace
 
 import pytest
 
-import codegen.__main__ as cli
 from codegen import build as builder
 from codegen.build import build
 from codegen.manifest import ManifestError, load_manifest, load_manifests
