@@ -220,6 +220,7 @@ class GpuTimer:
         )
         usage = wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
         self._sync_buffer = device.create_buffer(size=4, usage=usage)
+        self._sync_readback = device.create_buffer(size=4, usage=wgpu.BufferUsage.MAP_READ | wgpu.BufferUsage.COPY_DST)
         if self.timestamps:
             self._queries = device.create_query_set(type=wgpu.QueryType.timestamp, count=2 * batch)
             self._resolved = device.create_buffer(
@@ -228,8 +229,17 @@ class GpuTimer:
         self.suspicious = False  # GPU time above wall time: ticks may not be nanoseconds
 
     def sync(self):
-        """Wait for the queue: a small read_buffer (on_submitted_work_done_sync is broken in 0.32)."""
-        self.device.queue.read_buffer(self._sync_buffer, 0, 4)
+        """Wait for the queue: map a 4-byte buffer that a copy submitted last writes.
+
+        on_submitted_work_done_sync is broken in wgpu-py 0.32, and queue.read_buffer creates,
+        maps and destroys a staging buffer each time (about 200-450 µs on the H200, which app
+        steps would count as theirs); a kept buffer costs one small submit and one map.
+        """
+        encoder = self.device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(self._sync_buffer, 0, self._sync_readback, 0, 4)
+        self.device.queue.submit([encoder.finish()])
+        self._sync_readback.map_sync("READ")
+        self._sync_readback.unmap()
 
     def measure(self, work, copies, settings):
         """Seconds per call of each kind of work, measured in alternating batches.
@@ -757,12 +767,16 @@ def markdown(results, meta):
         "fresh-bind-group floor. Overhead = to the end of the GPU work minus GPU time and a bare sync. "
         f"Figures under {bench_calls.NOISE_US:g} µs are noise. First call: creates the case's pipelines "
         "unless an earlier case made them. New shape: the first call of the case's shapes with one spatial "
-        "dimension 4 larger (a shape not seen before), and the pipelines it created.",
+        "dimension 4 larger (a shape not seen before), with inputs and out= allocated before the clock; "
+        "over a repeat = what it took more than a second call of that shape; and the pipelines it created. "
+        "Floor, the plan's dispatches: all of the plan's dispatches through wgpu-py alone, each with a "
+        "fresh bind group.",
         "",
         "| op | case | dtype | plan | kernel() | kernel(out=) | Sequence.run() | floor, cached bg | floor, fresh bg "
-        "| kernel(out=) × floor | Sequence × floor | kernel() overhead | kernel(out=) overhead | first call ms "
-        "| new shape: first call ms (pipelines made) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| kernel(out=) × floor | floor, the plan's dispatches | kernel(out=) × that | Sequence × floor "
+        "| kernel() overhead | kernel(out=) overhead | first call ms "
+        "| new shape: first call ms (over a repeat; pipelines made) |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         if r.error:
@@ -774,9 +788,11 @@ def markdown(results, meta):
             f"| {r.op} | {r.case} | {dtype} | {_fmt(h['plan_us'])} | {shown(h['kernel_submit_us'])} "
             f"| {shown(h.get('kernel_out_submit_us'))} | {shown(h.get('sequence_run_us'))} "
             f"| {shown(h.get('floor_cached_us'))} | {shown(h.get('floor_fresh_us'))} "
-            f"| {_fmt(h.get('kernel_out_submit_ratio'), 2)} | {_fmt(h.get('sequence_run_ratio'), 2)} "
+            f"| {_fmt(h.get('kernel_out_submit_ratio'), 2)} | {shown(h.get('floor_plan_fresh_us'))} "
+            f"| {_fmt(h.get('kernel_out_submit_plan_ratio'), 2)} | {_fmt(h.get('sequence_run_ratio'), 2)} "
             f"| {shown(h['kernel_overhead_us'])} | {shown(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} "
-            f"| {_fmt(h.get('new_shape_first_call_ms'), 2)} ({h.get('new_shape_pipelines', '')}"
+            f"| {_fmt(h.get('new_shape_first_call_ms'), 2)} (+{_fmt(h.get('new_shape_excess_ms'), 2)}; "
+            f"{h.get('new_shape_pipelines', '')}"
             f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) |"
         )
     alone = [r for r in results if not r.error and any("alone_us" in p for p in r.passes)]

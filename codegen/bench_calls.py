@@ -59,6 +59,21 @@ def host_floor(device, plan, tensors, sync, n):
         compute.end()
         device.queue.submit([encoder.finish()])
 
+    # The same for every dispatch of the plan (a split-k plan has two or three), each with a
+    # fresh bind group: what wgpu-py alone costs for the work of the call.
+    views = {**tensors, "intermediate": _runtime._intermediates(plan, device)}
+    every_pass = [(*_runtime._pipeline(device, p), _runtime.bind_group_entries(p, views, device), b.dispatch) for p, b in zip(passes, call.bound)]
+
+    def bare_plan():
+        encoder = device.create_command_encoder()
+        compute = encoder.begin_compute_pass()
+        for pass_pipeline, pass_layout, pass_entries, dispatch in every_pass:
+            compute.set_pipeline(pass_pipeline)
+            compute.set_bind_group(0, device.create_bind_group(layout=pass_layout, entries=pass_entries))
+            compute.dispatch_workgroups(*dispatch)
+        compute.end()
+        device.queue.submit([encoder.finish()])
+
     sequence = Sequence(device)
     sequence._calls.append(call)  # the plan's own recorded call: what Sequence.kernel() would record
 
@@ -74,6 +89,7 @@ def host_floor(device, plan, tensors, sync, n):
     return {
         "floor_cached_us": timed(lambda: bare(item.bind_group)),
         "floor_fresh_us": timed(lambda: bare(device.create_bind_group(layout=layout, entries=entries))),
+        "floor_plan_fresh_us": timed(bare_plan),
         "sequence_run_us": timed(sequence.run),
     }
 
@@ -86,6 +102,9 @@ def with_ratios(host):
     for key in ("kernel_submit_us", "kernel_out_submit_us", "sequence_run_us", "floor_cached_us"):
         if host.get(key) is not None:
             host[key.replace("_us", "_ratio")] = host[key] / floor
+    plan_floor = host.get("floor_plan_fresh_us")
+    if plan_floor and plan_floor > NOISE_US and host.get("kernel_out_submit_us") is not None:
+        host["kernel_out_submit_plan_ratio"] = host["kernel_out_submit_us"] / plan_floor
     return host
 
 
@@ -169,6 +188,14 @@ def run_sequence(op, entry, dtype, device, timer, settings, torch_peer):
         sequence.run()
         timer.sync()
 
+    def run_alone():  # host time of run() itself: the queue is idle when it starts
+        timer.sync()
+        started = time.perf_counter()
+        sequence.run()
+        elapsed = time.perf_counter() - started
+        timer.sync()
+        return elapsed
+
     reps = max(5, settings.host_iters // 4)
     result = {
         "name": entry["name"],
@@ -178,6 +205,7 @@ def run_sequence(op, entry, dtype, device, timer, settings, torch_peer):
         "kernel_wall_us": _median_us(plain, reps),
         "encoder_wall_us": _median_us(into_encoder, reps),
         "sequence_wall_us": _median_us(replay, reps),
+        "sequence_run_host_us": statistics.median(run_alone() for _ in range(reps)) * 1e6,
         "sync_us": _median_us(timer.sync, reps),
         "summed_gpu_us": _summed_gpu_us(op, calls, device, timer, settings),
     }
@@ -186,6 +214,7 @@ def run_sequence(op, entry, dtype, device, timer, settings, torch_peer):
             [(tuple(i["x"].shape), a["num_groups"], a["epsilon"]) for i, a, _ in calls], dtype, reps
         )
     result["sequence_budget_us"] = result["summed_gpu_us"] + 15.0 * len(calls)
+    result["sequence_run_host_us_per_call"] = result["sequence_run_host_us"] / len(calls)
     return result
 
 
@@ -198,15 +227,15 @@ def sequences_markdown(results):
         "torch.cuda.synchronize()), against the summed GPU time of its calls. Budget = summed GPU + 15 µs a call.",
         "",
         "| sequence | dtype | calls | kernel() µs | kernel(encoder=) µs | Sequence.run() µs | summed GPU µs "
-        "| budget µs | PyTorch eager µs |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| budget µs | PyTorch eager µs | run() host µs a call |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         torch_us = r.get("torch_eager_wall_us")
         lines.append(
             f"| {r['name']} | {r['dtype']} | {r['calls']} | {r['kernel_wall_us']:,.0f} | {r['encoder_wall_us']:,.0f} "
             f"| {r['sequence_wall_us']:,.0f} | {r['summed_gpu_us']:,.0f} | {r['sequence_budget_us']:,.0f} "
-            f"| {'' if torch_us is None else f'{torch_us:,.0f}'} |"
+            f"| {'' if torch_us is None else f'{torch_us:,.0f}'} | {r['sequence_run_host_us_per_call']:,.1f} |"
         )
     return "\n".join(lines) + "\n"
 
@@ -234,21 +263,33 @@ def neighbour_shapes(case):
 
 
 def new_shape_first_call(op, case, arrays_for, options, device, sync):
-    """(ms of the first kernel() call of a neighbouring shape, pipelines it created, same variant?)."""
+    """The first kernel(out=) call of a neighbouring shape: ms to the end of its GPU work, the ms
+    it took over a second call of that shape, the pipelines it created, and whether the variant
+    stayed. Inputs and outputs are allocated before the clock starts: allocating 100+ MB is the
+    app's cost whatever the shape, and is not what "a new shape" means here."""
     shapes = neighbour_shapes(case)
     before = op.plan(case.shapes, case.dtypes, case.attrs, device=device, **options)
     after = op.plan(shapes, case.dtypes, case.attrs, device=device, **options)
+    _runtime._plans.clear()  # plan() above must not make the timed call's plan ahead of it
     inputs = {k: Tensor.from_numpy(a, device) for k, a in arrays_for(shapes).items()}
-    sync()
+    out = {key: Tensor.empty(shape, dtype, device) for key, (shape, dtype) in after.outputs.items()}
     created = _runtime.pipeline_creations
-    started = time.perf_counter()
-    op.kernel(inputs, attrs=case.attrs, device=device, **options)
-    sync()
-    elapsed = time.perf_counter() - started
-    for tensor in inputs.values():
+
+    def timed_call():
+        sync()
+        started = time.perf_counter()
+        op.kernel(inputs, attrs=case.attrs, device=device, out=out, **options)
+        sync()
+        return time.perf_counter() - started
+
+    first = timed_call()
+    made = _runtime.pipeline_creations - created
+    again = timed_call()
+    for tensor in list(inputs.values()) + list(out.values()):
         tensor.destroy()
     return {
-        "new_shape_first_call_ms": elapsed * 1e3,
-        "new_shape_pipelines": _runtime.pipeline_creations - created,
+        "new_shape_first_call_ms": first * 1e3,
+        "new_shape_excess_ms": max(first - again, 0.0) * 1e3,
+        "new_shape_pipelines": made,
         "new_shape_same_variant": before.variant == after.variant,
     }

@@ -12,7 +12,7 @@ import numbers
 import struct
 import threading
 import weakref
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections import abc
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,9 +58,21 @@ class LRUCache:
         self.maxsize = maxsize
         self._data = OrderedDict()
         self._lock = threading.Lock()
+        # Entries to forget, queued by weak-reference callbacks (`forget_later`). A callback runs
+        # whenever the garbage collector does, possibly inside this cache's own lock in the same
+        # thread, so it only queues; get() and put() forget under the lock.
+        self._forgotten = deque()
+
+    def _forget_queued(self):
+        while self._forgotten:
+            key, value = self._forgotten.popleft()
+            if self._data.get(key) is value:
+                del self._data[key]
 
     def get(self, key, default=None):
         with self._lock:
+            if self._forgotten:
+                self._forget_queued()
             try:
                 self._data.move_to_end(key)
             except KeyError:
@@ -69,13 +81,17 @@ class LRUCache:
 
     def put(self, key, value):
         with self._lock:
+            if self._forgotten:
+                self._forget_queued()
             self._data[key] = value
             self._data.move_to_end(key)
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
 
     def __len__(self):
-        return len(self._data)
+        with self._lock:
+            self._forget_queued()
+            return len(self._data)
 
     def __contains__(self, key):
         return key in self._data
@@ -83,6 +99,20 @@ class LRUCache:
     def clear(self):
         with self._lock:
             self._data.clear()
+
+    def forget_later(self, key, value):
+        """Forget `key` at the next use if it still maps to `value` (not to what replaced it)."""
+        self._forgotten.append((key, value))
+
+
+def _watching(cache, key, value, buffers):
+    """Weak references to `buffers` that make `cache` forget `key` once any of them is collected.
+
+    A bind group keeps its buffers' GPU memory alive, so an entry must not outlive the buffers a
+    caller let go of: the memory of a dropped Tensor is freed when the Tensor is, not when the
+    cache gets round to forgetting it.
+    """
+    return tuple(weakref.ref(b, lambda _ref: cache.forget_later(key, value)) for b in buffers)
 
 
 def _per_device(caches, device, maxsize):
@@ -1127,7 +1157,9 @@ def _bind_group(device, layout, entries):
         layout=layout,
         entries=[{"binding": index, "resource": {"buffer": v.buffer, "offset": v.offset, "size": v.size}} for index, v in entries],
     )
-    cache.put(key, (bind_group, (weakref.ref(layout),) + tuple(weakref.ref(v.buffer) for _, v in entries)))
+    entry = [bind_group, None]
+    entry[1] = (weakref.ref(layout),) + _watching(cache, key, entry, [v.buffer for _, v in entries])
+    cache.put(key, entry)
     return bind_group
 
 
@@ -1330,7 +1362,13 @@ def record_call(plan, tensors, device):
 
 
 def encode_calls(encoder, calls, label=None):
-    """Encode recorded calls: their dispatches in as few compute passes as their copies allow."""
+    """Encode recorded calls: their dispatches in as few compute passes as their copies allow.
+
+    This loop is what `Sequence.run()` costs per recorded op, so it makes only the native calls a
+    dispatch needs: no debug group (two native calls each; the pass label names the call), and no
+    set_pipeline when the previous dispatch of the pass used the same pipeline (consecutive calls
+    of one variant, as in a UNet, share theirs; pipeline state persists within a compute pass).
+    """
     compute = None
     for call in calls:
         if call.copies:
@@ -1339,13 +1377,16 @@ def encode_calls(encoder, calls, label=None):
                 compute = None
             for c in call.copies:
                 encoder.copy_buffer_to_buffer(c.source, c.source_offset, c.target, 0, c.size)
-        # No debug group per dispatch: each costs two native calls, and the pass label names the call.
         for item in call.bound:
             if compute is None:
                 compute = encoder.begin_compute_pass(label=label or call.label)
-            compute.set_pipeline(item.pipeline)
-            compute.set_bind_group(0, item.bind_group)
-            compute.dispatch_workgroups(*item.dispatch)
+                set_pipeline, set_bind_group, dispatch = compute.set_pipeline, compute.set_bind_group, compute.dispatch_workgroups
+                current = None
+            if item.pipeline is not current:
+                set_pipeline(item.pipeline)
+                current = item.pipeline
+            set_bind_group(0, item.bind_group)
+            dispatch(*item.dispatch)
     if compute is not None:
         compute.end()
 
@@ -1383,16 +1424,21 @@ def _call_tensors(plan, values, device, out):
     return {"input": inputs, "output": outputs}, uploaded
 
 
+def _submit(call, device, encoder):
+    """Encode a recorded call into the caller's encoder, or into one of ours and submit it."""
+    if encoder is not None:
+        encode_calls(encoder, [call])
+    elif call.bound:  # empty tensors: nothing to dispatch
+        own = device.create_command_encoder(label=call.label)
+        encode_calls(own, [call])
+        device.queue.submit([own.finish()])
+
+
 def _execute(plan, values, device, out, resident, encoder=None):
     tensors, uploaded = _call_tensors(plan, values, device, out)
     try:
         call = record_call(plan, tensors, device)
-        if encoder is not None:
-            encode_calls(encoder, [call])
-        elif call.bound:  # empty tensors: nothing to dispatch
-            own = device.create_command_encoder(label=call.label)
-            encode_calls(own, [call])
-            device.queue.submit([own.finish()])
+        _submit(call, device, encoder)
         if resident:
             return dict(tensors["output"])
         results = {key: tensor.numpy() for key, tensor in tensors["output"].items()}
@@ -2183,14 +2229,102 @@ def run_kernel(contract, inputs, attrs=None, *, outputs=None, device=None, varia
 
     With `encoder`, the op is recorded into that GPUCommandEncoder and nothing is submitted.
     """
+    repeat_key = _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out)
+    if repeat_key is not None:
+        repeat = _repeated_call(repeat_key, device, inputs, out)
+        if repeat is not None:  # the same Tensors and options as a recent call: encode it again
+            _submit(repeat.call, repeat.device, encoder)
+            return {key: out[name] for key, name in repeat.returns}
     values, names, device, plan = _call_plan(contract, inputs, attrs, outputs, device, variant, caps, tunables)
     wanted = _requested_outputs(contract, outputs)
     keyed_out, out_names = _output_names(contract, out)
     try:
+        if repeat_key is not None and plan.passes and set(plan.outputs) <= set(keyed_out):
+            return _run_remembered(repeat_key, plan, values, device, (inputs, out), (keyed_out, {**names, **out_names}, out_names), encoder, wanted)
         results = run_plan(plan, values, device, keyed_out, {**names, **out_names}, encoder)
     except ContractError as error:
         raise _in_callers_words(contract, error, names) from None
     return {o: results[o] for o in wanted}
+
+
+# kernel() again with the same Tensors, attributes and options as a recent call (an app's loop over
+# resident tensors with out=) encodes the call recorded then: nothing is planned, checked or looked
+# up anew. What could differ is checked on every hit: each Tensor still has the buffer, shape and
+# dtype it had, and is not destroyed; anything else falls back to the full path, which refuses
+# what it refused before. Entries drop out once a buffer they bind is collected (`_watching`).
+REPEATED_CALLS_SIZE = 256
+_repeated_calls = weakref.WeakKeyDictionary()  # device -> LRUCache {repeat key: RepeatedCall}
+
+
+@dataclass(frozen=True)
+class RepeatedCall:
+    device: object
+    call: RecordedCall
+    described: tuple  # (shape, dtype) of each input, then of each out= Tensor, in the caller's order
+    returns: tuple  # (output key, the caller's out= name) of each output returned
+
+
+def _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out):
+    """The memo key of a call on resident Tensors with out=, or None for any other call."""
+    if caps is not None or not isinstance(inputs, Mapping) or not isinstance(out, Mapping) or not out:
+        return None
+    if not all(v is None or type(v) is Tensor for v in inputs.values()) or not all(type(t) is Tensor for t in out.values()):
+        return None
+    if not all(isinstance(m, Mapping) or m is None for m in (attrs, tunables)):
+        return None
+    key = (
+        id(contract),
+        tuple((name, id(v)) for name, v in inputs.items()),
+        tuple((name, id(t)) for name, t in out.items()),
+        _typed_items(attrs or {}),
+        outputs if outputs is None or isinstance(outputs, str) else tuple(outputs) if isinstance(outputs, (list, tuple)) else None,
+        variant,
+        _typed_items(tunables or {}),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _tensors_in_order(inputs, out):
+    return [v for v in inputs.values() if v is not None] + list(out.values())
+
+
+def _repeated_call(key, device, inputs, out):
+    """The remembered call of `key`, if every Tensor is still the one it was made with."""
+    current = _tensors_in_order(inputs, out)
+    cache = _repeated_calls.get(device if device is not None else current[0].device)
+    entry = cache.get(key) if cache is not None else None
+    if entry is None:
+        return None
+    repeat, buffer_refs = entry
+    if len(current) != len(buffer_refs):
+        return None
+    for tensor, ref, (shape, dtype) in zip(current, buffer_refs, repeat.described):
+        if tensor.destroyed or tensor.buffer is not ref() or tensor.shape != shape or tensor.dtype != dtype:
+            return None
+    return repeat
+
+
+def _run_remembered(key, plan, values, device, callers, keyed, encoder, wanted):
+    """The full path of a call that can repeat: checked, recorded, run, then remembered.
+
+    `callers` is the caller's (inputs, out); `keyed` is (out by bind key, every name, out names).
+    """
+    keyed_out, names, out_names = keyed
+    values, checked_out, device, _ = check_call(plan, values, device, keyed_out, names, None if encoder is None else "encoder=")
+    tensors, _ = _call_tensors(plan, values, device, checked_out)
+    call = record_call(plan, tensors, device)
+    _submit(call, device, encoder)
+    ordered = _tensors_in_order(*callers)
+    repeat = RepeatedCall(device, call, tuple((t.shape, t.dtype) for t in ordered), tuple((k, out_names[k]) for k in wanted))
+    cache = _per_device(_repeated_calls, device, REPEATED_CALLS_SIZE)
+    entry = [repeat, None]
+    entry[1] = _watching(cache, key, entry, [t.buffer for t in ordered])
+    cache.put(key, entry)
+    return {k: checked_out[k] for k in wanted}
 
 
 def warm_up(contract, shapes, dtypes=None, attrs=None, *, device=None, caps=None, tunables=None, variant=None, outputs=None):

@@ -17,10 +17,12 @@ def test_host_floor_reports_each_figure_and_ratio():
     }
     plan = gn.plan({"x": x.shape, "scale": (8,), "bias": (8,)}, {"T": "float32"}, {"num_groups": 2}, device=device)
     host = bench_calls.host_floor(device, plan, tensors, timer.sync, 5)
-    assert set(host) == {"floor_cached_us", "floor_fresh_us", "sequence_run_us"}
+    assert set(host) == {"floor_cached_us", "floor_fresh_us", "floor_plan_fresh_us", "sequence_run_us"}
     assert all(v > 0 for v in host.values())
     ratios = bench_calls.with_ratios({**host, "kernel_submit_us": 2 * host["floor_fresh_us"]})
     assert abs(ratios["kernel_submit_ratio"] - 2) < 1e-9
+    ratios = bench_calls.with_ratios({**host, "kernel_out_submit_us": 3 * host["floor_plan_fresh_us"]})
+    assert abs(ratios["kernel_out_submit_plan_ratio"] - 3) < 1e-9
     assert bench_calls.shown_us(-3.0) == bench_calls.shown_us(1.0) == "< 2 (noise)"
 
 
@@ -30,8 +32,9 @@ def test_a_small_sequence_runs_every_way():
     settings = bench.Settings.quick()
     result = bench_calls.run_sequence(gn, entry, "float32", device, bench.GpuTimer(device, settings.batch), settings, None)
     assert result["calls"] == 3
-    for key in ("kernel_wall_us", "encoder_wall_us", "sequence_wall_us", "summed_gpu_us"):
+    for key in ("kernel_wall_us", "encoder_wall_us", "sequence_wall_us", "summed_gpu_us", "sequence_run_host_us"):
         assert result[key] > 0, key
+    assert result["sequence_run_host_us_per_call"] == result["sequence_run_host_us"] / 3
     assert "tiny" in bench_calls.sequences_markdown([result])
 
 

@@ -270,3 +270,51 @@ def test_package_warmup_makes_the_pipelines_of_every_shipped_case():
             inputs = {k: rng.uniform(0.5, 1.5, shape).astype(dtypes[type_of[k]]) for k, shape in entry["inputs"].items()}
             package.kernel(inputs, attrs=entry.get("attrs"), outputs=entry.get("outputs"))
     assert rt.pipeline_creations == created, "a shipped case needed a pipeline warmup() did not make"
+
+
+def test_a_repeated_out_call_reads_new_data_and_rechecks_what_can_change(request):
+    """kernel(out=) on the same Tensors encodes the call it recorded the first time: it must read
+    whatever the inputs hold now, and still refuse a Tensor destroyed or re-pointed meanwhile."""
+    rng, seed = rng_for(request.node.name)
+    device = default_device()
+    inputs, attrs = gn_inputs(rng, np.float32, (2, 8, 6, 6))
+    tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    out = {"y": Tensor.empty(inputs["x"].shape, np.float32)}
+    for round_ in range(4):
+        x = (rng.standard_normal(inputs["x"].shape) * (round_ + 1) - round_).astype(np.float32)
+        device.queue.write_buffer(tensors["x"].buffer, 0, x.tobytes())
+        assert gn.kernel(tensors, attrs=attrs, out=out)["y"] is out["y"]
+        expected = gn.kernel({**inputs, "x": x}, attrs=attrs)["y"]
+        assert out["y"].numpy().tobytes() == expected.tobytes(), f"round {round_}, {seed_note(seed)}"
+    assert gn.kernel(tensors, attrs={**attrs, "epsilon": 0.5}, out=out)["y"].numpy().tobytes() != expected.tobytes()
+    small = device.create_buffer(size=16, usage=tensors["scale"].buffer.usage)
+    kept, tensors["scale"].buffer = tensors["scale"].buffer, small
+    with pytest.raises(ContractError, match="input scale: the Tensor's buffer holds 16 bytes"):
+        gn.kernel(tensors, attrs=attrs, out=out)
+    tensors["scale"].buffer = kept
+    gn.kernel(tensors, attrs=attrs, out=out)
+    out["y"].destroy()
+    with pytest.raises(ContractError, match="y: the Tensor was destroyed"):
+        gn.kernel(tensors, attrs=attrs, out=out)
+
+
+def test_caches_forget_the_tensors_a_caller_drops():
+    """Bind groups hold their buffers' GPU memory: entries must go with the Tensors they bind."""
+    import gc
+
+    device = default_device()
+    rng, _ = rng_for("dropped-tensors")
+    inputs, attrs = in_inputs(rng, np.float32)
+    inn.kernel({k: Tensor.from_numpy(v) for k, v in inputs.items()}, out={"output": Tensor.empty(inputs["input"].shape, np.float32)})
+    gc.collect()
+    caches = {name: rt._per_device(getattr(rt, name), device, 1024) for name in ("_bind_groups", "_repeated_calls")}
+    before = {name: len(cache) for name, cache in caches.items()}
+    for _ in range(5):
+        tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+        out = {"output": Tensor.empty(inputs["input"].shape, np.float32)}
+        inn.kernel(tensors, out=out)
+        inn.kernel(tensors, out=out)
+    assert all(len(cache) > before[name] for name, cache in caches.items())
+    del tensors, out
+    gc.collect()
+    assert {name: len(cache) for name, cache in caches.items()} == before, "an entry outlived the Tensors it binds"
