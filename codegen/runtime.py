@@ -2038,23 +2038,27 @@ def _webgpu_default_caps():
 
 
 def _typed_items(mapping):
-    """Items with their types: the plan cache must not take True for 1 (they hash alike)."""
-    return tuple((k, v.__class__, v) for k, v in sorted(mapping.items(), key=lambda item: str(item[0])))
+    """Items with their types: the plan cache must not take True for 1 (they hash alike).
+
+    In the caller's order, unsorted: the same request in another order is only another entry."""
+    return tuple([(k, v.__class__, v) for k, v in mapping.items()])
+
+
+def _shape_key(shape):
+    if type(shape) is tuple and all([type(d) is int for d in shape]):
+        return shape
+    return (type(shape), tuple(map(type, shape)), tuple(shape))
 
 
 def _plan_key(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
     """The memo key of a request, or None for one that cannot be a key (refused while planning)."""
     try:
-        shape_key = tuple(
-            (k, v if type(v) is tuple and all(type(d) is int for d in v) else (type(v), tuple(map(type, v)), tuple(v)))
-            for k, v in sorted(shapes.items(), key=lambda item: str(item[0]))
-        )
         key = (
             contract.op,
-            shape_key,
-            tuple(sorted((str(k), str(v)) for k, v in (dtypes or {}).items())),
-            _typed_items(attrs or {}),
-            _typed_items(tunables or {}),
+            tuple([(k, _shape_key(v)) for k, v in shapes.items()]),
+            _typed_items(dtypes) if dtypes else None,
+            _typed_items(attrs) if attrs else None,
+            _typed_items(tunables) if tunables else None,
             id(caps),
             variant,
             outputs if outputs is None or isinstance(outputs, str) else tuple(outputs),
@@ -2062,7 +2066,7 @@ def _plan_key(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs)
         hash(key)
         return key
     except (TypeError, AttributeError):
-        return None  # not a mapping, unhashable or unsortable values: plan without the cache
+        return None  # not a mapping, unhashable values: plan without the cache
 
 
 def _cached_plan(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
@@ -2083,8 +2087,9 @@ def planning_caps(caps, device):
         return _webgpu_default_caps()
     if isinstance(caps, Mapping):
         try:
-            key = repr(sorted((k, sorted(v.items()) if isinstance(v, Mapping) else sorted(v)) for k, v in caps.items()))
-        except TypeError:
+            key = tuple(sorted([(k, tuple(sorted(v.items())) if isinstance(v, Mapping) else tuple(sorted(v))) for k, v in caps.items()]))
+            hash(key)
+        except (TypeError, AttributeError):
             return caps_of(caps, device)
         cached = _caps_by_mapping.get(key)
         if cached is None:
