@@ -17,11 +17,12 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from .emit import Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_variant, format_source, module_name, sha256_of
+from .emit import Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_shaders_module, emit_variant, format_source, module_name, sha256_of
 from .expr import snake
 from .manifest import ManifestError, load_manifests
 from .report import emit_report
 from .resolve import resolve_op
+from .store import store_shaders
 from .validate import validate
 from .wgsl import missing_templates, render_op
 
@@ -92,12 +93,14 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
         cases = emit_cases(op, manifests / op.ir.id, repo_root)
         if cases is not None:
             files[f"{package}/cases.py"] = cases
+        store = store_shaders(rendered)
+        files[f"{package}/shaders.py"] = emit_shaders_module(op, store, banner(sources))
         for variant in op.variants:
             mine = [item for item in rendered if item.variant is variant]
             variant_sources = [Source(op.ir.source, op.ir.sha256)] + [
                 Source(t, sha256_of(repo_root / t)) for t in sorted({item.template for item in mine})
             ]
-            files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, banner(variant_sources))
+            files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, store, banner(variant_sources))
     if only:
         return _format_python(files)
     all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +20,7 @@ import black
 from .expr import Compiled, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
+from .store import CONTINUED, PARAGRAPH_BREAK, ShaderStore, deciding_columns
 from .wgsl import RenderedPass
 
 REGENERATE = "python -m codegen manifests/ generated/"
@@ -426,7 +428,7 @@ def _wrap_text(text: str, width: int = 96) -> list[str]:
 # --- variant modules -----------------------------------------------------------------------------
 
 
-def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], header: str) -> PythonSource:
+def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], store: ShaderStore, header: str) -> PythonSource:
     ir = variant.ir
     w = Writer()
     w.line(f'"""Variant `{ir.id}` of {op.ir.title}.')
@@ -458,10 +460,16 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     if "math" in helpers:
         w.line("import math")
         w.line()
-    names = {"Binding", "Shader", "fold_width", "make_pass"} | {h for h in helpers if h != "math"}
+    by_pass = {item.pass_.ir.id: item for item in rendered if item.variant is variant}
+    names = {"Binding", "make_pass", "shader_table"} | {h for h in helpers if h != "math"}
+    if any(_declares(by_pass[p.ir.id], "DISPATCH_FOLD_WIDTH") for p in variant.passes):
+        names.add("fold_width")
+    if any(_varying_fields(by_pass[p.ir.id]) for p in variant.passes):
+        names.add("vary")
     for p in variant.passes:
         names.add({"threads": "threads_dispatch"}.get(p.ir.dispatch.form, "fold_dispatch"))
     w.line(f"from .._runtime import {', '.join(sorted(names))}")
+    w.line("from .shaders import wgsl")
     w.line()
     w.line(f'ID = "{ir.id}"')
     w.line(f"PRIORITY = {ir.priority}")
@@ -506,7 +514,6 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     w.line()
     with w.block("def passes(r, d, v) -> tuple:"):
         w.line(f"return ({', '.join(f'_{p.ir.id}(r, d, v)' for p in variant.passes)},)")
-    by_pass = {item.pass_.ir.id: item for item in rendered if item.variant is variant}
     for p in variant.passes:
         w.line()
         w.line()
@@ -514,7 +521,7 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     for p in variant.passes:
         w.line()
         w.line()
-        _emit_shaders(w, p, by_pass[p.ir.id])
+        _emit_shader_table(w, p, by_pass[p.ir.id], store)
     return formatted(header, w)
 
 
@@ -532,42 +539,71 @@ def _emit_conditions(w: Writer, op: ResolvedOp, name: str, clauses, doc: str) ->
             w.line(f"return {' or '.join(f'({c.python}) is True' for _, c in clauses) or 'False'}")
 
 
+def _declares(item: RenderedPass, override: str) -> bool:
+    """Whether any specialization of the pass declares `override`."""
+    return any(override in dict(spec.overrides) for spec in item.specializations)
+
+
+def _varying_keys(item: RenderedPass) -> list[int]:
+    """Positions of the specialization key a lookup needs: those the earlier ones do not determine."""
+    return deciding_columns([tuple(repr(v) for v in spec.key) for spec in item.specializations])
+
+
+def _key_part(p: ResolvedPass, name: str) -> str:
+    """The Python expression of one specialization-key value inside a pass function."""
+    if name.startswith("binding:"):
+        return dict(p.element_types)[name[len("binding:") :]].python
+    value = {v.name: v for v in p.scope_values}[name]
+    return value.var if value in p.derives else f"v.{value.var}"
+
+
+def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
+    """Override name -> Python expression, for the overrides some specialization declares, and for
+    the request-dependent values the pass reads as uniforms."""
+    declared = {name for spec in item.specializations for name, _ in spec.overrides}
+    moved = {u.name for u in item.scope_uniforms}
+    numbers = {}
+    for value in p.scope_values:
+        if value.code.type in ("int", "float") and (value.name in declared or value.name in moved):
+            numbers[value.name] = value.var if value in p.derives else f"v.{value.var}"
+    if p.ir.dispatch.form == "threads" and "WORKGROUP_SIZE" in declared:
+        numbers["WORKGROUP_SIZE"] = dict((k, c.python) for k, c in p.dispatch)["workgroupSize"]
+    if "DISPATCH_FOLD_WIDTH" in declared:
+        numbers["DISPATCH_FOLD_WIDTH"] = "dispatch_fold_width"
+    return numbers
+
+
+def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
+    ir = p.ir
+    dispatch_text = {k: c.python for k, c in p.dispatch}
+    w.comment("dispatch: " + ", ".join(f"{k}={e.text()}" for k, e in ir.dispatch.values))
+    label = f"{op.ir.name}.{p.ir.label}" if "." not in ir.label else ir.label
+    if ir.dispatch.form == "threads":
+        w.line(f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, r.caps, "{label}")')
+    elif ir.dispatch.form == "workgroups":
+        w.line(f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, r.caps, "{label}")')
+    else:
+        w.line(f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, r.caps, "{label}")')
+    return label
+
+
 def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -> None:
     ir = p.ir
     codes = [v.code for v in p.derives] + [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
-    codes += [c for _, c in p.element_types]
-    key_codes = {v.name: v for v in p.scope_values}
+    varying = _varying_keys(item)
+    codes += [c for name, c in p.element_types if f"binding:{name}" in [item.key_names[i] for i in varying]]
+    numbers = _pass_numbers(p, item)
     with w.block(f"def _{ir.id}(r, d, v):"):
         w.line(f'"""Pass `{ir.id}` ({ir.label}): template {item.template}."""')
-        _preamble(w, op, codes + [c.code for c in p.scope_values])
+        _preamble(w, op, codes)
         for value in p.derives:
             _assign(w, value)
-        parts = []
-        for name in item.key_names:
-            if name.startswith("binding:"):
-                parts.append(dict(p.element_types)[name[len("binding:"):]].python)
-            else:
-                value = key_codes[name]
-                parts.append(value.var if value in p.derives else f"v.{value.var}")
+        parts = [_key_part(p, item.key_names[i]) for i in varying]
         w.line(f"shader = {ir.id.upper()}_SHADERS[({', '.join(parts)}{',' if len(parts) == 1 else ''})]")
-        numbers = {}
-        for value in p.scope_values:
-            if value.code.type in ("int", "float"):
-                numbers[value.name] = value.var if value in p.derives else f"v.{value.var}"
-        dispatch_text = {k: c.python for k, c in p.dispatch}
-        if ir.dispatch.form == "threads":
-            numbers["WORKGROUP_SIZE"] = dispatch_text["workgroupSize"]
-        numbers["DISPATCH_FOLD_WIDTH"] = "dispatch_fold_width"
-        if "dispatch_fold_width" not in set().union(*(c.locals for c in codes + [c.code for c in p.scope_values])):
+        used = set().union(*(c.locals for c in codes)) if codes else set()
+        if "dispatch_fold_width" in numbers.values() and "dispatch_fold_width" not in used:
             w.line("dispatch_fold_width = fold_width(r.caps)")
-        w.comment("dispatch: " + ", ".join(f"{k}={e.text()}" for k, e in ir.dispatch.values))
-        label = f"{op.ir.name}.{p.ir.label}" if "." not in ir.label else ir.label
-        if ir.dispatch.form == "threads":
-            w.line(f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, r.caps, "{label}")')
-        elif ir.dispatch.form == "workgroups":
-            w.line(f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, r.caps, "{label}")')
-        else:
-            w.line(f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, r.caps, "{label}")')
+        label = _emit_dispatch(w, op, p)
         w.line("uniforms = {")
         for field, code in p.uniforms:
             w.line(f'    "{field.name}": {code.python},  # {field.value.text()}')
@@ -584,33 +620,103 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
         w.line(f'return make_pass(r, shader, "{ir.id}", "{label}", dispatch, uniforms, numbers)')
 
 
-def _emit_shaders(w: Writer, p: ResolvedPass, item: RenderedPass) -> None:
+SHADER_FIELDS = ("overrides", "workgroup_size", "workgroup_arrays", "uses_subgroups")
+
+
+def _varying_fields(item: RenderedPass) -> list[str]:
+    return [f for f in SHADER_FIELDS if len({repr(getattr(s, f)) for s in item.specializations}) > 1]
+
+
+def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: ShaderStore) -> None:
     ir = p.ir
-    prefix = ir.id.upper()
     uniform_fields = list(item.uniform_fields)
     uniform_fields += [(f"_pad{i}", "u32") for i in range(-len(uniform_fields) % 4)] if uniform_fields else []
-    w.comment("The resources every specialization of this pass binds, in binding order, and its Params layout.")
-    w.line(f"{prefix}_BINDINGS = (")
+    varying = _varying_keys(item)
+    fixed = [
+        f"{item.key_names[i]}={item.specializations[0].key[i]!r}"
+        for i in range(len(item.key_names))
+        if len({repr(s.key[i]) for s in item.specializations}) == 1
+    ]
+    own = _varying_fields(item)
+    constants = {}  # (field, repr of a value) -> the module constant holding it: each value once
+    for field in own:
+        for spec in item.specializations:
+            value = getattr(spec, field)
+            if (field, repr(value)) not in constants:
+                constants[(field, repr(value))] = f"{ir.id.upper()}_{field.upper()}_{sum(f == field for f, _ in constants) + 1}"
+                w.line(f"{constants[(field, repr(value))]} = {value!r}")
+    if constants:
+        w.line()
+    w.comment(f"Pass `{ir.id}`: its shaders by ({', '.join(item.key_names[i] for i in varying)}): the template values that")
+    w.comment("tell its specializations apart" + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else "."))
+    w.line(f"{ir.id.upper()}_SHADERS = shader_table(")
+    w.line("    wgsl,")
+    w.line(f'    template="{item.template}",')
+    w.line("    bindings=(")
     for i, b in enumerate(ir.bindings):
-        w.line(f'    Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}"),')
-    w.line(")")
-    w.line(f"{prefix}_UNIFORM_TYPES = {tuple(uniform_fields)!r}")
-    w.line()
-    w.comment(f"Specialization key: ({', '.join(item.key_names)})")
-    w.line(f"{prefix}_SHADERS = {{")
+        w.line(f'        Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}"),')
+    w.line("    ),")
+    w.line(f"    uniform_types={tuple(uniform_fields)!r},")
+    first = item.specializations[0]
+    for field in SHADER_FIELDS:
+        if field not in own:
+            w.line(f"    {field}={getattr(first, field)!r},")
+    w.line("    shaders={")
     for spec in item.specializations:
-        w.line(f"    {spec.key!r}: Shader(")
-        w.line(f'        template="{item.template}",')
-        w.line(f"        key={spec.key!r},")
-        w.line(f"        bindings={prefix}_BINDINGS,")
-        w.line(f"        uniform_types={prefix}_UNIFORM_TYPES,")
-        w.line(f"        overrides={spec.overrides!r},")
-        w.line(f"        workgroup_size={spec.workgroup_size!r},")
-        w.line(f"        workgroup_arrays={spec.workgroup_arrays!r},")
-        w.line(f"        uses_subgroups={spec.uses_subgroups!r},")
-        w.line(f"        wgsl={_string_block(spec.wgsl)},")
+        key = tuple(spec.key[i] for i in varying)
+        name = store.name_of(spec)
+        fields = ", ".join(f"{f}={constants[(f, repr(getattr(spec, f)))]}" for f in own)
+        w.line(f"        {key!r}: {f'vary({name!r}, {fields})' if own else repr(name)},")
+    w.line("    },")
+    w.line(")")
+
+
+def emit_shaders_module(op: ResolvedOp, store: ShaderStore, header: str) -> PythonSource:
+    """The op's `shaders.py`: every part once, every shader as the parts it joins."""
+    w = Writer()
+    w.line(f'"""Every shader of {op.ir.title}, each distinct WGSL text stored once.')
+    w.line()
+    for line in textwrap.wrap(
+        "A shader is the parts it names in SHADERS, joined by blank lines; a name starting with "
+        f"`{CONTINUED}` continues the previous part on the next line instead. Parts are paragraphs of "
+        "WGSL (a declaration block is cut where its overrides end), each stored once in PARTS under "
+        "what it declares. `wgsl(name)` gives back the exact text naga validated, which "
+        "`plan().passes[i].wgsl` shows whole; a shader's name is its template's stem and the "
+        'template values that tell its specializations apart."""',
+        width=96,
+    ):
+        w.line(line)
+    w.line()
+    w.line("from __future__ import annotations")
+    w.line()
+    w.line("PARTS = {")
+    for name, text in store.parts.items():
+        w.line(f"    {name!r}: {_string_block(text)},")
+    w.line("}")
+    w.line()
+    w.line("# fmt: off")
+    w.line("SHADERS = {")
+    for shader in store.shaders.values():
+        w.line(f"    {shader.name!r}: (")
+        # A no-break space inside each name keeps textwrap from cutting `fn main` in two.
+        items = " ".join(repr(p).replace(" ", "\xa0") + "," for p in shader.parts)
+        for line in textwrap.wrap(items, width=100, break_long_words=False, break_on_hyphens=False):
+            w.line(f"        {line.replace(chr(0xA0), ' ')}")
         w.line("    ),")
     w.line("}")
+    w.line("# fmt: on")
+    w.line()
+    w.line()
+    with w.block("def wgsl(name: str) -> str:"):
+        w.line('"""The WGSL text of shader `name`."""')
+        w.line('text = ""')
+        with w.block("for i, part in enumerate(SHADERS[name]):"):
+            with w.block(f'if part.startswith("{CONTINUED}"):'):
+                w.line(f'text += "\\n" + PARTS[part[{len(CONTINUED)}:]]')
+            with w.block("else:"):
+                w.line(f"text += ({PARAGRAPH_BREAK!r} if i else \"\") + PARTS[part]")
+        w.line("return text")
+    return formatted(header, w)
 
 
 def _string_block(text: str) -> str:

@@ -1482,7 +1482,7 @@ class Shader:
     """One rendered, validated specialization of a pass's template."""
 
     template: str
-    key: tuple  # the specialization values it was rendered with
+    key: str  # the shader's name in the op's shaders.py: template stem and varying template values
     bindings: tuple
     uniform_types: tuple
     overrides: tuple  # (name, "u32" | "f32") the shader declares
@@ -1490,6 +1490,28 @@ class Shader:
     workgroup_arrays: tuple  # (bytes per element, factors: override names or integer literals)
     uses_subgroups: bool
     wgsl: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Varied:
+    """A specialization whose Shader fields differ from the others of its pass (`vary()`)."""
+
+    name: str
+    fields: dict
+
+
+def vary(name: str, **fields: Any) -> Varied:
+    return Varied(name, fields)
+
+
+def shader_table(wgsl: Any, *, template: str, bindings: tuple, uniform_types: tuple, shaders: Mapping, **common: Any) -> dict:
+    """{specialization key: Shader} of one pass: the fields every specialization shares, each
+    entry's own (`vary`) on top; `wgsl(name)` is the text of a shader in the op's shaders.py."""
+    table = {}
+    for key, entry in shaders.items():
+        name, own = (entry, {}) if isinstance(entry, str) else (entry.name, entry.fields)
+        table[key] = Shader(template=template, key=name, bindings=bindings, uniform_types=uniform_types, wgsl=wgsl(name), **{**common, **own})
+    return table
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, fold_width, inner, js_mod, make_pass, numel, threads_dispatch
+from .._runtime import Binding, fold_width, inner, js_mod, make_pass, numel, shader_table, threads_dispatch
+from .shaders import wgsl
 
 ID = "flat_inference_vec4"
 PRIORITY = 80
@@ -72,10 +73,9 @@ def _main(r, d, v):
     """Pass `main` (BatchNormalization.FlatInferenceVec4): template templates/batch-normalization-flat-vec4.wgsl.jinja."""
     shape_x = r.shapes["x"]
     shape_y = r.shapes["y"]
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
     tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    shader = MAIN_SHADERS[(v.pairs, v.vec_type, v.vec_type, dtype_t, dtype_t, dtype_t, dtype_t, v.vec_type)]
+    shader = MAIN_SHADERS[(v.vec_type,)]
     dispatch_fold_width = fold_width(r.caps)
     # dispatch: threads=numel(shapes.Y) / 4, workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
@@ -94,173 +94,27 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "BatchNormalization.FlatInferenceVec4", dispatch, uniforms, numbers)
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-MAIN_BINDINGS = (
-    Binding(0, "x", "input", "x", "read-only-storage"),
-    Binding(1, "scale", "input", "scale", "read-only-storage"),
-    Binding(2, "bias", "input", "b", "read-only-storage"),
-    Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
-    Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
-    Binding(5, "y", "output", "y", "storage"),
-    Binding(6, "params", "uniform", "params", "uniform"),
+# Pass `main`: its shaders by (vecType): the template values that
+# tell its specializations apart; the others are pairs=False or follow from these.
+MAIN_SHADERS = shader_table(
+    wgsl,
+    template="templates/batch-normalization-flat-vec4.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "scale", "input", "scale", "read-only-storage"),
+        Binding(2, "bias", "input", "b", "read-only-storage"),
+        Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
+        Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
+        Binding(5, "y", "output", "y", "storage"),
+        Binding(6, "params", "uniform", "params", "uniform"),
+    ),
+    uniform_types=(("count4", "u32"), ("spatial", "u32"), ("channels", "u32"), ("epsilon", "f32")),
+    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
+    workgroup_size="WORKGROUP_SIZE",
+    workgroup_arrays=(),
+    uses_subgroups=False,
+    shaders={
+        ("vec4<f32>",): "batch-normalization-flat-vec4.vec4f32",
+        ("vec4<f16>",): "batch-normalization-flat-vec4.vec4f16",
+    },
 )
-MAIN_UNIFORM_TYPES = (("count4", "u32"), ("spatial", "u32"), ("channels", "u32"), ("epsilon", "f32"))
-
-# Specialization key: (pairs, vecType, binding:x, binding:scale, binding:bias, binding:input_mean, binding:input_var, binding:y)
-MAIN_SHADERS = {
-    (False, "vec4<f32>", "vec4<f32>", "f32", "f32", "f32", "f32", "vec4<f32>"): Shader(
-        template="templates/batch-normalization-flat-vec4.wgsl.jinja",
-        key=(False, "vec4<f32>", "vec4<f32>", "f32", "f32", "f32", "f32", "vec4<f32>"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
-        workgroup_size="WORKGROUP_SIZE",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override WORKGROUP_SIZE: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f32>;
-@group(0) @binding(4) var<storage, read> input_var: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }
-@group(0) @binding(6) var<uniform> params: Params;
-
-// (input_mean, scale / sqrt(input_var + epsilon), bias) of channel c.
-fn channel_transform(c: u32) -> vec3<f32> {
-    return vec3<f32>(f32(input_mean[c]), inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]), f32(bias[c]));
-}
-
-fn next_channel(c: u32) -> u32 {
-    return select(c + 1u, 0u, c + 1u == params.channels);
-}
-
-fn normalize_vector(i4: u32, v: vec4<f32>) {
-    let e = i4 * 4u;
-    let plane = e / params.spatial;
-    let s = e - plane * params.spatial;
-    let c = plane % params.channels;
-    let t = channel_transform(c);
-    var mean = vec4<f32>(t.x);
-    var k = vec4<f32>(t.y);
-    var b = vec4<f32>(t.z);
-    if (s + 3u >= params.spatial) {
-        if (params.spatial >= 4u) {
-            // Lanes s + j >= spatial are in the next channel, and no lane is further on.
-            let n = channel_transform(next_channel(c));
-            let later = vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.spatial - s);
-            mean = select(mean, vec4<f32>(n.x), later);
-            k = select(k, vec4<f32>(n.y), later);
-            b = select(b, vec4<f32>(n.z), later);
-        } else {
-            var lane_s = s;
-            var lane_c = c;
-            var lane_t = t;
-            for (var j = 1u; j < 4u; j++) {
-                lane_s += 1u;
-                if (lane_s == params.spatial) {
-                    lane_s = 0u;
-                    lane_c = next_channel(lane_c);
-                    lane_t = channel_transform(lane_c);
-                }
-                mean[j] = lane_t.x;
-                k[j] = lane_t.y;
-                b[j] = lane_t.z;
-            }
-        }
-    }
-    y[i4] = vec4<f32>((v - mean) * k + b);
-}
-
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i4 = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
-    if (i4 >= params.count4) {
-        return;
-    }
-    normalize_vector(i4, vec4<f32>(x[i4]));
-}
-""",
-    ),
-    (False, "vec4<f16>", "vec4<f16>", "f16", "f16", "f16", "f16", "vec4<f16>"): Shader(
-        template="templates/batch-normalization-flat-vec4.wgsl.jinja",
-        key=(False, "vec4<f16>", "vec4<f16>", "f16", "f16", "f16", "f16", "vec4<f16>"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
-        workgroup_size="WORKGROUP_SIZE",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override WORKGROUP_SIZE: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f16>;
-@group(0) @binding(4) var<storage, read> input_var: array<f16>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }
-@group(0) @binding(6) var<uniform> params: Params;
-
-// (input_mean, scale / sqrt(input_var + epsilon), bias) of channel c.
-fn channel_transform(c: u32) -> vec3<f32> {
-    return vec3<f32>(f32(input_mean[c]), inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]), f32(bias[c]));
-}
-
-fn next_channel(c: u32) -> u32 {
-    return select(c + 1u, 0u, c + 1u == params.channels);
-}
-
-fn normalize_vector(i4: u32, v: vec4<f32>) {
-    let e = i4 * 4u;
-    let plane = e / params.spatial;
-    let s = e - plane * params.spatial;
-    let c = plane % params.channels;
-    let t = channel_transform(c);
-    var mean = vec4<f32>(t.x);
-    var k = vec4<f32>(t.y);
-    var b = vec4<f32>(t.z);
-    if (s + 3u >= params.spatial) {
-        if (params.spatial >= 4u) {
-            // Lanes s + j >= spatial are in the next channel, and no lane is further on.
-            let n = channel_transform(next_channel(c));
-            let later = vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.spatial - s);
-            mean = select(mean, vec4<f32>(n.x), later);
-            k = select(k, vec4<f32>(n.y), later);
-            b = select(b, vec4<f32>(n.z), later);
-        } else {
-            var lane_s = s;
-            var lane_c = c;
-            var lane_t = t;
-            for (var j = 1u; j < 4u; j++) {
-                lane_s += 1u;
-                if (lane_s == params.spatial) {
-                    lane_s = 0u;
-                    lane_c = next_channel(lane_c);
-                    lane_t = channel_transform(lane_c);
-                }
-                mean[j] = lane_t.x;
-                k[j] = lane_t.y;
-                b[j] = lane_t.z;
-            }
-        }
-    }
-    y[i4] = vec4<f16>((v - mean) * k + b);
-}
-
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i4 = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
-    if (i4 >= params.count4) {
-        return;
-    }
-    normalize_vector(i4, vec4<f32>(x[i4]));
-}
-""",
-    ),
-}

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, fold_width, inner, make_pass, numel, threads_dispatch
+from .._runtime import Binding, fold_width, inner, make_pass, numel, shader_table, threads_dispatch
+from .shaders import wgsl
 
 ID = "inference_scalar"
 PRIORITY = 0
@@ -67,10 +68,9 @@ def _main(r, d, v):
     """Pass `main` (BatchNormalization.InferenceScalar): template templates/batch-normalization-nchw.wgsl.jinja."""
     shape_x = r.shapes["x"]
     shape_y = r.shapes["y"]
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
     tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    shader = MAIN_SHADERS[(v.scalar, dtype_t, dtype_t, dtype_t, dtype_t, dtype_t, dtype_t)]
+    shader = MAIN_SHADERS[(v.scalar,)]
     dispatch_fold_width = fold_width(r.caps)
     # dispatch: threads=numel(shapes.Y), workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
@@ -90,98 +90,36 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "BatchNormalization.InferenceScalar", dispatch, uniforms, numbers)
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-MAIN_BINDINGS = (
-    Binding(0, "x", "input", "x", "read-only-storage"),
-    Binding(1, "scale", "input", "scale", "read-only-storage"),
-    Binding(2, "bias", "input", "b", "read-only-storage"),
-    Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
-    Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
-    Binding(5, "y", "output", "y", "storage"),
-    Binding(6, "params", "uniform", "params", "uniform"),
-)
-MAIN_UNIFORM_TYPES = (
-    ("channels", "u32"),
-    ("height", "u32"),
-    ("width", "u32"),
-    ("epsilon", "f32"),
-    ("count", "u32"),
-    ("_pad0", "u32"),
-    ("_pad1", "u32"),
-    ("_pad2", "u32"),
-)
-
-# Specialization key: (scalar, binding:x, binding:scale, binding:bias, binding:input_mean, binding:input_var, binding:y)
-MAIN_SHADERS = {
-    ("f32", "f32", "f32", "f32", "f32", "f32", "f32"): Shader(
-        template="templates/batch-normalization-nchw.wgsl.jinja",
-        key=("f32", "f32", "f32", "f32", "f32", "f32", "f32"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
-        workgroup_size="WORKGROUP_SIZE",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override WORKGROUP_SIZE: u32;
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f32>;
-@group(0) @binding(4) var<storage, read> input_var: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
-struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(6) var<uniform> params: Params;
-
-// Arithmetic stays in f32 for f16 tensors too: only loads and the store
-// change type, so both dtypes round once, at the store.
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
-    if (i >= params.count) {
-        return;
-    }
-    let c = (i / (params.height * params.width)) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
-    y[i] = f32((f32(x[i]) - f32(input_mean[c])) * k + f32(bias[c]));
-}
-""",
+# Pass `main`: its shaders by (scalar): the template values that
+# tell its specializations apart.
+MAIN_SHADERS = shader_table(
+    wgsl,
+    template="templates/batch-normalization-nchw.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "scale", "input", "scale", "read-only-storage"),
+        Binding(2, "bias", "input", "b", "read-only-storage"),
+        Binding(3, "input_mean", "input", "inputMean", "read-only-storage"),
+        Binding(4, "input_var", "input", "inputVar", "read-only-storage"),
+        Binding(5, "y", "output", "y", "storage"),
+        Binding(6, "params", "uniform", "params", "uniform"),
     ),
-    ("f16", "f16", "f16", "f16", "f16", "f16", "f16"): Shader(
-        template="templates/batch-normalization-nchw.wgsl.jinja",
-        key=("f16", "f16", "f16", "f16", "f16", "f16", "f16"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
-        workgroup_size="WORKGROUP_SIZE",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override WORKGROUP_SIZE: u32;
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f16>;
-@group(0) @binding(4) var<storage, read> input_var: array<f16>;
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;
-struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(6) var<uniform> params: Params;
-
-// Arithmetic stays in f32 for f16 tensors too: only loads and the store
-// change type, so both dtypes round once, at the store.
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
-    if (i >= params.count) {
-        return;
-    }
-    let c = (i / (params.height * params.width)) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
-    y[i] = f16((f32(x[i]) - f32(input_mean[c])) * k + f32(bias[c]));
-}
-""",
+    uniform_types=(
+        ("channels", "u32"),
+        ("height", "u32"),
+        ("width", "u32"),
+        ("epsilon", "f32"),
+        ("count", "u32"),
+        ("_pad0", "u32"),
+        ("_pad1", "u32"),
+        ("_pad2", "u32"),
     ),
-}
+    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
+    workgroup_size="WORKGROUP_SIZE",
+    workgroup_arrays=(),
+    uses_subgroups=False,
+    shaders={
+        ("f32",): "batch-normalization-nchw.f32",
+        ("f16",): "batch-normalization-nchw.f16",
+    },
+)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, fold_dispatch, fold_width, make_pass
+from .._runtime import Binding, fold_dispatch, fold_width, make_pass, shader_table
+from .shaders import wgsl
 
 ID = "group_splitk"
 PRIORITY = 120
@@ -98,9 +99,7 @@ def passes(r, d, v) -> tuple:
 
 def _partials(r, d, v):
     """Pass `partials` (GroupNormalization.SplitKPartials): template templates/group-normalization-splitk-partials.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
-    shader = PARTIALS_SHADERS[(v.vec4, v.scalar, "vec4<f32>")]
+    shader = PARTIALS_SHADERS[(v.scalar,)]
     dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
@@ -112,9 +111,6 @@ def _partials(r, d, v):
         "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {
-        "spatial": v.spatial,
-        "channelsPerGroup": v.channels_per_group,
-        "numGroups": v.num_groups,
         "workgroupSize": v.workgroup_size,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
     }
@@ -123,10 +119,8 @@ def _partials(r, d, v):
 
 def _apply(r, d, v):
     """Pass `apply` (GroupNormalization.SplitKApply): template templates/group-normalization-splitk-apply.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
-    attr_num_groups = r.attrs["num_groups"]
-    shader = APPLY_SHADERS[(v.scalar, v.vec4, v.scalar, v.scalar, v.scalar, "vec4<f32>", v.scalar)]
+    shader = APPLY_SHADERS[(v.scalar,)]
     dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKApply")
@@ -146,583 +140,57 @@ def _apply(r, d, v):
     return make_pass(r, shader, "apply", "GroupNormalization.SplitKApply", dispatch, uniforms, numbers)
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-PARTIALS_BINDINGS = (
-    Binding(0, "x", "input", "x", "read-only-storage"),
-    Binding(1, "partials", "intermediate", "partials", "storage"),
-    Binding(2, "params", "uniform", "params", "uniform"),
-)
-PARTIALS_UNIFORM_TYPES = (("rows", "u32"), ("hiddenSize", "u32"), ("split", "u32"), ("_pad0", "u32"))
-
-# Specialization key: (vec4, binding:x, binding:partials)
-PARTIALS_SHADERS = {
-    (False, "f32", "vec4<f32>"): Shader(
-        template="templates/group-normalization-splitk-partials.wgsl.jinja",
-        key=(False, "f32", "vec4<f32>"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, hiddenSize: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = params.hiddenSize;
-    let q = units / params.split;
-    let r = units % params.split;
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < count;) {
-        let shift = f32(x[base + begin + j]);
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var m = 0u;
-        for (; m < STATS_BLOCK && j < count; m++) {
-            let d = f32(x[base + begin + j]) - shift;
-            s1 += d;
-            s2 += d * d;
-            j += workgroupSize;
-        }
-        own = add_block(own, m, shift, s1, s2);
-    }
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
-        let total = unpack_stats(slots[0]);
-        partials[row * params.split + k] = vec4<f32>(total.hi, total.lo, total.m2, 0.0);
-    }
-}
-""",
+# Pass `partials`: its shaders by (binding:x): the template values that
+# tell its specializations apart; the others are vec4=False, binding:partials='vec4<f32>' or follow from these.
+PARTIALS_SHADERS = shader_table(
+    wgsl,
+    template="templates/group-normalization-splitk-partials.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "partials", "intermediate", "partials", "storage"),
+        Binding(2, "params", "uniform", "params", "uniform"),
     ),
-    (False, "f16", "vec4<f32>"): Shader(
-        template="templates/group-normalization-splitk-partials.wgsl.jinja",
-        key=(False, "f16", "vec4<f32>"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, hiddenSize: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = params.hiddenSize;
-    let q = units / params.split;
-    let r = units % params.split;
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < count;) {
-        let shift = f32(x[base + begin + j]);
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var m = 0u;
-        for (; m < STATS_BLOCK && j < count; m++) {
-            let d = f32(x[base + begin + j]) - shift;
-            s1 += d;
-            s2 += d * d;
-            j += workgroupSize;
-        }
-        own = add_block(own, m, shift, s1, s2);
-    }
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
-        let total = unpack_stats(slots[0]);
-        partials[row * params.split + k] = vec4<f32>(total.hi, total.lo, total.m2, 0.0);
-    }
-}
-""",
-    ),
-}
-
-
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-APPLY_BINDINGS = (
-    Binding(0, "x", "input", "x", "read-only-storage"),
-    Binding(1, "scale", "input", "scale", "read-only-storage"),
-    Binding(2, "bias", "input", "bias", "read-only-storage"),
-    Binding(3, "partials", "intermediate", "partials", "read-only-storage"),
-    Binding(4, "y", "output", "y", "storage"),
-    Binding(5, "params", "uniform", "params", "uniform"),
-)
-APPLY_UNIFORM_TYPES = (
-    ("rows", "u32"),
-    ("epsilon", "f32"),
-    ("hiddenSize", "u32"),
-    ("spatial", "u32"),
-    ("channelsPerGroup", "u32"),
-    ("numGroups", "u32"),
-    ("split", "u32"),
-    ("_pad0", "u32"),
+    uniform_types=(("rows", "u32"), ("hiddenSize", "u32"), ("split", "u32"), ("_pad0", "u32")),
+    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
+    workgroup_size="workgroupSize",
+    workgroup_arrays=((16, ("workgroupSize",)),),
+    uses_subgroups=False,
+    shaders={
+        ("f32",): "group-normalization-splitk-partials.f32",
+        ("f16",): "group-normalization-splitk-partials.f16",
+    },
 )
 
-# Specialization key: (scalar, vec4, binding:x, binding:scale, binding:bias, binding:partials, binding:y)
-APPLY_SHADERS = {
-    ("f32", False, "f32", "f32", "f32", "vec4<f32>", "f32"): Shader(
-        template="templates/group-normalization-splitk-apply.wgsl.jinja",
-        key=("f32", False, "f32", "f32", "f32", "vec4<f32>", "f32"),
-        bindings=APPLY_BINDINGS,
-        uniform_types=APPLY_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;
 
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-// (channel, unit within the channel) moved on by `step` = (whole channels, remainder units) of a
-// walk's stride, `per_channel` units a channel: p.y < 2 per_channel, so one correction suffices.
-fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = params.hiddenSize;
-    let unitValues = 1u;
-    let q = units / params.split;
-    let r = units % params.split;
-    let n = f32(units * unitValues);
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = lid; i < params.split; i += workgroupSize) {
-        let partial = partials[row * params.split + i];
-        let cnt = (q + select(0u, 1u, i < r)) * unitValues;
-        own = chan_merge(own, Stats(cnt, partial.x, partial.y, partial.z));
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let inv = inverseSqrt(max(total.m2 / n, 0.0) + params.epsilon);
-
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / params.spatial: the walk keeps
-    // (channel, unit within it) and advances by its stride params.split once into whole channels and a
-    // remainder (params.spatial is a uniform: no division per element).
-    let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
-    let start = begin + lid;
-    var at = vec2<u32>(channel0 + start / params.spatial, start % params.spatial);
-    for (var j = lid; j < count; j += workgroupSize) {
-        let idx = begin + j;
-        let c = at.x;
-        let normalized = ((f32(x[base + idx]) - hi) - lo) * inv;
-        y[base + idx] = f32(normalized * f32(scale[c]) + f32(bias[c]));
-        at = advance(at, step, params.spatial);
-    }
-}
-""",
+# Pass `apply`: its shaders by (scalar): the template values that
+# tell its specializations apart; the others are vec4=False, binding:partials='vec4<f32>' or follow from these.
+APPLY_SHADERS = shader_table(
+    wgsl,
+    template="templates/group-normalization-splitk-apply.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "scale", "input", "scale", "read-only-storage"),
+        Binding(2, "bias", "input", "bias", "read-only-storage"),
+        Binding(3, "partials", "intermediate", "partials", "read-only-storage"),
+        Binding(4, "y", "output", "y", "storage"),
+        Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    ("f16", False, "f16", "f16", "f16", "vec4<f32>", "f16"): Shader(
-        template="templates/group-normalization-splitk-apply.wgsl.jinja",
-        key=("f16", False, "f16", "f16", "f16", "vec4<f32>", "f16"),
-        bindings=APPLY_BINDINGS,
-        uniform_types=APPLY_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f16>;
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;
-
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-// (channel, unit within the channel) moved on by `step` = (whole channels, remainder units) of a
-// walk's stride, `per_channel` units a channel: p.y < 2 per_channel, so one correction suffices.
-fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = params.hiddenSize;
-    let unitValues = 1u;
-    let q = units / params.split;
-    let r = units % params.split;
-    let n = f32(units * unitValues);
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = lid; i < params.split; i += workgroupSize) {
-        let partial = partials[row * params.split + i];
-        let cnt = (q + select(0u, 1u, i < r)) * unitValues;
-        own = chan_merge(own, Stats(cnt, partial.x, partial.y, partial.z));
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let inv = inverseSqrt(max(total.m2 / n, 0.0) + params.epsilon);
-
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / params.spatial: the walk keeps
-    // (channel, unit within it) and advances by its stride params.split once into whole channels and a
-    // remainder (params.spatial is a uniform: no division per element).
-    let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
-    let start = begin + lid;
-    var at = vec2<u32>(channel0 + start / params.spatial, start % params.spatial);
-    for (var j = lid; j < count; j += workgroupSize) {
-        let idx = begin + j;
-        let c = at.x;
-        let normalized = ((f32(x[base + idx]) - hi) - lo) * inv;
-        y[base + idx] = f16(normalized * f32(scale[c]) + f32(bias[c]));
-        at = advance(at, step, params.spatial);
-    }
-}
-""",
+    uniform_types=(
+        ("rows", "u32"),
+        ("epsilon", "f32"),
+        ("hiddenSize", "u32"),
+        ("spatial", "u32"),
+        ("channelsPerGroup", "u32"),
+        ("numGroups", "u32"),
+        ("split", "u32"),
+        ("_pad0", "u32"),
     ),
-}
+    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
+    workgroup_size="workgroupSize",
+    workgroup_arrays=((16, ("workgroupSize",)),),
+    uses_subgroups=False,
+    shaders={
+        ("f32",): "group-normalization-splitk-apply.f32",
+        ("f16",): "group-normalization-splitk-apply.f16",
+    },
+)

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, fold_dispatch, fold_width, js_mod, make_pass
+from .._runtime import Binding, fold_dispatch, fold_width, js_mod, make_pass, shader_table
+from .shaders import wgsl
 
 ID = "group_splitk_vec4_pairs"
 PRIORITY = 126
@@ -129,9 +130,7 @@ def passes(r, d, v) -> tuple:
 
 def _partials(r, d, v):
     """Pass `partials` (GroupNormalization.SplitKPartialsVec4Pairs): template templates/group-normalization-splitk-partials.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
-    shader = PARTIALS_SHADERS[(v.pairs, v.vec4, v.vec_type, "vec4<f32>")]
+    shader = PARTIALS_SHADERS[(v.vec_type,)]
     dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
@@ -142,9 +141,6 @@ def _partials(r, d, v):
     }
     numbers = {
         "hiddenVec": v.hidden_vec,
-        "spatialVec": v.spatial_vec,
-        "channelsPerGroup": v.channels_per_group,
-        "numGroups": v.num_groups,
         "workgroupSize": v.workgroup_size,
         "split": v.split,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
@@ -156,12 +152,8 @@ def _partials(r, d, v):
 
 def _apply(r, d, v):
     """Pass `apply` (GroupNormalization.SplitKApplyVec4Pairs): template templates/group-normalization-splitk-apply.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
-    attr_num_groups = r.attrs["num_groups"]
-    shader = APPLY_SHADERS[
-        (v.pairs, v.scalar, v.vec4, v.vec_type, v.vec_type, v.scalar, v.scalar, "vec4<f32>", v.vec_type)
-    ]
+    shader = APPLY_SHADERS[(v.scalar,)]
     dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
@@ -185,664 +177,61 @@ def _apply(r, d, v):
     )
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-PARTIALS_BINDINGS = (
-    Binding(0, "x", "input", "x", "read-only-storage"),
-    Binding(1, "partials", "intermediate", "partials", "storage"),
-    Binding(2, "params", "uniform", "params", "uniform"),
+# Pass `partials`: its shaders by (binding:x): the template values that
+# tell its specializations apart; the others are pairs=True, vec4=True, binding:partials='vec4<f32>' or follow from these.
+PARTIALS_SHADERS = shader_table(
+    wgsl,
+    template="templates/group-normalization-splitk-partials.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "partials", "intermediate", "partials", "storage"),
+        Binding(2, "params", "uniform", "params", "uniform"),
+    ),
+    uniform_types=(("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32")),
+    overrides=(
+        ("DISPATCH_FOLD_WIDTH", "u32"),
+        ("hiddenVec", "u32"),
+        ("split", "u32"),
+        ("workgroupSize", "u32"),
+    ),
+    workgroup_size="workgroupSize",
+    workgroup_arrays=((16, ("workgroupSize",)),),
+    uses_subgroups=False,
+    shaders={
+        ("vec4<f32>",): "group-normalization-splitk-partials.vec4-vec4f32-pairs",
+        ("vec4<f16>",): "group-normalization-splitk-partials.vec4-vec4f16-pairs",
+    },
 )
-PARTIALS_UNIFORM_TYPES = (("rows", "u32"), ("_pad0", "u32"), ("_pad1", "u32"), ("_pad2", "u32"))
 
-# Specialization key: (pairs, vec4, binding:x, binding:partials)
-PARTIALS_SHADERS = {
-    (True, True, "vec4<f32>", "vec4<f32>"): Shader(
-        template="templates/group-normalization-splitk-partials.wgsl.jinja",
-        key=(True, True, "vec4<f32>", "vec4<f32>"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(
-            ("DISPATCH_FOLD_WIDTH", "u32"),
-            ("hiddenVec", "u32"),
-            ("split", "u32"),
-            ("workgroupSize", "u32"),
-        ),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override hiddenVec: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
 
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = hiddenVec;
-    let q = units / split;
-    let r = units % split;
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < count;) {
-        let shift = f32(x[base + begin + j].x);
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (var t = 0u; t < STATS_BLOCK && j < count; t++) {
-            let second = j + workgroupSize;
-            if (second < count) {
-                let a = vec4<f32>(x[base + begin + j]) - shift;
-                let b = vec4<f32>(x[base + begin + second]) - shift;
-                s1 += a + b;
-                s2 += a * a + b * b;
-                m += 8u;
-            } else {
-                let a = vec4<f32>(x[base + begin + j]) - shift;
-                s1 += a;
-                s2 += a * a;
-                m += 4u;
-            }
-            j += 2u * workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
-        let total = unpack_stats(slots[0]);
-        partials[row * split + k] = vec4<f32>(total.hi, total.lo, total.m2, 0.0);
-    }
-}
-""",
+# Pass `apply`: its shaders by (scalar): the template values that
+# tell its specializations apart; the others are pairs=True, vec4=True, binding:partials='vec4<f32>' or follow from these.
+APPLY_SHADERS = shader_table(
+    wgsl,
+    template="templates/group-normalization-splitk-apply.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "scale", "input", "scale", "read-only-storage"),
+        Binding(2, "bias", "input", "bias", "read-only-storage"),
+        Binding(3, "partials", "intermediate", "partials", "read-only-storage"),
+        Binding(4, "y", "output", "y", "storage"),
+        Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    (True, True, "vec4<f16>", "vec4<f32>"): Shader(
-        template="templates/group-normalization-splitk-partials.wgsl.jinja",
-        key=(True, True, "vec4<f16>", "vec4<f32>"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(
-            ("DISPATCH_FOLD_WIDTH", "u32"),
-            ("hiddenVec", "u32"),
-            ("split", "u32"),
-            ("workgroupSize", "u32"),
-        ),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override hiddenVec: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = hiddenVec;
-    let q = units / split;
-    let r = units % split;
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < count;) {
-        let shift = f32(x[base + begin + j].x);
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (var t = 0u; t < STATS_BLOCK && j < count; t++) {
-            let second = j + workgroupSize;
-            if (second < count) {
-                let a = vec4<f32>(x[base + begin + j]) - shift;
-                let b = vec4<f32>(x[base + begin + second]) - shift;
-                s1 += a + b;
-                s2 += a * a + b * b;
-                m += 8u;
-            } else {
-                let a = vec4<f32>(x[base + begin + j]) - shift;
-                s1 += a;
-                s2 += a * a;
-                m += 4u;
-            }
-            j += 2u * workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
-        let total = unpack_stats(slots[0]);
-        partials[row * split + k] = vec4<f32>(total.hi, total.lo, total.m2, 0.0);
-    }
-}
-""",
+    uniform_types=(("rows", "u32"), ("epsilon", "f32"), ("_pad0", "u32"), ("_pad1", "u32")),
+    overrides=(
+        ("DISPATCH_FOLD_WIDTH", "u32"),
+        ("channelsPerGroup", "u32"),
+        ("hiddenVec", "u32"),
+        ("numGroups", "u32"),
+        ("spatialVec", "u32"),
+        ("split", "u32"),
+        ("workgroupSize", "u32"),
     ),
-}
-
-
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-APPLY_BINDINGS = (
-    Binding(0, "x", "input", "x", "read-only-storage"),
-    Binding(1, "scale", "input", "scale", "read-only-storage"),
-    Binding(2, "bias", "input", "bias", "read-only-storage"),
-    Binding(3, "partials", "intermediate", "partials", "read-only-storage"),
-    Binding(4, "y", "output", "y", "storage"),
-    Binding(5, "params", "uniform", "params", "uniform"),
+    workgroup_size="workgroupSize",
+    workgroup_arrays=((16, ("workgroupSize",)),),
+    uses_subgroups=False,
+    shaders={
+        ("f32",): "group-normalization-splitk-apply.f32-vec4-pairs",
+        ("f16",): "group-normalization-splitk-apply.f16-vec4-pairs",
+    },
 )
-APPLY_UNIFORM_TYPES = (("rows", "u32"), ("epsilon", "f32"), ("_pad0", "u32"), ("_pad1", "u32"))
-
-# Specialization key: (pairs, scalar, vec4, vecType, binding:x, binding:scale, binding:bias, binding:partials, binding:y)
-APPLY_SHADERS = {
-    (True, "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>", "vec4<f32>"): Shader(
-        template="templates/group-normalization-splitk-apply.wgsl.jinja",
-        key=(True, "f32", True, "vec4<f32>", "vec4<f32>", "f32", "f32", "vec4<f32>", "vec4<f32>"),
-        bindings=APPLY_BINDINGS,
-        uniform_types=APPLY_UNIFORM_TYPES,
-        overrides=(
-            ("DISPATCH_FOLD_WIDTH", "u32"),
-            ("channelsPerGroup", "u32"),
-            ("hiddenVec", "u32"),
-            ("numGroups", "u32"),
-            ("spatialVec", "u32"),
-            ("split", "u32"),
-            ("workgroupSize", "u32"),
-        ),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override hiddenVec: u32;
-override numGroups: u32;
-override spatialVec: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;
-
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-// (channel, unit within the channel) moved on by `step` = (whole channels, remainder units) of a
-// walk's stride, `per_channel` units a channel: p.y < 2 per_channel, so one correction suffices.
-fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = hiddenVec;
-    let unitValues = 4u;
-    let q = units / split;
-    let r = units % split;
-    let n = f32(units * unitValues);
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = lid; i < split; i += workgroupSize) {
-        let partial = partials[row * split + i];
-        let cnt = (q + select(0u, 1u, i < r)) * unitValues;
-        own = chan_merge(own, Stats(cnt, partial.x, partial.y, partial.z));
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let inv = inverseSqrt(max(total.m2 / n, 0.0) + params.epsilon);
-
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-    let channel0 = (row % numGroups) * channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / spatialVec: the walk keeps
-    // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatialVec is a uniform: no division per element).
-    let step = vec2<u32>(workgroupSize / spatialVec, workgroupSize % spatialVec);
-    let start = begin + lid;
-    var at = vec2<u32>(channel0 + start / spatialVec, start % spatialVec);
-    for (var j = lid; j < count; j += 2u * workgroupSize) {
-        let first = begin + j;
-        let second = first + workgroupSize;
-        let next = advance(at, step, spatialVec);
-        if (j + workgroupSize < count) {
-            let a = vec4<f32>(x[base + first]);
-            let b = vec4<f32>(x[base + second]);
-            let ca = at.x;
-            let cb = next.x;
-            y[base + first] = vec4<f32>(((a - hi) - lo) * inv * f32(scale[ca]) + f32(bias[ca]));
-            y[base + second] = vec4<f32>(((b - hi) - lo) * inv * f32(scale[cb]) + f32(bias[cb]));
-        } else {
-            let c = at.x;
-            let normalized = ((vec4<f32>(x[base + first]) - hi) - lo) * inv;
-            y[base + first] = vec4<f32>(normalized * f32(scale[c]) + f32(bias[c]));
-        }
-        at = advance(next, step, spatialVec);
-    }
-}
-""",
-    ),
-    (True, "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f32>", "vec4<f16>"): Shader(
-        template="templates/group-normalization-splitk-apply.wgsl.jinja",
-        key=(True, "f16", True, "vec4<f16>", "vec4<f16>", "f16", "f16", "vec4<f32>", "vec4<f16>"),
-        bindings=APPLY_BINDINGS,
-        uniform_types=APPLY_UNIFORM_TYPES,
-        overrides=(
-            ("DISPATCH_FOLD_WIDTH", "u32"),
-            ("channelsPerGroup", "u32"),
-            ("hiddenVec", "u32"),
-            ("numGroups", "u32"),
-            ("spatialVec", "u32"),
-            ("split", "u32"),
-            ("workgroupSize", "u32"),
-        ),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override hiddenVec: u32;
-override numGroups: u32;
-override spatialVec: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;
-
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-// (channel, unit within the channel) moved on by `step` = (whole channels, remainder units) of a
-// walk's stride, `per_channel` units a channel: p.y < 2 per_channel, so one correction suffices.
-fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let k = wid.z;
-    let units = hiddenVec;
-    let unitValues = 4u;
-    let q = units / split;
-    let r = units % split;
-    let n = f32(units * unitValues);
-
-    // Tree over [0, workgroupSize): p is the smallest power of two >= workgroupSize.
-    var p = 1u;
-    while (p < workgroupSize) {
-        p = p << 1u;
-    }
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = lid; i < split; i += workgroupSize) {
-        let partial = partials[row * split + i];
-        let cnt = (q + select(0u, 1u, i < r)) * unitValues;
-        own = chan_merge(own, Stats(cnt, partial.x, partial.y, partial.z));
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = p >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s && lid + s < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let inv = inverseSqrt(max(total.m2 / n, 0.0) + params.epsilon);
-
-    let begin = k * q + min(k, r);
-    let count = q + select(0u, 1u, k < r);
-    let base = row * units;
-    let channel0 = (row % numGroups) * channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / spatialVec: the walk keeps
-    // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatialVec is a uniform: no division per element).
-    let step = vec2<u32>(workgroupSize / spatialVec, workgroupSize % spatialVec);
-    let start = begin + lid;
-    var at = vec2<u32>(channel0 + start / spatialVec, start % spatialVec);
-    for (var j = lid; j < count; j += 2u * workgroupSize) {
-        let first = begin + j;
-        let second = first + workgroupSize;
-        let next = advance(at, step, spatialVec);
-        if (j + workgroupSize < count) {
-            let a = vec4<f32>(x[base + first]);
-            let b = vec4<f32>(x[base + second]);
-            let ca = at.x;
-            let cb = next.x;
-            y[base + first] = vec4<f16>(((a - hi) - lo) * inv * f32(scale[ca]) + f32(bias[ca]));
-            y[base + second] = vec4<f16>(((b - hi) - lo) * inv * f32(scale[cb]) + f32(bias[cb]));
-        } else {
-            let c = at.x;
-            let normalized = ((vec4<f32>(x[base + first]) - hi) - lo) * inv;
-            y[base + first] = vec4<f16>(normalized * f32(scale[c]) + f32(bias[c]));
-        }
-        at = advance(next, step, spatialVec);
-    }
-}
-""",
-    ),
-}

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, fold_dispatch, fold_width, make_pass
+from .._runtime import Binding, fold_dispatch, fold_width, make_pass, shader_table
+from .shaders import wgsl
 
 ID = "group_stash_f16_serial"
 PRIORITY = 1000
@@ -81,11 +82,9 @@ def passes(r, d, v) -> tuple:
 
 def _main(r, d, v):
     """Pass `main` (GroupNormalization.StashF16Serial): template templates/group-normalization-stash-f16-serial.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
-    attr_num_groups = r.attrs["num_groups"]
     limits = r.caps.limits
-    shader = MAIN_SHADERS[(v.uses_f16, v.io_element, v.scalar, v.scalar, v.io_element)]
+    shader = MAIN_SHADERS[(v.uses_f16,)]
     dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=1
     dispatch = fold_dispatch(d.group_rows, 1, 1, r.caps, "GroupNormalization.StashF16Serial")
@@ -106,344 +105,34 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, numbers)
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-MAIN_BINDINGS = (
-    Binding(0, "x", "input", "x", "read-only-storage"),
-    Binding(1, "scale", "input", "scale", "read-only-storage"),
-    Binding(2, "bias", "input", "bias", "read-only-storage"),
-    Binding(3, "y", "output", "y", "storage"),
-    Binding(4, "params", "uniform", "params", "uniform"),
-)
-MAIN_UNIFORM_TYPES = (
-    ("rows", "u32"),
-    ("rowStride", "u32"),
-    ("epsilon", "f32"),
-    ("hiddenSize", "u32"),
-    ("spatial", "u32"),
-    ("channelsPerGroup", "u32"),
-    ("numGroups", "u32"),
-    ("_pad0", "u32"),
-)
-
-# Specialization key: (usesF16, binding:x, binding:scale, binding:bias, binding:y)
-MAIN_SHADERS = {
-    (False, "f32", "f32", "f32", "f32"): Shader(
-        template="templates/group-normalization-stash-f16-serial.wgsl.jinja",
-        key=(False, "f32", "f32", "f32", "f32"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"),),
-        workgroup_size="256",
-        workgroup_arrays=((16, ("256",)),),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;
-
-const WG: u32 = 256u;
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, 256>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-
-// Round to the nearest binary16 value, ties to even; values binary16 cannot hold stay as they are.
-// q is the binary16 spacing at v: 2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14 (the
-// subnormals). v / q, round() (ties to even) and * q are all exact in f32, so the result is exact
-// whatever the device's conversions do.
-fn half(v: f32) -> f32 {
-    let a = abs(v);
-    if (a >= 65520.0) {
-        return v;
-    }
-    let q = max(bitcast<f32>((bitcast<u32>(a) & 0x7f800000u) - 0x05000000u), 0x1p-24f);
-    return round(v / q) * q;
-}
-
-// XU: X cast to binary16.
-fn load(i: u32) -> f32 {
-    return half(x[i]);
-}
-
-// (channel, value within the channel) moved on by `step` = (whole channels, remainder values) of
-// the walk's stride, `per_channel` values a channel: p.y < 2 per_channel, so one correction suffices.
-fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let base = row * params.hiddenSize;
-    // This invocation's XU values, in blocks of plain shifted sums.
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < params.hiddenSize;) {
-        let shift = load(base + j);
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var m = 0u;
-        for (; m < STATS_BLOCK && j < params.hiddenSize; m++) {
-            let d = load(base + j) - shift;
-            s1 += d;
-            s2 += d * d;
-            j += WG;
-        }
-        own = add_block(own, m, shift, s1, s2);
-    }
-    let n = f32(params.hiddenSize);
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = WG >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-    let total = unpack_stats(slots[0]);
-    let variance = max(total.m2 / n, 0.0);
-
-    // The body's statistics, each rounded where the body holds a binary16 value.
-    let mean = half(total.hi + total.lo);
-    let stdDev = half(sqrt(half(half(variance) + half(params.epsilon))));
-
-    // Value j of the row is in channel channel0 + j / params.spatial: the walk keeps (channel, value
-    // within it) and advances by WG split once into whole channels and a remainder (params.spatial is a
-    // uniform: no division per element).
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
-    let step = vec2<u32>(WG / params.spatial, WG % params.spatial);
-    var at = vec2<u32>(channel0 + lid / params.spatial, lid % params.spatial);
-    for (var j = lid; j < params.hiddenSize; j += WG) {
-        let c = at.x;
-        at = advance(at, step, params.spatial);
-        let deviation = half(load(base + j) - mean);
-        let normalized = half(deviation / stdDev);
-        y[base + j] = normalized * scale[c] + bias[c];
-    }
-}
-""",
+# Pass `main`: its shaders by (usesF16): the template values that
+# tell its specializations apart.
+MAIN_SHADERS = shader_table(
+    wgsl,
+    template="templates/group-normalization-stash-f16-serial.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "scale", "input", "scale", "read-only-storage"),
+        Binding(2, "bias", "input", "bias", "read-only-storage"),
+        Binding(3, "y", "output", "y", "storage"),
+        Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    (True, "f16", "f16", "f16", "f16"): Shader(
-        template="templates/group-normalization-stash-f16-serial.wgsl.jinja",
-        key=(True, "f16", "f16", "f16", "f16"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"),),
-        workgroup_size="256",
-        workgroup_arrays=((16, ("256",)),),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<f16>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;
-
-const WG: u32 = 256u;
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, 256>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-
-// Round to the nearest binary16 value, ties to even; values binary16 cannot hold stay as they are.
-// q is the binary16 spacing at v: 2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14 (the
-// subnormals). v / q, round() (ties to even) and * q are all exact in f32, so the result is exact
-// whatever the device's conversions do.
-fn half(v: f32) -> f32 {
-    let a = abs(v);
-    if (a >= 65520.0) {
-        return v;
-    }
-    let q = max(bitcast<f32>((bitcast<u32>(a) & 0x7f800000u) - 0x05000000u), 0x1p-24f);
-    return round(v / q) * q;
-}
-
-// XU: X cast to binary16.
-fn load(i: u32) -> f32 {
-    return f32(x[i]);
-}
-
-// (channel, value within the channel) moved on by `step` = (whole channels, remainder values) of
-// the walk's stride, `per_channel` values a channel: p.y < 2 per_channel, so one correction suffices.
-fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}
-
-@compute @workgroup_size(256)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }
-    let base = row * params.hiddenSize;
-    // This invocation's XU values, in blocks of plain shifted sums.
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < params.hiddenSize;) {
-        let shift = load(base + j);
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var m = 0u;
-        for (; m < STATS_BLOCK && j < params.hiddenSize; m++) {
-            let d = load(base + j) - shift;
-            s1 += d;
-            s2 += d * d;
-            j += WG;
-        }
-        own = add_block(own, m, shift, s1, s2);
-    }
-    let n = f32(params.hiddenSize);
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var s = WG >> 1u; s > 0u; s = s >> 1u) {
-        if (lid < s) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + s])));
-        }
-        workgroupBarrier();
-    }
-    let total = unpack_stats(slots[0]);
-    let variance = max(total.m2 / n, 0.0);
-
-    // The body's statistics, each rounded where the body holds a binary16 value.
-    let mean = half(total.hi + total.lo);
-    let stdDev = half(sqrt(half(half(variance) + half(params.epsilon))));
-
-    // Value j of the row is in channel channel0 + j / params.spatial: the walk keeps (channel, value
-    // within it) and advances by WG split once into whole channels and a remainder (params.spatial is a
-    // uniform: no division per element).
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
-    let step = vec2<u32>(WG / params.spatial, WG % params.spatial);
-    var at = vec2<u32>(channel0 + lid / params.spatial, lid % params.spatial);
-    for (var j = lid; j < params.hiddenSize; j += WG) {
-        let c = at.x;
-        at = advance(at, step, params.spatial);
-        let deviation = half(load(base + j) - mean);
-        let normalized = half(deviation / stdDev);
-        y[base + j] = f16(normalized) * scale[c] + bias[c];
-    }
-}
-""",
+    uniform_types=(
+        ("rows", "u32"),
+        ("rowStride", "u32"),
+        ("epsilon", "f32"),
+        ("hiddenSize", "u32"),
+        ("spatial", "u32"),
+        ("channelsPerGroup", "u32"),
+        ("numGroups", "u32"),
+        ("_pad0", "u32"),
     ),
-}
+    overrides=(("DISPATCH_FOLD_WIDTH", "u32"),),
+    workgroup_size="256",
+    workgroup_arrays=((16, ("256",)),),
+    uses_subgroups=False,
+    shaders={
+        (False,): "group-normalization-stash-f16-serial.only",
+        (True,): "group-normalization-stash-f16-serial.uses-f16",
+    },
+)

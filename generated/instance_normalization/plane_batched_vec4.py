@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, ceil_div, fold_dispatch, fold_width, js_mod, make_pass
+from .._runtime import Binding, ceil_div, fold_dispatch, js_mod, make_pass, shader_table
+from .shaders import wgsl
 
 ID = "plane_batched_vec4"
 PRIORITY = 115
@@ -128,10 +129,8 @@ def passes(r, d, v) -> tuple:
 def _main(r, d, v):
     """Pass `main` (InstanceNormalization.PlaneBatchedVec4): template templates/instance-normalization-batched-planes-vec4.wgsl.jinja."""
     shape_input = r.shapes["input"]
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
-    shader = MAIN_SHADERS[(v.uses_f16, v.io_element, dtype_t, dtype_t, v.io_element)]
-    dispatch_fold_width = fold_width(r.caps)
+    shader = MAIN_SHADERS[(v.uses_f16,)]
     # dispatch: x=min(instanceBatchedVec4Workgroups, 65535), y=ceilDiv(instanceBatchedVec4Workgroups, 65535), z=1
     dispatch = fold_dispatch(
         min(d.instance_batched_vec4_workgroups, 65535),
@@ -151,323 +150,38 @@ def _main(r, d, v):
     }
     numbers = {
         "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
     }
     return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers)
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-MAIN_BINDINGS = (
-    Binding(0, "x", "input", "input", "read-only-storage"),
-    Binding(1, "scale", "input", "scale", "read-only-storage"),
-    Binding(2, "bias", "input", "b", "read-only-storage"),
-    Binding(3, "y", "output", "output", "storage"),
-    Binding(4, "params", "uniform", "params", "uniform"),
-)
-MAIN_UNIFORM_TYPES = (
-    ("rows", "u32"),
-    ("epsilon", "f32"),
-    ("hidden", "u32"),
-    ("hiddenVec", "u32"),
-    ("channels", "u32"),
-    ("lanesPerPlane", "u32"),
-    ("planesPerWorkgroup", "u32"),
-    ("_pad0", "u32"),
-)
-
-# Specialization key: (usesF16, binding:x, binding:scale, binding:bias, binding:y)
-MAIN_SHADERS = {
-    (False, "vec4<f32>", "f32", "f32", "vec4<f32>"): Shader(
-        template="templates/instance-normalization-batched-planes-vec4.wgsl.jinja",
-        key=(False, "vec4<f32>", "f32", "f32", "vec4<f32>"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("workgroupSize", "u32"),),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, hidden: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-// One summary per lane (workgroupSize * 16 bytes, within the manifest's bound
-// instanceBatchedVec4StorageBytes), merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let group = wid.x + wid.y * 65535u;
-    let slot = lid / params.lanesPerPlane;
-    let lane = lid - slot * params.lanesPerPlane;
-    let plane = group * params.planesPerWorkgroup + slot;
-    // Lanes past the last plane (or past params.planesPerWorkgroup * params.lanesPerPlane) take part in every
-    // barrier but load and store nothing.
-    let valid = slot < params.planesPerWorkgroup && plane < params.rows;
-    let base = plane * params.hiddenVec;
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    if (valid) {
-        for (var i = lane; i < params.hiddenVec;) {
-            let shift = f32(x[base + i].x);
-            var s1 = vec4<f32>(0.0);
-            var s2 = vec4<f32>(0.0);
-            var m = 0u;
-            for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
-                let d = vec4<f32>(x[base + i]) - shift;
-                s1 += d;
-                s2 += d * d;
-                i += params.lanesPerPlane;
-            }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-        }
-    }
-    let n = f32(params.hidden);
-
-    // One tree over the lanes of each plane; right for any params.lanesPerPlane (the manifest's is a power
-    // of two).
-    var first = 1u;
-    while (first < params.lanesPerPlane) {
-        first = first << 1u;
-    }
-    first = first >> 1u;
-    let head = slot * params.lanesPerPlane;
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var stride = first; stride > 0u; stride = stride >> 1u) {
-        if (slot < params.planesPerWorkgroup && lane < stride && lane + stride < params.lanesPerPlane) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + stride])));
-        }
-        workgroupBarrier();
-    }
-
-    if (!valid) {
-        return;
-    }
-    let total = unpack_stats(slots[head]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);
-    let channel = plane % params.channels;
-    let k = inv_std * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    for (var i = lane; i < params.hiddenVec; i += params.lanesPerPlane) {
-        let d = (vec4<f32>(x[base + i]) - hi) - lo;
-        y[base + i] = vec4<f32>(d * k + b);
-    }
-}
-""",
+# Pass `main`: its shaders by (usesF16): the template values that
+# tell its specializations apart.
+MAIN_SHADERS = shader_table(
+    wgsl,
+    template="templates/instance-normalization-batched-planes-vec4.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "input", "read-only-storage"),
+        Binding(1, "scale", "input", "scale", "read-only-storage"),
+        Binding(2, "bias", "input", "b", "read-only-storage"),
+        Binding(3, "y", "output", "output", "storage"),
+        Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    (True, "vec4<f16>", "f16", "f16", "vec4<f16>"): Shader(
-        template="templates/instance-normalization-batched-planes-vec4.wgsl.jinja",
-        key=(True, "vec4<f16>", "f16", "f16", "vec4<f16>"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("workgroupSize", "u32"),),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, epsilon: f32, hidden: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-// One summary per lane (workgroupSize * 16 bytes, within the manifest's bound
-// instanceBatchedVec4StorageBytes), merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let group = wid.x + wid.y * 65535u;
-    let slot = lid / params.lanesPerPlane;
-    let lane = lid - slot * params.lanesPerPlane;
-    let plane = group * params.planesPerWorkgroup + slot;
-    // Lanes past the last plane (or past params.planesPerWorkgroup * params.lanesPerPlane) take part in every
-    // barrier but load and store nothing.
-    let valid = slot < params.planesPerWorkgroup && plane < params.rows;
-    let base = plane * params.hiddenVec;
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    if (valid) {
-        for (var i = lane; i < params.hiddenVec;) {
-            let shift = f32(x[base + i].x);
-            var s1 = vec4<f32>(0.0);
-            var s2 = vec4<f32>(0.0);
-            var m = 0u;
-            for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
-                let d = vec4<f32>(x[base + i]) - shift;
-                s1 += d;
-                s2 += d * d;
-                i += params.lanesPerPlane;
-            }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-        }
-    }
-    let n = f32(params.hidden);
-
-    // One tree over the lanes of each plane; right for any params.lanesPerPlane (the manifest's is a power
-    // of two).
-    var first = 1u;
-    while (first < params.lanesPerPlane) {
-        first = first << 1u;
-    }
-    first = first >> 1u;
-    let head = slot * params.lanesPerPlane;
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var stride = first; stride > 0u; stride = stride >> 1u) {
-        if (slot < params.planesPerWorkgroup && lane < stride && lane + stride < params.lanesPerPlane) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + stride])));
-        }
-        workgroupBarrier();
-    }
-
-    if (!valid) {
-        return;
-    }
-    let total = unpack_stats(slots[head]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);
-    let channel = plane % params.channels;
-    let k = inv_std * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    for (var i = lane; i < params.hiddenVec; i += params.lanesPerPlane) {
-        let d = (vec4<f32>(x[base + i]) - hi) - lo;
-        y[base + i] = vec4<f16>(d * k + b);
-    }
-}
-""",
+    uniform_types=(
+        ("rows", "u32"),
+        ("epsilon", "f32"),
+        ("hidden", "u32"),
+        ("hiddenVec", "u32"),
+        ("channels", "u32"),
+        ("lanesPerPlane", "u32"),
+        ("planesPerWorkgroup", "u32"),
+        ("_pad0", "u32"),
     ),
-}
+    overrides=(("workgroupSize", "u32"),),
+    workgroup_size="workgroupSize",
+    workgroup_arrays=((16, ("workgroupSize",)),),
+    uses_subgroups=False,
+    shaders={
+        (False,): "instance-normalization-batched-planes-vec4.only",
+        (True,): "instance-normalization-batched-planes-vec4.uses-f16",
+    },
+)

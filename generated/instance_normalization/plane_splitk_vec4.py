@@ -17,7 +17,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, ceil_div, fold_dispatch, fold_width, js_mod, make_pass, numel
+from .._runtime import (
+    Binding,
+    ceil_div,
+    fold_dispatch,
+    fold_width,
+    js_mod,
+    make_pass,
+    numel,
+    shader_table,
+    vary,
+)
+from .shaders import wgsl
 
 ID = "plane_splitk_vec4"
 PRIORITY = 121
@@ -113,10 +124,8 @@ def passes(r, d, v) -> tuple:
 
 def _partials(r, d, v):
     """Pass `partials` (InstanceNormalization.SplitKPartialsVec4): template templates/instance-normalization-splitk-partials.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
-    tunable_combine_workgroup_size = r.tunables["COMBINE_WORKGROUP_SIZE"]
     dispatch_fold_width = fold_width(r.caps)
-    shader = PARTIALS_SHADERS[(v.use_subgroups, v.vectorized, v.split_input_element, "f32")]
+    shader = PARTIALS_SHADERS[(v.use_subgroups, v.split_input_element)]
     # dispatch: x=min(instancePlanes, DISPATCH_FOLD_WIDTH), y=ceilDiv(instancePlanes, DISPATCH_FOLD_WIDTH), z=instanceSplitCount
     dispatch = fold_dispatch(
         min(d.instance_planes, dispatch_fold_width),
@@ -132,8 +141,6 @@ def _partials(r, d, v):
     }
     numbers = {
         "workgroupSize": v.workgroup_size,
-        "combineWorkgroupSize": v.combine_workgroup_size,
-        "applyWorkgroupSize": v.apply_workgroup_size,
         "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
     }
     return make_pass(
@@ -143,13 +150,10 @@ def _partials(r, d, v):
 
 def _combine(r, d, v):
     """Pass `combine` (InstanceNormalization.SplitKCombine): template templates/instance-normalization-splitk-combine.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
-    tunable_combine_workgroup_size = r.tunables["COMBINE_WORKGROUP_SIZE"]
     # vectorizedSpec: true
     vectorized_spec = True
-    shader = COMBINE_SHADERS[(vectorized_spec, v.split_input_element, "f32", "f32")]
-    dispatch_fold_width = fold_width(r.caps)
+    shader = COMBINE_SHADERS[(v.split_input_element,)]
     # dispatch: x=min(ceilDiv((instancePlanes), (combineWorkgroupSize)), 65535), y=ceilDiv(ceilDiv((instancePlanes), (combineWorkgroupSize)), 65535), z=1
     dispatch = fold_dispatch(
         min(ceil_div(d.instance_planes, v.combine_workgroup_size), 65535),
@@ -165,10 +169,7 @@ def _combine(r, d, v):
         "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {
-        "workgroupSize": v.workgroup_size,
         "combineWorkgroupSize": v.combine_workgroup_size,
-        "applyWorkgroupSize": v.apply_workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
     }
     return make_pass(r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers)
 
@@ -177,12 +178,7 @@ def _apply(r, d, v):
     """Pass `apply` (InstanceNormalization.ApplyVec4): template templates/instance-normalization-apply.wgsl.jinja."""
     shape_input = r.shapes["input"]
     shape_output = r.shapes["output"]
-    dtype_t = r.dtypes["T"]
-    tunable_combine_workgroup_size = r.tunables["COMBINE_WORKGROUP_SIZE"]
-    shader = APPLY_SHADERS[
-        (v.uses_f16, v.vectorized, v.vector_scalar, "f32", dtype_t, dtype_t, v.vector_scalar)
-    ]
-    dispatch_fold_width = fold_width(r.caps)
+    shader = APPLY_SHADERS[(v.uses_f16,)]
     # dispatch: x=min(ceilDiv((numel(shapes.output) / 4), (applyWorkgroupSize)), 65535), y=ceilDiv(ceilDiv((numel(shapes.output) / 4), (applyWorkgroupSize)), 65535), z=1
     dispatch = fold_dispatch(
         min(ceil_div(numel(shape_output) / 4, v.apply_workgroup_size), 65535),
@@ -197,885 +193,90 @@ def _apply(r, d, v):
         "spatial": d.instance_spatial,  # instanceSpatial
     }
     numbers = {
-        "workgroupSize": v.workgroup_size,
-        "split": v.split,
-        "combineWorkgroupSize": v.combine_workgroup_size,
         "applyWorkgroupSize": v.apply_workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
     }
     return make_pass(r, shader, "apply", "InstanceNormalization.ApplyVec4", dispatch, uniforms, numbers)
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-PARTIALS_BINDINGS = (
-    Binding(0, "input", "input", "input", "read-only-storage"),
-    Binding(1, "partials", "intermediate", "partials", "storage"),
-    Binding(2, "params", "uniform", "params", "uniform"),
+PARTIALS_USES_SUBGROUPS_1 = False
+PARTIALS_USES_SUBGROUPS_2 = True
+
+# Pass `partials`: its shaders by (useSubgroups, binding:input): the template values that
+# tell its specializations apart; the others are vectorized=True, binding:partials='f32' or follow from these.
+PARTIALS_SHADERS = shader_table(
+    wgsl,
+    template="templates/instance-normalization-splitk-partials.wgsl.jinja",
+    bindings=(
+        Binding(0, "input", "input", "input", "read-only-storage"),
+        Binding(1, "partials", "intermediate", "partials", "storage"),
+        Binding(2, "params", "uniform", "params", "uniform"),
+    ),
+    uniform_types=(("planes", "u32"), ("spatial", "u32"), ("split", "u32"), ("_pad0", "u32")),
+    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
+    workgroup_size="workgroupSize",
+    workgroup_arrays=((16, ("workgroupSize",)),),
+    shaders={
+        (False, "vec4<f32>"): vary(
+            "instance-normalization-splitk-partials.vec4f32", uses_subgroups=PARTIALS_USES_SUBGROUPS_1
+        ),
+        (True, "vec4<f32>"): vary(
+            "instance-normalization-splitk-partials.use-subgroups-vec4f32",
+            uses_subgroups=PARTIALS_USES_SUBGROUPS_2,
+        ),
+        (False, "vec4<f16>"): vary(
+            "instance-normalization-splitk-partials.vec4f16", uses_subgroups=PARTIALS_USES_SUBGROUPS_1
+        ),
+        (True, "vec4<f16>"): vary(
+            "instance-normalization-splitk-partials.use-subgroups-vec4f16",
+            uses_subgroups=PARTIALS_USES_SUBGROUPS_2,
+        ),
+    },
 )
-PARTIALS_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("split", "u32"), ("_pad0", "u32"))
 
-# Specialization key: (useSubgroups, vectorized, binding:input, binding:partials)
-PARTIALS_SHADERS = {
-    (False, True, "vec4<f32>", "f32"): Shader(
-        template="templates/instance-normalization-splitk-partials.wgsl.jinja",
-        key=(False, True, "vec4<f32>", "f32"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
 
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {
-        return;  // uniform across the workgroup
-    }
-    let s = wid.z;
-    let units = params.spatial / 4u;
-    let chunk = (units + params.split - 1u) / params.split;
-    let begin = min(s * chunk, units);
-    let end = min(begin + chunk, units);
-    let base = plane * units;
-    let n = f32((end - begin) * 4u);
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = begin + lid; i < end;) {
-        let shift = f32(input[base + i].x);
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (; m < 4u * STATS_BLOCK && i < end; m += 4u) {
-            let d = vec4<f32>(input[base + i]) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-
-    // One tree of Chan merges in workgroup memory; right for any workgroup size.
-    var first_stride = 1u;
-    while (first_stride < workgroupSize) {
-        first_stride = first_stride << 1u;
-    }
-    first_stride = first_stride >> 1u;
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var stride = first_stride; stride > 0u; stride = stride >> 1u) {
-        if (lid < stride && lid + stride < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + stride])));
-        }
-        workgroupBarrier();
-    }
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
-        let total = unpack_stats(slots[0]);
-        let summary = vec3<f32>(total.hi, total.lo, total.m2);
-        let entry = 4u * (plane * params.split + s);
-        partials[entry] = summary.x;
-        partials[entry + 1u] = summary.y;
-        partials[entry + 2u] = summary.z;
-        partials[entry + 3u] = 0.0;
-    }
-}
-""",
+# Pass `combine`: its shaders by (binding:input): the template values that
+# tell its specializations apart; the others are vectorizedSpec=True, binding:partials='f32', binding:stats='f32' or follow from these.
+COMBINE_SHADERS = shader_table(
+    wgsl,
+    template="templates/instance-normalization-splitk-combine.wgsl.jinja",
+    bindings=(
+        Binding(0, "input", "input", "input", "read-only-storage"),
+        Binding(1, "partials", "intermediate", "partials", "read-only-storage"),
+        Binding(2, "stats", "intermediate", "stats", "storage"),
+        Binding(3, "params", "uniform", "params", "uniform"),
     ),
-    (True, True, "vec4<f32>", "f32"): Shader(
-        template="templates/instance-normalization-splitk-partials.wgsl.jinja",
-        key=(True, True, "vec4<f32>", "f32"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=True,
-        wgsl="""\
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-var<workgroup> wg_stats: array<vec4<f32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_id) sg_id: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {
-        return;  // uniform across the workgroup
-    }
-    let s = wid.z;
-    let units = params.spatial / 4u;
-    let chunk = (units + params.split - 1u) / params.split;
-    let begin = min(s * chunk, units);
-    let end = min(begin + chunk, units);
-    let base = plane * units;
-    let n = f32((end - begin) * 4u);
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = begin + lid; i < end;) {
-        let shift = f32(input[base + i].x);
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (; m < 4u * STATS_BLOCK && i < end; m += 4u) {
-            let d = vec4<f32>(input[base + i]) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-
-    let own_n = f32(own.n);
-    let sg_sums = subgroupAdd(vec2<f32>(own_n, own_n * own.hi));
-    let sg_mean = select(0.0, sg_sums.y / sg_sums.x, sg_sums.x > 0.0);
-    let sg_e = (own.hi - sg_mean) + own.lo;
-    let sg_devs = subgroupAdd(vec2<f32>(own_n * sg_e, own.m2 + own_n * sg_e * sg_e));
-    if (sg_lane == 0u) {
-        let sg_lo = select(0.0, sg_devs.x / sg_sums.x, sg_sums.x > 0.0);
-        wg_stats[sg_id] = vec4<f32>(sg_sums.x, sg_mean, sg_lo, max(sg_devs.y - sg_devs.x * sg_lo, 0.0));
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        // Subgroup k holds invocations [k * sg_size, (k + 1) * sg_size), the last one possibly partial.
-        let count = min((workgroupSize + sg_size - 1u) / sg_size, workgroupSize);
-        var total = 0.0;
-        for (var j = 0u; j < count; j++) {
-            let e = wg_stats[j];
-            total += e.x * (e.y + e.z);
-        }
-        let mean0 = total / n;
-        var devs = vec2<f32>(0.0);
-        for (var j = 0u; j < count; j++) {
-            let e = wg_stats[j];
-            let d = (e.y - mean0) + e.z;
-            devs += vec2<f32>(e.x * d, e.w + e.x * d * d);
-        }
-        var summary = vec3<f32>(0.0);
-        if (n > 0.0) {
-            let lo = devs.x / n;
-            summary = vec3<f32>(mean0, lo, max(devs.y - devs.x * lo, 0.0));
-        }
-        let entry = 4u * (plane * params.split + s);
-        partials[entry] = summary.x;
-        partials[entry + 1u] = summary.y;
-        partials[entry + 2u] = summary.z;
-        partials[entry + 3u] = 0.0;
-    }
-}
-""",
-    ),
-    (False, True, "vec4<f16>", "f32"): Shader(
-        template="templates/instance-normalization-splitk-partials.wgsl.jinja",
-        key=(False, True, "vec4<f16>", "f32"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-) {
-    let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {
-        return;  // uniform across the workgroup
-    }
-    let s = wid.z;
-    let units = params.spatial / 4u;
-    let chunk = (units + params.split - 1u) / params.split;
-    let begin = min(s * chunk, units);
-    let end = min(begin + chunk, units);
-    let base = plane * units;
-    let n = f32((end - begin) * 4u);
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = begin + lid; i < end;) {
-        let shift = f32(input[base + i].x);
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (; m < 4u * STATS_BLOCK && i < end; m += 4u) {
-            let d = vec4<f32>(input[base + i]) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-
-    // One tree of Chan merges in workgroup memory; right for any workgroup size.
-    var first_stride = 1u;
-    while (first_stride < workgroupSize) {
-        first_stride = first_stride << 1u;
-    }
-    first_stride = first_stride >> 1u;
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    for (var stride = first_stride; stride > 0u; stride = stride >> 1u) {
-        if (lid < stride && lid + stride < workgroupSize) {
-            slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + stride])));
-        }
-        workgroupBarrier();
-    }
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
-        let total = unpack_stats(slots[0]);
-        let summary = vec3<f32>(total.hi, total.lo, total.m2);
-        let entry = 4u * (plane * params.split + s);
-        partials[entry] = summary.x;
-        partials[entry + 1u] = summary.y;
-        partials[entry + 2u] = summary.z;
-        partials[entry + 3u] = 0.0;
-    }
-}
-""",
-    ),
-    (True, True, "vec4<f16>", "f32"): Shader(
-        template="templates/instance-normalization-splitk-partials.wgsl.jinja",
-        key=(True, True, "vec4<f16>", "f32"),
-        bindings=PARTIALS_BINDINGS,
-        uniform_types=PARTIALS_UNIFORM_TYPES,
-        overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-        workgroup_size="workgroupSize",
-        workgroup_arrays=((16, ("workgroupSize",)),),
-        uses_subgroups=True,
-        wgsl="""\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-var<workgroup> wg_stats: array<vec4<f32>, workgroupSize>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_id) sg_id: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {
-        return;  // uniform across the workgroup
-    }
-    let s = wid.z;
-    let units = params.spatial / 4u;
-    let chunk = (units + params.split - 1u) / params.split;
-    let begin = min(s * chunk, units);
-    let end = min(begin + chunk, units);
-    let base = plane * units;
-    let n = f32((end - begin) * 4u);
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = begin + lid; i < end;) {
-        let shift = f32(input[base + i].x);
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (; m < 4u * STATS_BLOCK && i < end; m += 4u) {
-            let d = vec4<f32>(input[base + i]) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-
-    let own_n = f32(own.n);
-    let sg_sums = subgroupAdd(vec2<f32>(own_n, own_n * own.hi));
-    let sg_mean = select(0.0, sg_sums.y / sg_sums.x, sg_sums.x > 0.0);
-    let sg_e = (own.hi - sg_mean) + own.lo;
-    let sg_devs = subgroupAdd(vec2<f32>(own_n * sg_e, own.m2 + own_n * sg_e * sg_e));
-    if (sg_lane == 0u) {
-        let sg_lo = select(0.0, sg_devs.x / sg_sums.x, sg_sums.x > 0.0);
-        wg_stats[sg_id] = vec4<f32>(sg_sums.x, sg_mean, sg_lo, max(sg_devs.y - sg_devs.x * sg_lo, 0.0));
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        // Subgroup k holds invocations [k * sg_size, (k + 1) * sg_size), the last one possibly partial.
-        let count = min((workgroupSize + sg_size - 1u) / sg_size, workgroupSize);
-        var total = 0.0;
-        for (var j = 0u; j < count; j++) {
-            let e = wg_stats[j];
-            total += e.x * (e.y + e.z);
-        }
-        let mean0 = total / n;
-        var devs = vec2<f32>(0.0);
-        for (var j = 0u; j < count; j++) {
-            let e = wg_stats[j];
-            let d = (e.y - mean0) + e.z;
-            devs += vec2<f32>(e.x * d, e.w + e.x * d * d);
-        }
-        var summary = vec3<f32>(0.0);
-        if (n > 0.0) {
-            let lo = devs.x / n;
-            summary = vec3<f32>(mean0, lo, max(devs.y - devs.x * lo, 0.0));
-        }
-        let entry = 4u * (plane * params.split + s);
-        partials[entry] = summary.x;
-        partials[entry + 1u] = summary.y;
-        partials[entry + 2u] = summary.z;
-        partials[entry + 3u] = 0.0;
-    }
-}
-""",
-    ),
-}
-
-
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-COMBINE_BINDINGS = (
-    Binding(0, "input", "input", "input", "read-only-storage"),
-    Binding(1, "partials", "intermediate", "partials", "read-only-storage"),
-    Binding(2, "stats", "intermediate", "stats", "storage"),
-    Binding(3, "params", "uniform", "params", "uniform"),
+    uniform_types=(("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("split", "u32")),
+    overrides=(("combineWorkgroupSize", "u32"),),
+    workgroup_size="combineWorkgroupSize",
+    workgroup_arrays=(),
+    uses_subgroups=False,
+    shaders={
+        ("vec4<f32>",): "instance-normalization-splitk-combine.vectorized-spec-vec4f32",
+        ("vec4<f16>",): "instance-normalization-splitk-combine.vectorized-spec-vec4f16",
+    },
 )
-COMBINE_UNIFORM_TYPES = (("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("split", "u32"))
 
-# Specialization key: (vectorizedSpec, binding:input, binding:partials, binding:stats)
-COMBINE_SHADERS = {
-    (True, "vec4<f32>", "f32", "f32"): Shader(
-        template="templates/instance-normalization-splitk-combine.wgsl.jinja",
-        key=(True, "vec4<f32>", "f32", "f32"),
-        bindings=COMBINE_BINDINGS,
-        uniform_types=COMBINE_UNIFORM_TYPES,
-        overrides=(("combineWorkgroupSize", "u32"),),
-        workgroup_size="combineWorkgroupSize",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-override combineWorkgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
-@group(0) @binding(3) var<uniform> params: Params;
 
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-@compute @workgroup_size(combineWorkgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let plane = (wid.x + wid.y * 65535u) * combineWorkgroupSize + lid;
-    if (plane >= params.planes) {
-        return;
-    }
-    let units = params.spatial / 4u;
-    let unit_values = 4u;
-    let chunk = (units + params.split - 1u) / params.split;
-    let n = f32(units * unit_values);
-
-    var total = Stats(0u, 0.0, 0.0, 0.0);
-    for (var s = 0u; s < params.split; s++) {
-        let begin = min(s * chunk, units);
-        let end = min(begin + chunk, units);
-        let entry = 4u * (plane * params.split + s);
-        let part = Stats((end - begin) * unit_values, partials[entry], partials[entry + 1u], partials[entry + 2u]);
-        total = chan_merge(total, part);
-    }
-    var variance = 0.0;
-    if (n > 0.0) {
-        variance = max(total.m2 / n, 0.0);
-    }
-    stats[4u * plane] = total.hi;
-    stats[4u * plane + 1u] = total.lo;
-    stats[4u * plane + 2u] = inverseSqrt(variance + params.epsilon);
-    stats[4u * plane + 3u] = 0.0;
-}
-""",
+# Pass `apply`: its shaders by (usesF16): the template values that
+# tell its specializations apart; the others are vectorized=True, binding:stats='f32' or follow from these.
+APPLY_SHADERS = shader_table(
+    wgsl,
+    template="templates/instance-normalization-apply.wgsl.jinja",
+    bindings=(
+        Binding(0, "input", "input", "input", "read-only-storage"),
+        Binding(1, "stats", "intermediate", "stats", "read-only-storage"),
+        Binding(2, "scale", "input", "scale", "read-only-storage"),
+        Binding(3, "bias", "input", "b", "read-only-storage"),
+        Binding(4, "output", "output", "output", "storage"),
+        Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    (True, "vec4<f16>", "f32", "f32"): Shader(
-        template="templates/instance-normalization-splitk-combine.wgsl.jinja",
-        key=(True, "vec4<f16>", "f32", "f32"),
-        bindings=COMBINE_BINDINGS,
-        uniform_types=COMBINE_UNIFORM_TYPES,
-        overrides=(("combineWorkgroupSize", "u32"),),
-        workgroup_size="combineWorkgroupSize",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override combineWorkgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
-@group(0) @binding(3) var<uniform> params: Params;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-@compute @workgroup_size(combineWorkgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let plane = (wid.x + wid.y * 65535u) * combineWorkgroupSize + lid;
-    if (plane >= params.planes) {
-        return;
-    }
-    let units = params.spatial / 4u;
-    let unit_values = 4u;
-    let chunk = (units + params.split - 1u) / params.split;
-    let n = f32(units * unit_values);
-
-    var total = Stats(0u, 0.0, 0.0, 0.0);
-    for (var s = 0u; s < params.split; s++) {
-        let begin = min(s * chunk, units);
-        let end = min(begin + chunk, units);
-        let entry = 4u * (plane * params.split + s);
-        let part = Stats((end - begin) * unit_values, partials[entry], partials[entry + 1u], partials[entry + 2u]);
-        total = chan_merge(total, part);
-    }
-    var variance = 0.0;
-    if (n > 0.0) {
-        variance = max(total.m2 / n, 0.0);
-    }
-    stats[4u * plane] = total.hi;
-    stats[4u * plane + 1u] = total.lo;
-    stats[4u * plane + 2u] = inverseSqrt(variance + params.epsilon);
-    stats[4u * plane + 3u] = 0.0;
-}
-""",
-    ),
-}
-
-
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-APPLY_BINDINGS = (
-    Binding(0, "input", "input", "input", "read-only-storage"),
-    Binding(1, "stats", "intermediate", "stats", "read-only-storage"),
-    Binding(2, "scale", "input", "scale", "read-only-storage"),
-    Binding(3, "bias", "input", "b", "read-only-storage"),
-    Binding(4, "output", "output", "output", "storage"),
-    Binding(5, "params", "uniform", "params", "uniform"),
+    uniform_types=(("count", "u32"), ("channels", "u32"), ("spatial", "u32"), ("_pad0", "u32")),
+    overrides=(("applyWorkgroupSize", "u32"),),
+    workgroup_size="applyWorkgroupSize",
+    workgroup_arrays=(),
+    uses_subgroups=False,
+    shaders={
+        (False,): "instance-normalization-apply.vectorized",
+        (True,): "instance-normalization-apply.uses-f16-vectorized",
+    },
 )
-APPLY_UNIFORM_TYPES = (("count", "u32"), ("channels", "u32"), ("spatial", "u32"), ("_pad0", "u32"))
-
-# Specialization key: (usesF16, vectorized, binding:input, binding:stats, binding:scale, binding:bias, binding:output)
-APPLY_SHADERS = {
-    (False, True, "vec4<f32>", "f32", "f32", "f32", "vec4<f32>"): Shader(
-        template="templates/instance-normalization-apply.wgsl.jinja",
-        key=(False, True, "vec4<f32>", "f32", "f32", "f32", "vec4<f32>"),
-        bindings=APPLY_BINDINGS,
-        uniform_types=APPLY_UNIFORM_TYPES,
-        overrides=(("applyWorkgroupSize", "u32"),),
-        workgroup_size="applyWorkgroupSize",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-override applyWorkgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
-@group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> output: array<vec4<f32>>;
-struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;
-
-@compute @workgroup_size(applyWorkgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * 65535u) * applyWorkgroupSize + lid;
-    if (i >= params.count) {
-        return;
-    }
-    let units = params.spatial / 4u;
-    let plane = i / units;
-    let channel = plane % params.channels;
-    let hi = stats[4u * plane];
-    let lo = stats[4u * plane + 1u];
-    let k = stats[4u * plane + 2u] * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    output[i] = vec4<f32>(((vec4<f32>(input[i]) - hi) - lo) * k + b);
-}
-""",
-    ),
-    (True, True, "vec4<f16>", "f32", "f16", "f16", "vec4<f16>"): Shader(
-        template="templates/instance-normalization-apply.wgsl.jinja",
-        key=(True, True, "vec4<f16>", "f32", "f16", "f16", "vec4<f16>"),
-        bindings=APPLY_BINDINGS,
-        uniform_types=APPLY_UNIFORM_TYPES,
-        overrides=(("applyWorkgroupSize", "u32"),),
-        workgroup_size="applyWorkgroupSize",
-        workgroup_arrays=(),
-        uses_subgroups=False,
-        wgsl="""\
-enable f16;
-override applyWorkgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
-@group(0) @binding(2) var<storage, read> scale: array<f16>;
-@group(0) @binding(3) var<storage, read> bias: array<f16>;
-@group(0) @binding(4) var<storage, read_write> output: array<vec4<f16>>;
-struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;
-
-@compute @workgroup_size(applyWorkgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * 65535u) * applyWorkgroupSize + lid;
-    if (i >= params.count) {
-        return;
-    }
-    let units = params.spatial / 4u;
-    let plane = i / units;
-    let channel = plane % params.channels;
-    let hi = stats[4u * plane];
-    let lo = stats[4u * plane + 1u];
-    let k = stats[4u * plane + 2u] * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    output[i] = vec4<f16>(((vec4<f32>(input[i]) - hi) - lo) * k + b);
-}
-""",
-    ),
-}

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, Shader, ceil_div, fold_dispatch, fold_width, js_mod, make_pass
+from .._runtime import Binding, ceil_div, fold_dispatch, js_mod, make_pass, shader_table
+from .shaders import wgsl
 
 ID = "plane_subgroup_vec4_scalar_io"
 PRIORITY = 111
@@ -111,10 +112,7 @@ def _main(r, d, v):
     vec_type = "vec4<f32>"
     # combineSubgroups: true
     combine_subgroups = True
-    shader = MAIN_SHADERS[
-        (combine_subgroups, scalar, scalar_io, vec4, vec_type, v.io_element, dtype_t, dtype_t, v.io_element)
-    ]
-    dispatch_fold_width = fold_width(r.caps)
+    shader = MAIN_SHADERS[()]
     # dispatch: x=min(instancePlanes, 65535), y=ceilDiv(instancePlanes, 65535), z=1
     dispatch = fold_dispatch(
         min(d.instance_planes, 65535),
@@ -135,200 +133,39 @@ def _main(r, d, v):
     }
     numbers = {
         "wg": wg,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
     }
     return make_pass(
         r, shader, "main", "InstanceNormalization.plane_subgroup_vec4_scalar_io", dispatch, uniforms, numbers
     )
 
 
-# The resources every specialization of this pass binds, in binding order, and its Params layout.
-MAIN_BINDINGS = (
-    Binding(0, "x", "input", "input", "read-only-storage"),
-    Binding(1, "scale", "input", "scale", "read-only-storage"),
-    Binding(2, "bias", "input", "b", "read-only-storage"),
-    Binding(3, "y", "output", "output", "storage"),
-    Binding(4, "params", "uniform", "params", "uniform"),
-)
-MAIN_UNIFORM_TYPES = (
-    ("rows", "u32"),
-    ("rowStride", "u32"),
-    ("epsilon", "f32"),
-    ("hidden", "u32"),
-    ("channels", "u32"),
-    ("hiddenVec", "u32"),
-    ("_pad0", "u32"),
-    ("_pad1", "u32"),
-)
-
-# Specialization key: (combineSubgroups, scalar, scalarIo, vec4, vecType, binding:x, binding:scale, binding:bias, binding:y)
-MAIN_SHADERS = {
-    (True, "f32", True, True, "vec4<f32>", "f32", "f32", "f32", "f32"): Shader(
-        template="templates/norm-row-stats.wgsl.jinja",
-        key=(True, "f32", True, True, "vec4<f32>", "f32", "f32", "f32", "f32"),
-        bindings=MAIN_BINDINGS,
-        uniform_types=MAIN_UNIFORM_TYPES,
-        overrides=(("wg", "u32"),),
-        workgroup_size="wg",
-        workgroup_arrays=((16, ("wg",)),),
-        uses_subgroups=True,
-        wgsl="""\
-override wg: u32;
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hidden: u32, channels: u32, hiddenVec: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;
-
-const STATS_BLOCK: u32 = 16u;
-// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
-var<workgroup> wg_stats: array<vec4<f32>, wg>;
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-// Element i (in vec4 units) of the row starting at `base`, widened to f32.
-fn load_row(base: u32, i: u32) -> vec4<f32> {
-    let at = base + 4u * i;
-    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
-}
-
-fn store_row(base: u32, i: u32, v: vec4<f32>) {
-    let at = base + 4u * i;
-    y[at] = v.x;
-    y[at + 1u] = v.y;
-    y[at + 2u] = v.z;
-    y[at + 3u] = v.w;
-}
-
-@compute @workgroup_size(wg)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_id) sg_id: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    let row = wid.x + wid.y * 65535u;
-    // Workgroup-uniform: the whole workgroup leaves or none of it does.
-    if (row >= params.rows) {
-        return;
-    }
-
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
-    let base = row * params.hidden;
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = lid; i < params.hiddenVec;) {
-        let shift = load_row(base, i).x;
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
-            let d = load_row(base, i) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += wg;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-    let count = f32(params.hidden);
-
-    // ---- combine: the two steps inside each subgroup, then over the subgroups' entries.
-    // Subgroup k holds invocations [k * sg_size, (k + 1) * sg_size) of the workgroup, the last
-    // one possibly partial, so there are ceil(wg / sg_size) entries, written before the barrier.
-    let own_n = f32(own.n);
-    let sg_sums = subgroupAdd(vec2<f32>(own_n, own_n * own.hi));
-    let sg_mean = select(0.0, sg_sums.y / sg_sums.x, sg_sums.x > 0.0);
-    let sg_e = (own.hi - sg_mean) + own.lo;
-    let sg_devs = subgroupAdd(vec2<f32>(own_n * sg_e, own.m2 + own_n * sg_e * sg_e));
-    if (sg_lane == 0u) {
-        let sg_lo = select(0.0, sg_devs.x / sg_sums.x, sg_sums.x > 0.0);
-        wg_stats[sg_id] = vec4<f32>(sg_sums.x, sg_mean, sg_lo, max(sg_devs.y - sg_devs.x * sg_lo, 0.0));
-    }
-    workgroupBarrier();
-    let subgroups = min((wg + sg_size - 1u) / sg_size, wg);
-    var total = 0.0;
-    for (var s = 0u; s < subgroups; s++) {
-        let e = wg_stats[s];
-        total += e.x * (e.y + e.z);
-    }
-    let hi = total / count;
-    var devs = vec2<f32>(0.0);
-    for (var s = 0u; s < subgroups; s++) {
-        let e = wg_stats[s];
-        let d = (e.y - hi) + e.z;
-        devs += vec2<f32>(e.x * d, e.w + e.x * d * d);
-    }
-    let lo = devs.x / count;
-    let variance = max((devs.y - devs.x * lo) / count, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);
-
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    let c = row % params.channels;
-    let k = inv_std * f32(scale[c]);
-    let b = f32(bias[c]);
-    for (var i = lid; i < params.hiddenVec; i += wg) {
-        store_row(base, i, ((load_row(base, i) - hi) - lo) * k + b);
-    }
-}
-""",
+# Pass `main`: its shaders by (): the template values that
+# tell its specializations apart; the others are combineSubgroups=True, scalar='f32', scalarIo=True, vec4=True, vecType='vec4<f32>', binding:x='f32', binding:scale='f32', binding:bias='f32', binding:y='f32' or follow from these.
+MAIN_SHADERS = shader_table(
+    wgsl,
+    template="templates/norm-row-stats.wgsl.jinja",
+    bindings=(
+        Binding(0, "x", "input", "input", "read-only-storage"),
+        Binding(1, "scale", "input", "scale", "read-only-storage"),
+        Binding(2, "bias", "input", "b", "read-only-storage"),
+        Binding(3, "y", "output", "output", "storage"),
+        Binding(4, "params", "uniform", "params", "uniform"),
     ),
-}
+    uniform_types=(
+        ("rows", "u32"),
+        ("rowStride", "u32"),
+        ("epsilon", "f32"),
+        ("hidden", "u32"),
+        ("channels", "u32"),
+        ("hiddenVec", "u32"),
+        ("_pad0", "u32"),
+        ("_pad1", "u32"),
+    ),
+    overrides=(("wg", "u32"),),
+    workgroup_size="wg",
+    workgroup_arrays=((16, ("wg",)),),
+    uses_subgroups=True,
+    shaders={
+        (): "norm-row-stats.combine-subgroups-f32-vec4#2",
+    },
+)
