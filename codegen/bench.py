@@ -977,7 +977,7 @@ def parse_args(argv):
             parser.error(f"--tunable: no op here has tunable {name!r}; tunables: {_listing(tunables)}")
     if args.plot is not None:
         try:
-            import matplotlib  # noqa: F401
+            importlib.import_module("matplotlib")
         except ImportError:
             parser.error("--plot needs matplotlib: pip install matplotlib (or the project's bench extra)")
     args.packages = chosen

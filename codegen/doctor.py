@@ -224,7 +224,7 @@ def main(argv=None, out=None):
         print("usage: python -m generated doctor (no options)", file=sys.stderr)
         return 2
     try:
-        import wgpu  # noqa: F401
+        importlib.import_module("wgpu")
     except ImportError as error:
         print(f"wgpu is not installed ({error}): pip install wgpu", file=out)
         return 1

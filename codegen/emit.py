@@ -244,7 +244,7 @@ def _emit_chunking(w: Writer, chunking) -> None:
 
 
 def _annotation(kind: str) -> str:
-    return {"int": "float", "float": "float", "bool": "bool", "str": "str", "shape": "tuple", "list": "tuple"}.get(kind, "object")
+    return {"int": "int", "float": "float", "bool": "bool", "str": "str", "shape": "tuple", "list": "tuple"}.get(kind, "object")
 
 
 def _emit_contract(w: Writer, op: ResolvedOp) -> None:
@@ -587,18 +587,30 @@ def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
     return label
 
 
+def _needed_derives(p: ResolvedPass, reads: set[str]) -> list[Value]:
+    """The pass's own values that `reads` (local names) need, directly or through each other."""
+    needed = set(reads)
+    for value in reversed(p.derives):
+        if value.var in needed:
+            needed |= value.code.locals
+    return [value for value in p.derives if value.var in needed]
+
+
 def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -> None:
     ir = p.ir
-    codes = [v.code for v in p.derives] + [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
     varying = _varying_keys(item)
-    codes += [c for name, c in p.element_types if f"binding:{name}" in [item.key_names[i] for i in varying]]
+    parts = [_key_part(p, item.key_names[i]) for i in varying]
     numbers = _pass_numbers(p, item)
+    codes = [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
+    codes += [c for name, c in p.element_types if f"binding:{name}" in [item.key_names[i] for i in varying]]
+    reads = set().union(*(c.locals for c in codes)) | set(parts) | set(numbers.values())
+    derives = _needed_derives(p, reads)
+    codes += [v.code for v in derives]
     with w.block(f"def _{ir.id}(r, d, v):"):
         w.line(f'"""Pass `{ir.id}` ({ir.label}): template {item.template}."""')
         _preamble(w, op, codes)
-        for value in p.derives:
+        for value in derives:
             _assign(w, value)
-        parts = [_key_part(p, item.key_names[i]) for i in varying]
         w.line(f"shader = {ir.id.upper()}_SHADERS[({', '.join(parts)}{',' if len(parts) == 1 else ''})]")
         used = set().union(*(c.locals for c in codes)) if codes else set()
         if "dispatch_fold_width" in numbers.values() and "dispatch_fold_width" not in used:

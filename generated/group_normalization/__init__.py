@@ -183,25 +183,25 @@ def check_derived_contract(r, d) -> None:
 class Derived(NamedTuple):
     """The manifest's `derive` values for one request."""
 
-    device_workgroup_cap: float
+    device_workgroup_cap: int
     group_attributes_ok: bool
     group_shape_ok: bool
     group_contract_ok: bool
     group_stash_f16_ok: bool
-    group_rows: float
-    group_spatial: float
-    group_channels_per_group: float
-    group_hidden: float
-    norm_device_workgroup_cap: float
-    norm_workgroup_cap: float
-    split_workgroup_cap: float
-    group_scalar_workgroup: float
-    group_vec4_workgroup: float
+    group_rows: int
+    group_spatial: int
+    group_channels_per_group: int
+    group_hidden: int
+    norm_device_workgroup_cap: int
+    norm_workgroup_cap: int
+    split_workgroup_cap: int
+    group_scalar_workgroup: int
+    group_vec4_workgroup: int
     has_subgroup_id: bool
-    group_row_workgroup_bytes: float
+    group_row_workgroup_bytes: int
     group_row_covered: bool
-    group_split_count: float
-    group_partial_bytes: float
+    group_split_count: int
+    group_partial_bytes: int
     group_split_covered: bool
 
 

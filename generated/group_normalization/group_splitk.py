@@ -46,12 +46,12 @@ class Values(NamedTuple):
     vec4: bool
     scalar: str
     uses_f16: bool
-    hidden_size: float
-    spatial: float
-    channels_per_group: float
-    num_groups: float
-    workgroup_size: float
-    split: float
+    hidden_size: int
+    spatial: int
+    channels_per_group: int
+    num_groups: int
+    workgroup_size: int
+    split: int
 
 
 def values(r, d) -> Values:

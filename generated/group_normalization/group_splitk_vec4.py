@@ -52,12 +52,12 @@ class Values(NamedTuple):
     scalar: str
     vec_type: str
     uses_f16: bool
-    hidden_vec: float
-    spatial_vec: float
-    channels_per_group: float
-    num_groups: float
-    workgroup_size: float
-    split: float
+    hidden_vec: int
+    spatial_vec: int
+    channels_per_group: int
+    num_groups: int
+    workgroup_size: int
+    split: int
 
 
 def values(r, d) -> Values:

@@ -45,10 +45,10 @@ class Values(NamedTuple):
     scalar: str
     io_element: str
     uses_f16: bool
-    hidden_size: float
-    spatial: float
-    channels_per_group: float
-    num_groups: float
+    hidden_size: int
+    spatial: int
+    channels_per_group: int
+    num_groups: int
 
 
 def values(r, d) -> Values:

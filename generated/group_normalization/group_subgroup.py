@@ -70,14 +70,8 @@ def _main(r, d, v):
     attr_epsilon = r.attrs["epsilon"]
     attr_num_groups = r.attrs["num_groups"]
     limits = r.caps.limits
-    # mode: "group"
-    mode = "group"
-    # vec4: false
-    vec4 = False
     # scalar: dtypes.T
     scalar = dtype_t
-    # usesF16: dtypes.T == "f16"
-    uses_f16 = dtype_t == "f16"
     # hidden: groupHidden
     hidden = d.group_hidden
     # wg: groupScalarWorkgroup

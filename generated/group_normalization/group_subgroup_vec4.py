@@ -77,14 +77,6 @@ def _main(r, d, v):
     attr_epsilon = r.attrs["epsilon"]
     attr_num_groups = r.attrs["num_groups"]
     limits = r.caps.limits
-    # mode: "group"
-    mode = "group"
-    # vec4: true
-    vec4 = True
-    # scalar: dtypes.T
-    scalar = dtype_t
-    # usesF16: dtypes.T == "f16"
-    uses_f16 = dtype_t == "f16"
     # hidden: groupHidden
     hidden = d.group_hidden
     # wg: groupVec4Workgroup
@@ -95,8 +87,6 @@ def _main(r, d, v):
     cpg = d.group_channels_per_group
     # hiddenVec: groupHidden / 4
     hidden_vec = d.group_hidden / 4
-    # vecType: "vec4<" ~ dtypes.T ~ ">"
-    vec_type = "vec4<" + dtype_t + ">"
     # spatialVec: groupSpatial / 4
     spatial_vec = d.group_spatial / 4
     # pairs: dtypes.T == "f16"

@@ -169,31 +169,31 @@ def check_derived_contract(r, d) -> None:
 class Derived(NamedTuple):
     """The manifest's `derive` values for one request."""
 
-    device_workgroup_cap: float
+    device_workgroup_cap: int
     wave32_adapter: bool
     reported_non_wave32_adapter: bool
     instance_contract_ok: bool
-    instance_planes: float
-    instance_spatial: float
-    norm_device_workgroup_cap: float
-    norm_workgroup_cap: float
-    batched_workgroup_cap: float
-    split_workgroup_cap: float
-    norm_subgroup_min: float
+    instance_planes: int
+    instance_spatial: int
+    norm_device_workgroup_cap: int
+    norm_workgroup_cap: int
+    batched_workgroup_cap: int
+    split_workgroup_cap: int
+    norm_subgroup_min: int
     has_subgroup_id: bool
-    instance_scalar_workgroup: float
-    instance_vec4_workgroup: float
+    instance_scalar_workgroup: int
+    instance_vec4_workgroup: int
     instance_vec4_subgroup_efficient: bool
-    instance_batched_vec4_lanes: float
-    instance_batched_vec4_planes_per_workgroup: float
-    instance_batched_vec4_workgroups: float
-    instance_batched_vec4_storage_bytes: float
-    instance_row_workgroup_bytes: float
-    instance_stats_bytes: float
+    instance_batched_vec4_lanes: int
+    instance_batched_vec4_planes_per_workgroup: int
+    instance_batched_vec4_workgroups: int
+    instance_batched_vec4_storage_bytes: int
+    instance_row_workgroup_bytes: int
+    instance_stats_bytes: int
     instance_stats_fits: bool
     instance_row_covered: bool
-    instance_split_count: float
-    instance_partial_bytes: float
+    instance_split_count: int
+    instance_partial_bytes: int
     split_stats_covered: bool
     split_stats_preferred: bool
 

@@ -75,12 +75,12 @@ class Values(NamedTuple):
     uses_f16: bool
     io_element: str
     vector_scalar: str
-    hidden: float
-    hidden_vec: float
-    channels: float
-    workgroup_size: float
-    lanes_per_plane: float
-    planes_per_workgroup: float
+    hidden: int
+    hidden_vec: int
+    channels: int
+    workgroup_size: int
+    lanes_per_plane: int
+    planes_per_workgroup: int
 
 
 def values(r, d) -> Values:

@@ -47,10 +47,10 @@ class Values(NamedTuple):
     scalar: str
     uses_f16: bool
     split_input_element: str
-    workgroup_size: float
-    split: float
-    combine_workgroup_size: float
-    apply_workgroup_size: float
+    workgroup_size: int
+    split: int
+    combine_workgroup_size: int
+    apply_workgroup_size: int
 
 
 def values(r, d) -> Values:
@@ -129,8 +129,6 @@ def _partials(r, d, v):
 def _combine(r, d, v):
     """Pass `combine` (InstanceNormalization.SplitKCombine): template templates/instance-normalization-splitk-combine.wgsl.jinja."""
     attr_epsilon = r.attrs["epsilon"]
-    # vectorizedSpec: false
-    vectorized_spec = False
     shader = COMBINE_SHADERS[(v.split_input_element,)]
     # dispatch: x=min(ceilDiv((instancePlanes), (combineWorkgroupSize)), 65535), y=ceilDiv(ceilDiv((instancePlanes), (combineWorkgroupSize)), 65535), z=1
     dispatch = fold_dispatch(

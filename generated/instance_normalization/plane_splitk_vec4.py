@@ -63,10 +63,10 @@ class Values(NamedTuple):
     vector_scalar: str
     use_subgroups: bool
     split_input_element: str
-    workgroup_size: float
-    split: float
-    combine_workgroup_size: float
-    apply_workgroup_size: float
+    workgroup_size: int
+    split: int
+    combine_workgroup_size: int
+    apply_workgroup_size: int
 
 
 def values(r, d) -> Values:
@@ -151,8 +151,6 @@ def _partials(r, d, v):
 def _combine(r, d, v):
     """Pass `combine` (InstanceNormalization.SplitKCombine): template templates/instance-normalization-splitk-combine.wgsl.jinja."""
     attr_epsilon = r.attrs["epsilon"]
-    # vectorizedSpec: true
-    vectorized_spec = True
     shader = COMBINE_SHADERS[(v.split_input_element,)]
     # dispatch: x=min(ceilDiv((instancePlanes), (combineWorkgroupSize)), 65535), y=ceilDiv(ceilDiv((instancePlanes), (combineWorkgroupSize)), 65535), z=1
     dispatch = fold_dispatch(

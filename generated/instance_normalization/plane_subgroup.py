@@ -67,14 +67,8 @@ def _main(r, d, v):
     dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
     limits = r.caps.limits
-    # modeSpec: "instance"
-    mode_spec = "instance"
-    # vec4: false
-    vec4 = False
     # scalar: dtypes.T
     scalar = dtype_t
-    # usesF16Spec: dtypes.T == "f16"
-    uses_f16_spec = dtype_t == "f16"
     # hidden: instanceSpatial
     hidden = d.instance_spatial
     # wg: instanceScalarWorkgroup

@@ -79,14 +79,6 @@ def _main(r, d, v):
     dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
     limits = r.caps.limits
-    # modeSpec: "instance"
-    mode_spec = "instance"
-    # vec4: true
-    vec4 = True
-    # scalar: dtypes.T
-    scalar = dtype_t
-    # usesF16Spec: dtypes.T == "f16"
-    uses_f16_spec = dtype_t == "f16"
     # hidden: instanceSpatial
     hidden = d.instance_spatial
     # wg: instanceVec4Workgroup
@@ -95,8 +87,6 @@ def _main(r, d, v):
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # hiddenVec: instanceSpatial / 4
     hidden_vec = d.instance_spatial / 4
-    # vecType: "vec4<" ~ dtypes.T ~ ">"
-    vec_type = "vec4<" + dtype_t + ">"
     # pairs: dtypes.T == "f16"
     pairs = dtype_t == "f16"
     # combineSubgroups: hasSubgroupId

@@ -87,19 +87,8 @@ def passes(r, d, v) -> tuple:
 def _main(r, d, v):
     """Pass `main` (InstanceNormalization.plane_subgroup_vec4_scalar_io): template templates/norm-row-stats.wgsl.jinja."""
     shape_input = r.shapes["input"]
-    dtype_t = r.dtypes["T"]
     attr_epsilon = r.attrs["epsilon"]
     limits = r.caps.limits
-    # modeSpec: "instance"
-    mode_spec = "instance"
-    # vec4: true
-    vec4 = True
-    # scalarIo: true
-    scalar_io = True
-    # scalar: dtypes.T
-    scalar = dtype_t
-    # usesF16Spec: false
-    uses_f16_spec = False
     # hidden: instanceSpatial
     hidden = d.instance_spatial
     # wg: instanceVec4Workgroup
@@ -108,10 +97,6 @@ def _main(r, d, v):
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # hiddenVec: instanceSpatial / 4
     hidden_vec = d.instance_spatial / 4
-    # vecType: "vec4<f32>"
-    vec_type = "vec4<f32>"
-    # combineSubgroups: true
-    combine_subgroups = True
     shader = MAIN_SHADERS[()]
     # dispatch: x=min(instancePlanes, 65535), y=ceilDiv(instancePlanes, 65535), z=1
     dispatch = fold_dispatch(

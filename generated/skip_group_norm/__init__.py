@@ -238,51 +238,51 @@ def check_derived_contract(r, d) -> None:
 class Derived(NamedTuple):
     """The manifest's `derive` values for one request."""
 
-    device_workgroup_cap: float
-    device_lane_cap: float
-    sg_workgroup_cap: float
-    sg_dispatch_cap: float
+    device_workgroup_cap: int
+    device_lane_cap: int
+    sg_workgroup_cap: int
+    sg_dispatch_cap: int
     sg_channels_last: bool
-    sg_batch: float
-    sg_channels: float
-    sg_spatial: float
+    sg_batch: int
+    sg_channels: int
+    sg_spatial: int
     sg_skip_full: bool
     skip_group_norm_contract_ok: bool
     sg_groups_ok: bool
-    sg_channels_per_group: float
-    sg_rows: float
-    sg_group_values: float
+    sg_channels_per_group: int
+    sg_rows: int
+    sg_group_values: int
     sg_non_empty: bool
     sg_vec4: bool
     sg_vec2: bool
-    sg_vector_width: float
+    sg_vector_width: int
     sg_vector_width_text: str
-    sg_group_vectors: float
-    sg_row_vectors: float
-    sg_item_stride: float
-    sg_group_stride: float
-    sg_inner_vectors: float
-    sg_outer_stride: float
-    sg_channel_divisor: float
-    sg_lane_channel_step: float
-    sg_groups_per_block: float
-    sg_blocks_per_item: float
-    sg_tile_width: float
-    sg_lane_columns_max: float
-    sg_slab_units: float
-    sg_slab_unit_values: float
-    sg_slab_units_per_pass: float
-    sg_slab_count: float
-    sg_slab_size: float
-    sg_lane_columns: float
-    sg_lane_rows: float
-    sg_segment_lanes: float
-    sg_slab_workgroup_size: float
-    sg_tile_count: float
-    sg_combine_workgroup_size: float
-    sg_partial_bytes: float
+    sg_group_vectors: int
+    sg_row_vectors: int
+    sg_item_stride: int
+    sg_group_stride: int
+    sg_inner_vectors: int
+    sg_outer_stride: int
+    sg_channel_divisor: int
+    sg_lane_channel_step: int
+    sg_groups_per_block: int
+    sg_blocks_per_item: int
+    sg_tile_width: int
+    sg_lane_columns_max: int
+    sg_slab_units: int
+    sg_slab_unit_values: int
+    sg_slab_units_per_pass: int
+    sg_slab_count: int
+    sg_slab_size: int
+    sg_lane_columns: int
+    sg_lane_rows: int
+    sg_segment_lanes: int
+    sg_slab_workgroup_size: int
+    sg_tile_count: int
+    sg_combine_workgroup_size: int
+    sg_partial_bytes: int
     sg_split_covered: bool
-    sg_fused_workgroup_size: float
+    sg_fused_workgroup_size: int
     sg_fused_covered: bool
     sg_split_preferred: bool
 

@@ -64,22 +64,22 @@ class Values(NamedTuple):
     vec_width: str
     io_element: str
     skip_element: str
-    num_groups: float
-    num_channels: float
-    channels_per_group: float
-    vector_width: float
-    item_stride: float
-    group_stride: float
-    inner_vectors: float
-    outer_stride: float
-    channel_divisor: float
-    lane_channel_step: float
-    row_count: float
-    row_vectors: float
-    group_values: float
-    params_f16: float
+    num_groups: int
+    num_channels: int
+    channels_per_group: int
+    vector_width: int
+    item_stride: int
+    group_stride: int
+    inner_vectors: int
+    outer_stride: int
+    channel_divisor: int
+    lane_channel_step: int
+    row_count: int
+    row_vectors: int
+    group_values: int
+    params_f16: int
     skip_full: bool
-    fused_workgroup_size: float
+    fused_workgroup_size: int
 
 
 def values(r, d) -> Values:

@@ -83,32 +83,32 @@ class Values(NamedTuple):
     vec_width: str
     io_element: str
     skip_element: str
-    num_groups: float
-    num_channels: float
-    channels_per_group: float
-    vector_width: float
-    item_stride: float
-    group_stride: float
-    inner_vectors: float
-    outer_stride: float
-    channel_divisor: float
-    lane_channel_step: float
-    row_count: float
-    row_vectors: float
-    group_values: float
-    params_f16: float
-    layout_channels_last: float
-    groups_per_block: float
-    blocks_per_item: float
-    tile_width: float
-    tile_count: float
-    slab_units: float
-    slab_count: float
-    lane_columns: float
-    lane_rows: float
-    segment_lanes: float
-    slab_workgroup_size: float
-    combine_workgroup_size: float
+    num_groups: int
+    num_channels: int
+    channels_per_group: int
+    vector_width: int
+    item_stride: int
+    group_stride: int
+    inner_vectors: int
+    outer_stride: int
+    channel_divisor: int
+    lane_channel_step: int
+    row_count: int
+    row_vectors: int
+    group_values: int
+    params_f16: int
+    layout_channels_last: int
+    groups_per_block: int
+    blocks_per_item: int
+    tile_width: int
+    tile_count: int
+    slab_units: int
+    slab_count: int
+    lane_columns: int
+    lane_rows: int
+    segment_lanes: int
+    slab_workgroup_size: int
+    combine_workgroup_size: int
 
 
 def values(r, d) -> Values:
@@ -237,8 +237,6 @@ def _stats(r, d, v):
     """Pass `stats` (SkipGroupNorm.SlabStats): template templates/group-norm-slab.wgsl.jinja."""
     attr_activation = r.attrs["activation"]
     attr_epsilon = r.attrs["epsilon"]
-    # slabStage: "stats"
-    slab_stage = "stats"
     # skipFull: sgSkipFull
     skip_full = d.sg_skip_full
     shader = STATS_SHADERS[(v.io_element, skip_full)]
@@ -304,8 +302,6 @@ def _normalize(r, d, v):
     """Pass `normalize` (SkipGroupNorm.SlabNormalize): template templates/group-norm-slab.wgsl.jinja."""
     attr_activation = r.attrs["activation"]
     attr_epsilon = r.attrs["epsilon"]
-    # slabStage: "normalize"
-    slab_stage = "normalize"
     # skipFull: sgSkipFull
     skip_full = d.sg_skip_full
     shader = NORMALIZE_SHADERS[(v.io_element, skip_full)]
