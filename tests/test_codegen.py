@@ -599,7 +599,7 @@ def test_tiny_derive(tiny_files):
 class Derived(NamedTuple):
     """The manifest's `derive` values for one request."""
 
-    count: float
+    count: int
 
 
 def derive(r) -> Derived:
