@@ -37,6 +37,7 @@ VERBATIM_SOURCES = {
     "__main__.py": Path(__file__).with_name("package_main.py"),
     "onnx_nodes.py": Path(__file__).with_name("onnx_nodes.py"),
     "check_model.py": Path(__file__).with_name("check_model.py"),
+    "registry.py": Path(__file__).with_name("registry.py"),
 }
 # The compiler's own project: its version is the generated package's when MANIFESTS has none beside it.
 OWN_PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"

@@ -143,47 +143,11 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
         w.line(part)
     w.line('"""')
     w.line()
-    w.line("from __future__ import annotations")
-    w.line()
-    w.line("from collections.abc import Mapping, Sequence")
-    w.line("from typing import Any, NamedTuple")
-    w.line()
-    all_codes = [v.code for v in op.derives] + [c for _, c in op.output_shapes] + [r.code for r in op.rules]
-    all_codes += [f for r in op.rules for _, f in r.facts]
-    helpers = _helpers(all_codes)
-    if "math" in helpers:
-        w.line("import math")
-        w.line()
-    runtime_names = ["AttributeSpec", "Caps", "ContractError", "OpContract", "Plan", "Tensor", "TensorIn", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show", "warm_up"]
-    if ir.chunking is not None:
-        runtime_names.append("ChunkSpec")
-    runtime_names += [h for h in helpers if h != "math"]
-    if any(_F16_RULE.fullmatch(rule.source) for rule in op.rules):
-        runtime_names.append("features_text")
-    w.line(f"from .._runtime import {', '.join(sorted(set(runtime_names)))}")
-    ordered = sorted(op.variants, key=lambda v: (-v.ir.priority, v.ir.order))
-    w.line(f"from . import {', '.join(v.ir.id for v in op.variants)}")
+    _emit_op_imports(w, op)
     w.line()
     w.line(f'OP = "{ir.title}"')
     w.line()
-    w.line("INPUTS = (")
-    for t in ir.inputs:
-        w.line(f'    TensorSpec(key="{t.key}", role="{t.role}", type_var="{t.type_var}", optional={t.optional}),')
-    w.line(")")
-    w.line("OUTPUTS = (")
-    for t in ir.outputs:
-        w.line(f'    TensorSpec(key="{t.key}", role="{t.role}", type_var="{t.type_var}", optional={t.optional}),')
-    w.line(")")
-    w.line(f"TYPE_CONSTRAINTS = {dict((k, tuple(v)) for k, v in ir.type_constraints)!r}")
-    w.line("ATTRIBUTES = (")
-    for a in ir.attributes:
-        kind = op.attribute_kind(a.name)
-        w.line(
-            f'    AttributeSpec(name="{a.name}", kind="{kind}", default={a.default!r}, required={a.required}, '
-            f"allowed={a.allowed!r}, comparison={a.comparison!r}),"
-        )
-    w.line(")")
-    w.line(f"TUNABLES = {dict(ir.tunables)!r}")
+    _emit_op_specs(w, op)
     w.line()
     w.line()
     with w.block("def output_shapes(r):"):
@@ -196,24 +160,12 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     w.line()
     w.line()
     _emit_contract(w, op)
-    with w.block("class Derived(NamedTuple):"):
-        w.line('"""The manifest\'s `derive` values for one request."""')
-        w.line()
-        for value in op.derives:
-            w.line(f"{value.var}: {_annotation(value.code.type)}")
-    w.line()
-    w.line()
-    with w.block("def derive(r) -> Derived:"):
-        w.line('"""The manifest\'s `derive` section, in dependency order, as straight-line Python."""')
-        _preamble(w, op, [v.code for v in op.derives])
-        for value in op.derives:
-            _assign(w, value)
-        w.line(f"return Derived({', '.join(v.var for v in op.derives)})")
+    _emit_derive(w, op)
     w.line()
     w.line()
     w.comment("Most preferred first: descending priority, manifest order among equals.")
     w.line("CANDIDATES = (")
-    for v in ordered:
+    for v in sorted(op.variants, key=lambda v: (-v.ir.priority, v.ir.order)):
         w.line(f"    {v.ir.id},  # priority {v.ir.priority}")
     w.line(")")
     w.line()
@@ -228,6 +180,64 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     w.line()
     _emit_api(w, op)
     return formatted(header, w)
+
+
+def _emit_op_imports(w: Writer, op: ResolvedOp) -> None:
+    w.line("from __future__ import annotations")
+    w.line()
+    w.line("from collections.abc import Mapping, Sequence")
+    w.line("from typing import Any, NamedTuple")
+    w.line()
+    all_codes = [v.code for v in op.derives] + [c for _, c in op.output_shapes] + [r.code for r in op.rules]
+    all_codes += [f for r in op.rules for _, f in r.facts]
+    helpers = _helpers(all_codes)
+    if "math" in helpers:
+        w.line("import math")
+        w.line()
+    runtime_names = ["AttributeSpec", "Caps", "ContractError", "OpContract", "Plan", "Tensor", "TensorIn", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show", "warm_up"]
+    if op.ir.chunking is not None:
+        runtime_names.append("ChunkSpec")
+    runtime_names += [h for h in helpers if h != "math"]
+    if any(_F16_RULE.fullmatch(rule.source) for rule in op.rules):
+        runtime_names.append("features_text")
+    w.line(f"from .._runtime import {', '.join(sorted(set(runtime_names)))}")
+    w.line(f"from . import {', '.join(v.ir.id for v in op.variants)}")
+
+
+def _emit_op_specs(w: Writer, op: ResolvedOp) -> None:
+    """INPUTS, OUTPUTS, TYPE_CONSTRAINTS, ATTRIBUTES and TUNABLES of the op package."""
+    ir = op.ir
+    for name, tensors in (("INPUTS", ir.inputs), ("OUTPUTS", ir.outputs)):
+        w.line(f"{name} = (")
+        for t in tensors:
+            w.line(f'    TensorSpec(key="{t.key}", role="{t.role}", type_var="{t.type_var}", optional={t.optional}),')
+        w.line(")")
+    w.line(f"TYPE_CONSTRAINTS = {dict((k, tuple(v)) for k, v in ir.type_constraints)!r}")
+    w.line("ATTRIBUTES = (")
+    for a in ir.attributes:
+        kind = op.attribute_kind(a.name)
+        w.line(
+            f'    AttributeSpec(name="{a.name}", kind="{kind}", default={a.default!r}, required={a.required}, '
+            f"allowed={a.allowed!r}, comparison={a.comparison!r}),"
+        )
+    w.line(")")
+    w.line(f"TUNABLES = {dict(ir.tunables)!r}")
+
+
+def _emit_derive(w: Writer, op: ResolvedOp) -> None:
+    with w.block("class Derived(NamedTuple):"):
+        w.line('"""The manifest\'s `derive` values for one request."""')
+        w.line()
+        for value in op.derives:
+            w.line(f"{value.var}: {_annotation(value.code.type)}")
+    w.line()
+    w.line()
+    with w.block("def derive(r) -> Derived:"):
+        w.line('"""The manifest\'s `derive` section, in dependency order, as straight-line Python."""')
+        _preamble(w, op, [v.code for v in op.derives])
+        for value in op.derives:
+            _assign(w, value)
+        w.line(f"return Derived({', '.join(v.var for v in op.derives)})")
 
 
 def _emit_chunking(w: Writer, chunking) -> None:
@@ -776,34 +786,13 @@ def emit_package_init(ops: list[ResolvedOp], sources: list[Source], version: str
     w.line("op packages; `onnx_nodes.run_node()` runs an ONNX node through them.")
     w.line('"""')
     w.line()
-    w.line("from typing import NamedTuple")
-    w.line()
     w.line("from . import " + ", ".join(snake(op.ir.name) for op in ops))
     w.line("from ._runtime import ContractError, Sequence, Tensor, default_device")
+    w.line("from .registry import OpEntry, find_in, ops_of")
     w.line()
     w.line(f"__version__ = {version!r}  # [project] version in pyproject.toml")
     names = ["ContractError", "OpEntry", "Sequence", "Tensor", "__version__", "default_device", "find_op", "ops", "warmup"]
     w.line(f"__all__ = {names + [snake(op.ir.name) for op in ops]!r}")
-    w.line()
-    w.line()
-    with w.block("class OpEntry(NamedTuple):"):
-        w.line('"""One ONNX operator version and the op package that runs it."""')
-        w.line()
-        w.line("module: object  # the op package")
-        w.line('domain: str  # "ai.onnx" or "com.microsoft"')
-        w.line("op_type: str")
-        w.line("since_version: int")
-        w.line("first_opset: int  # the opsets of `domain` in which this version is the op's definition")
-        w.line("last_opset: int | None  # None: still the op's newest version")
-        w.line('note: str  # "" when the package implements this version as it is; else how run_node adapts it')
-        w.line()
-        with w.block("def serves(self, opset: int) -> bool:"):
-            w.line("return self.first_opset <= opset and (self.last_opset is None or opset <= self.last_opset)")
-        w.line()
-        with w.block("def __str__(self):"):
-            w.line('last = "" if self.last_opset is None else self.last_opset')
-            w.line('return f"{self.domain} {self.op_type}-{self.since_version} (opsets {self.first_opset}..{last})"')
-    w.line()
     w.line()
     w.comment("From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).")
     w.line("_ENTRIES = (")
@@ -815,19 +804,13 @@ def emit_package_init(ops: list[ResolvedOp], sources: list[Source], version: str
     w.line()
     with w.block("def ops() -> dict:"):
         w.line('"""{(domain, op_type, since_version): OpEntry}: every ONNX operator version a package here runs."""')
-        w.line("return {(e.domain, e.op_type, e.since_version): e for e in _ENTRIES}")
+        w.line("return ops_of(_ENTRIES)")
     w.line()
     w.line()
     with w.block("def find_op(domain: str, op_type: str, opset: int | None = None) -> OpEntry | None:"):
-        w.line('"""The entry that serves `op_type` at the model\'s `opset` of `domain` ("" is ai.onnx), or None.')
-        w.line()
-        w.line("`opset=None` takes the op's newest version.")
-        w.line('"""')
-        w.line('domain = domain or "ai.onnx"')
-        w.line("found = [e for e in _ENTRIES if (e.domain, e.op_type) == (domain, op_type)]")
-        with w.block("if opset is None:"):
-            w.line("return next((e for e in found if e.last_opset is None), None)")
-        w.line("return next((e for e in found if e.serves(opset)), None)")
+        w.line('"""The entry that serves `op_type` at the model\'s `opset` of `domain` ("" is ai.onnx), or None;')
+        w.line('`opset=None` takes the op\'s newest version."""')
+        w.line("return find_in(_ENTRIES, domain, op_type, opset)")
     w.line()
     w.line()
     with w.block("def warmup(device=None) -> int:"):

@@ -14,10 +14,9 @@ relatively, so a copy can live under any name. `ops()` maps ONNX operator versio
 op packages; `onnx_nodes.run_node()` runs an ONNX node through them.
 """
 
-from typing import NamedTuple
-
 from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
 from ._runtime import ContractError, Sequence, Tensor, default_device
+from .registry import OpEntry, find_in, ops_of
 
 __version__ = "0.1.0"  # [project] version in pyproject.toml
 __all__ = [
@@ -35,26 +34,6 @@ __all__ = [
     "instance_normalization",
     "skip_group_norm",
 ]
-
-
-class OpEntry(NamedTuple):
-    """One ONNX operator version and the op package that runs it."""
-
-    module: object  # the op package
-    domain: str  # "ai.onnx" or "com.microsoft"
-    op_type: str
-    since_version: int
-    first_opset: int  # the opsets of `domain` in which this version is the op's definition
-    last_opset: int | None  # None: still the op's newest version
-    note: str  # "" when the package implements this version as it is; else how run_node adapts it
-
-    def serves(self, opset: int) -> bool:
-        return self.first_opset <= opset and (self.last_opset is None or opset <= self.last_opset)
-
-    def __str__(self):
-        last = "" if self.last_opset is None else self.last_opset
-        return f"{self.domain} {self.op_type}-{self.since_version} (opsets {self.first_opset}..{last})"
-
 
 # From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).
 _ENTRIES = (
@@ -103,19 +82,13 @@ _ENTRIES = (
 
 def ops() -> dict:
     """{(domain, op_type, since_version): OpEntry}: every ONNX operator version a package here runs."""
-    return {(e.domain, e.op_type, e.since_version): e for e in _ENTRIES}
+    return ops_of(_ENTRIES)
 
 
 def find_op(domain: str, op_type: str, opset: int | None = None) -> OpEntry | None:
-    """The entry that serves `op_type` at the model's `opset` of `domain` ("" is ai.onnx), or None.
-
-    `opset=None` takes the op's newest version.
-    """
-    domain = domain or "ai.onnx"
-    found = [e for e in _ENTRIES if (e.domain, e.op_type) == (domain, op_type)]
-    if opset is None:
-        return next((e for e in found if e.last_opset is None), None)
-    return next((e for e in found if e.serves(opset)), None)
+    """The entry that serves `op_type` at the model's `opset` of `domain` ("" is ai.onnx), or None;
+    `opset=None` takes the op's newest version."""
+    return find_in(_ENTRIES, domain, op_type, opset)
 
 
 def warmup(device=None) -> int:
