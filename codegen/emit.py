@@ -440,47 +440,10 @@ def _wrap_text(text: str, width: int = 96) -> list[str]:
 
 def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], store: ShaderStore, header: str) -> PythonSource:
     ir = variant.ir
-    w = Writer()
-    w.line(f'"""Variant `{ir.id}` of {op.ir.title}.')
-    w.line()
-    w.line(f"Priority {ir.priority} (manifest position {ir.order}). Taken when every clause holds:")
-    w.line()
-    for expr, _ in variant.when:
-        w.line(f"- {expr.text()}".replace("\\", "\\\\"))
-    if ir.required_features:
-        w.line(f"- the device has {', '.join(ir.required_features)}")
-    if variant.demote_when:
-        w.line()
-        w.line("Goes behind every candidate that is not demoted when:")
-        w.line()
-        for expr, _ in variant.demote_when:
-            w.line(f"- {expr.text()}".replace("\\", "\\\\"))
-    w.line('"""')
-    w.line()
-    w.line("from __future__ import annotations")
-    w.line()
-    w.line("from typing import NamedTuple")
-    w.line()
-    codes = [c for _, c in variant.when + variant.demote_when] + [v.code for v in variant.derives]
-    codes += [c for _, c in variant.intermediates]
-    for p in variant.passes:
-        codes += [v.code for v in p.derives] + [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
-        codes += [c for _, c in p.element_types]
-    helpers = _helpers(codes)
-    if "math" in helpers:
-        w.line("import math")
-        w.line()
     by_pass = {item.pass_.ir.id: item for item in rendered if item.variant is variant}
-    names = {"Binding", "make_pass", "shader_table"} | {h for h in helpers if h != "math"}
-    if any(_declares(by_pass[p.ir.id], "DISPATCH_FOLD_WIDTH") for p in variant.passes):
-        names.add("fold_width")
-    if any(_varying_fields(by_pass[p.ir.id]) for p in variant.passes):
-        names.add("vary")
-    for p in variant.passes:
-        names.add({"threads": "threads_dispatch"}.get(p.ir.dispatch.form, "fold_dispatch"))
-    w.line(f"from .._runtime import {', '.join(sorted(names))}")
-    w.line("from .shaders import wgsl")
-    w.line()
+    w = Writer()
+    _emit_variant_doc(w, op, variant)
+    _emit_variant_imports(w, variant, by_pass)
     w.line(f'ID = "{ir.id}"')
     w.line(f"PRIORITY = {ir.priority}")
     w.line(f"ORDER = {ir.order}")
@@ -497,6 +460,70 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     _emit_conditions(w, op, "demoted", variant.demote_when, "True when a `demoteWhen` clause holds.")
     w.line()
     w.line()
+    _emit_variant_values(w, op, variant)
+    w.line()
+    w.line()
+    with w.block("def passes(r, d, v) -> tuple:"):
+        w.line(f"return ({', '.join(f'_{p.ir.id}(r, d, v)' for p in variant.passes)},)")
+    for p in variant.passes:
+        w.line()
+        w.line()
+        _emit_pass(w, op, p, by_pass[p.ir.id])
+    for p in variant.passes:
+        w.line()
+        w.line()
+        _emit_shader_table(w, p, by_pass[p.ir.id], store)
+    return formatted(header, w)
+
+
+def _emit_variant_doc(w: Writer, op: ResolvedOp, variant: ResolvedVariant) -> None:
+    ir = variant.ir
+    w.line(f'"""Variant `{ir.id}` of {op.ir.title}.')
+    w.line()
+    w.line(f"Priority {ir.priority} (manifest position {ir.order}). Taken when every clause holds:")
+    w.line()
+    for expr, _ in variant.when:
+        w.line(f"- {expr.text()}".replace("\\", "\\\\"))
+    if ir.required_features:
+        w.line(f"- the device has {', '.join(ir.required_features)}")
+    if variant.demote_when:
+        w.line()
+        w.line("Goes behind every candidate that is not demoted when:")
+        w.line()
+        for expr, _ in variant.demote_when:
+            w.line(f"- {expr.text()}".replace("\\", "\\\\"))
+    w.line('"""')
+    w.line()
+
+
+def _emit_variant_imports(w: Writer, variant: ResolvedVariant, by_pass: dict[str, RenderedPass]) -> None:
+    w.line("from __future__ import annotations")
+    w.line()
+    w.line("from typing import NamedTuple")
+    w.line()
+    codes = [c for _, c in variant.when + variant.demote_when] + [v.code for v in variant.derives]
+    codes += [c for _, c in variant.intermediates]
+    for p in variant.passes:
+        codes += [v.code for v in p.derives] + [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
+        codes += [c for _, c in p.element_types]
+    helpers = _helpers(codes)
+    if "math" in helpers:
+        w.line("import math")
+        w.line()
+    names = {"Binding", "make_pass", "shader_table"} | {h for h in helpers if h != "math"}
+    if any(_declares(by_pass[p.ir.id], "DISPATCH_FOLD_WIDTH") for p in variant.passes):
+        names.add("fold_width")
+    if any(_varying_fields(by_pass[p.ir.id]) for p in variant.passes):
+        names.add("vary")
+    for p in variant.passes:
+        names.add({"threads": "threads_dispatch"}.get(p.ir.dispatch.form, "fold_dispatch"))
+    w.line(f"from .._runtime import {', '.join(sorted(names))}")
+    w.line("from .shaders import wgsl")
+    w.line()
+
+
+def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) -> None:
+    """The variant's Values, values() and intermediates()."""
     with w.block("class Values(NamedTuple):"):
         w.line('"""The variant\'s own values (`constants` / `derive`), evaluated after selection."""')
         w.line()
@@ -520,19 +547,6 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
         for item, code in variant.intermediates:
             w.line(f'    "{item.id}": (tuple({code.python}), "{item.dtype}"),  # {item.shape.text()}')
         w.line("}")
-    w.line()
-    w.line()
-    with w.block("def passes(r, d, v) -> tuple:"):
-        w.line(f"return ({', '.join(f'_{p.ir.id}(r, d, v)' for p in variant.passes)},)")
-    for p in variant.passes:
-        w.line()
-        w.line()
-        _emit_pass(w, op, p, by_pass[p.ir.id])
-    for p in variant.passes:
-        w.line()
-        w.line()
-        _emit_shader_table(w, p, by_pass[p.ir.id], store)
-    return formatted(header, w)
 
 
 def _emit_conditions(w: Writer, op: ResolvedOp, name: str, clauses, doc: str) -> None:
