@@ -604,6 +604,23 @@ class Bench:
         timer.sync()
         first_call = time.perf_counter() - started
 
+        self._time_gpu(plan, sets, result, owned)
+        result.host = self._host_overheads(op, case, sets[0], options, result.gpu_us)
+        result.host["first_call_ms"] = first_call * 1e3
+        arrays_for = lambda shapes: random_inputs(op, dataclasses.replace(case, shapes=shapes), self.rng)  # noqa: E731
+        result.host.update(bench_calls.new_shape_first_call(op, case, arrays_for, options, device, timer.sync))
+
+        if self.torch_peer is not None:
+            seconds, how = self.torch_peer.time(case.op, arrays, attributes_with_defaults(op, case), copies)
+            result.torch_timing = how
+            if seconds is not None:
+                result.torch_us = seconds * 1e6
+                result.torch_gbps = result.bytes / result.torch_us / 1e3
+                result.speedup_vs_torch = result.torch_us / result.gpu_us
+
+    def _time_gpu(self, plan, sets, result, owned):
+        """The plan's GPU time on rotating input sets, against the copy kernel of the same bytes."""
+        device, settings, timer, copies = self.device, self.settings, self.timer, result.copies
         runnable_index = [i for i, p in enumerate(plan.passes) if 0 not in p.dispatch]
         runnable = [plan.passes[i] for i in runnable_index]
         if not runnable:
@@ -635,19 +652,6 @@ class Bench:
         result.copy_us = _median_us(samples["copy"])
         result.copy_gbps = result.bytes / result.copy_us / 1e3
         result.fraction_of_copy = result.copy_us / result.gpu_us
-
-        result.host = self._host_overheads(op, case, sets[0], options, result.gpu_us)
-        result.host["first_call_ms"] = first_call * 1e3
-        arrays_for = lambda shapes: random_inputs(op, dataclasses.replace(case, shapes=shapes), self.rng)  # noqa: E731
-        result.host.update(bench_calls.new_shape_first_call(op, case, arrays_for, options, device, timer.sync))
-
-        if self.torch_peer is not None:
-            seconds, how = self.torch_peer.time(case.op, arrays, attributes_with_defaults(op, case), copies)
-            result.torch_timing = how
-            if seconds is not None:
-                result.torch_us = seconds * 1e6
-                result.torch_gbps = result.bytes / result.torch_us / 1e3
-                result.speedup_vs_torch = result.torch_us / result.gpu_us
 
     def _host_overheads(self, op, case, tensors, options, gpu_us):
         """plan() per call; kernel() until it returns, and to the end of its GPU work less the GPU
@@ -723,6 +727,14 @@ def _gbps(value):
 
 
 def markdown(results, meta):
+    lines = _meta_lines(meta) + _gpu_table(results) + _host_table(results) + _per_pass_table(results)
+    torch_notes = sorted({r.torch_timing for r in results if r.torch_timing})
+    if torch_notes:
+        lines += ["", "PyTorch timing: " + "; ".join(torch_notes) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def _meta_lines(meta):
     lines = [
         f"Device: {meta['device']['adapter']['device']} ({meta['device']['adapter']['description']}, "
         f"{meta['device']['adapter']['backend_type']}); wgpu {meta['device']['wgpu']}.",
@@ -737,6 +749,11 @@ def markdown(results, meta):
         )
     if meta.get("torch_copy_gbps"):
         lines.append(f"PyTorch device-to-device copy (1 GB moved): {meta['torch_copy_gbps']:,.0f} GB/s.")
+    return lines
+
+
+def _gpu_table(results):
+    lines = []
     lines += [
         "",
         "| op | case | dtype | shape | variant | passes | MB | GPU \u00b5s | GB/s | copy GB/s | % of copy "
@@ -758,6 +775,11 @@ def markdown(results, meta):
             f"| {_fmt(r.gpu_us)} | {_gbps(r.gbps)} | {_gbps(r.copy_gbps)} | {_fmt(percent, 0)} "
             f"| {_fmt(r.torch_us)} | {_gbps(r.torch_gbps)} | {speedup} |"
         )
+    return lines
+
+
+def _host_table(results):
+    lines = []
     lines += [
         "",
         "Host time (medians, µs): `plan()` per call; each call's host time until it returns (submit), the "
@@ -795,6 +817,11 @@ def markdown(results, meta):
             f"{h.get('new_shape_pipelines', '')}"
             f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) |"
         )
+    return lines
+
+
+def _per_pass_table(results):
+    lines = []
     alone = [r for r in results if not r.error and any("alone_us" in p for p in r.passes)]
     if alone:
         lines += [
@@ -814,10 +841,7 @@ def markdown(results, meta):
                     f"| {r.op} | {r.case} | {dtype} | {p['name']} | {workgroups} | {p['workgroup_size']} "
                     f"| {_fmt(p.get('alone_us'))} |"
                 )
-    torch_notes = sorted({r.torch_timing for r in results if r.torch_timing})
-    if torch_notes:
-        lines += ["", "PyTorch timing: " + "; ".join(torch_notes) + "."]
-    return "\n".join(lines) + "\n"
+    return lines
 
 
 def plot(results, meta, path):
@@ -930,6 +954,44 @@ def _open_outputs(parser, wanted):
 
 
 def parse_args(argv):
+    parser = _parser()
+    args = parser.parse_args(argv)
+    packages = op_packages()
+    args.ops = _names(args.ops) or list(packages)
+    unknown = [name for name in args.ops if name not in packages]
+    if unknown:
+        parser.error(f"--ops: unknown op {', '.join(unknown)}; choose from {', '.join(packages)}")
+    chosen = {name: packages[name] for name in args.ops}
+    _check_choices(parser, args, chosen)
+    args.packages = chosen
+    args.files = _open_outputs(
+        parser,
+        {
+            "markdown": ("--markdown", args.markdown, "w"),
+            "json": ("--json", args.json, "w"),
+            "plot": ("--plot", args.plot, "wb"),
+        },
+    )
+    return args
+
+
+def _check_choices(parser, args, chosen):
+    """--variant, --tunable and --plot against what the chosen ops and this machine have."""
+    if args.variant is not None and not any(args.variant in {c.ID for c in op.CANDIDATES} for op in chosen.values()):
+        variants = {name: [c.ID for c in op.CANDIDATES] for name, op in chosen.items()}
+        parser.error(f"--variant: no op here has variant {args.variant!r}; variants: {_listing(variants)}")
+    for name, _ in args.tunable:
+        if not any(name in op.TUNABLES for op in chosen.values()):
+            tunables = {op_name: list(op.TUNABLES) for op_name, op in chosen.items()}
+            parser.error(f"--tunable: no op here has tunable {name!r}; tunables: {_listing(tunables)}")
+    if args.plot is not None:
+        try:
+            importlib.import_module("matplotlib")
+        except ImportError:
+            parser.error("--plot needs matplotlib: pip install matplotlib (or the project's bench extra)")
+
+
+def _parser():
     parser = argparse.ArgumentParser(prog=f"python -m {__package__}.bench", description=__doc__.splitlines()[0])
     parser.add_argument("--ops", action="append", help="op packages to run, comma-separated (default: all)")
     parser.add_argument(
@@ -961,35 +1023,7 @@ def parse_args(argv):
         default="auto",
         help="app steps from bench.json's sequences: auto runs them in full (not --quick) runs",
     )
-    args = parser.parse_args(argv)
-    packages = op_packages()
-    args.ops = _names(args.ops) or list(packages)
-    unknown = [name for name in args.ops if name not in packages]
-    if unknown:
-        parser.error(f"--ops: unknown op {', '.join(unknown)}; choose from {', '.join(packages)}")
-    chosen = {name: packages[name] for name in args.ops}
-    if args.variant is not None and not any(args.variant in {c.ID for c in op.CANDIDATES} for op in chosen.values()):
-        variants = {name: [c.ID for c in op.CANDIDATES] for name, op in chosen.items()}
-        parser.error(f"--variant: no op here has variant {args.variant!r}; variants: {_listing(variants)}")
-    for name, _ in args.tunable:
-        if not any(name in op.TUNABLES for op in chosen.values()):
-            tunables = {op_name: list(op.TUNABLES) for op_name, op in chosen.items()}
-            parser.error(f"--tunable: no op here has tunable {name!r}; tunables: {_listing(tunables)}")
-    if args.plot is not None:
-        try:
-            importlib.import_module("matplotlib")
-        except ImportError:
-            parser.error("--plot needs matplotlib: pip install matplotlib (or the project's bench extra)")
-    args.packages = chosen
-    args.files = _open_outputs(
-        parser,
-        {
-            "markdown": ("--markdown", args.markdown, "w"),
-            "json": ("--json", args.json, "w"),
-            "plot": ("--plot", args.plot, "wb"),
-        },
-    )
-    return args
+    return parser
 
 
 def main(argv=None):

@@ -136,6 +136,37 @@ def _single_node_model(nodes, inputs, outputs, opsets, initializers=()):
     return helper.make_model(graph, opset_imports=imports, ir_version=ir_version)
 
 
+def _group_norm_of_sum(total, attrs, channels_last):
+    """Nodes from the sum S (named `total`) to Y: GroupNormalization-21, the activation, the layout."""
+    from onnx import helper
+
+    nodes = []
+    nchw = total
+    if channels_last:
+        nodes.append(helper.make_node("Transpose", [total], ["s_nchw"], perm=[0, 3, 1, 2]))
+        nchw = "s_nchw"
+    norm = helper.make_node(
+        "GroupNormalization",
+        [nchw, "gamma", "beta"],
+        ["normed"],
+        num_groups=attrs["groups"],
+        epsilon=attrs.get("epsilon", 1e-5),
+        stash_type=1,
+    )
+    nodes.append(norm)
+    y = "normed"
+    if attrs.get("activation"):
+        nodes.append(helper.make_node("Sigmoid", [y], ["gate"]))
+        nodes.append(helper.make_node("Mul", [y, "gate"], ["activated"]))
+        y = "activated"
+    nodes.append(
+        helper.make_node("Transpose", [y], ["Y"], perm=[0, 2, 3, 1])
+        if channels_last
+        else helper.make_node("Identity", [y], ["Y"])
+    )
+    return nodes
+
+
 def _skip_group_norm_graph(node, values, x_dtype):
     """com.microsoft SkipGroupNorm as standard ops (GroupNormalization-21), for ORT's CPU provider."""
     from onnx import TensorProto, helper, numpy_helper
@@ -173,29 +204,7 @@ def _skip_group_norm_graph(node, values, x_dtype):
         nodes.append(helper.make_node("Cast", ["sum_f16"], ["sum_rounded"], to=TensorProto.FLOAT))
         total = "sum_rounded"
     nodes.append(helper.make_node("Identity", [total], ["S"]))
-    nchw = total
-    if channels_last:
-        nodes.append(helper.make_node("Transpose", [total], ["s_nchw"], perm=[0, 3, 1, 2]))
-        nchw = "s_nchw"
-    norm = helper.make_node(
-        "GroupNormalization",
-        [nchw, "gamma", "beta"],
-        ["normed"],
-        num_groups=attrs["groups"],
-        epsilon=attrs.get("epsilon", 1e-5),
-        stash_type=1,
-    )
-    nodes.append(norm)
-    y = "normed"
-    if attrs.get("activation"):
-        nodes.append(helper.make_node("Sigmoid", [y], ["gate"]))
-        nodes.append(helper.make_node("Mul", [y, "gate"], ["activated"]))
-        y = "activated"
-    nodes.append(
-        helper.make_node("Transpose", [y], ["Y"], perm=[0, 2, 3, 1])
-        if channels_last
-        else helper.make_node("Identity", [y], ["Y"])
-    )
+    nodes += _group_norm_of_sum(total, attrs, channels_last)
     feeds = {name: _widened(v) for name, v in given.items()}
     return nodes, feeds, initializers, {"ai.onnx": 21}
 
