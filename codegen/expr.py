@@ -2,9 +2,9 @@
 
 Parsing is jinja2's own (`jinja2.parser.Parser` in `variable` state), so the grammar is exactly
 the one the manifests were written for. Semantics are those of the JavaScript port of Jinja that
-the original loader evaluates with (docs/MANIFEST.md, "Expressions"): JS numbers (`/` is true division, `%` takes the
-sign of the dividend, no `//` or `**`), `~` writes numbers as JS does, `when` entries must be
-exactly `true`. Names resolve at compile time through a `Scope`; anything unknown, cyclic, of the
+the original loader evaluates with (docs/MANIFEST.md, "Expressions"): JS numbers (`/` is true
+division, `%` takes the sign of the dividend, no `//` or `**`), `~` writes numbers as JS does,
+`when` entries must be exactly `true`. Names resolve at compile time through a `Scope`; anything unknown, cyclic, of the
 wrong arity or of the wrong kind is an `ExprError` whose `Problem` names file, JSON pointer and
 expression.
 

@@ -115,7 +115,7 @@ def _op(reader: _Reader, op_id: str, source: str, sha256: str) -> Op:
         source=source,
         sha256=sha256,
         chunking=_chunking(reader, tensors, attributes),
-        pipeline_constants=_pipeline_constants(data, root),
+        pipeline_constants=_pipeline_constants(data),
     )
 
 
@@ -245,11 +245,11 @@ def _variant(reader: _Reader, spec: dict, order: int, tensors: dict[str, Tensor]
         intermediates=intermediates,
         passes=passes,
         origin=origin,
-        pipeline_constants=_pipeline_constants(spec, origin),
+        pipeline_constants=_pipeline_constants(spec),
     )
 
 
-def _pipeline_constants(spec: dict, origin: Origin) -> tuple[tuple[str, str], ...]:
+def _pipeline_constants(spec: dict) -> tuple[tuple[str, str], ...]:
     """`pipelineConstants`: name -> why a request-dependent value stays a pipeline override."""
     return tuple(spec.get("pipelineConstants", {}).items())
 
@@ -334,7 +334,8 @@ def _binding(reader: _Reader, spec: dict, origin: Origin, resources: _Resources)
     kind = resources.kind(resource)
     if kind is None:
         known = sorted({*resources.tensors, *resources.intermediates})
-        reader.unknown(origin.child("arg") if "arg" in spec else origin.child("name"), "tensor or intermediate", resource, known)
+        # A pooled binding's `name` may be its key, not a member: then the binding itself is the place.
+        reader.unknown(origin.child("arg") if "arg" in spec else origin, "tensor or intermediate", resource, known)
         return None
     if buffer is None or buffer == "uniform":
         reader.fail(origin.child("buffer"), f"{kind} {resource!r} needs a storage buffer: read-only-storage or storage")

@@ -1,6 +1,6 @@
 """Name-resolution stage: ir.Op -> ResolvedOp, every manifest expression compiled in its scope.
 
-Scopes nest as docs/MANIFEST.md ("Scopes") says: manifest `derive` values are visible everywhere;
+Scopes nest as docs/MANIFEST.md, "Scopes", says: manifest `derive` values are visible everywhere;
 `when` and `demoteWhen` see only those; variant values (`constants`/`derive`) are visible to the variant's
 intermediates and passes; pass values (`source.inputs`/`derive`) to that pass's dispatch,
 uniforms, element types and template. Derived values compile on first use, which orders them and
@@ -30,8 +30,8 @@ DEVICE_LOCALS = {
 }
 
 
-# Preamble locals that come from the request itself (docs/MANIFEST.md, "Binding times": dispatch-time facts): shapes and
-# ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
+# Preamble locals that come from the request itself, dispatch-time facts (docs/MANIFEST.md, "Binding times"):
+# shapes and ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
 _REQUEST_LOCAL_PREFIXES = ("shape_", "attr_")
 
 

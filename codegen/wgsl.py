@@ -1,9 +1,9 @@
 """Render stage: ResolvedOp + templates/ -> WGSL text per (variant, pass, specialization).
 
-Binding times (docs/MANIFEST.md, "Binding times"): string and boolean values with a finite domain are specialization
-values, the only names a template sees through Jinja; numeric values become WGSL `override`
-constants, declared here for the names the rendered body uses; per-call values reach the shader
-through the `Params` uniform. The resource declarations (`@group(0) @binding(i)`) come from the
+Binding times (docs/MANIFEST.md, "Binding times"): string and boolean values with a finite domain
+are specialization values, the only names a template sees through Jinja; numeric values become
+WGSL `override` constants, declared here for the names the rendered body uses; per-call values
+reach the shader through the `Params` uniform. The resource declarations (`@group(0) @binding(i)`) come from the
 manifest's binding list, so a template holds only the computation.
 
 Each template is read once (`_ReadOnce`) and every specialization rendered once; the render itself
@@ -310,6 +310,8 @@ def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tupl
 
 
 def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, env: jinja2.Environment, templates_dir: Path) -> RenderedPass:
+    """Every specialization of one pass; `env` comes from `_render_environment` (its loader and
+    line marks are what the line maps and the problems' template lines are made from)."""
     origin = pass_.ir.origin
     name = pass_.ir.template
     folder = templates_dir.name

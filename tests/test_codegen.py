@@ -478,6 +478,21 @@ def test_load_manifests_collects_problems_of_every_file(tmp_path):
 # errors as data: the schema, every hole in it a located problem, each problem reported once
 
 
+def test_the_docs_the_compiler_cites_are_in_the_repository():
+    """Every `docs/NAME.md, "Section"` the compiler's sources cite names a file of docs/ and one of
+    its headings; the manifest language is described in docs/MANIFEST.md, schema included."""
+    cited = []
+    for path in sorted((REPO / "codegen").glob("*.py")) + [REPO / "codegen" / "manifest.schema.json"]:
+        text = " ".join(path.read_text().split())  # a citation may wrap over lines
+        cited += [(path.name, doc, section) for doc, section in re.findall(r'docs/(\w+)\.md(?:,\s*|\s*\(\s*)"([^"]+)"', text)]
+    assert {doc for _, doc, _ in cited} >= {"MANIFEST"}, cited
+    for source, doc, section in cited:
+        headings = re.findall(r"^#+\s+(.+?)\s*$", (REPO / "docs" / f"{doc}.md").read_text(), re.M)
+        assert any(h.lower().startswith(section.lower()) for h in headings), f"{source} cites docs/{doc}.md, {section!r}: no such heading"
+    manifest_doc = (REPO / "docs" / "MANIFEST.md").read_text()
+    assert "codegen/manifest.schema.json" in manifest_doc
+
+
 def test_every_manifest_fits_the_schema():
     from jsonschema import Draft202012Validator
 
