@@ -52,7 +52,7 @@ def _problems_of(error: ValidationError, root: Origin) -> list[Problem]:
         return [Problem(origin.child(key), "required key is missing") for key in error.validator_value if key not in error.instance]
     if kind == "additionalProperties" and error.validator_value is False:
         return _unknown_keys(error, origin)
-    if kind == "pattern" and list(error.absolute_schema_path)[-2:-1] == ["propertyNames"]:
+    if kind == "pattern" and "propertyNames" in list(error.absolute_schema_path)[-3:]:  # a key, not a value
         return [Problem(origin.child(error.instance), f"the key `{error.instance}` is not {_title(error.schema, 'valid here')}")]
     return [Problem(origin, _message(error))]
 

@@ -607,6 +607,16 @@ def test_an_unknown_name_in_a_derive_suggests_the_closest_name(tmp_path):
     assert problem.message.startswith("unknown name `groupChanelsPerGroup`; did you mean `groupChannelsPerGroup`? known here: ")
 
 
+def test_a_name_that_is_no_identifier_is_a_located_problem(tmp_path):
+    data = _bn()
+    data["derive"]["2wide"] = "true"
+    data["variants"][0]["id"] = "inference-scalar"
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/derive/2wide: the key `2wide` is not a name (letters, digits and `_`, not starting with a digit)",
+        f"{FILE}#/variants/0/id: expected a name (letters, digits and `_`, not starting with a digit), got 'inference-scalar'",
+    ]
+
+
 def test_a_problem_of_a_pooled_binding_is_reported_once(tmp_path):
     """Every pass that uses the pool entry reached the same problem: it was reported once a pass."""
     data = _in()
