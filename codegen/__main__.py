@@ -15,7 +15,7 @@ from pathlib import Path
 
 from .build import build, stale, write
 from .emit import REGENERATE
-from .manifest import ManifestError
+from .problems import CompileError
 
 
 @dataclass(frozen=True)
@@ -48,10 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     try:
         files = build(options.manifests, options.templates, options.only)
-    except ManifestError as error:
-        print("codegen failed:", file=sys.stderr)
-        for problem in error.problems:
-            print(f"  {problem}", file=sys.stderr)
+    except CompileError as error:
+        print_problems(error)
         return 2
     if options.check:
         found = stale(files, options.out, only=bool(options.only))
@@ -69,6 +67,17 @@ def main(argv: list[str] | None = None) -> int:
         for item in changed:
             print(f"  {item}")
     return 0
+
+
+def print_problems(error: CompileError) -> None:
+    """One problem a paragraph: its first line at its location, any more (naga's report) indented below."""
+    count = len(error.problems)
+    print(f"codegen failed: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+    for problem in error.problems:
+        first, *rest = str(problem).splitlines() or [""]
+        print(f"  {first}", file=sys.stderr)
+        for line in rest:
+            print(f"      {line}" if line else "", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -19,7 +19,8 @@ from pathlib import Path
 
 from .emit import Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_shaders_module, emit_variant, format_source, module_name, sha256_of
 from .expr import snake
-from .manifest import ManifestError, load_manifests
+from .manifest import load_manifests
+from .problems import CompileError, Problem
 from .report import emit_report
 from .resolve import resolve_op
 from .store import store_shaders
@@ -45,16 +46,17 @@ OWN_PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 def selected_ops(manifests: Path, only: tuple[str, ...] = ()):
     """The manifests' ops, or those `only` names (op id, name or module name); unknown names and an
-    empty folder are a one-line ManifestError."""
+    empty folder are a one-problem CompileError."""
     if not manifests.is_dir():
-        raise ManifestError([f"{manifests}: no such folder of <op id>/manifest.json"])
+        raise CompileError([Problem(None, f"{manifests}: no such folder of <op id>/manifest.json")])
     loaded = load_manifests(manifests)
     if not loaded:
-        raise ManifestError([f"{manifests}: no <op id>/manifest.json in this folder"])
+        raise CompileError([Problem(None, f"{manifests}: no <op id>/manifest.json in this folder")])
     names = {name: op for op in loaded for name in (op.id, op.name, module_name_of(op))}
     unknown = [name for name in only if name not in names]
     if unknown:
-        raise ManifestError([f"--only {unknown[0]}: no such op; ops are {', '.join(op.id for op in loaded)} (or their module names {', '.join(module_name_of(op) for op in loaded)})"])
+        ops = f"ops are {', '.join(op.id for op in loaded)} (or their module names {', '.join(module_name_of(op) for op in loaded)})"
+        raise CompileError([Problem(None, f"--only {unknown[0]}: no such op; {ops}")])
     return [op for op in loaded if not only or any(names[name] is op for name in only)]
 
 
@@ -64,7 +66,7 @@ def module_name_of(op) -> str:
 
 
 def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=None) -> dict[str, str]:
-    """Every generated file as {path relative to OUT: text}; raises ManifestError on any problem.
+    """Every generated file as {path relative to OUT: text}; raises CompileError listing every problem.
 
     With `only`, just those ops' own files (their package folders): nothing shared is rebuilt.
     """
@@ -84,7 +86,7 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
         rendered = list(render_op(op, templates))
         rendered_all.extend(rendered)
         emitted.append((op, rendered))
-    report = validate(rendered_all, templates, device) if rendered_all else None
+    report = validate(rendered_all, device) if rendered_all else None
     runtime_source = Source(f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}", sha256_of(RUNTIME_SOURCE))
     for op, rendered in emitted:
         template_paths = sorted({item.template for item in rendered})

@@ -2,10 +2,11 @@
 
 Parsing is jinja2's own (`jinja2.parser.Parser` in `variable` state), so the grammar is exactly
 the one the manifests were written for. Semantics are those of the JavaScript port of Jinja that
-the original loader evaluates with (DESIGN §3): JS numbers (`/` is true division, `%` takes the
-sign of the dividend, no `//` or `**`), `~` writes numbers as JS does, `when` entries must be
-exactly `true`. Names resolve at compile time through a `Scope`; anything unknown, cyclic, of the
-wrong arity or of the wrong kind is a `ExprError` naming file, JSON pointer and expression.
+the original loader evaluates with (docs/MANIFEST.md, "Expressions"): JS numbers (`/` is true
+division, `%` takes the sign of the dividend, no `//` or `**`), `~` writes numbers as JS does,
+`when` entries must be exactly `true`. Names resolve at compile time through a `Scope`; anything unknown, cyclic, of the
+wrong arity or of the wrong kind is an `ExprError` whose `Problem` names file, JSON pointer and
+expression.
 
 Types are coarse: int (a count, expected to be a whole number), float, bool, str, shape (a tuple
 of ints), set (device feature sets), map (adapter info) and list (intermediate shapes).
@@ -13,7 +14,6 @@ of ints), set (device feature sets), map (adapter info) and list (intermediate s
 
 from __future__ import annotations
 
-import difflib
 import keyword
 import re
 from dataclasses import dataclass, field
@@ -25,6 +25,7 @@ from jinja2.exceptions import TemplateSyntaxError
 from jinja2.parser import Parser
 
 from .ir import Expr, Origin
+from .problems import Problem, closest
 
 NUMERIC = ("int", "float")
 
@@ -37,8 +38,11 @@ _ENV = jinja2.Environment()
 
 
 class ExprError(Exception):
+    """One expression that does not compile; `problem` is what the resolver reports."""
+
     def __init__(self, origin: Origin, source: str, message: str):
-        super().__init__(f"{origin}: {message}: `{source}`")
+        self.problem = Problem(origin, message, source)
+        super().__init__(str(self.problem))
         self.origin = origin
         self.source = source
         self.message = message
@@ -179,9 +183,8 @@ class _Compiler:
         symbol = self.scope.lookup(path)
         if symbol is None:
             known = [name.strip() for name in self.scope.describe().split(",")]
-            by_folded = {name.lower(): name for name in known}  # `shapes.x` is closest to `shapes.X`
-            close = difflib.get_close_matches(".".join(path).lower(), list(by_folded), n=1)
-            hint = f"did you mean `{by_folded[close[0]]}`? " if close else ""
+            suggestion = closest(".".join(path), known)
+            hint = f"did you mean `{suggestion}`? " if suggestion else ""
             raise self.fail(f"unknown name `{'.'.join(path)}`; {hint}known here: {self.scope.describe()}")
         return Compiled(symbol.python, symbol.type, PREC_ATOM, locals=symbol.locals, refs=symbol.refs)
 
@@ -322,7 +325,10 @@ class _Compiler:
         name = node.node.name
         handler = getattr(self, f"call_{name}", None)
         if handler is None:
-            raise self.fail(f"unknown function `{name}`; known: {', '.join(sorted(n[5:] for n in dir(self) if n.startswith('call_')))}")
+            known = sorted(n[5:] for n in dir(self) if n.startswith("call_"))
+            suggestion = closest(name, known)
+            hint = f"did you mean `{suggestion}`? " if suggestion else ""
+            raise self.fail(f"unknown function `{name}`; {hint}known: {', '.join(known)}")
         return handler(node.args)
 
     def arity(self, name: str, args: list, count: int | tuple[int, int]) -> list[Compiled]:

@@ -1,6 +1,6 @@
-"""Load stage: manifest JSON (either dialect) -> ir.Op, with errors that name file and JSON pointer.
+"""Load stage: manifest JSON (either dialect) -> ir.Op, with problems that name file and JSON pointer.
 
-Two dialects are real and both load into one form:
+Two dialects are real and both load into one form (docs/MANIFEST.md):
 
 * list dialect (seeds 000, 002): `inputs`/`outputs` are lists with `role`, bind keys come from
   `args`, binding lists are named in `bindingSets`, attribute and tunable defaults are plain values,
@@ -8,6 +8,10 @@ Two dialects are real and both load into one form:
 * keyed dialect (seed 003): `inputs`/`outputs` are keyed by bind key (`onnx` gives the role), a
   top-level `bindings` pool is referenced by key or overridden inline, defaults are `{default: v}`,
   variants and passes carry `derive`, variants `requires` and `demoteWhen`.
+
+A manifest is first checked against the JSON Schema (schema.py): the reader below runs only on one
+that fits, so it reads keys and kinds without checking them, and reports only what a schema cannot
+say: names that must refer to something (a binding set, a pool key, a tensor, an attribute).
 """
 
 from __future__ import annotations
@@ -19,8 +23,8 @@ from typing import Any
 
 from .ir import (
     Attribute,
-    Chunking,
     Binding,
+    Chunking,
     Derive,
     Dispatch,
     Expr,
@@ -32,208 +36,171 @@ from .ir import (
     UniformField,
     Variant,
 )
+from .problems import CompileError, Problem, closest
+from .schema import schema_problems
 
-BUFFER_TYPES = ("read-only-storage", "storage", "uniform")
-UNIFORM_TYPES = ("u32", "i32", "f32")
-
-
-class ManifestError(Exception):
-    """Every problem a stage found, one `file#pointer: message` per line."""
-
-    def __init__(self, problems: list[str]):
-        super().__init__("\n".join(problems))
-        self.problems = problems
+# The dispatch forms, by the key that picks each, and the keys each takes (docs/MANIFEST.md, "Dispatch").
+DISPATCH_FORMS = {"threads": ("threads", "workgroupSize"), "workgroups": ("workgroups", "z"), "x": ("x", "y", "z")}
 
 
 class _Reader:
-    """Reads one manifest, collecting problems instead of stopping at the first."""
+    """Reads one schema-valid manifest, collecting the problems of its cross-references."""
 
-    def __init__(self, source: str, data: Any):
-        self.source = source
+    def __init__(self, data: dict, root: Origin):
         self.data = data
-        self.problems: list[str] = []
+        self.root = root
+        self.problems: list[Problem] = []
 
     def fail(self, origin: Origin, message: str) -> None:
-        self.problems.append(f"{origin}: {message}")
+        self.problems.append(Problem(origin, message))
 
-    def expr(self, value: Any, origin: Origin) -> Expr:
-        if isinstance(value, str):
-            return Expr(value, None, origin)
-        if isinstance(value, (bool, int, float)):
-            return Expr(None, value, origin)
-        self.fail(origin, f"expected an expression string, a number or a boolean, got {value!r}")
-        return Expr(None, 0, origin)
+    def unknown(self, origin: Origin, what: str, name: str, known) -> None:
+        """`name` refers to nothing of its kind: say so, with the closest known name or the list."""
+        known = sorted(known)
+        suggestion = closest(name, known)
+        hint = f"did you mean `{suggestion}`?" if suggestion else f"known: {', '.join(known) if known else 'none'}"
+        self.fail(origin, f"unknown {what} `{name}`; {hint}")
 
-    def mapping(self, value: Any, origin: Origin, what: str) -> dict:
-        if value is None:
-            return {}
-        if not isinstance(value, dict):
-            self.fail(origin, f"{what} must be an object, got {type(value).__name__}")
-            return {}
-        return value
+    @staticmethod
+    def expr(value: Any, origin: Origin) -> Expr:
+        """A JSON string is expression source; a number or a boolean a literal (the schema allows no other)."""
+        return Expr(value, None, origin) if isinstance(value, str) else Expr(None, value, origin)
 
-    def sequence(self, value: Any, origin: Origin, what: str) -> list:
-        if value is None:
-            return []
-        if not isinstance(value, list):
-            self.fail(origin, f"{what} must be a list, got {type(value).__name__}")
-            return []
-        return value
-
-    def derives(self, table: Any, origin: Origin, what: str) -> tuple[Derive, ...]:
-        table = self.mapping(table, origin, what)
-        return tuple(Derive(name, self.expr(v, origin.child(name))) for name, v in table.items())
+    def derives(self, table: dict | None, origin: Origin) -> tuple[Derive, ...]:
+        return tuple(Derive(name, self.expr(v, origin.child(name))) for name, v in (table or {}).items())
 
     @staticmethod
     def plain_default(value: Any) -> Any:
         """The keyed dialect writes `{default: v}`, the list dialect plain `v`."""
-        if isinstance(value, dict):
-            return value.get("default")
-        return value
+        return value.get("default") if isinstance(value, dict) else value
 
 
 def load_manifest(path: Path, repo_root: Path) -> Op:
-    """Read one manifest file into an `ir.Op`; raises ManifestError listing every problem."""
+    """Read one manifest file into an `ir.Op`; raises CompileError listing every problem."""
     source = path.resolve().relative_to(repo_root.resolve()).as_posix()
+    root = Origin(source, "")
     raw = path.read_bytes()
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as error:
-        raise ManifestError([f"{source}: not valid JSON: {error}"]) from None
-    reader = _Reader(source, data)
-    root = Origin(source, "")
-    if not isinstance(data, dict):
-        raise ManifestError([f"{source}#: the manifest must be a JSON object"])
-    for key in ("domain", "name", "sinceVersion", "inputs", "outputs", "variants"):
-        if key not in data:
-            reader.fail(root.child(key), "required key is missing")
+        raise CompileError([Problem(root, f"not valid JSON: {error}")]) from None
+    shape_problems = schema_problems(data, source)
+    if shape_problems:
+        raise CompileError(shape_problems)
+    reader = _Reader(data, root)
+    op = _op(reader, path.parent.name, source, hashlib.sha256(raw).hexdigest())
     if reader.problems:
-        raise ManifestError(reader.problems)
+        raise CompileError(reader.problems)
+    return op
 
-    inputs, outputs = _tensors(reader, data, root)
+
+def _op(reader: _Reader, op_id: str, source: str, sha256: str) -> Op:
+    data, root = reader.data, reader.root
+    inputs, outputs = _tensors(reader)
     tensors = {t.key: t for t in inputs + outputs}
-    op = Op(
-        id=path.parent.name,
+    attributes = _attributes(data, root)
+    return Op(
+        id=op_id,
         domain=data["domain"],
         name=data["name"],
         since_version=data["sinceVersion"],
         description=data.get("description", ""),
         inputs=inputs,
         outputs=outputs,
-        attributes=_attributes(reader, data, root),
-        type_constraints=tuple(
-            (name, tuple(types))
-            for name, types in reader.mapping(
-                data.get("typeConstraints"), root.child("typeConstraints"), "typeConstraints"
-            ).items()
-        ),
-        tunables=tuple(
-            (name, reader.plain_default(v))
-            for name, v in reader.mapping(data.get("tunables"), root.child("tunables"), "tunables").items()
-        ),
-        derives=reader.derives(data.get("derive"), root.child("derive"), "derive"),
-        variants=_variants(reader, data, root, tensors),
+        attributes=attributes,
+        type_constraints=tuple((name, tuple(types)) for name, types in data.get("typeConstraints", {}).items()),
+        tunables=tuple((name, reader.plain_default(v)) for name, v in data.get("tunables", {}).items()),
+        derives=reader.derives(data.get("derive"), root.child("derive")),
+        variants=_variants(reader, tensors),
         source=source,
-        sha256=hashlib.sha256(raw).hexdigest(),
-        chunking=_chunking(reader, data, root, tensors),
-        pipeline_constants=_pipeline_constants(reader, data, root),
+        sha256=sha256,
+        chunking=_chunking(reader, tensors, attributes),
+        pipeline_constants=_pipeline_constants(data),
     )
-    if reader.problems:
-        raise ManifestError(reader.problems)
-    return op
 
 
-def _tensors(reader: _Reader, data: dict, root: Origin) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+def _tensors(reader: _Reader) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """Both sides, in either dialect (the schema makes `outputs` the same kind as `inputs`)."""
+    data, root = reader.data, reader.root
     if isinstance(data["inputs"], list):
-        return _list_dialect_tensors(reader, data, root)
-    result = []
+        return _list_dialect_tensors(reader)
+    sides = []
     for side in ("inputs", "outputs"):
-        entries = reader.mapping(data[side], root.child(side), side)
-        result.append(
+        entries = data[side].items()
+        sides.append(tuple(_tensor(reader, key, spec.get("onnx", key), spec, side == "outputs", root.child(side, key)) for key, spec in entries))
+    return sides[0], sides[1]
+
+
+def _list_dialect_tensors(reader: _Reader) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """Bind keys come from `args` (`semantic` names the role); a role without an arg keeps its name."""
+    data, root = reader.data, reader.root
+    roles = {spec["role"] for side in ("inputs", "outputs") for spec in data[side]}
+    key_of_role = {}
+    for key, arg in data.get("args", {}).items():
+        role = arg.get("semantic", key)
+        if role not in roles:
+            reader.unknown(root.child("args", key, "semantic"), "tensor role", role, roles)
+        key_of_role[role] = key
+    sides = []
+    for side in ("inputs", "outputs"):
+        sides.append(
             tuple(
-                _tensor(reader, key, spec.get("onnx", key), spec, side == "outputs", root.child(side, key))
-                for key, spec in entries.items()
+                _tensor(reader, key_of_role.get(spec["role"], spec["role"]), spec["role"], spec, side == "outputs", root.child(side, i))
+                for i, spec in enumerate(data[side])
             )
         )
-    return result[0], result[1]
-
-
-def _list_dialect_tensors(reader: _Reader, data: dict, root: Origin):
-    """Bind keys come from `args` (`semantic` names the role); a role without an arg keeps its name."""
-    args = reader.mapping(data.get("args"), root.child("args"), "args")
-    key_of_role = {}
-    for key, arg in args.items():
-        if isinstance(arg, dict) and arg.get("kind") == "tensor":
-            key_of_role[arg.get("semantic", key)] = key
-    result = []
-    for side in ("inputs", "outputs"):
-        tensors = []
-        for i, spec in enumerate(reader.sequence(data[side], root.child(side), side)):
-            origin = root.child(side, i)
-            if not isinstance(spec, dict) or "role" not in spec:
-                reader.fail(origin, "a tensor needs a `role`")
-                continue
-            role = spec["role"]
-            tensors.append(_tensor(reader, key_of_role.get(role, role), role, spec, side == "outputs", origin))
-        result.append(tuple(tensors))
-    return result[0], result[1]
+    return sides[0], sides[1]
 
 
 def _tensor(reader: _Reader, key: str, role: str, spec: dict, is_output: bool, origin: Origin) -> Tensor:
-    if "dtype" not in spec:
-        reader.fail(origin.child("dtype"), "a tensor needs a `dtype` type variable")
-    if is_output and "shape" not in spec:
-        reader.fail(origin.child("shape"), "an output needs a `shape` expression")
+    type_vars = reader.data.get("typeConstraints", {})
+    if spec["dtype"] not in type_vars:
+        reader.unknown(origin.child("dtype"), "type variable", spec["dtype"], type_vars)
     return Tensor(
         key=key,
         role=role,
-        type_var=spec.get("dtype", "T"),
+        type_var=spec["dtype"],
         rank=reader.expr(spec["rank"], origin.child("rank")) if "rank" in spec else None,
         shape=reader.expr(spec["shape"], origin.child("shape")) if "shape" in spec else None,
         is_output=is_output,
-        optional=bool(spec.get("optional", False)),
+        optional=spec.get("optional", False),
         description=spec.get("description", ""),
         origin=origin,
         api_flag=spec.get("apiFlag"),
     )
 
 
-def _chunking(reader: _Reader, data: dict, root: Origin, tensors: dict) -> Chunking | None:
+def _chunking(reader: _Reader, tensors: dict[str, Tensor], attributes: tuple[Attribute, ...]) -> Chunking | None:
     """The optional `chunking` object: tensor names (bind key or role) and the groups attribute."""
-    origin = root.child("chunking")
-    spec = reader.mapping(data.get("chunking"), origin, "chunking")
+    origin = reader.root.child("chunking")
+    spec = reader.data.get("chunking")
     if not spec:
         return None
     by_name = {t.key: t.key for t in tensors.values()} | {t.role: t.key for t in tensors.values()}
-    unknown = sorted(set(spec) - {"description", "batch", "channels", "perChannel", "groupsAttribute"})
-    for key in unknown:
-        reader.fail(origin.child(key), "unknown key; chunking takes description, batch, channels, perChannel, groupsAttribute")
 
-    def names(field: str) -> tuple[str, ...]:
-        keys = []
-        for i, name in enumerate(reader.sequence(spec.get(field), origin.child(field), field)):
-            if name not in by_name:
-                reader.fail(origin.child(field, i), f"unknown tensor {name!r}; tensors are {', '.join(sorted(by_name))}")
+    def keys(field: str) -> tuple[str, ...]:
+        found = []
+        for i, name in enumerate(spec.get(field, [])):
+            if name in by_name:
+                found.append(by_name[name])
             else:
-                keys.append(by_name[name])
-        return tuple(keys)
+                reader.unknown(origin.child(field, i), "tensor", name, by_name)
+        return tuple(found)
 
     groups = spec.get("groupsAttribute")
-    attributes = {a.name for a in _attributes(_Reader(reader.source, data), data, root)}
-    if groups is not None and groups not in attributes:
-        reader.fail(origin.child("groupsAttribute"), f"unknown attribute {groups!r}")
-    return Chunking(names("batch"), names("channels"), names("perChannel"), groups, origin)
+    if groups is not None and groups not in {a.name for a in attributes}:
+        reader.unknown(origin.child("groupsAttribute"), "attribute", groups, [a.name for a in attributes])
+    return Chunking(keys("batch"), keys("channels"), keys("perChannel"), groups, origin)
 
 
-def _attributes(reader: _Reader, data: dict, root: Origin) -> tuple[Attribute, ...]:
-    defaults = reader.mapping(data.get("attributes"), root.child("attributes"), "attributes")
-    constraints = reader.mapping(
-        data.get("attributeConstraints"), root.child("attributeConstraints"), "attributeConstraints"
-    )
+def _attributes(data: dict, root: Origin) -> tuple[Attribute, ...]:
+    """`attributes` (plain defaults or `{default, ...}`), with `attributeConstraints` and
+    `attributeDescriptions` (list dialect) merged in; a name in only those is an attribute too."""
+    defaults = data.get("attributes", {})
+    constraints = data.get("attributeConstraints", {})
     descriptions = data.get("attributeDescriptions", {})
-    names = list(defaults) + [n for n in list(constraints) + list(descriptions) if n not in defaults]
     attributes = []
-    for name in dict.fromkeys(names):
+    for name in dict.fromkeys([*defaults, *constraints, *descriptions]):
         spec = defaults.get(name)
         constraint = constraints.get(name, {})
         keyed = spec if isinstance(spec, dict) else {}
@@ -241,8 +208,8 @@ def _attributes(reader: _Reader, data: dict, root: Origin) -> tuple[Attribute, .
         attributes.append(
             Attribute(
                 name=name,
-                default=reader.plain_default(spec),
-                required=bool(constraint.get("required", keyed.get("required", False))),
+                default=_Reader.plain_default(spec),
+                required=constraint.get("required", keyed.get("required", False)),
                 allowed=tuple(allowed) if allowed is not None else None,
                 comparison=constraint.get("comparison", keyed.get("comparison")),
                 description=descriptions.get(name, keyed.get("description", "")),
@@ -252,48 +219,39 @@ def _attributes(reader: _Reader, data: dict, root: Origin) -> tuple[Attribute, .
     return tuple(attributes)
 
 
-def _variants(reader: _Reader, data: dict, root: Origin, tensors: dict[str, Tensor]) -> tuple[Variant, ...]:
-    variants = []
-    for order, spec in enumerate(reader.sequence(data["variants"], root.child("variants"), "variants")):
-        origin = root.child("variants", order)
-        if not isinstance(spec, dict) or "id" not in spec:
-            reader.fail(origin, "a variant needs an `id`")
-            continue
-        intermediates = tuple(
-            Intermediate(i["id"], i.get("dtype", "float32"), reader.expr(i["shape"], origin.child("intermediates", n, "shape")))
-            for n, i in enumerate(reader.sequence(spec.get("intermediates"), origin.child("intermediates"), "intermediates"))
-        )
-        # `constants` (list dialect) and `derive` (keyed dialect) are the same thing: named values
-        # evaluated after selection, visible to passes and templates.
-        derives = reader.derives(spec.get("constants"), origin.child("constants"), "constants") + reader.derives(
-            spec.get("derive"), origin.child("derive"), "derive"
-        )
-        passes = tuple(
-            _pass(reader, data, p, origin.child("passes", n), tensors, {i.id for i in intermediates})
-            for n, p in enumerate(reader.sequence(spec.get("passes"), origin.child("passes"), "passes"))
-        )
-        variants.append(
-            Variant(
-                id=spec["id"],
-                priority=spec.get("priority", 0),
-                order=order,
-                when=_conditions(reader, spec.get("when"), origin.child("when")),
-                demote_when=_conditions(reader, spec.get("demoteWhen"), origin.child("demoteWhen")),
-                required_features=tuple(spec.get("requires", {}).get("features", ())),
-                derives=derives,
-                intermediates=intermediates,
-                passes=passes,
-                origin=origin,
-                pipeline_constants=_pipeline_constants(reader, spec, origin),
-            )
-        )
-    return tuple(variants)
+def _variants(reader: _Reader, tensors: dict[str, Tensor]) -> tuple[Variant, ...]:
+    return tuple(_variant(reader, spec, order, tensors) for order, spec in enumerate(reader.data["variants"]))
 
 
-def _pipeline_constants(reader: _Reader, spec: dict, origin: Origin) -> tuple[tuple[str, str], ...]:
+def _variant(reader: _Reader, spec: dict, order: int, tensors: dict[str, Tensor]) -> Variant:
+    origin = reader.root.child("variants", order)
+    intermediates = tuple(
+        Intermediate(i["id"], i.get("dtype", "float32"), reader.expr(i["shape"], origin.child("intermediates", n, "shape")))
+        for n, i in enumerate(spec.get("intermediates", []))
+    )
+    # `constants` (list dialect) and `derive` (keyed dialect) are the same thing: named values
+    # evaluated after selection, visible to passes and templates.
+    derives = reader.derives(spec.get("constants"), origin.child("constants")) + reader.derives(spec.get("derive"), origin.child("derive"))
+    resources = _Resources(tensors, {i.id for i in intermediates})
+    passes = tuple(_pass(reader, p, origin.child("passes", n), resources) for n, p in enumerate(spec.get("passes", [])))
+    return Variant(
+        id=spec["id"],
+        priority=spec.get("priority", 0),
+        order=order,
+        when=_conditions(reader, spec.get("when"), origin.child("when")),
+        demote_when=_conditions(reader, spec.get("demoteWhen"), origin.child("demoteWhen")),
+        required_features=tuple(spec.get("requires", {}).get("features", ())),
+        derives=derives,
+        intermediates=intermediates,
+        passes=passes,
+        origin=origin,
+        pipeline_constants=_pipeline_constants(spec),
+    )
+
+
+def _pipeline_constants(spec: dict) -> tuple[tuple[str, str], ...]:
     """`pipelineConstants`: name -> why a request-dependent value stays a pipeline override."""
-    table = reader.mapping(spec.get("pipelineConstants"), origin.child("pipelineConstants"), "pipelineConstants")
-    return tuple((name, str(why)) for name, why in table.items())
+    return tuple(spec.get("pipelineConstants", {}).items())
 
 
 def _conditions(reader: _Reader, value: Any, origin: Origin) -> tuple[Expr, ...]:
@@ -305,14 +263,27 @@ def _conditions(reader: _Reader, value: Any, origin: Origin) -> tuple[Expr, ...]
     return (reader.expr(value, origin),)
 
 
-def _pass(reader: _Reader, data: dict, spec: dict, origin: Origin, tensors: dict, intermediates: set) -> Pass:
+class _Resources:
+    """What a variant's bindings may name: its op's tensors (bind key or role) and its intermediates."""
+
+    def __init__(self, tensors: dict[str, Tensor], intermediates: set[str]):
+        self.tensors = tensors
+        self.intermediates = intermediates
+
+    def kind(self, name: str) -> str | None:
+        if name in self.tensors:
+            return "output" if self.tensors[name].is_output else "input"
+        return "intermediate" if name in self.intermediates else None
+
+
+def _pass(reader: _Reader, spec: dict, origin: Origin, resources: _Resources) -> Pass:
     source = spec.get("source")
-    if isinstance(source, dict):
-        template = source.get("shader")
-        derives = reader.derives(source.get("inputs"), origin.child("source", "inputs"), "source.inputs")
+    if source is not None:
+        template = source["shader"]
+        derives = reader.derives(source.get("inputs"), origin.child("source", "inputs"))
     else:
         template = spec.get("shader")
-        derives = reader.derives(spec.get("derive"), origin.child("derive"), "derive")
+        derives = reader.derives(spec.get("derive"), origin.child("derive"))
     if not template:
         reader.fail(origin, "a pass needs a `shader` (or `source.shader`) template")
     return Pass(
@@ -320,110 +291,101 @@ def _pass(reader: _Reader, data: dict, spec: dict, origin: Origin, tensors: dict
         label=spec.get("name", spec.get("id", "main")),
         template=template or "",
         derives=derives,
-        bindings=_pass_bindings(reader, data, spec.get("bindings"), origin.child("bindings"), tensors, intermediates),
-        dispatch=_dispatch(reader, spec.get("dispatch"), origin.child("dispatch")),
+        bindings=_pass_bindings(reader, spec.get("bindings"), origin.child("bindings"), resources),
+        dispatch=_dispatch(reader, spec.get("dispatch", {}), origin.child("dispatch")),
         subgroup_width=spec.get("subgroupCollectivesWidth"),
         origin=origin,
     )
 
 
-def _pass_bindings(reader: _Reader, data: dict, value: Any, origin: Origin, tensors: dict, intermediates: set):
+def _pass_bindings(reader: _Reader, value: Any, origin: Origin, resources: _Resources) -> tuple[Binding, ...]:
     """A named `bindingSets` entry (list dialect) or a list of pool keys and inline objects (keyed)."""
+    data = reader.data
     if isinstance(value, str):
         sets = data.get("bindingSets", {})
         if value not in sets:
-            reader.fail(origin, f"binding set {value!r} is not defined in /bindingSets (known: {sorted(sets)})")
+            reader.unknown(origin, "binding set", value, sets)
             return ()
-        set_origin = Origin(origin.file, f"/bindingSets/{value}")
+        set_origin = reader.root.child("bindingSets", value)
         specs = [(b, set_origin.child(i)) for i, b in enumerate(sets[value])]
     else:
         pool = data.get("bindings", {})
         specs = []
-        for i, entry in enumerate(reader.sequence(value, origin, "bindings")):
-            if isinstance(entry, str):
-                if entry not in pool:
-                    reader.fail(origin.child(i), f"binding {entry!r} is not in the /bindings pool")
-                    continue
-                specs.append(({"name": entry, **pool[entry]}, Origin(origin.file, f"/bindings/{entry}")))
-            else:
+        for i, entry in enumerate(value or []):
+            if not isinstance(entry, str):
                 specs.append((entry, origin.child(i)))
-    bindings = []
-    for spec, spec_origin in specs:
-        binding = _binding(reader, spec, spec_origin, tensors, intermediates)
-        if binding is not None:
-            bindings.append(binding)
-    return tuple(bindings)
+            elif entry in pool:
+                specs.append(({"name": entry, **pool[entry]}, reader.root.child("bindings", entry)))
+            else:
+                reader.unknown(origin.child(i), "pooled binding", entry, pool)
+    bindings = (_binding(reader, spec, spec_origin, resources) for spec, spec_origin in specs)
+    return tuple(b for b in bindings if b is not None)
 
 
-def _binding(reader: _Reader, spec: dict, origin: Origin, tensors: dict, intermediates: set) -> Binding | None:
-    name = spec.get("name")
-    if not name:
-        reader.fail(origin, "a binding needs a `name`")
-        return None
+def _binding(reader: _Reader, spec: dict, origin: Origin, resources: _Resources) -> Binding | None:
+    name = spec["name"]
     buffer = spec.get("buffer")
     if isinstance(buffer, dict):
-        buffer = buffer.get("type")
+        buffer = buffer["type"]
     struct = spec.get("struct")
     if struct is not None:
-        buffer = buffer or "uniform"
-        fields_spec = struct.get("fields", []) if isinstance(struct, dict) else struct
-        struct_name = struct.get("name", "Params") if isinstance(struct, dict) else "Params"
-        fields_origin = origin.child("struct", "fields") if isinstance(struct, dict) else origin.child("struct")
-        fields = []
-        for i, field in enumerate(fields_spec):
-            if field.get("type") not in UNIFORM_TYPES:
-                reader.fail(fields_origin.child(i, "type"), f"uniform field type must be one of {UNIFORM_TYPES}")
-            fields.append(UniformField(field["name"], field.get("type", "u32"), reader.expr(field["value"], fields_origin.child(i, "value"))))
-        return Binding(name, "uniform", "params", buffer, None, struct_name, tuple(fields), origin)
-    if buffer not in BUFFER_TYPES:
-        reader.fail(origin.child("buffer"), f"buffer type must be one of {BUFFER_TYPES}, got {buffer!r}")
+        return _uniform_binding(reader, name, buffer, struct, origin)
     resource = spec.get("arg") or name
-    if resource in tensors:
-        kind = "output" if tensors[resource].is_output else "input"
-    elif resource in intermediates:
-        kind = "intermediate"
-    else:
-        reader.fail(origin, f"binding {name!r} names neither a tensor ({sorted(tensors)}) nor an intermediate ({sorted(intermediates)})")
+    kind = resources.kind(resource)
+    if kind is None:
+        known = sorted({*resources.tensors, *resources.intermediates})
+        # A pooled binding's `name` may be its key, not a member: then the binding itself is the place.
+        reader.unknown(origin.child("arg") if "arg" in spec else origin, "tensor or intermediate", resource, known)
         return None
-    if kind == "input" and buffer != "read-only-storage":
+    if buffer is None or buffer == "uniform":
+        reader.fail(origin.child("buffer"), f"{kind} {resource!r} needs a storage buffer: read-only-storage or storage")
+    elif kind == "input" and buffer != "read-only-storage":
         reader.fail(origin.child("buffer"), f"input {resource!r} must be bound read-only")
     if "elementType" not in spec:
         reader.fail(origin, f"binding {name!r} needs an `elementType`")
-    return Binding(name, kind, resource, buffer, reader.expr(spec.get("elementType", "f32"), origin.child("elementType")), None, (), origin)
+    element_type = reader.expr(spec.get("elementType", "f32"), origin.child("elementType"))
+    return Binding(name, kind, resource, buffer or "storage", element_type, None, (), origin)
 
 
-def _dispatch(reader: _Reader, spec: Any, origin: Origin) -> Dispatch:
-    spec = reader.mapping(spec, origin, "dispatch")
-    if "threads" in spec:
-        form, keys = "threads", ("threads", "workgroupSize")
-    elif "workgroups" in spec:
-        form, keys = "workgroups", ("workgroups", "z")
-    elif "x" in spec:
-        form, keys = "xyz", ("x", "y", "z")
-    else:
+def _uniform_binding(reader: _Reader, name: str, buffer: str | None, struct: Any, origin: Origin) -> Binding:
+    """A `struct` binding: a list of fields, or `{name, fields}`."""
+    if buffer not in (None, "uniform"):
+        reader.fail(origin.child("buffer"), f"a binding with a `struct` is a uniform buffer, not {buffer!r}")
+    fields_spec, struct_name = (struct["fields"], struct.get("name", "Params")) if isinstance(struct, dict) else (struct, "Params")
+    fields_origin = origin.child("struct", "fields") if isinstance(struct, dict) else origin.child("struct")
+    fields = tuple(
+        UniformField(field["name"], field["type"], reader.expr(field["value"], fields_origin.child(i, "value")))
+        for i, field in enumerate(fields_spec)
+    )
+    return Binding(name, "uniform", "params", "uniform", None, struct_name, fields, origin)
+
+
+def _dispatch(reader: _Reader, spec: dict, origin: Origin) -> Dispatch:
+    form = next((key for key in DISPATCH_FORMS if key in spec), None)
+    if form is None:
         reader.fail(origin, "dispatch needs `threads`+`workgroupSize`, `workgroups` (+`z`) or `x`/`y`/`z`")
         return Dispatch("xyz", (), origin)
+    keys = DISPATCH_FORMS[form]
+    form = "xyz" if form == "x" else form
     unknown = set(spec) - set(keys)
     if unknown:
         reader.fail(origin, f"unknown dispatch keys {sorted(unknown)} for the `{form}` form")
     if form == "threads" and "workgroupSize" not in spec:
         reader.fail(origin, "a `threads` dispatch needs `workgroupSize`")
     defaults = {"z": 1, "y": 1}
-    values = tuple(
-        (k, reader.expr(spec.get(k, defaults.get(k, 1)), origin.child(k))) for k in keys if k in spec or k in defaults
-    )
+    values = tuple((k, reader.expr(spec.get(k, defaults.get(k, 1)), origin.child(k))) for k in keys if k in spec or k in defaults)
     return Dispatch(form, values, origin)
 
 
 def load_manifests(manifests_dir: Path) -> list[Op]:
-    """Every `<op id>/manifest.json` under the folder, sorted by op id."""
+    """Every `<op id>/manifest.json` under the folder, sorted by op id; the problems of all of them."""
     repo_root = manifests_dir.resolve().parent
     ops, problems = [], []
     for path in sorted(manifests_dir.glob("*/manifest.json")):
         try:
             ops.append(load_manifest(path, repo_root))
-        except ManifestError as error:
+        except CompileError as error:
             problems.extend(error.problems)
     if problems:
-        raise ManifestError(problems)
+        raise CompileError(problems)
     return ops

@@ -1,10 +1,13 @@
 """Name-resolution stage: ir.Op -> ResolvedOp, every manifest expression compiled in its scope.
 
-Scopes nest as DESIGN §4a says: manifest `derive` values are visible everywhere; `when` and
-`demoteWhen` see only those; variant values (`constants`/`derive`) are visible to the variant's
+Scopes nest as docs/MANIFEST.md, "Scopes", says: manifest `derive` values are visible everywhere;
+`when` and `demoteWhen` see only those; variant values (`constants`/`derive`) are visible to the variant's
 intermediates and passes; pass values (`source.inputs`/`derive`) to that pass's dispatch,
 uniforms, element types and template. Derived values compile on first use, which orders them and
 finds cycles. The contract (rules every variant needs) is extracted here too.
+
+Every expression is compiled even after one fails, so one run reports every problem; a value that
+failed is reported once, where it is written, and not again by each value that reads it.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import jinja2.nodes as nodes
 
 from .expr import Compiled, ExprError, Scope, Symbol, _Compiler, compile_expr, parse, snake
 from .ir import Derive, Expr, Intermediate, Op, Pass, Tensor, UniformField, Variant
-from .manifest import ManifestError
+from .problems import CompileError, Problem
 from .runtime import WEBGPU_DEFAULT_LIMITS
 
 DEVICE_LOCALS = {
@@ -27,8 +30,8 @@ DEVICE_LOCALS = {
 }
 
 
-# Preamble locals that come from the request itself (DESIGN §4: dispatch-time facts): shapes and
-# ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
+# Preamble locals that come from the request itself, dispatch-time facts (docs/MANIFEST.md, "Binding times"):
+# shapes and ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
 _REQUEST_LOCAL_PREFIXES = ("shape_", "attr_")
 
 
@@ -104,8 +107,14 @@ def _attribute_kind(op: Op, name: str) -> str:
     raise KeyError(name)
 
 
+class _AlreadyReported(Exception):
+    """A value that failed to compile was read again: its problem is in the list already, and what
+    reads it fails only because of it, so nothing more is reported."""
+
+
 class _Level:
-    """The derived values of one scope level, compiled lazily in dependency order."""
+    """The derived values of one scope level, compiled lazily in dependency order; a value that
+    failed stays failed (`failed`), so it is compiled, and reported, once."""
 
     def __init__(self, derives: tuple[Derive, ...], make_scope, var_prefix: str = "", levels=None):
         self.specs = {d.name: d for d in derives}
@@ -113,6 +122,7 @@ class _Level:
         self.var_prefix = var_prefix
         self.levels = levels  # () -> {"manifest" | "variant" | "pass": _Level}: where a ref points
         self.done: dict[str, Value] = {}
+        self.failed: set[str] = set()
         self.active: list[str] = []
 
     def get(self, name: str) -> Value | None:
@@ -120,6 +130,8 @@ class _Level:
             return None
         if name in self.done:
             return self.done[name]
+        if name in self.failed:
+            raise _AlreadyReported(name)
         spec = self.specs[name]
         if name in self.active:
             cycle = " -> ".join(self.active[self.active.index(name) :] + [name])
@@ -127,6 +139,9 @@ class _Level:
         self.active.append(name)
         try:
             code = compile_expr(spec.expr, self.make_scope())
+        except (ExprError, _AlreadyReported):
+            self.failed.add(name)
+            raise
         finally:
             self.active.pop()
         self.done[name] = Value(name, self.var_prefix + snake(name), spec.expr, code, self.request_dependent(code))
@@ -139,10 +154,9 @@ class _Level:
         # Every ref was compiled before this value (compile on first use), so it is in `done`.
         return any(levels[level].done[name].request_dependent for level, name in code.refs)
 
-    def all(self) -> tuple[Value, ...]:
-        for name in self.specs:
-            self.get(name)
-        # Dependencies were compiled first, so insertion order is a valid evaluation order.
+    def compiled(self) -> tuple[Value, ...]:
+        """The values compiled so far: dependencies were compiled first, so insertion order is a
+        valid evaluation order."""
         return tuple(self.done.values())
 
 
@@ -157,6 +171,23 @@ class _Resolver:
         self.tunables = dict(op.tunables)
         self.type_vars = {name for name, _ in op.type_constraints}
         self.manifest = _Level(op.derives, lambda: self.scope("manifest"), levels=lambda: {"manifest": self.manifest})
+        self.problems: list[Problem] = []
+
+    def attempt(self, make):
+        """`make()`, or None when it fails; its problem is collected (once: see `_AlreadyReported`)."""
+        try:
+            return make()
+        except ExprError as error:
+            self.problems.append(error.problem)
+        except _AlreadyReported:
+            pass
+        return None
+
+    def values(self, level: _Level) -> tuple[Value, ...]:
+        """Every value of a level, each attempted on its own."""
+        for name in level.specs:
+            self.attempt(lambda: level.get(name))
+        return level.compiled()
 
     # names --------------------------------------------------------------------------------------
 
@@ -227,32 +258,27 @@ class _Resolver:
     # the op -------------------------------------------------------------------------------------
 
     def resolve(self) -> ResolvedOp:
-        problems: list[str] = []
-
-        def attempt(make):
-            try:
-                return make()
-            except ExprError as error:
-                problems.append(str(error))
-                return None
-
-        for derive in self.op.derives:
-            attempt(lambda: self.manifest.get(derive.name))
-        outputs = [attempt(lambda: (t, compile_expr(t.shape, self.scope("manifest"), ("shape", "list")))) for t in self.op.outputs]
-        variants = [attempt(lambda: self.variant(v)) for v in self.op.variants]
-        rules = attempt(self.contract)
-        if problems:
-            raise ManifestError(problems)
-        return ResolvedOp(self.op, self.manifest.all(), tuple(outputs), rules, tuple(variants))
+        derives = self.values(self.manifest)
+        outputs = [self.attempt(lambda: (t, compile_expr(t.shape, self.scope("manifest"), ("shape", "list")))) for t in self.op.outputs]
+        for tensor in self.op.tensors:
+            if tensor.rank is not None:
+                self.attempt(lambda: compile_expr(tensor.rank, self.scope("select"), ("int", "float")))
+        variants = [self.variant(v) for v in self.op.variants]
+        # The contract recompiles rank and `when` clauses compiled above: after a problem there it
+        # would only report that problem again, under the clause's text.
+        rules = self.attempt(self.contract) if not self.problems else None
+        if self.problems:
+            raise CompileError(self.problems)
+        return ResolvedOp(self.op, derives, tuple(outputs), rules, tuple(variants))
 
     def variant(self, variant: Variant) -> ResolvedVariant:
         select = self.scope("select")
-        when = tuple((e, compile_expr(e, select, "bool")) for e in variant.when)
-        demote = tuple((e, compile_expr(e, select, "bool")) for e in variant.demote_when)
+        when = tuple(self.attempt(lambda: (e, compile_expr(e, select, "bool"))) for e in variant.when)
+        demote = tuple(self.attempt(lambda: (e, compile_expr(e, select, "bool"))) for e in variant.demote_when)
         level = _Level(variant.derives, lambda: self.scope("variant", level), levels=lambda: {"manifest": self.manifest, "variant": level})
-        values = level.all()
+        values = self.values(level)
         intermediates = tuple(
-            (i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape"))) for i in variant.intermediates
+            self.attempt(lambda: (i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape")))) for i in variant.intermediates
         )
         passes = tuple(self.pass_(p, level) for p in variant.passes)
         return ResolvedVariant(variant, when, demote, values, intermediates, passes)
@@ -263,17 +289,19 @@ class _Resolver:
             lambda: self.scope("pass", variant_level, level),
             levels=lambda: {"manifest": self.manifest, "variant": variant_level, "pass": level},
         )
-        values = level.all()
+        values = self.values(level)
         scope = self.scope("pass", variant_level, level)
-        dispatch = tuple((k, compile_expr(e, scope, ("int", "float"))) for k, e in pass_.dispatch.values)
+        dispatch = tuple(self.attempt(lambda: (k, compile_expr(e, scope, ("int", "float")))) for k, e in pass_.dispatch.values)
         uniforms = tuple(
-            (f, compile_expr(f.value, scope, ("int", "float", "bool") if f.type != "f32" else ("int", "float")))
+            self.attempt(lambda: (f, compile_expr(f.value, scope, ("int", "float", "bool") if f.type != "f32" else ("int", "float"))))
             for b in pass_.bindings
             for f in b.fields
         )
-        element_types = tuple((b.name, self.element_type(b.element_type, scope)) for b in pass_.bindings if b.element_type is not None)
+        element_types = tuple(
+            self.attempt(lambda: (b.name, self.element_type(b.element_type, scope))) for b in pass_.bindings if b.element_type is not None
+        )
         shadowed = {v.name for v in values}
-        visible = tuple(v for v in variant_level.all() if v.name not in shadowed) + values
+        visible = tuple(v for v in variant_level.compiled() if v.name not in shadowed) + values
         return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible)
 
     def element_type(self, expr: Expr, scope: Scope) -> Compiled:
@@ -428,5 +456,5 @@ def _sub(node: nodes.Node) -> str:
 
 
 def resolve_op(op: Op) -> ResolvedOp:
-    """Compile every expression of the op; raises ManifestError listing each problem."""
+    """Compile every expression of the op; raises CompileError listing each problem once."""
     return _Resolver(op).resolve()

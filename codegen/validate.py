@@ -2,18 +2,18 @@
 
 wgpu offers no validation without a device, so the compiler opens one (lavapipe in CI) with
 `shader-f16` and subgroups, the features a specialization may use. Naga reports errors
-synchronously as `wgpu.GPUValidationError` with line and column; each is mapped back to the
-template line that produced it.
+synchronously as `wgpu.GPUValidationError` with line and column; each is mapped to the template
+line that wrote that WGSL line through the specialization's `line_map` (made by the render itself),
+so this stage reads and renders nothing.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from pathlib import Path
 
-from .manifest import ManifestError
-from .wgsl import RenderedPass, template_line
+from .problems import CompileError, Problem, TemplateLocation
+from .wgsl import RenderedPass, Specialization
 
 VALIDATION_FEATURES = ("shader-f16", "subgroup")
 
@@ -30,13 +30,14 @@ def open_validation_device():
     adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
     missing = [f for f in VALIDATION_FEATURES if f not in adapter.features]
     if missing:
-        raise ManifestError([f"the validation adapter ({adapter.info['device']}) lacks {missing}: install Mesa's Vulkan driver and set WGPU_BACKEND_TYPE=Vulkan"])
+        message = f"the validation adapter ({adapter.info['device']}) lacks {missing}: install Mesa's Vulkan driver and set WGPU_BACKEND_TYPE=Vulkan"
+        raise CompileError([Problem(None, message)])
     device = adapter.request_device_sync(required_features=list(VALIDATION_FEATURES))
     return adapter, device
 
 
-def validate(rendered: list[RenderedPass], templates_dir: Path, device=None) -> ValidationReport:
-    """Create a shader module for every specialization; collect every failure, then raise."""
+def validate(rendered: list[RenderedPass], device=None) -> ValidationReport:
+    """Create a shader module for every specialization; collect every failure, then raise CompileError."""
     import wgpu
 
     adapter = None
@@ -49,24 +50,24 @@ def validate(rendered: list[RenderedPass], templates_dir: Path, device=None) -> 
             try:
                 device.create_shader_module(label=f"{item.variant.ir.id}.{item.pass_.ir.id}", code=spec.wgsl)
             except wgpu.GPUValidationError as error:
-                problems.append(_describe(item, spec, str(error), templates_dir))
+                problems.append(naga_problem(item, spec, str(error)))
     if problems:
-        raise ManifestError(problems)
+        raise CompileError(problems)
     name = adapter.info["device"] if adapter is not None else "caller's device"
     return ValidationReport(name, count)
 
 
-def _describe(item: RenderedPass, spec, message: str, templates_dir: Path) -> str:
-    where = f"{item.template}"
+def naga_problem(item: RenderedPass, spec: Specialization, message: str) -> Problem:
+    """Naga's message at the template line that wrote the WGSL line it names (`wgsl:LINE:COLUMN`)."""
+    key = ", ".join(f"{n}={v!r}" for n, v in zip(item.key_names, spec.key))
+    head = f"naga rejected variant {item.variant.ir.id}, pass {item.pass_.ir.id}, specialization [{key}]"
+    where = TemplateLocation(item.template)
     found = re.search(r":(\d+):(\d+)", message)
     if found:
         line = int(found.group(1))
         body_line = line - spec.body_first_line + 1
-        if body_line >= 1:
-            source_line = template_line(templates_dir, item.pass_.ir.template, spec.context, body_line)
-            if source_line is not None:
-                where = f"{item.template}:{source_line}"
-        else:
-            where = f"{item.template} (generated declarations, line {line})"
-    key = ", ".join(f"{n}={v!r}" for n, v in zip(item.key_names, spec.key))
-    return f"{where}: naga rejected variant {item.variant.ir.id}, pass {item.pass_.ir.id}, specialization [{key}]:\n{message}"
+        if body_line < 1:
+            head += f", in the declarations the compiler writes (WGSL line {line})"
+        elif body_line <= len(spec.line_map) and spec.line_map[body_line - 1] is not None:
+            where = spec.line_map[body_line - 1]
+    return Problem(item.pass_.ir.origin, f"{head}:\n{message}", template=where)

@@ -1,10 +1,15 @@
 """Render stage: ResolvedOp + templates/ -> WGSL text per (variant, pass, specialization).
 
-Binding times (DESIGN §4): string and boolean values with a finite domain are specialization
-values, the only names a template sees through Jinja; numeric values become WGSL `override`
-constants, declared here for the names the rendered body uses; per-call values reach the shader
-through the `Params` uniform. The resource declarations (`@group(0) @binding(i)`) come from the
+Binding times (docs/MANIFEST.md, "Binding times"): string and boolean values with a finite domain
+are specialization values, the only names a template sees through Jinja; numeric values become
+WGSL `override` constants, declared here for the names the rendered body uses; per-call values
+reach the shader through the `Params` uniform. The resource declarations (`@group(0) @binding(i)`) come from the
 manifest's binding list, so a template holds only the computation.
+
+Each template is read once (`_ReadOnce`) and every specialization rendered once; the render itself
+says which template line (of the pass's template or of a macro file it imports) made each line of
+WGSL (`_LineMarkers`), so naga's errors are mapped without reading or rendering anything again.
+Rendering problems are `Problem`s at the template line Jinja failed on.
 """
 
 from __future__ import annotations
@@ -12,15 +17,20 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import traceback
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
+import jinja2.ext
 import jinja2.meta
+import jinja2.nodes
+from jinja2.lexer import Token
 
 from . import runtime
 from .expr import snake
-from .manifest import ManifestError
+from .problems import CompileError, Problem, TemplateLocation, closest
 from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
 
 WGSL_DTYPE = {"float32": "f32", "float16": "f16"}
@@ -40,6 +50,9 @@ class Specialization:
     workgroup_size: str  # an override name or an integer literal
     workgroup_arrays: tuple[tuple[int, tuple[str, ...]], ...]  # (bytes per element, count factors)
     uses_subgroups: bool
+    # For each line of the rendered template (line `body_first_line` of `wgsl` on), the template
+    # line that wrote it (an imported macro's line, where a macro wrote it); None where unknown.
+    line_map: tuple[TemplateLocation | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -83,6 +96,79 @@ def make_environment(templates_dir: Path) -> jinja2.Environment:
         keep_trailing_newline=True,
         autoescape=False,
     )
+
+
+# Unicode private-use characters: they occur in no WGSL text, no Jinja filter treats them as
+# whitespace or a line break, and case changes leave them alone.
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
+_MARK = re.compile(f"{_MARK_OPEN}([^{_MARK_CLOSE}]*):(\\d+){_MARK_CLOSE}")
+
+
+class _LineMarkers(jinja2.ext.Extension):
+    """Marks, in the render itself, which template line made each line of the output.
+
+    Every newline of literal template text gets `<open>name:line<close>` before it, in every
+    template the environment loads (imported macro files too). Only `data` tokens change, never a
+    tag, an expression or a comment, so the marks change nothing but the text around them;
+    `_unmark` takes them out of the rendered text and returns them as its line map.
+    """
+
+    def filter_stream(self, stream):
+        for token in stream:
+            if token.type != "data" or "\n" not in token.value:
+                yield token
+                continue
+            lines = token.value.split("\n")
+            marked = [f"{text}{_MARK_OPEN}{stream.name}:{token.lineno + i}{_MARK_CLOSE}" for i, text in enumerate(lines[:-1])]
+            yield Token(token.lineno, "data", "\n".join(marked + lines[-1:]))
+
+
+def _unmark(marked: str, folder: str) -> tuple[str, tuple[TemplateLocation | None, ...]]:
+    """The rendered text without marks, and for each of its lines the template line that made it.
+
+    A line without a mark (its newline came from a value, not from template text) belongs to the
+    template line whose mark comes next; a last line without a newline belongs to none.
+    """
+    texts, locations = [], []
+    for line in marked.split("\n"):
+        found = _MARK.search(line)
+        locations.append(TemplateLocation(f"{folder}/{found.group(1)}", int(found.group(2))) if found else None)
+        texts.append(_MARK.sub("", line))
+    following = None
+    for i in reversed(range(len(locations))):
+        locations[i] = following = locations[i] or following
+    return "\n".join(texts), tuple(locations)
+
+
+class _ReadOnce(jinja2.BaseLoader):
+    """The environment's own loader, with each template's text read from disk once: the variable
+    analysis, the render and imports all use the text read first."""
+
+    def __init__(self, loader: jinja2.BaseLoader):
+        self.loader = loader
+        self.sources: dict[str, tuple[str, str | None]] = {}
+
+    def get_source(self, environment: jinja2.Environment, name: str):
+        if name not in self.sources:
+            source, filename, _ = self.loader.get_source(environment, name)
+            self.sources[name] = (source, filename)
+        source, filename = self.sources[name]
+        return source, filename, lambda: True
+
+    def list_templates(self) -> list[str]:
+        return self.loader.list_templates()
+
+    def name_of(self, filename: str) -> str | None:
+        """The template name of a file read, for the frames of a Jinja traceback."""
+        return next((name for name, (_, read) in self.sources.items() if read == filename), None)
+
+
+def _render_environment(templates_dir: Path) -> jinja2.Environment:
+    """`make_environment`'s environment, reading each template once and marking its lines."""
+    env = make_environment(templates_dir)
+    env.loader = _ReadOnce(env.loader)
+    env.add_extension(_LineMarkers)
+    return env
 
 
 class _NotFinite(Exception):
@@ -224,27 +310,12 @@ def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tupl
 
 
 def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, env: jinja2.Environment, templates_dir: Path) -> RenderedPass:
+    """Every specialization of one pass; `env` comes from `_render_environment` (its loader and
+    line marks are what the line maps and the problems' template lines are made from)."""
     origin = pass_.ir.origin
     name = pass_.ir.template
-    try:
-        source = (templates_dir / name).read_text()
-    except OSError:
-        raise ManifestError([f"{origin}: template `{name}` does not exist in {templates_dir.name}/"]) from None
-    used = jinja2.meta.find_undeclared_variables(env.parse(source))
-    values = {v.name: v for v in pass_.scope_values}
-    problems = []
-    # A name this pass does not define stays undefined: a shared template may test it with
-    # `is defined`, and StrictUndefined fails the render on any other use.
-    used = {v for v in used if v in values}
-    for variable in sorted(used):
-        if values[variable].code.type not in ("str", "bool"):
-            problems.append(
-                f"{origin}: template `{name}` reads `{variable}` through Jinja, but it is a number: "
-                "numbers are pipeline overrides, use the name as a WGSL identifier instead"
-            )
-    if problems:
-        raise ManifestError(problems)
-    template_values = [values[v] for v in sorted(used)]
+    folder = templates_dir.name
+    template_values = _template_values(pass_, env, folder)
     element_values = [
         Value(f"binding:{binding}", f"binding_{binding}", None, code)
         for binding, code in pass_.element_types
@@ -254,43 +325,148 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
         conditions = [Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)]
         combos = domains.enumerate(template_values + element_values, conditions)
     except _NotFinite as error:
-        raise ManifestError([f"{origin}: a specialization value of template `{name}` depends on `{error}`, which has no finite domain"]) from None
+        message = f"a specialization value of template `{name}` depends on `{error}`, which has no finite domain"
+        raise CompileError([Problem(origin, message)]) from None
     key_names = tuple(v.name for v in template_values + element_values)
     numeric = {v.name: ("f32" if v.code.type == "float" else "u32") for v in pass_.scope_values if v.code.type in ("int", "float")}
     if pass_.ir.dispatch.form == "threads":
         numeric["WORKGROUP_SIZE"] = "u32"
     numeric["DISPATCH_FOLD_WIDTH"] = "u32"
-    template = env.get_template(name)
-    bodies = {}
-    for combo in combos:
-        key = tuple(combo[n] for n in key_names)
-        if key not in bodies:
-            context = {v.name: combo[v.name] for v in template_values}
-            bodies[key] = (combo, context, template.render(context))
+    bodies = _Bodies(env, variant, pass_, folder).render(combos, key_names, template_values)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
-    uniforms = _scope_uniforms(pass_, kept, numeric, [body for _, _, body in bodies.values()], origin, name)
+    uniforms = _scope_uniforms(pass_, kept, numeric, [body.text for body in bodies.values()], origin, name)
     moved = {u.name for u in uniforms}
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
-    specializations = {}
-    for key, (combo, context, body) in bodies.items():
-        body = _read_from_params(body, uniforms, pass_)
-        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(body, n)]
-        element_types = {b: combo[f"binding:{b}"] for b, _ in pass_.element_types}
-        header = _declarations(pass_, element_types, overrides, body, extra)
-        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", body)
+    specializations = []
+    for key, body in bodies.items():
+        text = _read_from_params(body.text, uniforms, pass_)
+        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(text, n)]
+        element_types = {b: body.combo[f"binding:{b}"] for b, _ in pass_.element_types}
+        header = _declarations(pass_, element_types, overrides, text, extra)
+        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", text)
         if size is None:
-            raise ManifestError([f"{origin}: template `{name}` needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"])
-        specializations[key] = Specialization(
-            key=key,
-            context=context,
-            wgsl=header + body,
-            body_first_line=header.count("\n") + 1,
-            overrides=tuple(overrides),
-            workgroup_size=size.group(1).rstrip("u") if size.group(1)[0].isdigit() else size.group(1),
-            workgroup_arrays=_workgroup_arrays(body),
-            uses_subgroups=bool(SUBGROUP_USE.search(body)),
+            message = "a template needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"
+            raise CompileError([Problem(origin, message, template=TemplateLocation(f"{folder}/{name}"))])
+        specializations.append(
+            Specialization(
+                key=key,
+                context=body.context,
+                wgsl=header + text,
+                body_first_line=header.count("\n") + 1,
+                overrides=tuple(overrides),
+                workgroup_size=size.group(1).rstrip("u") if size.group(1)[0].isdigit() else size.group(1),
+                workgroup_arrays=_workgroup_arrays(text),
+                uses_subgroups=bool(SUBGROUP_USE.search(text)),
+                line_map=body.line_map,
+            )
         )
-    return RenderedPass(variant, pass_, f"{templates_dir.name}/{name}", key_names, tuple(specializations.values()), uniforms)
+    return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms)
+
+
+def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> list[Value]:
+    """The pass values the template reads through Jinja: the names it reads that the pass defines.
+
+    A name the pass does not define stays undefined: a shared template may test it with
+    `is defined`, and StrictUndefined fails the render on any other use.
+    """
+    origin, name = pass_.ir.origin, pass_.ir.template
+    try:
+        source, filename, _ = env.loader.get_source(env, name)
+        tree = env.parse(source, name, filename)
+    except jinja2.TemplateNotFound:
+        known = env.loader.list_templates()
+        suggestion = closest(name, known)
+        hint = f"; did you mean `{suggestion}`?" if suggestion else ""
+        raise CompileError([Problem(origin, f"template `{name}` does not exist in {folder}/{hint}")]) from None
+    except jinja2.TemplateSyntaxError as error:
+        where = TemplateLocation(f"{folder}/{error.name or name}", error.lineno)
+        raise CompileError([Problem(origin, f"Jinja syntax error: {error.message}", template=where)]) from None
+    values = {v.name: v for v in pass_.scope_values}
+    used = sorted(v for v in jinja2.meta.find_undeclared_variables(tree) if v in values)
+    problems = [
+        Problem(
+            origin,
+            f"the template reads `{variable}` through Jinja, but it is a number: numbers are pipeline overrides, "
+            "use the name as a WGSL identifier instead",
+            template=TemplateLocation(f"{folder}/{name}", _first_read(tree, variable)),
+        )
+        for variable in used
+        if values[variable].code.type not in ("str", "bool")
+    ]
+    if problems:
+        raise CompileError(problems)
+    return [values[v] for v in used]
+
+
+def _first_read(tree: jinja2.nodes.Template, variable: str) -> int | None:
+    lines = [node.lineno for node in tree.find_all(jinja2.nodes.Name) if node.name == variable and node.ctx == "load"]
+    return min(lines, default=None)
+
+
+@dataclass(frozen=True)
+class _Body:
+    """One rendered specialization of a template, before the compiler's declarations."""
+
+    combo: dict  # every key value, element types included
+    context: dict  # what Jinja saw
+    text: str
+    line_map: tuple[TemplateLocation | None, ...]
+
+
+class _Bodies:
+    """Renders a pass's template once per specialization key; a failure is a `Problem` at the
+    template line Jinja failed on, reported once however many specializations hit it."""
+
+    def __init__(self, env: jinja2.Environment, variant: ResolvedVariant, pass_: ResolvedPass, folder: str):
+        self.env, self.variant, self.pass_, self.folder = env, variant, pass_, folder
+
+    def render(self, combos: list[dict], key_names: tuple[str, ...], template_values: list[Value]) -> dict[tuple, _Body]:
+        template = self.env.get_template(self.pass_.ir.template)  # parsed already: no syntax error here
+        bodies: dict[tuple, _Body] = {}
+        failures: dict[tuple[TemplateLocation, str], list[tuple]] = defaultdict(list)
+        for combo in combos:
+            key = tuple(combo[n] for n in key_names)
+            if key in bodies or any(key in keys for keys in failures.values()):
+                continue
+            context = {v.name: combo[v.name] for v in template_values}
+            try:
+                marked = template.render(context)
+            except Exception as error:  # a template is code: whatever it raises is its problem
+                failures[(self.location(error), self.detail(error))].append(key)
+                continue
+            text, line_map = _unmark(marked, self.folder)
+            bodies[key] = _Body(combo, context, text, line_map)
+        if failures:
+            raise CompileError([self.problem(where, detail, keys, key_names) for (where, detail), keys in failures.items()])
+        return bodies
+
+    def location(self, error: Exception) -> TemplateLocation:
+        """A syntax error's own line (an imported file's too); else the innermost template frame
+        of the traceback, which Jinja rewrites to template file and line."""
+        if isinstance(error, jinja2.TemplateSyntaxError) and error.name:
+            return TemplateLocation(f"{self.folder}/{error.name}", error.lineno)
+        for frame in reversed(traceback.extract_tb(error.__traceback__)):
+            name = self.env.loader.name_of(frame.filename)
+            if name is not None:
+                return TemplateLocation(f"{self.folder}/{name}", frame.lineno)
+        return TemplateLocation(f"{self.folder}/{self.pass_.ir.template}")
+
+    def detail(self, error: Exception) -> str:
+        if isinstance(error, jinja2.TemplateSyntaxError):
+            return f"Jinja syntax error: {error.message}"
+        if isinstance(error, jinja2.TemplateNotFound):
+            return f"no template `{error.name}` in {self.folder}/"
+        if not isinstance(error, jinja2.TemplateError):
+            return f"{type(error).__name__}: {error}"
+        undefined = re.fullmatch(r"'(\w+)' is undefined", str(error))
+        suggestion = closest(undefined.group(1), [v.name for v in self.pass_.scope_values]) if undefined else None
+        return f"{error}; did you mean `{suggestion}`?" if suggestion else str(error)
+
+    def problem(self, where: TemplateLocation, detail: str, keys: list[tuple], key_names: tuple[str, ...]) -> Problem:
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(key_names, keys[0]))
+        more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
+        head = f"Jinja failed rendering variant {self.variant.ir.id}, pass {self.pass_.ir.id}, specialization [{shown}]{more}"
+        return Problem(self.pass_.ir.origin, f"{head}: {detail}", template=where)
 
 
 def _names(body: str, name: str) -> bool:
@@ -322,17 +498,19 @@ def _scope_uniforms(pass_: ResolvedPass, kept: set, numeric: dict, bodies: list[
             continue
         kind = numeric[value.name]
         if value.name in declared and declared[value.name].type != kind:
-            raise ManifestError([
-                f"{origin}: Params field `{value.name}` is {declared[value.name].type}, but the value of that name the "
+            message = (
+                f"Params field `{value.name}` is {declared[value.name].type}, but the value of that name the "
                 f"template `{name}` reads is {kind}: rename one of them"
-            ])
+            )
+            raise CompileError([Problem(origin, message)])
         found.append(ScopeUniform(value.name, kind, value, value.name in declared))
     if found and not any(b.kind == "uniform" for b in pass_.ir.bindings):
         names = ", ".join(u.name for u in found)
-        raise ManifestError([
-            f"{origin}: template `{name}` reads request-dependent values ({names}), which reach the shader through "
+        message = (
+            f"template `{name}` reads request-dependent values ({names}), which reach the shader through "
             "the uniform Params: add a uniform binding (`params`) to the pass"
-        ])
+        )
+        raise CompileError([Problem(origin, message)])
     return tuple(found)
 
 
@@ -349,39 +527,25 @@ def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
 
 
 def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
-    env = make_environment(templates_dir)
+    """Every pass of every variant, each specialization rendered once; raises CompileError."""
+    env = _render_environment(templates_dir)
     rendered, problems = [], []
     for variant in op.variants:
         names = {v.name for p in variant.passes for v in p.scope_values}
         for name, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants:
             if name not in names:
-                problems.append(f"{variant.ir.origin}: pipelineConstants names `{name}`, which is no value of this variant's passes")
+                suggestion = closest(name, names)
+                hint = f"; did you mean `{suggestion}`?" if suggestion else ""
+                problems.append(Problem(variant.ir.origin, f"pipelineConstants names `{name}`, which is no value of this variant's passes{hint}"))
         for pass_ in variant.passes:
             try:
                 rendered.append(render_pass(op, variant, pass_, env, templates_dir))
-            except ManifestError as error:
+            except CompileError as error:
                 problems.extend(error.problems)
-            except jinja2.TemplateError as error:
-                problems.append(f"{pass_.ir.origin}: template `{pass_.ir.template}`: {error}")
     if problems:
-        raise ManifestError(problems)
+        raise CompileError(problems)
     return tuple(rendered)
 
 
 def missing_templates(variant: ResolvedVariant, templates_dir: Path) -> list[str]:
     return sorted({p.ir.template for p in variant.passes if not (templates_dir / p.ir.template).exists()})
-
-
-def template_line(templates_dir: Path, name: str, context: dict, body_line: int) -> int | None:
-    """Which template line produced line `body_line` of the rendered body (for naga's errors).
-
-    Renders a copy with a `//@L<n>` marker at the end of every plain template line; trim_blocks
-    drops whole tag lines, so rendered and marked bodies have the same lines.
-    """
-    source = (templates_dir / name).read_text().splitlines()
-    marked = "\n".join(line if any(tag in line for tag in ("{%", "%}", "{#", "#}")) else f"{line}//@L{n}" for n, line in enumerate(source, 1))
-    body = make_environment(templates_dir).from_string(marked + "\n").render(context).splitlines()
-    if not 0 < body_line <= len(body):
-        return None
-    found = re.search(r"//@L(\d+)$", body[body_line - 1])
-    return int(found.group(1)) if found else None

@@ -28,7 +28,8 @@ import pytest
 
 from codegen import build as builder
 from codegen.build import build
-from codegen.manifest import ManifestError, load_manifest, load_manifests
+from codegen.manifest import load_manifest, load_manifests
+from codegen.problems import CompileError, Problem, TemplateLocation
 from codegen.resolve import resolve_op
 
 REPO = Path(__file__).resolve().parent.parent
@@ -114,9 +115,9 @@ def test_only_writes_that_ops_files_and_refuses_unknown_names(tmp_path, device):
     assert (out / "group_normalization" / "__init__.py").read_text() == "# hand edit\n"  # left alone
     assert (out / "__init__.py").read_bytes() == (GENERATED / "__init__.py").read_bytes()
     for name in ("nope", "BatchNorm"):
-        with pytest.raises(ManifestError, match=f"--only {name}: no such op; ops are ai.onnx.BatchNormalization"):
+        with pytest.raises(CompileError, match=f"--only {name}: no such op; ops are ai.onnx.BatchNormalization"):
             build(MANIFESTS, TEMPLATES, only=(name,), device=device)
-    with pytest.raises(ManifestError, match="no <op id>/manifest.json in this folder"):
+    with pytest.raises(CompileError, match="no <op id>/manifest.json in this folder"):
         build(tmp_path, TEMPLATES, device=device)
 
 
@@ -334,12 +335,17 @@ def _write_manifest(tmp_path: Path, data, op_id="test.Broken") -> Path:
     return path
 
 
+def _messages(error: CompileError) -> list[str]:
+    """The problems as the CLI prints them, one string each."""
+    return [str(problem) for problem in error.problems]
+
+
 def _problems(tmp_path: Path, data) -> list[str]:
     path = _write_manifest(tmp_path, data)
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         load_manifest(path, tmp_path)
-    assert str(info.value) == "\n".join(info.value.problems)
-    return info.value.problems
+    assert str(info.value) == "\n".join(_messages(info.value))
+    return _messages(info.value)
 
 
 def _bn() -> dict:
@@ -368,15 +374,15 @@ def test_binding_set_that_does_not_exist(tmp_path):
     data = _bn()
     data["variants"][1]["passes"][0]["bindings"] = "noSuchSet"
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/variants/1/passes/0/bindings: binding set 'noSuchSet' is not defined")
-    assert "ncInferenceVec4" in problem  # lists the known sets
+    assert problem.startswith(f"{FILE}#/variants/1/passes/0/bindings: unknown binding set `noSuchSet`; known: ")
+    assert "ncInferenceVec4" in problem  # lists the known sets (none is close)
 
 
 def test_bad_buffer_type_in_a_binding_set(tmp_path):
     data = _bn()
     data["bindingSets"]["ncInferenceVec4"][5]["buffer"] = {"type": "write-only"}
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/bindingSets/ncInferenceVec4/5/buffer: buffer type must be one of")
+    assert problem.startswith(f"{FILE}#/bindingSets/ncInferenceVec4/5/buffer/type: buffer type must be one of")
     assert "'write-only'" in problem
 
 
@@ -401,14 +407,15 @@ def test_binding_not_in_the_pool(tmp_path):
     data = _in()
     data["variants"][0]["passes"][0]["bindings"].append("nosuch")
     index = len(data["variants"][0]["passes"][0]["bindings"]) - 1
-    assert _problems(tmp_path, data) == [f"{FILE}#/variants/0/passes/0/bindings/{index}: binding 'nosuch' is not in the /bindings pool"]
+    (problem,) = _problems(tmp_path, data)
+    assert problem.startswith(f"{FILE}#/variants/0/passes/0/bindings/{index}: unknown pooled binding `nosuch`; known: bias, input, ")
 
 
 def test_binding_to_an_unknown_resource(tmp_path):
     data = _bn()
     data["bindingSets"]["inferenceScalar"][2]["arg"] = "beta"
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/bindingSets/inferenceScalar/2: binding 'bias' names neither a tensor")
+    assert problem == f"{FILE}#/bindingSets/inferenceScalar/2/arg: unknown tensor or intermediate `beta`; known: b, inputMean, inputVar, scale, x, y"
 
 
 def test_input_bound_writable(tmp_path):
@@ -433,25 +440,25 @@ def test_bad_dispatch(tmp_path):
 def test_output_without_shape(tmp_path):
     data = _bn()
     del data["outputs"][0]["shape"]
-    assert _problems(tmp_path, data) == [f"{FILE}#/outputs/0/shape: an output needs a `shape` expression"]
+    assert _problems(tmp_path, data) == [f"{FILE}#/outputs/0/shape: required key is missing"]
 
 
 def test_expression_that_is_not_a_string_or_number(tmp_path):
     data = _bn()
     data["derive"]["weird"] = [1, 2]
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/derive/weird: expected an expression string, a number or a boolean")
+    assert problem == f"{FILE}#/derive/weird: expected an expression (a string of expression source, a number or a boolean), got an array"
 
 
 def test_invalid_json_names_the_file_and_position(tmp_path):
     (problem,) = _problems(tmp_path, '{"domain": "test",\n "name": }')
-    # A JSON syntax error has no JSON pointer: the file, line and column say where.
-    assert problem.startswith(f"{FILE}: not valid JSON: ")
+    # A JSON syntax error is about the whole file (pointer ""): the line and column say where.
+    assert problem.startswith(f"{FILE}#: not valid JSON: ")
     assert "line 2 column 10" in problem
 
 
 def test_manifest_that_is_not_an_object(tmp_path):
-    assert _problems(tmp_path, "[1, 2]") == [f"{FILE}#: the manifest must be a JSON object"]
+    assert _problems(tmp_path, "[1, 2]") == [f"{FILE}#: expected a manifest (a JSON object), got an array"]
 
 
 def test_load_manifests_collects_problems_of_every_file(tmp_path):
@@ -459,12 +466,258 @@ def test_load_manifests_collects_problems_of_every_file(tmp_path):
     data = _bn()
     del data["variants"]
     _write_manifest(tmp_path, data, "test.B")
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         load_manifests(tmp_path / "manifests")
-    problems = info.value.problems
+    problems = _messages(info.value)
     assert len(problems) == 2
-    assert problems[0].startswith("manifests/test.A/manifest.json: not valid JSON")
+    assert problems[0].startswith("manifests/test.A/manifest.json#: not valid JSON")
     assert problems[1] == "manifests/test.B/manifest.json#/variants: required key is missing"
+
+
+# ---------------------------------------------------------------------------------------------
+# errors as data: the schema, every hole in it a located problem, each problem reported once
+
+
+def test_the_docs_the_compiler_cites_are_in_the_repository():
+    """Every `docs/NAME.md, "Section"` the compiler's sources cite names a file of docs/ and one of
+    its headings; the manifest language is described in docs/MANIFEST.md, schema included."""
+    cited = []
+    for path in sorted((REPO / "codegen").glob("*.py")) + [REPO / "codegen" / "manifest.schema.json"]:
+        text = " ".join(path.read_text().split())  # a citation may wrap over lines
+        cited += [(path.name, doc, section) for doc, section in re.findall(r'docs/(\w+)\.md(?:,\s*|\s*\(\s*)"([^"]+)"', text)]
+    assert {doc for _, doc, _ in cited} >= {"MANIFEST"}, cited
+    for source, doc, section in cited:
+        headings = re.findall(r"^#+\s+(.+?)\s*$", (REPO / "docs" / f"{doc}.md").read_text(), re.M)
+        assert any(h.lower().startswith(section.lower()) for h in headings), f"{source} cites docs/{doc}.md, {section!r}: no such heading"
+    manifest_doc = (REPO / "docs" / "MANIFEST.md").read_text()
+    assert "codegen/manifest.schema.json" in manifest_doc
+
+
+def test_every_manifest_fits_the_schema():
+    from jsonschema import Draft202012Validator
+
+    from codegen.schema import schema, schema_problems
+
+    Draft202012Validator.check_schema(schema())
+    for path in sorted(MANIFESTS.glob("*/manifest.json")):
+        assert schema_problems(json.loads(path.read_text()), path.name) == [], path
+
+
+def _branches(node):
+    """Every `anyOf` list in the schema, with the JSON pointer it is at."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "anyOf":
+                yield value
+            yield from _branches(value)
+    elif isinstance(node, list):
+        for item in node:
+            yield from _branches(item)
+
+
+def test_every_schema_alternative_has_a_title_and_its_own_json_type():
+    """schema.py reports the errors of the one alternative whose JSON type a value has, and names
+    the alternatives by their title when none has it: both need this of the schema."""
+    from codegen.schema import schema
+
+    definitions = schema()["$defs"]
+
+    def types_of(branch) -> set[str]:
+        while "$ref" in branch and "type" not in branch:
+            branch = definitions[branch["$ref"].rsplit("/", 1)[1]]
+        declared = branch["type"]
+        return {declared} if isinstance(declared, str) else set(declared)
+
+    def titled_parents(node):
+        if isinstance(node, dict):
+            if "anyOf" in node:
+                yield node
+            for value in node.values():
+                yield from titled_parents(value)
+        elif isinstance(node, list):
+            for item in node:
+                yield from titled_parents(item)
+
+    for parent in titled_parents(schema()):
+        assert "title" in parent, parent
+        seen: set[str] = set()
+        for branch in parent["anyOf"]:
+            types = types_of(branch)
+            assert not types & seen, f"two alternatives of {parent['title']!r} take {types & seen}"
+            seen |= types
+
+
+def test_a_uniform_field_without_value_is_a_located_problem(tmp_path):
+    """It was a KeyError with no location."""
+    data = json.loads(json.dumps(TINY_MANIFEST))
+    del data["variants"][0]["passes"][0]["bindings"][2]["struct"][0]["value"]
+    assert _problems(tmp_path, data) == [f"{FILE}#/variants/0/passes/0/bindings/2/struct/0/value: required key is missing"]
+
+
+def test_an_intermediate_without_id_is_a_located_problem(tmp_path):
+    """It was a KeyError with no location."""
+    data = _in()
+    index = next(i for i, v in enumerate(data["variants"]) if v.get("intermediates"))
+    del data["variants"][index]["intermediates"][0]["id"]
+    assert _problems(tmp_path, data) == [f"{FILE}#/variants/{index}/intermediates/0/id: required key is missing"]
+
+
+def test_requires_given_as_a_list_is_a_located_problem(tmp_path):
+    """It was an AttributeError (`list.get`) with no location."""
+    data = _in()
+    index = next(i for i, v in enumerate(data["variants"]) if "requires" in v)
+    data["variants"][index]["requires"] = ["subgroups"]
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/variants/{index}/requires: expected an object with `features` (a list of WebGPU feature names), got an array"
+    ]
+
+
+def test_an_unknown_key_suggests_the_closest_known_key(tmp_path):
+    data = _in()
+    data["variants"][0]["demoteWen"] = data["variants"][0].pop("demoteWhen")
+    assert _problems(tmp_path, data) == [f"{FILE}#/variants/0/demoteWen: unknown key `demoteWen`; did you mean `demoteWhen`?"]
+
+
+def test_an_unknown_key_with_nothing_close_lists_the_keys(tmp_path):
+    data = _bn()
+    data["chunking"]["zzz"] = 1
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/chunking/zzz: unknown key `zzz`; keys here: description, batch, channels, perChannel, groupsAttribute"
+    ]
+
+
+def test_a_misspelt_value_suggests_the_closest_allowed_value(tmp_path):
+    data = _in()
+    data["bindings"]["scale"]["buffer"] = "read-only-storag"
+    (problem,) = _problems(tmp_path, data)
+    assert problem == (
+        f"{FILE}#/bindings/scale/buffer: buffer type must be one of 'read-only-storage', 'storage', 'uniform', "
+        "got 'read-only-storag'; did you mean 'read-only-storage'?"
+    )
+
+
+def test_an_unknown_name_in_a_derive_suggests_the_closest_name(tmp_path):
+    data = json.loads((MANIFESTS / "ai.onnx.GroupNormalization" / "manifest.json").read_text())
+    data["derive"]["groupHidden"] = "groupChanelsPerGroup * groupSpatial"
+    path = _write_manifest(tmp_path, data)
+    with pytest.raises(CompileError) as info:
+        resolve_op(load_manifest(path, tmp_path))
+    (problem,) = info.value.problems
+    assert problem.origin.pointer == "/derive/groupHidden" and problem.expression == "groupChanelsPerGroup * groupSpatial"
+    assert problem.message.startswith("unknown name `groupChanelsPerGroup`; did you mean `groupChannelsPerGroup`? known here: ")
+
+
+def test_a_name_that_is_no_identifier_is_a_located_problem(tmp_path):
+    data = _bn()
+    data["derive"]["2wide"] = "true"
+    data["variants"][0]["id"] = "inference-scalar"
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/derive/2wide: the key `2wide` is not a name (letters, digits and `_`, not starting with a digit)",
+        f"{FILE}#/variants/0/id: expected a name (letters, digits and `_`, not starting with a digit), got 'inference-scalar'",
+    ]
+
+
+def test_a_problem_of_a_pooled_binding_is_reported_once(tmp_path):
+    """Every pass that uses the pool entry reached the same problem: it was reported once a pass."""
+    data = _in()
+    data["bindings"]["x"]["buffer"] = "storage"  # x binds the input `input`
+    users = sum(p["bindings"].count("x") for v in data["variants"] for p in v["passes"] if isinstance(p["bindings"], list))
+    assert users > 1
+    assert _problems(tmp_path, data) == [f"{FILE}#/bindings/x/buffer: input 'input' must be bound read-only"]
+
+
+def test_a_tensor_whose_type_variable_does_not_exist(tmp_path):
+    data = _in()
+    data["inputs"]["scale"]["dtype"] = "U"
+    assert _problems(tmp_path, data) == [f"{FILE}#/inputs/scale/dtype: unknown type variable `U`; known: T"]
+
+
+def _node_breakages(node, path=()):
+    """(path, new value or DELETE) for every way this test breaks one node of a manifest: a member
+    deleted, and every value swapped for null, for a container of the other kind (an array for an
+    object, else an object) and, unless it is one, for a string that is no valid expression."""
+    if isinstance(node, dict):
+        items = list(node.items())
+    elif isinstance(node, list):
+        items = list(enumerate(node))
+    else:
+        return
+    for key, value in items:
+        here = path + (key,)
+        if isinstance(node, dict):
+            yield here, _DELETE
+        for other in (None, [] if isinstance(value, dict) else {}, "@"):
+            if type(other) is not type(value):
+                yield here, other
+        yield from _node_breakages(value, here)
+
+
+_DELETE = object()
+
+
+def _broken(data, path, value):
+    data = json.loads(json.dumps(data))
+    parent = data
+    for key in path[:-1]:
+        parent = parent[key]
+    if value is _DELETE:
+        del parent[path[-1]]
+    else:
+        parent[path[-1]] = value
+    return data
+
+
+def _list_dialect_sample() -> dict:
+    """BatchNormalization cut down to its first variant and the binding set that uses."""
+    data = _bn()
+    data["variants"] = data["variants"][:1]
+    used = data["variants"][0]["passes"][0]["bindings"]
+    data["bindingSets"] = {used: data["bindingSets"][used]}
+    return data
+
+
+def _keyed_dialect_sample() -> dict:
+    """InstanceNormalization cut down to one split-k variant (intermediates, three passes, per-pass
+    derive, pool references and inline bindings), given `requires` and `demoteWhen` too, and the
+    pool entries and derives that uses."""
+    data = _in()
+    (variant,) = [v for v in data["variants"] if v["id"] == "plane_splitk"]
+    variant |= {"requires": {"features": []}, "demoteWhen": ["reportedNonWave32Adapter"]}
+    data["variants"] = [variant]
+    used = {b for v in data["variants"] for p in v["passes"] for b in p["bindings"] if isinstance(b, str)}
+    data["bindings"] = {key: spec for key, spec in data["bindings"].items() if key in used}
+    # Only the derives those read (directly or through other derives): fewer values, faster resolves.
+    needed, text = set(), json.dumps([data["variants"], data["bindings"], data["outputs"]])
+    while True:
+        found = {name for name in data["derive"] if re.search(rf"\b{name}\b", text)} - needed
+        if not found:
+            break
+        needed |= found
+        text = " ".join(data["derive"][name] for name in found)
+    data["derive"] = {name: value for name, value in data["derive"].items() if name in needed}
+    return data
+
+
+@pytest.mark.parametrize("sample", ["tiny", "list dialect", "keyed dialect"])
+def test_every_schema_hole_is_a_located_problem(tmp_path, sample):
+    """Break one node of a manifest at a time, every node, every way: loading and resolving either
+    works or raises CompileError whose every problem points into the manifest; nothing else."""
+    data = {"tiny": lambda: TINY_MANIFEST, "list dialect": _list_dialect_sample, "keyed dialect": _keyed_dialect_sample}[sample]()
+    path = _write_manifest(tmp_path, data)
+    resolve_op(load_manifest(path, tmp_path))  # the sample itself is fine
+    tried = 0
+    for where, value in _node_breakages(data):
+        path.write_text(json.dumps(_broken(data, where, value)))
+        tried += 1
+        try:
+            resolve_op(load_manifest(path, tmp_path))
+        except CompileError as error:
+            assert error.problems, where
+            for problem in error.problems:
+                assert problem.origin is not None and problem.origin.file == FILE, (where, value, str(problem))
+        except Exception as error:  # noqa: BLE001: any other exception is the defect this test finds
+            pytest.fail(f"breaking {'/'.join(map(str, where))} to {value!r} raised {type(error).__name__}: {error}")
+    assert tried > 100
 
 
 # ---------------------------------------------------------------------------------------------
@@ -755,9 +1008,9 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 
 def test_naga_failure_names_template_line_and_specialization(tiny, device):
     (tiny.templates / "tiny.wgsl.jinja").write_text(BROKEN_TEMPLATE)
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         build(tiny.manifests, tiny.templates, device=device)
-    (problem,) = info.value.problems
+    (problem,) = _messages(info.value)
     head = problem.splitlines()[0]
     assert head == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [binding:x='f32', binding:y='f32']:"
     assert "wrong" in problem  # naga's own message follows
@@ -769,9 +1022,9 @@ def test_naga_failure_line_after_a_multi_line_comment(tiny, device):
         "{# A template with a type error on line 10:\n   a comment over two lines, like the BatchNormalization templates'. #}\n",
     )
     (tiny.templates / "tiny.wgsl.jinja").write_text(template)
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         build(tiny.manifests, tiny.templates, device=device)
-    (problem,) = info.value.problems
+    (problem,) = _messages(info.value)
     assert problem.startswith("templates/tiny.wgsl.jinja:10: naga rejected variant copy"), problem.splitlines()[0]
 
 
@@ -793,13 +1046,222 @@ def test_naga_failure_in_a_conditional_template(tiny, device):
         "}\n"
     )
     (tiny.templates / "tiny.wgsl.jinja").write_text(template)
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         build(tiny.manifests, tiny.templates, device=device)
-    (problem,) = info.value.problems
+    (problem,) = _messages(info.value)
     assert problem.startswith(
         "templates/tiny.wgsl.jinja:6: naga rejected variant copy, pass main, "
         "specialization [usesF16=True, binding:x='f16', binding:y='f16']:"
     ), problem
+
+
+# ---------------------------------------------------------------------------------------------
+# template problems: Jinja's and naga's, at the template line (an imported macro's too), from the
+# one render
+
+
+MACRO_FILE = """\
+{# tiny's loop body, as a macro in a file of its own #}
+{% macro copy_body() %}
+    let wrong: u32 = x[i];
+    y[i] = x[i] * params.alpha;
+{% endmacro %}
+"""
+
+IMPORTING_TEMPLATE = """\
+{% from "_lib/body.wgsl.jinja" import copy_body %}
+@compute @workgroup_size(WORKGROUP_SIZE)
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x;
+    if (i >= params.count) {
+        return;
+    }
+{{ copy_body() }}
+}
+"""
+
+
+def _with_macro(tiny, macro: str = MACRO_FILE, template: str = IMPORTING_TEMPLATE) -> None:
+    (tiny.templates / "_lib").mkdir(exist_ok=True)
+    (tiny.templates / "_lib" / "body.wgsl.jinja").write_text(macro)
+    (tiny.templates / "tiny.wgsl.jinja").write_text(template)
+
+
+def _f16_tiny(tiny) -> None:
+    """The tiny manifest with T in {f32, f16} and a variant value `usesF16`: two specializations."""
+    manifest = json.loads(json.dumps(TINY_MANIFEST))
+    manifest["typeConstraints"]["T"] = ["float32", "float16"]
+    manifest["variants"][0]["derive"] = {"usesF16": 'dtypes.T == "f16"', "rows": "count"}
+    _tiny_repo(tiny.root, manifest=manifest)
+
+
+def _resolved_tiny(tiny):
+    (op,) = load_manifests(tiny.manifests)
+    return resolve_op(op)
+
+
+def _build_problem(tiny, device) -> Problem:
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates, device=device)
+    (problem,) = info.value.problems
+    return problem
+
+
+def test_naga_failure_inside_an_imported_macro_names_the_macro_line(tiny, device):
+    """The old mapping marked only the pass's own template: a line a macro wrote had no line."""
+    _with_macro(tiny)
+    problem = _build_problem(tiny, device)
+    assert problem.template == TemplateLocation("templates/_lib/body.wgsl.jinja", 3)
+    assert str(problem).startswith("templates/_lib/body.wgsl.jinja:3: naga rejected variant copy, pass main, specialization [")
+    # The manifest side of it stays in the data: the pass that uses the template.
+    assert str(problem.origin) == "manifests/test.Tiny/manifest.json#/variants/0/passes/0"
+    assert problem.expression is None
+
+
+def test_a_jinja_error_names_the_template_line(tiny, device):
+    """Jinja's error used to lose its line: `template `tiny.wgsl.jinja`: 'usesF61' is undefined`."""
+    _f16_tiny(tiny)
+    template = TINY_TEMPLATE.replace("    let i = gid.x", "{% if usesF61 %}\n{% endif %}\n    let i = gid.x")
+    (tiny.templates / "tiny.wgsl.jinja").write_text(template)
+    problem = _build_problem(tiny, device)
+    assert problem.template == TemplateLocation("templates/tiny.wgsl.jinja", 3)
+    # Both specializations fail the same way: one problem, naming the first and counting the rest.
+    assert str(problem) == (
+        "templates/tiny.wgsl.jinja:3: Jinja failed rendering variant copy, pass main, "
+        "specialization [binding:x='f32', binding:y='f32'] and 1 more: 'usesF61' is undefined; did you mean `usesF16`?"
+    )
+
+
+def test_a_jinja_syntax_error_names_the_template_line(tiny, device):
+    (tiny.templates / "tiny.wgsl.jinja").write_text(TINY_TEMPLATE.replace("    let i = gid.x", "{% if %}\n    let i = gid.x"))
+    problem = _build_problem(tiny, device)
+    assert str(problem) == "templates/tiny.wgsl.jinja:3: Jinja syntax error: Expected an expression, got 'end of statement block'"
+
+
+def test_a_jinja_error_inside_an_imported_macro_names_the_macro_line(tiny, device):
+    _with_macro(tiny, macro=MACRO_FILE.replace("    let wrong: u32 = x[i];", "    let wrong = {{ nosuch }};"))
+    problem = _build_problem(tiny, device)
+    assert problem.template == TemplateLocation("templates/_lib/body.wgsl.jinja", 3)
+    assert str(problem).endswith(": 'nosuch' is undefined")
+
+
+def test_a_syntax_error_in_an_imported_macro_file_names_its_line(tiny, device):
+    _with_macro(tiny, macro=MACRO_FILE.replace("    let wrong: u32 = x[i];", "    {% if %}"))
+    problem = _build_problem(tiny, device)
+    assert problem.template == TemplateLocation("templates/_lib/body.wgsl.jinja", 3)
+    assert "Jinja syntax error: Expected an expression" in problem.message
+
+
+def test_a_number_read_through_jinja_names_the_line(tiny, device):
+    _f16_tiny(tiny)
+    (tiny.templates / "tiny.wgsl.jinja").write_text(TINY_TEMPLATE.replace("    let i = gid.x", "{% if rows > 1 %}\n{% endif %}\n    let i = gid.x"))
+    problem = _build_problem(tiny, device)
+    assert str(problem).startswith("templates/tiny.wgsl.jinja:3: the template reads `rows` through Jinja, but it is a number")
+
+
+def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
+    """Every line of every specialization's body, mapped to the template line that wrote it."""
+    _f16_tiny(tiny)
+    _with_macro(
+        tiny,
+        macro="{% macro scale(t) %}\n    let k = {{ t }}(params.alpha);\n{% endmacro %}\n",
+        template=(
+            '{% from "_lib/body.wgsl.jinja" import scale %}\n'  # 1
+            "{# a comment\n   over two lines #}\n"  # 2, 3
+            "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 4
+            "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 5
+            "{% if usesF16 %}\n"  # 6
+            "{{ scale('f16') }}"  # 7: the macro writes its line 2; no newline of its own after it
+            "{% else %}\n"  # 7
+            "{{ scale('f32') }}"  # 8
+            "{% endif %}\n"  # 8
+            "    y[gid.x] = x[gid.x] * k;\n"  # 9
+            "}\n"  # 10
+        ),
+    )
+    from codegen.wgsl import render_op
+
+    (item,) = render_op(_resolved_tiny(tiny), tiny.templates)
+    for spec in item.specializations:
+        body = spec.wgsl.splitlines()[spec.body_first_line - 1 :]
+        lines = [(str(where) if where else None) for where in spec.line_map[: len(body)]]
+        assert lines == [
+            "templates/tiny.wgsl.jinja:4",
+            "templates/tiny.wgsl.jinja:5",
+            "templates/_lib/body.wgsl.jinja:2",
+            "templates/tiny.wgsl.jinja:9",
+            "templates/tiny.wgsl.jinja:10",
+        ], (spec.key, body)
+        assert "\ue000" not in spec.wgsl
+
+
+def _files_opened_under(folder: Path, monkeypatch) -> list[str]:
+    """Record, from now on, every file under `folder` that is opened (Path.read_text and Jinja's
+    loader both come through one of the two)."""
+    import builtins
+
+    folder = folder.resolve()
+    opened: list[str] = []
+    real_open = io.open
+
+    def recording_open(file, *args, **kwargs):
+        if isinstance(file, (str, os.PathLike)) and folder in Path(file).resolve().parents:
+            opened.append(Path(file).resolve().relative_to(folder).as_posix())
+        return real_open(file, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", recording_open)
+    monkeypatch.setattr(io, "open", recording_open)
+    return opened
+
+
+def test_rendering_reads_each_template_once(tiny, monkeypatch):
+    """The template was read twice (once to find its variables, once by Jinja's loader)."""
+    from codegen.wgsl import render_op
+
+    _f16_tiny(tiny)
+    _with_macro(tiny, macro=MACRO_FILE.replace("    let wrong: u32 = x[i];\n", ""))
+    resolved = _resolved_tiny(tiny)
+    opened = _files_opened_under(tiny.templates, monkeypatch)
+    (item,) = render_op(resolved, tiny.templates)
+    assert len(item.specializations) == 2
+    assert sorted(opened) == ["_lib/body.wgsl.jinja", "tiny.wgsl.jinja"]
+
+
+def test_validation_neither_reads_nor_renders_a_template(tiny, device, monkeypatch):
+    """naga's line is mapped through the render's own line map: validate used to read the template
+    again and render a marked copy of it to find the line."""
+    import jinja2
+
+    from codegen.validate import validate
+    from codegen.wgsl import render_op
+
+    (tiny.templates / "tiny.wgsl.jinja").write_text(BROKEN_TEMPLATE)
+    rendered = list(render_op(_resolved_tiny(tiny), tiny.templates))
+    opened = _files_opened_under(tiny.templates, monkeypatch)
+
+    def no_rendering(*args, **kwargs):
+        raise AssertionError("validate rendered a template")
+
+    monkeypatch.setattr(jinja2.Template, "render", no_rendering)
+    monkeypatch.setattr(jinja2.Environment, "from_string", no_rendering)
+    with pytest.raises(CompileError) as info:
+        validate(rendered, device=device)
+    (problem,) = info.value.problems
+    assert problem.template == TemplateLocation("templates/tiny.wgsl.jinja", 9)
+    assert opened == []
+
+
+def test_cli_prints_every_problem_once_at_its_location(tiny):
+    _with_macro(tiny)
+    (tiny.manifests / "test.Broken").mkdir()
+    (tiny.manifests / "test.Broken" / "manifest.json").write_text(json.dumps({**TINY_MANIFEST, "name": "Broken", "variants": [{"id": "v", "requires": []}]}))
+    result = _cli(str(tiny.manifests), str(tiny.root / "out"), cwd=tiny.root)
+    assert result.returncode == 2, result.stderr
+    lines = [line for line in result.stderr.splitlines() if not line.startswith(("Forcing backend", "error: XDG"))]
+    assert lines == [
+        "codegen failed: 1 problem",
+        "  manifests/test.Broken/manifest.json#/variants/0/requires: expected an object with `features` (a list of WebGPU feature names), got an array",
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

@@ -19,7 +19,8 @@ import pytest
 from codegen import runtime
 from codegen.expr import Compiled, ExprError, Scope, Symbol, compile_expr, snake
 from codegen.ir import Expr, Origin
-from codegen.manifest import ManifestError, load_manifest
+from codegen.manifest import load_manifest
+from codegen.problems import CompileError, Problem
 from codegen.resolve import resolve_op
 
 FILE = "manifests/test.Expr/manifest.json"
@@ -616,6 +617,10 @@ def tiny_manifest(**changes) -> dict:
     return data
 
 
+def _messages(error: CompileError) -> list[str]:
+    return [str(problem) for problem in error.problems]
+
+
 def resolve_tiny(tmp_path: Path, data: dict):
     folder = tmp_path / "manifests" / "test.Expr"
     folder.mkdir(parents=True, exist_ok=True)
@@ -636,37 +641,34 @@ def test_derive_order_follows_dependencies(tmp_path):
 
 
 def test_derive_cycle_is_a_compile_error_naming_the_cycle(tmp_path):
+    """One cycle is one problem, reported where it is first entered (it was once reported at every
+    value on it: `a -> b -> a` and again `b -> a -> b`)."""
     data = tiny_manifest(derive={"a": "b + 1", "b": "a * 2", "wide": "a > 4"})
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, data)
-    problems = info.value.problems
-    assert any(
-        p.startswith("manifests/test.Expr/manifest.json#/derive/a: ") and "cycle" in p and "a -> b -> a" in p and p.endswith("`b + 1`")
-        for p in problems
-    ), problems
-    assert any("#/derive/b: " in p and "b -> a -> b" in p and p.endswith("`a * 2`") for p in problems), problems
+    assert _messages(info.value) == ["manifests/test.Expr/manifest.json#/derive/a: cycle between derived values: a -> b -> a: `b + 1`"]
 
 
 def test_self_reference_is_a_cycle(tmp_path):
-    with pytest.raises(ManifestError, match=r"#/derive/rows: cycle between derived values: rows -> rows: `rows \+ 1`"):
+    with pytest.raises(CompileError, match=r"#/derive/rows: cycle between derived values: rows -> rows: `rows \+ 1`"):
         resolve_tiny(tmp_path, tiny_manifest(derive={"rows": "rows + 1", "wide": "rows > 4"}))
 
 
 def test_variant_derive_cycle(tmp_path):
     variant = {"id": "only", "when": ["wide"], "derive": {"p": "q", "q": "p"}}
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
-    assert any("#/variants/0/derive/p: " in p and "p -> q -> p" in p for p in info.value.problems), info.value.problems
+    assert any("#/variants/0/derive/p: " in p and "p -> q -> p" in p for p in _messages(info.value)), _messages(info.value)
 
 
 def test_unknown_name_in_when_names_its_pointer(tmp_path):
     variant = {"id": "only", "when": ["wide", "nosuch > 1"]}
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
     assert any(
         p.startswith("manifests/test.Expr/manifest.json#/variants/0/when/1: unknown name `nosuch`") and p.endswith("`nosuch > 1`")
-        for p in info.value.problems
-    ), info.value.problems
+        for p in _messages(info.value)
+    ), _messages(info.value)
 
 
 @pytest.mark.parametrize(
@@ -681,22 +683,66 @@ def test_unknown_name_in_when_names_its_pointer(tmp_path):
 )
 def test_when_entries_must_be_booleans(tmp_path, when, pointer, shown, got):
     """`when` passes only on exactly `true`: an entry that cannot be a boolean is refused at compile time."""
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, tiny_manifest(variants=[{"id": "only", "when": when}]))
     expected = f"manifests/test.Expr/manifest.json#{pointer}: expected a value of kind bool, got {got}: `{shown}`"
-    assert expected in info.value.problems, info.value.problems
+    assert expected in _messages(info.value), _messages(info.value)
 
 
 def test_demote_when_entries_must_be_booleans(tmp_path):
-    with pytest.raises(ManifestError, match=r"#/variants/0/demoteWhen/0: expected a value of kind bool, got int: `rows`"):
+    with pytest.raises(CompileError, match=r"#/variants/0/demoteWhen/0: expected a value of kind bool, got int: `rows`"):
         resolve_tiny(tmp_path, tiny_manifest(variants=[{"id": "only", "when": ["wide"], "demoteWhen": ["rows"]}]))
+
+
+def test_a_bad_derive_is_reported_once(tmp_path):
+    """`rows` was reported three times: once for itself and again by each value that reads it
+    (`wide`, then the `when` that reads `wide`): a failed value was compiled again on every read."""
+    data = tiny_manifest(derive={"rows": "dim(shapes.x)", "wide": "rows > 4"})
+    with pytest.raises(CompileError) as info:
+        resolve_tiny(tmp_path, data)
+    assert _messages(info.value) == ["manifests/test.Expr/manifest.json#/derive/rows: `dim` takes 2 argument(s), got 1: `dim(shapes.x)`"]
+
+
+def test_a_bad_variant_value_is_reported_once_across_passes(tmp_path):
+    passes = [{"id": f"p{i}", "shader": "t.wgsl.jinja", "dispatch": {"x": "half"}} for i in range(3)]
+    data = tiny_manifest(variants=[{"id": "only", "when": ["wide"], "derive": {"half": "rows / nosuch"}, "passes": passes}])
+    with pytest.raises(CompileError) as info:
+        resolve_tiny(tmp_path, data)
+    (message,) = _messages(info.value)
+    assert message.startswith("manifests/test.Expr/manifest.json#/variants/0/derive/half: unknown name `nosuch`")
+
+
+def test_problems_are_data(tmp_path):
+    variant = {"id": "only", "when": ["wide", "nosuch > 1"]}
+    with pytest.raises(CompileError) as info:
+        resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
+    (problem,) = info.value.problems
+    assert problem == Problem(Origin(FILE, "/variants/0/when/1"), problem.message, "nosuch > 1")
+    assert problem.message.startswith("unknown name `nosuch`; ") and problem.template is None
+
+
+def test_every_problem_of_a_variant_is_reported(tmp_path):
+    """Not only the first of a variant: each value, each clause, each pass item on its own."""
+    passes = [{"id": "main", "shader": "t.wgsl.jinja", "dispatch": {"x": "bad1"}}]
+    variant = {"id": "only", "when": ["wide", "bad2"], "derive": {"a": "bad3", "b": "bad4"}, "passes": passes}
+    with pytest.raises(CompileError) as info:
+        resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
+    unknown = sorted(p.expression for p in info.value.problems)
+    assert unknown == ["bad1", "bad2", "bad3", "bad4"], _messages(info.value)
+
+
+def test_an_unknown_function_suggests_the_closest(tmp_path):
+    with pytest.raises(CompileError) as info:
+        resolve_tiny(tmp_path, tiny_manifest(derive={"rows": "ceil_div(dim(shapes.x, 0), 2)", "wide": "rows > 4"}))
+    (problem,) = info.value.problems
+    assert problem.message.startswith("unknown function `ceil_div`; did you mean `ceilDiv`? known: ")
 
 
 def test_every_problem_is_reported_not_only_the_first(tmp_path):
     data = tiny_manifest(derive={"rows": "dim(shapes.x)", "wide": "nosuch"}, variants=[{"id": "only", "when": [2]}])
-    with pytest.raises(ManifestError) as info:
+    with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, data)
-    text = "\n".join(info.value.problems)
+    text = "\n".join(_messages(info.value))
     assert "#/derive/rows: `dim` takes 2" in text
     assert "#/derive/wide: unknown name `nosuch`" in text
     assert "#/variants/0/when/0: expected a value of kind bool" in text
