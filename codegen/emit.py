@@ -17,11 +17,11 @@ from pathlib import Path
 
 import black
 
-from .expr import Compiled, snake
+from .expr import Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .store import CONTINUED, PARAGRAPH_BREAK, ShaderStore, deciding_columns
-from .wgsl import RenderedPass
+from .wgsl import KeyName, RenderedPass
 
 REGENERATE = "python -m codegen manifests/ generated/"
 BLACK_MODE = black.Mode(line_length=110, target_versions={black.TargetVersion.PY310})
@@ -100,20 +100,20 @@ def _preamble(w: Writer, op: ResolvedOp, codes: list[Compiled]) -> None:
     """Define exactly the locals the following expressions read, in a fixed order."""
     needed = set().union(*(c.locals for c in codes)) if codes else set()
     for tensor in op.ir.tensors:
-        var = "shape_" + snake(tensor.key)
+        var = request_local("shape", tensor.key)
         if var in needed:
             # An optional input that was not given has no shape: None.
             read = f'r.shapes.get("{tensor.key}")' if tensor.optional else f'r.shapes["{tensor.key}"]'
             w.line(f"{var} = {read}")
     for type_var, _ in op.ir.type_constraints:
-        if f"dtype_{snake(type_var)}" in needed:
-            w.line(f'dtype_{snake(type_var)} = r.dtypes["{type_var}"]')
+        if request_local("dtype", type_var) in needed:
+            w.line(f'{request_local("dtype", type_var)} = r.dtypes["{type_var}"]')
     for attribute in op.ir.attributes:
-        if f"attr_{snake(attribute.name)}" in needed:
-            w.line(f'attr_{snake(attribute.name)} = r.attrs["{attribute.name}"]')
+        if request_local("attr", attribute.name) in needed:
+            w.line(f'{request_local("attr", attribute.name)} = r.attrs["{attribute.name}"]')
     for name, _ in op.ir.tunables:
-        if f"tunable_{snake(name)}" in needed:
-            w.line(f'tunable_{snake(name)} = r.tunables["{name}"]')
+        if request_local("tunable", name) in needed:
+            w.line(f'{request_local("tunable", name)} = r.tunables["{name}"]')
     for local in PREAMBLE_ORDER:
         if local in needed:
             w.line(f"{local} = {DEVICE_LOCALS[local]}")
@@ -573,11 +573,11 @@ def _varying_keys(item: RenderedPass) -> list[int]:
     return deciding_columns([tuple(repr(v) for v in spec.key) for spec in item.specializations])
 
 
-def _key_part(p: ResolvedPass, name: str) -> str:
+def _key_part(p: ResolvedPass, key: KeyName) -> str:
     """The Python expression of one specialization-key value inside a pass function."""
-    if name.startswith("binding:"):
-        return dict(p.element_types)[name[len("binding:") :]].python
-    value = {v.name: v for v in p.scope_values}[name]
+    if key.element_type:
+        return dict(p.element_types)[key.name].python
+    value = {v.name: v for v in p.scope_values}[key.name]
     return value.var if value in p.derives else f"v.{value.var}"
 
 
@@ -626,7 +626,7 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
     parts = [_key_part(p, item.key_names[i]) for i in varying]
     numbers = _pass_numbers(p, item)
     codes = [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
-    codes += [c for name, c in p.element_types if f"binding:{name}" in [item.key_names[i] for i in varying]]
+    codes += [c for name, c in p.element_types if KeyName(name, True) in [item.key_names[i] for i in varying]]
     reads = set().union(*(c.locals for c in codes)) | set(parts) | set(numbers.values())
     derives = _needed_derives(p, reads)
     codes += [v.code for v in derives]
@@ -683,7 +683,7 @@ def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: Sh
                 w.line(f"{constants[(field, repr(value))]} = {value!r}")
     if constants:
         w.line()
-    w.comment(f"Pass `{ir.id}`: its shaders by ({', '.join(item.key_names[i] for i in varying)}): the template values that")
+    w.comment(f"Pass `{ir.id}`: its shaders by ({', '.join(str(item.key_names[i]) for i in varying)}): the template values that")
     w.comment("tell its specializations apart" + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else "."))
     w.line(f"{ir.id.upper()}_SHADERS = shader_table(")
     w.line("    wgsl,")

@@ -81,6 +81,17 @@ class Scope:
         return self._resolve(path)
 
 
+REQUEST_LOCAL_KINDS = ("shape", "dtype", "attr", "tunable")
+
+
+def request_local(kind: str, name: str) -> str:
+    """The local that generated code reads a request value through: `shape_<key>`, `dtype_<T>`,
+    `attr_<name>`, `tunable_<name>` (emit.py defines them, resolve.py and wgsl.py name them)."""
+    if kind not in REQUEST_LOCAL_KINDS:
+        raise ValueError(f"no request local of kind {kind!r}")
+    return f"{kind}_{snake(name)}"
+
+
 def snake(name: str) -> str:
     """`normalizationParamsOk` -> `normalization_params_ok`; `WORKGROUP_SIZE` -> `workgroup_size`."""
     text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
@@ -109,7 +120,7 @@ def compile_expr(expr: Expr, scope: Scope, expect: str | tuple[str, ...] | None 
         kind = "bool" if isinstance(value, bool) else "int" if isinstance(value, int) else "float"
         result = Compiled(repr(value), kind, PREC_ATOM, constant=value, is_constant=True)
     else:
-        result = _Compiler(expr, scope).visit(parse(expr.source, expr.origin))
+        result = Compiler(expr, scope).visit(parse(expr.source, expr.origin))
     if expect is not None:
         allowed = (expect,) if isinstance(expect, str) else expect
         if result.type not in allowed:
@@ -131,7 +142,7 @@ def _wrap(part: Compiled, prec: int) -> str:
 
 
 @dataclass
-class _Compiler:
+class Compiler:
     expr: Expr
     scope: Scope
     _helpers: set = field(default_factory=set)

@@ -13,11 +13,12 @@ failed is reported once, where it is written, and not again by each value that r
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import jinja2.nodes as nodes
 
-from .expr import Compiled, ExprError, Scope, Symbol, _Compiler, compile_expr, parse, snake
-from .ir import Derive, Expr, Intermediate, Op, Pass, Tensor, UniformField, Variant
+from .expr import Compiled, Compiler, ExprError, Scope, Symbol, compile_expr, parse, request_local, snake
+from .ir import Derive, Expr, Op, Pass, Tensor, UniformField, Variant
 from .problems import CompileError, Problem
 from .runtime import WEBGPU_DEFAULT_LIMITS
 
@@ -32,7 +33,7 @@ DEVICE_LOCALS = {
 
 # Preamble locals that come from the request itself, dispatch-time facts (docs/MANIFEST.md, "Binding times"):
 # shapes and ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
-_REQUEST_LOCAL_PREFIXES = ("shape_", "attr_")
+_REQUEST_LOCAL_PREFIXES = (request_local("shape", ""), request_local("attr", ""))
 
 
 def reads_request(code: Compiled) -> bool:
@@ -67,23 +68,51 @@ class Rule:
         return "d" in self.code.locals
 
 
+class NamedCode(NamedTuple):
+    """A compiled expression and the name it is known by (a dispatch key, a binding's name)."""
+
+    name: str
+    code: Compiled
+
+
+class FieldCode(NamedTuple):
+    """A Params field and its compiled `value`."""
+
+    field: UniformField
+    code: Compiled
+
+
+class ClauseCode(NamedTuple):
+    """A `when` / `demoteWhen` clause and its compiled form."""
+
+    expr: Expr
+    code: Compiled
+
+
+class ShapeCode(NamedTuple):
+    """An output tensor or an intermediate, and its compiled shape."""
+
+    of: Any  # ir.Tensor | ir.Intermediate
+    code: Compiled
+
+
 @dataclass(frozen=True)
 class ResolvedPass:
     ir: Pass
     derives: tuple[Value, ...]
-    dispatch: tuple[tuple[str, Compiled], ...]
-    uniforms: tuple[tuple[UniformField, Compiled], ...]
-    element_types: tuple[tuple[str, Compiled], ...]  # binding name -> WGSL type (a str value)
+    dispatch: tuple[NamedCode, ...]
+    uniforms: tuple[FieldCode, ...]
+    element_types: tuple[NamedCode, ...]  # binding name -> WGSL type (a str value)
     scope_values: tuple[Value, ...]  # variant then pass values, pass values winning: what the template may see
 
 
 @dataclass(frozen=True)
 class ResolvedVariant:
     ir: Variant
-    when: tuple[tuple[Expr, Compiled], ...]
-    demote_when: tuple[tuple[Expr, Compiled], ...]
+    when: tuple[ClauseCode, ...]
+    demote_when: tuple[ClauseCode, ...]
     derives: tuple[Value, ...]
-    intermediates: tuple[tuple[Intermediate, Compiled], ...]
+    intermediates: tuple[ShapeCode, ...]
     passes: tuple[ResolvedPass, ...]
 
 
@@ -91,7 +120,7 @@ class ResolvedVariant:
 class ResolvedOp:
     ir: Op
     derives: tuple[Value, ...]
-    output_shapes: tuple[tuple[Tensor, Compiled], ...]
+    output_shapes: tuple[ShapeCode, ...]
     rules: tuple[Rule, ...]
     variants: tuple[ResolvedVariant, ...]
 
@@ -194,16 +223,16 @@ class _Resolver:
     def builtin(self, path: tuple[str, ...], allow_fold: bool) -> Symbol | None:
         head, rest = path[0], path[1:]
         if head in ("shapes", "ranks") and len(rest) == 1 and rest[0] in self.tensors:
-            var = "shape_" + snake(self.tensors[rest[0]].key)
+            var = request_local("shape", self.tensors[rest[0]].key)
             return Symbol(var if head == "shapes" else f"len({var})", "shape" if head == "shapes" else "int", frozenset({var}))
         if head == "dtypes" and len(rest) == 1 and rest[0] in self.type_vars:
-            var = "dtype_" + snake(rest[0])
+            var = request_local("dtype", rest[0])
             return Symbol(var, "str", frozenset({var}))
         if head == "attrs" and len(rest) == 1 and rest[0] in self.attributes:
-            var = "attr_" + snake(rest[0])
+            var = request_local("attr", rest[0])
             return Symbol(var, _attribute_kind(self.op, rest[0]), frozenset({var}))
         if head == "tunables" and len(rest) == 1 and rest[0] in self.tunables:
-            var = "tunable_" + snake(rest[0])
+            var = request_local("tunable", rest[0])
             kind = "float" if isinstance(self.tunables[rest[0]], float) else "int"
             return Symbol(var, kind, frozenset({var}))
         if path == ("shapes",):
@@ -259,7 +288,7 @@ class _Resolver:
 
     def resolve(self) -> ResolvedOp:
         derives = self.values(self.manifest)
-        outputs = [self.attempt(lambda: (t, compile_expr(t.shape, self.scope("manifest"), ("shape", "list")))) for t in self.op.outputs]
+        outputs = [self.attempt(lambda: ShapeCode(t, compile_expr(t.shape, self.scope("manifest"), ("shape", "list")))) for t in self.op.outputs]
         for tensor in self.op.tensors:
             if tensor.rank is not None:
                 self.attempt(lambda: compile_expr(tensor.rank, self.scope("select"), ("int", "float")))
@@ -273,12 +302,13 @@ class _Resolver:
 
     def variant(self, variant: Variant) -> ResolvedVariant:
         select = self.scope("select")
-        when = tuple(self.attempt(lambda: (e, compile_expr(e, select, "bool"))) for e in variant.when)
-        demote = tuple(self.attempt(lambda: (e, compile_expr(e, select, "bool"))) for e in variant.demote_when)
+        when = tuple(self.attempt(lambda: ClauseCode(e, compile_expr(e, select, "bool"))) for e in variant.when)
+        demote = tuple(self.attempt(lambda: ClauseCode(e, compile_expr(e, select, "bool"))) for e in variant.demote_when)
         level = _Level(variant.derives, lambda: self.scope("variant", level), levels=lambda: {"manifest": self.manifest, "variant": level})
         values = self.values(level)
         intermediates = tuple(
-            self.attempt(lambda: (i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape")))) for i in variant.intermediates
+            self.attempt(lambda: ShapeCode(i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape"))))
+            for i in variant.intermediates
         )
         passes = tuple(self.pass_(p, level) for p in variant.passes)
         return ResolvedVariant(variant, when, demote, values, intermediates, passes)
@@ -291,14 +321,16 @@ class _Resolver:
         )
         values = self.values(level)
         scope = self.scope("pass", variant_level, level)
-        dispatch = tuple(self.attempt(lambda: (k, compile_expr(e, scope, ("int", "float")))) for k, e in pass_.dispatch.values)
+        dispatch = tuple(self.attempt(lambda: NamedCode(k, compile_expr(e, scope, ("int", "float")))) for k, e in pass_.dispatch.values)
         uniforms = tuple(
-            self.attempt(lambda: (f, compile_expr(f.value, scope, ("int", "float", "bool") if f.type != "f32" else ("int", "float"))))
+            self.attempt(lambda: FieldCode(f, compile_expr(f.value, scope, ("int", "float", "bool") if f.type != "f32" else ("int", "float"))))
             for b in pass_.bindings
             for f in b.fields
         )
         element_types = tuple(
-            self.attempt(lambda: (b.name, self.element_type(b.element_type, scope))) for b in pass_.bindings if b.element_type is not None
+            self.attempt(lambda: NamedCode(b.name, self.element_type(b.element_type, scope)))
+            for b in pass_.bindings
+            if b.element_type is not None
         )
         shadowed = {v.name for v in values}
         visible = tuple(v for v in variant_level.compiled() if v.name not in shadowed) + values
@@ -367,7 +399,7 @@ class _Resolver:
         scope = self.scope("select")
         rules, seen = [], set()
         for source, node in clauses.items():
-            compiler = _Compiler(Expr(source, None, origin_expr.origin), scope)
+            compiler = Compiler(Expr(source, None, origin_expr.origin), scope)
             code = compiler.visit(node)
             if code.type != "bool" or code.python in seen:
                 continue  # `ranks.B` and `ranks.b` are one rule under two names

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 
 from .expr import snake
-from .wgsl import RenderedPass, Specialization
+from .wgsl import KeyName, RenderedPass, Specialization
 
 PARAGRAPH_BREAK = "\n\n"
 CONTINUED = "+"  # a part name with this prefix continues the previous part on the next line
@@ -102,14 +102,14 @@ def split_parts(text: str) -> list[tuple[str, bool]]:
     return parts
 
 
-def _token(name: str, value: object) -> str:
+def _token(key: KeyName, value: object) -> str:
     """A key value as a name token: True -> the name, False -> nothing, `vec4<f16>` -> `vec4f16`."""
     if value is True:
-        return snake(name.removeprefix("binding:")).replace("_", "-")
+        return snake(key.name).replace("_", "-")
     if value is False or value is None:
         return ""
     token = re.sub(r"[^0-9A-Za-z]+", "", str(value))
-    return f"{snake(name.removeprefix('binding:')).replace('_', '-')}{token}" if token.isdigit() else token
+    return f"{snake(key.name).replace('_', '-')}{token}" if token.isdigit() else token
 
 
 def deciding_columns(rows: list[tuple]) -> list[int]:

@@ -18,6 +18,7 @@ import itertools
 import math
 import re
 import traceback
+from typing import NamedTuple
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +30,7 @@ import jinja2.nodes
 from jinja2.lexer import Token
 
 from . import runtime
-from .expr import snake
+from .expr import request_local
 from .problems import CompileError, Problem, TemplateLocation, closest
 from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
 
@@ -71,12 +72,22 @@ class ScopeUniform:
     declared: bool
 
 
+class KeyName(NamedTuple):
+    """One position of a specialization key: a template value, or a binding's element type."""
+
+    name: str  # the template value, or the binding
+    element_type: bool = False
+
+    def __str__(self) -> str:
+        return f"{self.name} element type" if self.element_type else self.name
+
+
 @dataclass(frozen=True)
 class RenderedPass:
     variant: ResolvedVariant
     pass_: ResolvedPass
     template: str  # repository-relative path
-    key_names: tuple[str, ...]  # template values, then `binding:<name>` element types
+    key_names: tuple[KeyName, ...]  # template values, then bindings' element types
     specializations: tuple[Specialization, ...]
     scope_uniforms: tuple[ScopeUniform, ...] = ()  # appended to Params after the manifest's fields
 
@@ -190,10 +201,10 @@ class _Domains:
             "variant": {v.name: v for v in variant.derives},
             "pass": {v.name: v for v in pass_.derives},
         }
-        self.base = {f"dtype_{snake(tv)}": tuple(WGSL_DTYPE[t] for t in types if t in WGSL_DTYPE) for tv, types in op.ir.type_constraints}
+        self.base = {request_local("dtype", tv): tuple(WGSL_DTYPE[t] for t in types if t in WGSL_DTYPE) for tv, types in op.ir.type_constraints}
         for attribute in op.ir.attributes:
             if attribute.allowed is not None:
-                self.base[f"attr_{snake(attribute.name)}"] = attribute.allowed
+                self.base[request_local("attr", attribute.name)] = attribute.allowed
 
     def leaves(self, value: Value) -> set:
         try:
@@ -327,12 +338,13 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     except _NotFinite as error:
         message = f"a specialization value of template `{name}` depends on `{error}`, which has no finite domain"
         raise CompileError([Problem(origin, message)]) from None
-    key_names = tuple(v.name for v in template_values + element_values)
+    value_names = tuple(v.name for v in template_values + element_values)
+    key_names = tuple(KeyName(v.name) for v in template_values) + tuple(KeyName(b, True) for b, _ in pass_.element_types)
     numeric = {v.name: ("f32" if v.code.type == "float" else "u32") for v in pass_.scope_values if v.code.type in ("int", "float")}
     if pass_.ir.dispatch.form == "threads":
         numeric["WORKGROUP_SIZE"] = "u32"
     numeric["DISPATCH_FOLD_WIDTH"] = "u32"
-    bodies = _Bodies(env, variant, pass_, folder).render(combos, key_names, template_values)
+    bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, template_values)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
     uniforms = _scope_uniforms(pass_, kept, numeric, [body.text for body in bodies.values()], origin, name)
     moved = {u.name for u in uniforms}

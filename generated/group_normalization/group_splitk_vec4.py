@@ -164,8 +164,8 @@ def _apply(r, d, v):
     return make_pass(r, shader, "apply", "GroupNormalization.SplitKApplyVec4", dispatch, uniforms, numbers)
 
 
-# Pass `partials`: its shaders by (binding:x): the template values that
-# tell its specializations apart; the others are pairs=False, vec4=True, binding:partials='vec4<f32>' or follow from these.
+# Pass `partials`: its shaders by (x element type): the template values that
+# tell its specializations apart; the others are pairs=False, vec4=True, partials element type='vec4<f32>' or follow from these.
 PARTIALS_SHADERS = shader_table(
     wgsl,
     template="templates/group-normalization-splitk-partials.wgsl.jinja",
@@ -187,7 +187,7 @@ PARTIALS_SHADERS = shader_table(
 
 
 # Pass `apply`: its shaders by (scalar): the template values that
-# tell its specializations apart; the others are pairs=False, vec4=True, binding:partials='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are pairs=False, vec4=True, partials element type='vec4<f32>' or follow from these.
 APPLY_SHADERS = shader_table(
     wgsl,
     template="templates/group-normalization-splitk-apply.wgsl.jinja",

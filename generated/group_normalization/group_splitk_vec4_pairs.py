@@ -177,8 +177,8 @@ def _apply(r, d, v):
     )
 
 
-# Pass `partials`: its shaders by (binding:x): the template values that
-# tell its specializations apart; the others are pairs=True, vec4=True, binding:partials='vec4<f32>' or follow from these.
+# Pass `partials`: its shaders by (x element type): the template values that
+# tell its specializations apart; the others are pairs=True, vec4=True, partials element type='vec4<f32>' or follow from these.
 PARTIALS_SHADERS = shader_table(
     wgsl,
     template="templates/group-normalization-splitk-partials.wgsl.jinja",
@@ -205,7 +205,7 @@ PARTIALS_SHADERS = shader_table(
 
 
 # Pass `apply`: its shaders by (scalar): the template values that
-# tell its specializations apart; the others are pairs=True, vec4=True, binding:partials='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are pairs=True, vec4=True, partials element type='vec4<f32>' or follow from these.
 APPLY_SHADERS = shader_table(
     wgsl,
     template="templates/group-normalization-splitk-apply.wgsl.jinja",

@@ -174,8 +174,8 @@ def _apply(r, d, v):
     return make_pass(r, shader, "apply", "InstanceNormalization.Apply", dispatch, uniforms, numbers)
 
 
-# Pass `partials`: its shaders by (binding:input): the template values that
-# tell its specializations apart; the others are binding:partials='f32' or follow from these.
+# Pass `partials`: its shaders by (input element type): the template values that
+# tell its specializations apart; the others are partials element type='f32' or follow from these.
 PARTIALS_SHADERS = shader_table(
     wgsl,
     template="templates/instance-normalization-splitk-partials.wgsl.jinja",
@@ -196,8 +196,8 @@ PARTIALS_SHADERS = shader_table(
 )
 
 
-# Pass `combine`: its shaders by (binding:input): the template values that
-# tell its specializations apart; the others are vectorizedSpec=False, binding:partials='f32', binding:stats='f32' or follow from these.
+# Pass `combine`: its shaders by (input element type): the template values that
+# tell its specializations apart; the others are vectorizedSpec=False, partials element type='f32', stats element type='f32' or follow from these.
 COMBINE_SHADERS = shader_table(
     wgsl,
     template="templates/instance-normalization-splitk-combine.wgsl.jinja",
@@ -220,7 +220,7 @@ COMBINE_SHADERS = shader_table(
 
 
 # Pass `apply`: its shaders by (usesF16): the template values that
-# tell its specializations apart; the others are binding:stats='f32' or follow from these.
+# tell its specializations apart; the others are stats element type='f32' or follow from these.
 APPLY_SHADERS = shader_table(
     wgsl,
     template="templates/instance-normalization-apply.wgsl.jinja",

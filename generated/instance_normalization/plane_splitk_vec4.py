@@ -199,8 +199,8 @@ def _apply(r, d, v):
 PARTIALS_USES_SUBGROUPS_1 = False
 PARTIALS_USES_SUBGROUPS_2 = True
 
-# Pass `partials`: its shaders by (useSubgroups, binding:input): the template values that
-# tell its specializations apart; the others are vectorized=True, binding:partials='f32' or follow from these.
+# Pass `partials`: its shaders by (useSubgroups, input element type): the template values that
+# tell its specializations apart; the others are vectorized=True, partials element type='f32' or follow from these.
 PARTIALS_SHADERS = shader_table(
     wgsl,
     template="templates/instance-normalization-splitk-partials.wgsl.jinja",
@@ -232,8 +232,8 @@ PARTIALS_SHADERS = shader_table(
 )
 
 
-# Pass `combine`: its shaders by (binding:input): the template values that
-# tell its specializations apart; the others are vectorizedSpec=True, binding:partials='f32', binding:stats='f32' or follow from these.
+# Pass `combine`: its shaders by (input element type): the template values that
+# tell its specializations apart; the others are vectorizedSpec=True, partials element type='f32', stats element type='f32' or follow from these.
 COMBINE_SHADERS = shader_table(
     wgsl,
     template="templates/instance-normalization-splitk-combine.wgsl.jinja",
@@ -256,7 +256,7 @@ COMBINE_SHADERS = shader_table(
 
 
 # Pass `apply`: its shaders by (usesF16): the template values that
-# tell its specializations apart; the others are vectorized=True, binding:stats='f32' or follow from these.
+# tell its specializations apart; the others are vectorized=True, stats element type='f32' or follow from these.
 APPLY_SHADERS = shader_table(
     wgsl,
     template="templates/instance-normalization-apply.wgsl.jinja",

@@ -125,7 +125,7 @@ def _main(r, d, v):
 
 
 # Pass `main`: its shaders by (): the template values that
-# tell its specializations apart; the others are combineSubgroups=True, scalar='f32', scalarIo=True, vec4=True, vecType='vec4<f32>', binding:x='f32', binding:scale='f32', binding:bias='f32', binding:y='f32' or follow from these.
+# tell its specializations apart; the others are combineSubgroups=True, scalar='f32', scalarIo=True, vec4=True, vecType='vec4<f32>', x element type='f32', scale element type='f32', bias element type='f32', y element type='f32' or follow from these.
 MAIN_SHADERS = shader_table(
     wgsl,
     template="templates/norm-row-stats.wgsl.jinja",

@@ -200,7 +200,7 @@ def _main(r, d, v):
 
 
 # Pass `main`: its shaders by (ioElement, skipFull): the template values that
-# tell its specializations apart; the others are hasBias=True, writeSum=True, binding:gamma='u32', binding:beta='u32' or follow from these.
+# tell its specializations apart; the others are hasBias=True, writeSum=True, gamma element type='u32', beta element type='u32' or follow from these.
 MAIN_SHADERS = shader_table(
     wgsl,
     template="templates/group-norm-fused.wgsl.jinja",

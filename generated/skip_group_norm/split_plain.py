@@ -382,7 +382,7 @@ STATS_OVERRIDES_2 = (
 )
 
 # Pass `stats`: its shaders by (ioElement, skipFull): the template values that
-# tell its specializations apart; the others are hasBias=False, slabStage='stats', writeSum=False, binding:partials='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are hasBias=False, slabStage='stats', writeSum=False, partials element type='vec4<f32>' or follow from these.
 STATS_SHADERS = shader_table(
     wgsl,
     template="templates/group-norm-slab.wgsl.jinja",
@@ -414,7 +414,7 @@ STATS_SHADERS = shader_table(
 
 
 # Pass `combine`: its shaders by (): the template values that
-# tell its specializations apart; the others are binding:partials='vec4<f32>', binding:stats='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are partials element type='vec4<f32>', stats element type='vec4<f32>' or follow from these.
 COMBINE_SHADERS = shader_table(
     wgsl,
     template="templates/group-norm-combine.wgsl.jinja",
@@ -491,7 +491,7 @@ NORMALIZE_OVERRIDES_2 = (
 )
 
 # Pass `normalize`: its shaders by (ioElement, skipFull): the template values that
-# tell its specializations apart; the others are hasBias=False, slabStage='normalize', writeSum=False, binding:gamma='u32', binding:beta='u32', binding:stats='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are hasBias=False, slabStage='normalize', writeSum=False, gamma element type='u32', beta element type='u32', stats element type='vec4<f32>' or follow from these.
 NORMALIZE_SHADERS = shader_table(
     wgsl,
     template="templates/group-norm-slab.wgsl.jinja",

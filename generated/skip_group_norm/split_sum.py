@@ -379,7 +379,7 @@ STATS_OVERRIDES_2 = (
 )
 
 # Pass `stats`: its shaders by (ioElement, skipFull): the template values that
-# tell its specializations apart; the others are hasBias=False, slabStage='stats', writeSum=True, binding:partials='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are hasBias=False, slabStage='stats', writeSum=True, partials element type='vec4<f32>' or follow from these.
 STATS_SHADERS = shader_table(
     wgsl,
     template="templates/group-norm-slab.wgsl.jinja",
@@ -420,7 +420,7 @@ STATS_SHADERS = shader_table(
 
 
 # Pass `combine`: its shaders by (): the template values that
-# tell its specializations apart; the others are binding:partials='vec4<f32>', binding:stats='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are partials element type='vec4<f32>', stats element type='vec4<f32>' or follow from these.
 COMBINE_SHADERS = shader_table(
     wgsl,
     template="templates/group-norm-combine.wgsl.jinja",
@@ -451,7 +451,7 @@ COMBINE_SHADERS = shader_table(
 
 
 # Pass `normalize`: its shaders by (ioElement): the template values that
-# tell its specializations apart; the others are hasBias=False, slabStage='normalize', writeSum=True, binding:gamma='u32', binding:beta='u32', binding:stats='vec4<f32>' or follow from these.
+# tell its specializations apart; the others are hasBias=False, slabStage='normalize', writeSum=True, gamma element type='u32', beta element type='u32', stats element type='vec4<f32>' or follow from these.
 NORMALIZE_SHADERS = shader_table(
     wgsl,
     template="templates/group-norm-slab.wgsl.jinja",
