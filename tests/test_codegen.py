@@ -1012,7 +1012,7 @@ def test_naga_failure_names_template_line_and_specialization(tiny, device):
         build(tiny.manifests, tiny.templates, device=device)
     (problem,) = _messages(info.value)
     head = problem.splitlines()[0]
-    assert head == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [binding:x='f32', binding:y='f32']:"
+    assert head == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [x element type='f32', y element type='f32']:"
     assert "wrong" in problem  # naga's own message follows
 
 
@@ -1128,7 +1128,7 @@ def test_a_jinja_error_names_the_template_line(tiny, device):
     # Both specializations fail the same way: one problem, naming the first and counting the rest.
     assert str(problem) == (
         "templates/tiny.wgsl.jinja:3: Jinja failed rendering variant copy, pass main, "
-        "specialization [binding:x='f32', binding:y='f32'] and 1 more: 'usesF61' is undefined; did you mean `usesF16`?"
+        "specialization [x element type='f32', y element type='f32'] and 1 more: 'usesF61' is undefined; did you mean `usesF16`?"
     )
 
 
