@@ -344,7 +344,7 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     if pass_.ir.dispatch.form == "threads":
         numeric["WORKGROUP_SIZE"] = "u32"
     numeric["DISPATCH_FOLD_WIDTH"] = "u32"
-    bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, template_values)
+    bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, key_names, template_values)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
     uniforms = _scope_uniforms(pass_, kept, numeric, [body.text for body in bodies.values()], origin, name)
     moved = {u.name for u in uniforms}
@@ -432,12 +432,14 @@ class _Bodies:
     def __init__(self, env: jinja2.Environment, variant: ResolvedVariant, pass_: ResolvedPass, folder: str):
         self.env, self.variant, self.pass_, self.folder = env, variant, pass_, folder
 
-    def render(self, combos: list[dict], key_names: tuple[str, ...], template_values: list[Value]) -> dict[tuple, _Body]:
+    def render(self, combos: list[dict], value_names: tuple[str, ...], key_names: tuple[KeyName, ...], template_values: list[Value]) -> dict[tuple, _Body]:
+        """Bodies by key: the values of `value_names` (the enumeration's names) in order; problems
+        name the key positions as `key_names` do."""
         template = self.env.get_template(self.pass_.ir.template)  # parsed already: no syntax error here
         bodies: dict[tuple, _Body] = {}
         failures: dict[tuple[TemplateLocation, str], list[tuple]] = defaultdict(list)
         for combo in combos:
-            key = tuple(combo[n] for n in key_names)
+            key = tuple(combo[n] for n in value_names)
             if key in bodies or any(key in keys for keys in failures.values()):
                 continue
             context = {v.name: combo[v.name] for v in template_values}
@@ -474,7 +476,7 @@ class _Bodies:
         suggestion = closest(undefined.group(1), [v.name for v in self.pass_.scope_values]) if undefined else None
         return f"{error}; did you mean `{suggestion}`?" if suggestion else str(error)
 
-    def problem(self, where: TemplateLocation, detail: str, keys: list[tuple], key_names: tuple[str, ...]) -> Problem:
+    def problem(self, where: TemplateLocation, detail: str, keys: list[tuple], key_names: tuple[KeyName, ...]) -> Problem:
         shown = ", ".join(f"{n}={v!r}" for n, v in zip(key_names, keys[0]))
         more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
         head = f"Jinja failed rendering variant {self.variant.ir.id}, pass {self.pass_.ir.id}, specialization [{shown}]{more}"

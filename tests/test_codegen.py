@@ -1051,7 +1051,7 @@ def test_naga_failure_in_a_conditional_template(tiny, device):
     (problem,) = _messages(info.value)
     assert problem.startswith(
         "templates/tiny.wgsl.jinja:6: naga rejected variant copy, pass main, "
-        "specialization [usesF16=True, binding:x='f16', binding:y='f16']:"
+        "specialization [usesF16=True, x element type='f16', y element type='f16']:"
     ), problem
 
 
