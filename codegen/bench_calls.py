@@ -273,7 +273,7 @@ def new_shape_first_call(op, case, arrays_for, options, device, sync):
     _runtime._plans.clear()  # plan() above must not make the timed call's plan ahead of it
     inputs = {k: Tensor.from_numpy(a, device) for k, a in arrays_for(shapes).items()}
     out = {key: Tensor.empty(shape, dtype, device) for key, (shape, dtype) in after.outputs.items()}
-    created = _runtime.pipeline_creations
+    created = _runtime.pipelines_created()
 
     def timed_call():
         sync()
@@ -283,7 +283,7 @@ def new_shape_first_call(op, case, arrays_for, options, device, sync):
         return time.perf_counter() - started
 
     first = timed_call()
-    made = _runtime.pipeline_creations - created
+    made = _runtime.pipelines_created() - created
     again = timed_call()
     for tensor in list(inputs.values()) + list(out.values()):
         tensor.destroy()

@@ -27,7 +27,8 @@ from .store import store_shaders
 from .validate import validate
 from .wgsl import missing_templates, render_op
 
-RUNTIME_SOURCE = Path(__file__).with_name("runtime.py")
+# The runtime package: each module copied verbatim into generated/_runtime/.
+RUNTIME_SOURCE = Path(__file__).with_name("runtime")
 BENCH_SOURCE = Path(__file__).with_name("bench.py")
 ONNX_VERSIONS_SOURCE = Path(__file__).with_name("onnx_versions.py")
 # Copied verbatim, each under its name in generated/.
@@ -87,7 +88,6 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
         rendered_all.extend(rendered)
         emitted.append((op, rendered))
     report = validate(rendered_all, device) if rendered_all else None
-    runtime_source = Source(f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}", sha256_of(RUNTIME_SOURCE))
     for op, rendered in emitted:
         template_paths = sorted({item.template for item in rendered})
         sources = [Source(op.ir.source, op.ir.sha256)] + [Source(t, sha256_of(repo_root / t)) for t in template_paths]
@@ -112,12 +112,21 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources, project_version(repo_root))
     # PEP 561: the package's annotations are meant for type checkers (a banner is not "partial").
     files["py.typed"] = banner([])
-    files["_runtime.py"] = emit_runtime(RUNTIME_SOURCE.read_text(), runtime_source)
+    files.update(runtime_files())
     for relative, path in VERBATIM_SOURCES.items():
         files[relative] = emit_runtime(path.read_text(), Source(f"{path.parent.name}/{path.name}", sha256_of(path)))
     files = _format_python(files)
     files["REPORT.md"] = emit_report(emitted, skipped, report, files)
     return files
+
+
+def runtime_files() -> dict[str, str]:
+    """{_runtime/<module>.py: text}: every module of the runtime package under its banner, verbatim
+    (the sources are black-formatted already, so the copies are too)."""
+    return {
+        f"_runtime/{path.name}": emit_runtime(path.read_text(), Source(f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}/{path.name}", sha256_of(path)))
+        for path in sorted(RUNTIME_SOURCE.glob("*.py"))
+    }
 
 
 def project_version(repo_root: Path) -> str:

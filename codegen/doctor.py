@@ -114,9 +114,9 @@ CHECKS = {
 
 
 def op_packages():
-    """{name: module} of every op package beside this module, in name order."""
+    """{name: module} of every op package beside this module (not the private _runtime), in name order."""
     package = importlib.import_module(__package__)
-    names = sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg)
+    names = sorted(info.name for info in pkgutil.iter_modules(package.__path__) if info.ispkg and not info.name.startswith("_"))
     return {name: importlib.import_module(f".{name}", __package__) for name in names}
 
 

@@ -151,14 +151,14 @@ def test_sequence_replays_a_chain_after_its_inputs_change(request):
     seq = Sequence(device)
     out = chain(seq, tensors)
     assert len(seq) == 3
-    created = rt.pipeline_creations
+    created = rt.pipelines_created()
     for round_ in range(5):
         x = (rng.standard_normal(inputs["x"].shape) * (round_ + 1) + round_).astype(np.float32)
         device.queue.write_buffer(tensors["x"].buffer, 0, x.tobytes())
         seq.run()
         expected = chain(None, {**tensors, "x": Tensor.from_numpy(x)})
         assert out.numpy().tobytes() == expected.numpy().tobytes(), f"round {round_}, {seed_note(seed)}"
-    assert rt.pipeline_creations == created, "run() must create nothing"
+    assert rt.pipelines_created() == created, "run() must create nothing"
 
 
 def test_sequence_of_every_op_runs_many_times(request):
@@ -198,9 +198,9 @@ def test_warmup_creates_every_pipeline_a_call_needs():
     shapes = {k: v.shape for k, v in inputs.items()}
     plan = gn.warmup(shapes, {"T": "float32"}, attrs, variant="group_splitk", tunables=SPLIT)
     assert plan.variant == "group_splitk"
-    created = rt.pipeline_creations
+    created = rt.pipelines_created()
     gn.kernel(inputs, attrs=attrs, variant="group_splitk", tunables=SPLIT)
-    assert rt.pipeline_creations == created
+    assert rt.pipelines_created() == created
     assert gn.warmup(shapes, {"T": "float32"}, attrs, variant="group_splitk", tunables=SPLIT) is plan
 
 
@@ -260,7 +260,7 @@ def test_package_warmup_makes_the_pipelines_of_every_shipped_case():
 
     generated.warmup()
     assert generated.warmup() == 0  # everything already there
-    created = rt.pipeline_creations
+    created = rt.pipelines_created()
     rng, _ = rng_for("package-warmup")
     for package in (bn, gn, inn, sgn):
         cases = importlib.import_module(".cases", package.__name__)
@@ -269,7 +269,7 @@ def test_package_warmup_makes_the_pipelines_of_every_shipped_case():
             type_of = {t.key: t.type_var for t in package.INPUTS}
             inputs = {k: rng.uniform(0.5, 1.5, shape).astype(dtypes[type_of[k]]) for k, shape in entry["inputs"].items()}
             package.kernel(inputs, attrs=entry.get("attrs"), outputs=entry.get("outputs"))
-    assert rt.pipeline_creations == created, "a shipped case needed a pipeline warmup() did not make"
+    assert rt.pipelines_created() == created, "a shipped case needed a pipeline warmup() did not make"
 
 
 def test_a_repeated_out_call_reads_new_data_and_rechecks_what_can_change(request):

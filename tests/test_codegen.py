@@ -136,13 +136,33 @@ def test_writes_are_atomic(tmp_path, monkeypatch):
 
 def test_build_writes_the_expected_files(built, ops):
     files, _ = built
-    assert {"__init__.py", "_runtime.py", "REPORT.md"} <= set(files)
+    assert {"__init__.py", "_runtime/__init__.py", "REPORT.md"} <= set(files)
+    assert "_runtime.py" not in files
     assert "batch_normalization/__init__.py" in files
     for variant in ops["ai.onnx.BatchNormalization"].variants:
         assert f"batch_normalization/{variant.id}.py" in files
-    # _runtime.py is codegen/runtime.py under a banner, verbatim.
-    runtime = (REPO / "codegen" / "runtime.py").read_text()
-    assert files["_runtime.py"].startswith(BANNER) and files["_runtime.py"].endswith("\n\n" + runtime)
+    # _runtime/ is the package codegen/runtime/, each module under a banner, verbatim.
+    modules = sorted((REPO / "codegen" / "runtime").glob("*.py"))
+    assert sorted(p for p in files if p.startswith("_runtime/")) == [f"_runtime/{m.name}" for m in modules]
+    for module in modules:
+        text = files[f"_runtime/{module.name}"]
+        assert text.startswith(f"{BANNER} from\n#   codegen/runtime/{module.name} (sha256 {_sha16(module)})\n"), module.name
+        assert text.endswith("\n\n" + module.read_text()), module.name
+
+
+def test_runtime_sources_are_black_clean_and_import_relatively():
+    """The copies are verbatim, so the sources carry the package's formatting (emit.BLACK_MODE), and
+    import each other relatively (a vendored copy under another name keeps working)."""
+    import black
+
+    from codegen.emit import BLACK_MODE
+
+    for module in sorted((REPO / "codegen" / "runtime").glob("*.py")):
+        text = module.read_text()
+        assert black.format_str(text, mode=BLACK_MODE) == text, f"{module.name}: run black -l 110 -t py310"
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ImportFrom) and node.level == 0:
+                assert node.module.split(".")[0] in sys.stdlib_module_names | {"numpy", "wgpu"}, (module.name, node.module)
 
 
 def test_build_is_deterministic_in_memory(built, device):
@@ -161,8 +181,8 @@ def test_cli_regenerates_byte_identical_and_check_finds_stale_files(tmp_path):
     assert clean.returncode == 0, clean.stderr
     assert "up to date" in clean.stdout
 
-    variant_files = sorted(p for p in out.glob("*/*.py") if p.name != "__init__.py")
-    edited, removed = variant_files[0], out / "_runtime.py"
+    variant_files = sorted(p for p in out.glob("*/*.py") if p.name != "__init__.py" and p.parent.name != "_runtime")
+    edited, removed = variant_files[0], out / "_runtime" / "caps.py"
     edited.write_text(edited.read_text() + "# hand edit\n")
     removed.unlink()
     (out / "batch_normalization" / "retired_variant.py").write_text(BANNER + " from\n# nothing\n")
@@ -173,7 +193,7 @@ def test_cli_regenerates_byte_identical_and_check_finds_stale_files(tmp_path):
     assert REGENERATE in dirty.stderr
     listed = [line.strip() for line in dirty.stderr.splitlines() if line.startswith("  ")]
     assert edited.relative_to(out).as_posix() in listed
-    assert "_runtime.py (missing)" in listed
+    assert "_runtime/caps.py (missing)" in listed
     assert "batch_normalization/retired_variant.py (not generated any more)" in listed
     assert len(listed) == 3, listed  # mine.py is not ours; nothing else changed
 
@@ -791,12 +811,12 @@ def _tiny_repo(root: Path, template: str = TINY_TEMPLATE, manifest: dict = TINY_
 
 @pytest.fixture
 def tiny(tmp_path, monkeypatch):
-    """A repository with one tiny manifest and template. build() names codegen/runtime.py relative
+    """A repository with one tiny manifest and template. build() names codegen/runtime/ relative
     to the manifests' parent, so the runtime is copied in (see test_build_outside_the_repository)."""
     manifests, templates = _tiny_repo(tmp_path)
     (tmp_path / "codegen").mkdir()
-    runtime = tmp_path / "codegen" / "runtime.py"
-    shutil.copyfile(REPO / "codegen" / "runtime.py", runtime)
+    runtime = tmp_path / "codegen" / "runtime"
+    shutil.copytree(REPO / "codegen" / "runtime", runtime, ignore=shutil.ignore_patterns("__pycache__"))
     monkeypatch.setattr(builder, "RUNTIME_SOURCE", runtime)
     return SimpleNamespace(root=tmp_path, manifests=manifests, templates=templates)
 
@@ -817,12 +837,15 @@ def _shader_wgsl(files: dict, package: str = "tiny") -> list[str]:
     return [namespace["wgsl"](name) for name in namespace["SHADERS"]]
 
 
+RUNTIME_FILES = sorted(f"_runtime/{p.name}" for p in (REPO / "codegen" / "runtime").glob("*.py"))
+
+
 def test_tiny_files(tiny_files):
     assert sorted(tiny_files) == [
         "REPORT.md",
         "__init__.py",
         "__main__.py",
-        "_runtime.py",
+        *RUNTIME_FILES,
         "bench.py",
         "bench_calls.py",
         "check_model.py",

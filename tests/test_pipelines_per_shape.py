@@ -3,7 +3,7 @@ the shaders through the `Params` uniform, so a new shape reuses the pipelines of
 
 For every op and every variant (forced with `variant=`, f32 and f16 where valid) a first shape
 runs, then a second one with other N, C, H, W (and groups where the op has them), chosen so
-that the variant and its workgroup size stay the same: `_runtime.pipeline_creations` must not
+that the variant and its workgroup size stay the same: `_runtime.pipelines_created()` must not
 grow on the second call, and both results match the float64 references of tests/oracles.py
 (DESIGN §7 tolerances; NaN-poisoned outputs, fresh random data, seed printed on failure).
 A second test plans 50 shapes of one variant and counts the distinct (wgsl, overrides)
@@ -53,11 +53,11 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
         plan = package.plan(shapes, dtypes, attrs=attrs, variant=variant, outputs=outputs, **kwargs)
         assert plan.variant == variant
         plans.append(plan)
-        before = _runtime.pipeline_creations
+        before = _runtime.pipelines_created()
         result = poisoned_call(package, inputs, outputs, attrs=attrs, variant=variant, **kwargs)
         context = f"{variant} {np.dtype(dtype).name} {shape} {attrs} {seed_note(seed)}"
         if len(plans) == 2:
-            created = _runtime.pipeline_creations - before
+            created = _runtime.pipelines_created() - before
             if kept_constants(package, variant):
                 # The manifest keeps some request-dependent values as overrides (measured to pay):
                 # a new shape may create this variant's pipelines, one a pass at most.

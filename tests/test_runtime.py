@@ -1,4 +1,4 @@
-"""Unit tests of codegen/runtime.py, the support module copied into generated/_runtime.py."""
+"""Unit tests of codegen/runtime/, the support package copied into generated/_runtime/."""
 
 import math
 import struct
@@ -571,6 +571,19 @@ def test_pipelines_are_cached_per_wgsl_and_overrides(device):
     assert rt._pipeline(device, first) is rt._pipeline(device, same)
     assert rt._pipeline(device, first)[0] is not rt._pipeline(device, other)[0]
     assert rt._pipeline(device, first)[1] is rt._pipeline(device, other)[1]
+
+
+def test_pipelines_created_counts_live_through_the_package(device):
+    """The count is a function of the package, not an int it re-exports (that would be a copy)."""
+    from codegen.runtime import pipelines, pipelines_created
+
+    before = rt.pipelines_created()
+    fresh = scale_pass("p", 10, "f32", "f32", 1.0, offset=float(before) + 0.25)  # an override no pipeline has
+    rt._pipeline(device, fresh)
+    assert rt.pipelines_created() == pipelines_created() == pipelines.pipelines_created() == before + 1
+    rt._pipeline(device, fresh)  # cached: nothing created
+    assert rt.pipelines_created() == before + 1
+    assert not hasattr(rt, "pipeline_creations")
 
 
 # --- tunables: only known names, whole numbers >= 1 ------------------------------------------------------

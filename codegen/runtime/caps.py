@@ -1,0 +1,233 @@
+"""Device capabilities in WebGPU's names: the default limits and the feature names, `Caps`, the
+snapshot of a wgpu device's, and the process's default device.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import ContractError, PlanError
+from .numeric import whole
+
+
+# Every WebGPU limit with the default the spec guarantees on every device.
+WEBGPU_DEFAULT_LIMITS = {
+    "maxTextureDimension1D": 8192,
+    "maxTextureDimension2D": 8192,
+    "maxTextureDimension3D": 2048,
+    "maxTextureArrayLayers": 256,
+    "maxBindGroups": 4,
+    "maxBindGroupsPlusVertexBuffers": 24,
+    "maxBindingsPerBindGroup": 1000,
+    "maxDynamicUniformBuffersPerPipelineLayout": 8,
+    "maxDynamicStorageBuffersPerPipelineLayout": 4,
+    "maxSampledTexturesPerShaderStage": 16,
+    "maxSamplersPerShaderStage": 16,
+    "maxStorageBuffersPerShaderStage": 8,
+    "maxStorageTexturesPerShaderStage": 4,
+    "maxUniformBuffersPerShaderStage": 12,
+    "maxUniformBufferBindingSize": 65536,
+    "maxStorageBufferBindingSize": 134217728,
+    "minUniformBufferOffsetAlignment": 256,
+    "minStorageBufferOffsetAlignment": 256,
+    "maxVertexBuffers": 8,
+    "maxBufferSize": 268435456,
+    "maxVertexAttributes": 16,
+    "maxVertexBufferArrayStride": 2048,
+    "maxInterStageShaderVariables": 16,
+    "maxColorAttachments": 8,
+    "maxColorAttachmentBytesPerSample": 32,
+    "maxComputeWorkgroupStorageSize": 16384,
+    "maxComputeInvocationsPerWorkgroup": 256,
+    "maxComputeWorkgroupSizeX": 256,
+    "maxComputeWorkgroupSizeY": 256,
+    "maxComputeWorkgroupSizeZ": 64,
+    "maxComputeWorkgroupsPerDimension": 65535,
+}
+
+# wgpu-py spells limits in kebab case and splits "1D" as "-1d": compare names with the dashes
+# removed and the case folded.
+_LIMIT_BY_FOLDED_NAME = {name.lower(): name for name in WEBGPU_DEFAULT_LIMITS}
+
+# wgpu-native feature names that differ from WebGPU's. wgpu-native accepts a request for
+# "subgroups" but enables nothing, so the native name must be used on the device and the
+# WebGPU name everywhere else.
+_WEBGPU_FEATURE_NAMES = {"subgroup": "subgroups"}
+_NATIVE_FEATURE_NAMES = {v: k for k, v in _WEBGPU_FEATURE_NAMES.items()}
+
+_DEFAULT_DEVICE_FEATURES = ("shader-f16", "subgroups", "timestamp-query")
+
+# WebGPU's feature names (https://www.w3.org/TR/webgpu/#feature-index): what `caps=` may list.
+WEBGPU_FEATURES = frozenset(
+    {
+        "core-features-and-limits",
+        "depth-clip-control",
+        "depth32float-stencil8",
+        "texture-compression-bc",
+        "texture-compression-bc-sliced-3d",
+        "texture-compression-etc2",
+        "texture-compression-astc",
+        "texture-compression-astc-sliced-3d",
+        "timestamp-query",
+        "indirect-first-instance",
+        "shader-f16",
+        "rg11b10ufloat-renderable",
+        "bgra8unorm-storage",
+        "float32-filterable",
+        "float32-blendable",
+        "clip-distances",
+        "dual-source-blending",
+        "subgroups",
+        "texture-formats-tier1",
+        "texture-formats-tier2",
+        "primitive-index",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Caps:
+    """What a device offers, in WebGPU's names: all a plan may depend on."""
+
+    limits: Mapping[str, int]
+    features: frozenset[str]
+    wgsl_language_features: frozenset[str]
+    adapter_info: Mapping[str, object]
+
+    @classmethod
+    def from_mapping(cls, m):
+        """Caps from ``{"limits", "features", "wgslLanguageFeatures", "adapterInfo"}``.
+
+        Every key is optional; a limit left out takes WebGPU's default value, so a plan can be
+        made for a device one does not have. Names are WebGPU's; an unknown one is refused,
+        since a misspelt feature (``shader_f16``) would otherwise plan silently without it.
+        """
+        unknown_keys = sorted(set(m) - {"limits", "features", "wgslLanguageFeatures", "adapterInfo"})
+        if unknown_keys:
+            raise _caps_error("keys", f"unknown caps keys: {', '.join(unknown_keys)}", _CAPS_KEYS)
+        given = dict(m.get("limits", {}))
+        unknown = sorted(set(given) - set(WEBGPU_DEFAULT_LIMITS))
+        if unknown:
+            raise _caps_error("limits", f"unknown WebGPU limits: {', '.join(unknown)}", WEBGPU_DEFAULT_LIMITS)
+        features = m.get("features", ())
+        if isinstance(features, str):
+            raise _caps_error(
+                "features", f"features must be a list of names, not the string {features!r}", ()
+            )
+        unknown = sorted(set(features) - WEBGPU_FEATURES)
+        if unknown:
+            raise _caps_error("features", f"unknown WebGPU features: {', '.join(unknown)}", WEBGPU_FEATURES)
+        limits = dict(WEBGPU_DEFAULT_LIMITS)
+        for name, value in given.items():
+            try:
+                limit = whole(value, f"limits.{name}")
+            except PlanError as error:
+                raise _caps_error("limits", f"limits.{name}: {error.message}", ()) from None
+            if limit < 0:
+                raise _caps_error("limits", f"limits.{name} = {value!r} is negative", ())
+            limits[name] = limit
+        return cls(
+            limits=limits,
+            features=frozenset(features),
+            wgsl_language_features=frozenset(m.get("wgslLanguageFeatures", ())),
+            adapter_info=dict(m.get("adapterInfo", {})),
+        )
+
+
+_CAPS_KEYS = ("limits", "features", "wgslLanguageFeatures", "adapterInfo")
+
+
+def _caps_error(what, message, known):
+    import difflib
+
+    hint = ""
+    names = message.rpartition(": ")[2].split(", ")
+    close = [match for name in names for match in difflib.get_close_matches(name, list(known), n=1)]
+    if close:
+        hint = f" (did you mean {', '.join(repr(c) for c in close)}?)"
+    return ContractError("caps", what, "WebGPU names", message + hint)
+
+
+def features_text(features):
+    """A feature set as a message shows it."""
+    return ", ".join(sorted(features)) or "none"
+
+
+_caps_by_device = weakref.WeakKeyDictionary()
+
+
+def device_caps(device):
+    """Snapshot of a wgpu device's capabilities, in WebGPU's names (cached per device)."""
+    cached = _caps_by_device.get(device)
+    if cached is not None:
+        return cached
+    limits = dict(WEBGPU_DEFAULT_LIMITS)
+    for native_name, value in device.limits.items():
+        name = _LIMIT_BY_FOLDED_NAME.get(native_name.replace("-", "").lower())
+        # Native-only limits are dropped so that a snapshot round-trips through from_mapping;
+        # wgpu-native reports 0 for limits it does not track (maxBindGroupsPlusVertexBuffers),
+        # where the spec's default is what every device guarantees.
+        if name is not None and value:
+            limits[name] = int(value)
+    info = device.adapter_info
+    caps = Caps(
+        limits=limits,
+        features=frozenset(_WEBGPU_FEATURE_NAMES.get(f, f) for f in device.features),
+        # wgpu reports no WGSL language features, and the native query aborts the process.
+        wgsl_language_features=frozenset(),
+        # No subgroup sizes: wgpu 0.32 reports "stackgroup_min_size/max_size" fields that are not
+        # the subgroup size in use (lavapipe reports 4..128 and runs 8 wide); shaders must be
+        # right for any subgroup size anyway.
+        adapter_info={
+            key: info[key]
+            for key in ("vendor", "architecture", "device", "description")
+            if isinstance(info.get(key), str)
+        },
+    )
+    _caps_by_device[device] = caps
+    return caps
+
+
+def caps_of(caps, device=None):
+    """The Caps a plan uses: the device's snapshot (None), a Caps, or a mapping of the facts."""
+    if caps is None:
+        return device_caps(device if device is not None else default_device())
+    if isinstance(caps, Caps):
+        return caps
+    if isinstance(caps, Mapping):
+        return Caps.from_mapping(caps)
+    raise ContractError(
+        "caps",
+        "caps",
+        "a mapping",
+        f"caps must be None, a Caps or a mapping of WebGPU facts, not {type(caps).__name__}",
+    )
+
+
+_default_device = None
+_default_device_lock = threading.Lock()
+
+
+def default_device() -> Any:
+    """One shared wgpu device per process, with the adapter's limits and useful features."""
+    global _default_device
+    with _default_device_lock:
+        if _default_device is None:
+            import wgpu
+
+            adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+            if adapter is None:
+                raise RuntimeError(
+                    "no WebGPU adapter; on a GPU-less Linux machine install Mesa's Vulkan driver "
+                    "and set WGPU_BACKEND_TYPE=Vulkan"
+                )
+            wanted = (_NATIVE_FEATURE_NAMES.get(f, f) for f in _DEFAULT_DEVICE_FEATURES)
+            _default_device = adapter.request_device_sync(
+                required_features=[f for f in wanted if f in adapter.features],
+                required_limits=adapter.limits,
+            )
+        return _default_device

@@ -1,0 +1,28 @@
+"""The runtime's errors: a call that breaks the op's contract, a plan value that cannot be used, a
+dimension outside a shape.
+"""
+
+from __future__ import annotations
+
+
+class ContractError(ValueError):
+    """A call that breaks a rule of the op's contract; raised before any GPU work."""
+
+    def __init__(self, op, subject, rule, message):
+        super().__init__(op, subject, rule, message)
+        self.op = op
+        self.subject = subject
+        self.rule = rule
+        self.message = message
+
+    def __str__(self):
+        text = f"{self.op}: {self.subject}: {self.message}"
+        return text if self.rule in self.message else f"{text} (rule: {self.rule})"
+
+
+class PlanError(ContractError):
+    """A plan-time value that cannot be used: not a whole number, or over a device limit."""
+
+
+class DimensionError(IndexError):
+    """A dimension index outside a shape's rank."""

@@ -1,0 +1,411 @@
+"""An op's calls: kernel() (its inputs checked, and its memo of repeated calls on the same Tensors),
+warmup(), the package's warmup() and Sequence.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections import abc
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .cache import _per_device, _watching
+from .calls import _call_tensors, _submit, check_call, encode_calls, record_call, RecordedCall, run_plan
+from .caps import default_device
+from .errors import ContractError
+from .pipelines import pipelines_created, warm_pipelines
+from .planning import _cached_plan, _op_caps, _typed_items, build_plan
+from .plans import OpContract
+from .requests import _dtype_name, _in_callers_words, _inputs_by_key, _requested_outputs
+from .tensors import _dtype_text, Tensor, TensorIn
+
+
+def _kernel_input(op, name, value):
+    """A Tensor as it is; anything else as a native-order numpy array (big-endian data converted)."""
+    if isinstance(value, Tensor):
+        return value
+    try:
+        array = np.asarray(value)
+    except (TypeError, ValueError) as error:
+        raise ContractError(
+            op,
+            f"input {name}",
+            "an array",
+            f"expected a numpy array or Tensor, got {type(value).__name__}: {error}",
+        ) from None
+    if array.dtype.kind not in "fiub":
+        raise ContractError(
+            op,
+            f"input {name}",
+            "an array",
+            f"expected a float32 or float16 numpy array or Tensor, got {type(value).__name__} of dtype {array.dtype}",
+        )
+    if not array.dtype.isnative:
+        array = array.astype(array.dtype.newbyteorder("="))
+    return array
+
+
+def _kernel_inputs(contract, inputs):
+    """{bind key: value} and {bind key: the caller's name}; None means an input left out."""
+    if not isinstance(inputs, Mapping):
+        raise ContractError(
+            contract.op,
+            "inputs",
+            "a mapping",
+            f"inputs maps input names to arrays or Tensors, got {type(inputs).__name__}",
+        )
+    return _inputs_by_key(contract, inputs, _kernel_input)
+
+
+def _input_dtypes(contract, values, names):
+    tensors = {t.key: t for t in contract.inputs}
+    dtypes, first = {}, {}
+    for key, value in values.items():
+        name = _dtype_name(value.dtype)
+        type_var = tensors[key].type_var
+        allowed = contract.type_constraints[type_var]
+        subject = f"input {names[key]}"
+        if isinstance(value, Tensor) and not (value.dtype.isnative or value.dtype.byteorder == "|"):
+            raise ContractError(
+                contract.op,
+                subject,
+                "little-endian",
+                f"a Tensor's dtype must be native ({_dtype_text(value.dtype)}): GPU buffers hold little-endian data",
+            )
+        if name not in allowed:
+            hint = f" (convert with .astype(numpy.{allowed[0]}))" if value.dtype.kind in "fiub" else ""
+            raise ContractError(
+                contract.op,
+                subject,
+                f"{type_var} in {', '.join(allowed)}",
+                f"dtype {name} is not supported{hint}",
+            )
+        if dtypes.setdefault(type_var, name) != name:
+            raise ContractError(
+                contract.op,
+                subject,
+                f"one dtype for {type_var}",
+                f"dtype {name} differs from {first[type_var]}'s {dtypes[type_var]}: every {type_var} tensor must share one dtype",
+            )
+        first.setdefault(type_var, names[key])
+    return dtypes
+
+
+def _output_names(contract, out):
+    """out= keyed by bind key, and the caller's names of those outputs."""
+    if out is None:
+        return {}, {}
+    if not isinstance(out, Mapping):
+        raise ContractError(
+            contract.op, "out", "a mapping", f"out= maps output names to Tensors, got {type(out).__name__}"
+        )
+    by_name = {t.key: t.key for t in contract.outputs} | {t.role: t.key for t in contract.outputs}
+    keyed, names = {}, {}
+    for name, tensor in out.items():
+        key = by_name.get(name)
+        if key is None:
+            raise ContractError(
+                contract.op,
+                f"out {name}",
+                "known output",
+                f"unknown output; outputs are {', '.join(t.key for t in contract.outputs)}",
+            )
+        if key in keyed:
+            raise ContractError(
+                contract.op,
+                f"out {name}",
+                "one name per output",
+                f"given twice, as {names[key]!r} and {name!r}",
+            )
+        keyed[key], names[key] = tensor, name
+    return keyed, names
+
+
+def _call_plan(contract, inputs, attrs, outputs, device, variant, caps, tunables):
+    """The checked inputs, the caller's names, the device and the plan of one kernel() call."""
+    values, names = _kernel_inputs(contract, inputs)
+    dtypes = _input_dtypes(contract, values, names)
+    shapes = {
+        names[key]: (value.shape if type(value.shape) is tuple else tuple(value.shape))
+        for key, value in values.items()
+    }
+    shapes.update({names[key]: None for key in names if key not in values})
+    if device is None:
+        device = next((v.device for v in values.values() if isinstance(v, Tensor)), None) or default_device()
+    plan = _cached_plan(
+        contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, variant, outputs
+    )
+    return values, names, device, plan
+
+
+def run_kernel(
+    contract,
+    inputs,
+    attrs=None,
+    *,
+    outputs=None,
+    device=None,
+    variant=None,
+    caps=None,
+    tunables=None,
+    out=None,
+    encoder=None,
+):
+    """kernel(): infer shapes and dtypes from the inputs, plan, run; everything checked first.
+
+    With `encoder`, the op is recorded into that GPUCommandEncoder and nothing is submitted.
+    """
+    repeat_key = _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out)
+    if repeat_key is not None:
+        repeat = _repeated_call(repeat_key, device, inputs, out)
+        if repeat is not None:  # the same Tensors and options as a recent call: encode it again
+            _submit(repeat.call, repeat.device, encoder)
+            return {key: out[name] for key, name in repeat.returns}
+    values, names, device, plan = _call_plan(
+        contract, inputs, attrs, outputs, device, variant, caps, tunables
+    )
+    wanted = _requested_outputs(contract, outputs)
+    keyed_out, out_names = _output_names(contract, out)
+    try:
+        if repeat_key is not None and plan.passes and set(plan.outputs) <= set(keyed_out):
+            return _run_remembered(
+                repeat_key,
+                plan,
+                values,
+                device,
+                (inputs, out),
+                (keyed_out, {**names, **out_names}, out_names),
+                encoder,
+                wanted,
+            )
+        results = run_plan(plan, values, device, keyed_out, {**names, **out_names}, encoder)
+    except ContractError as error:
+        raise _in_callers_words(contract, error, names) from None
+    return {o: results[o] for o in wanted}
+
+
+# kernel() again with the same Tensors, attributes and options as a recent call (an app's loop over
+# resident tensors with out=) encodes the call recorded then: nothing is planned, checked or looked
+# up anew. What could differ is checked on every hit: each Tensor still has the buffer, shape and
+# dtype it had, and is not destroyed; anything else falls back to the full path, which refuses
+# what it refused before. Entries drop out once a buffer they bind is collected (`_watching`).
+REPEATED_CALLS_SIZE = 256
+_repeated_calls = weakref.WeakKeyDictionary()  # device -> LRUCache {repeat key: RepeatedCall}
+
+
+@dataclass(frozen=True)
+class RepeatedCall:
+    device: object
+    call: RecordedCall
+    described: tuple  # (shape, dtype) of each input, then of each out= Tensor, in the caller's order
+    returns: tuple  # (output key, the caller's out= name) of each output returned
+
+
+def _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out):
+    """The memo key of a call on resident Tensors with out=, or None for any other call."""
+    if caps is not None or not isinstance(inputs, Mapping) or not isinstance(out, Mapping) or not out:
+        return None
+    if not all(v is None or type(v) is Tensor for v in inputs.values()) or not all(
+        type(t) is Tensor for t in out.values()
+    ):
+        return None
+    if not all(isinstance(m, Mapping) or m is None for m in (attrs, tunables)):
+        return None
+    key = (
+        id(contract),
+        tuple((name, id(v)) for name, v in inputs.items()),
+        tuple((name, id(t)) for name, t in out.items()),
+        _typed_items(attrs or {}),
+        (
+            outputs
+            if outputs is None or isinstance(outputs, str)
+            else tuple(outputs) if isinstance(outputs, (list, tuple)) else None
+        ),
+        variant,
+        _typed_items(tunables or {}),
+    )
+    try:
+        hash(key)
+    except TypeError:
+        return None
+    return key
+
+
+def _tensors_in_order(inputs, out):
+    return [v for v in inputs.values() if v is not None] + list(out.values())
+
+
+def _repeated_call(key, device, inputs, out):
+    """The remembered call of `key`, if every Tensor is still the one it was made with."""
+    current = _tensors_in_order(inputs, out)
+    cache = _repeated_calls.get(device if device is not None else current[0].device)
+    entry = cache.get(key) if cache is not None else None
+    if entry is None:
+        return None
+    repeat, buffer_refs = entry
+    if len(current) != len(buffer_refs):
+        return None
+    for tensor, ref, (shape, dtype) in zip(current, buffer_refs, repeat.described):
+        if tensor.destroyed or tensor.buffer is not ref() or tensor.shape != shape or tensor.dtype != dtype:
+            return None
+    return repeat
+
+
+def _run_remembered(key, plan, values, device, callers, keyed, encoder, wanted):
+    """The full path of a call that can repeat: checked, recorded, run, then remembered.
+
+    `callers` is the caller's (inputs, out); `keyed` is (out by bind key, every name, out names).
+    """
+    keyed_out, names, out_names = keyed
+    values, checked_out, device, _ = check_call(
+        plan, values, device, keyed_out, names, None if encoder is None else "encoder="
+    )
+    tensors, _ = _call_tensors(plan, values, device, checked_out)
+    call = record_call(plan, tensors, device)
+    _submit(call, device, encoder)
+    ordered = _tensors_in_order(*callers)
+    repeat = RepeatedCall(
+        device, call, tuple((t.shape, t.dtype) for t in ordered), tuple((k, out_names[k]) for k in wanted)
+    )
+    cache = _per_device(_repeated_calls, device, REPEATED_CALLS_SIZE)
+    entry = [repeat, None]
+    entry[1] = _watching(cache, key, entry, [t.buffer for t in ordered])
+    cache.put(key, entry)
+    return {k: checked_out[k] for k in wanted}
+
+
+def warm_up(
+    contract,
+    shapes,
+    dtypes=None,
+    attrs=None,
+    *,
+    device=None,
+    caps=None,
+    tunables=None,
+    variant=None,
+    outputs=None,
+):
+    """warmup(): the plan for these shapes, with every pipeline it needs created on `device`.
+
+    Plans for the device's own capabilities unless `caps` is given; returns the plan.
+    """
+    device = device if device is not None else default_device()
+    plan = build_plan(
+        contract,
+        shapes,
+        dtypes,
+        attrs,
+        caps=caps,
+        tunables=tunables,
+        variant=variant,
+        device=device,
+        outputs=outputs,
+    )
+    warm_pipelines(device, plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes))
+    return plan
+
+
+def warm_cases(packages, device=None):
+    """`generated.warmup()`: create, on `device`, the pipelines that every variant of every op
+    needs for the op's shipped test and bench cases, with the default tunables; returns how many
+    pipelines were made.
+
+    Since shapes reach shaders through Params, a variant's pipelines depend only on its shader
+    specializations and on its power-of-two workgroup buckets, so these cases reach nearly all of a
+    device's pipelines; values a manifest keeps as `pipelineConstants` are the exception. A
+    variant that does not apply to a case (a feature the device lacks, a shape rule) is skipped.
+    """
+    device = device if device is not None else default_device()
+    before = pipelines_created()
+    for op, cases in packages:
+        all_outputs = tuple(t.key for t in op.OUTPUTS)
+        for entry in list(cases.TEST_CASES) + list(cases.BENCH_CASES):
+            for dtypes in _dtype_combinations(entry["dtypes"]):
+                for candidate in op.CANDIDATES:
+                    given = entry.get("outputs")
+                    for outputs in dict.fromkeys((tuple(given) if given is not None else None, all_outputs)):
+                        try:
+                            op.warmup(
+                                entry["inputs"],
+                                dtypes,
+                                entry.get("attrs"),
+                                device=device,
+                                variant=candidate.ID,
+                                outputs=outputs,
+                            )
+                        except ContractError:
+                            continue
+    return pipelines_created() - before
+
+
+def _dtype_combinations(dtypes):
+    """Every {type variable: dtype} a case entry names (a value may be one dtype or a list)."""
+    import itertools
+
+    names = list(dtypes)
+    choices = [dtypes[n] if isinstance(dtypes[n], list) else [dtypes[n]] for n in names]
+    return [dict(zip(names, combination)) for combination in itertools.product(*choices)]
+
+
+class Sequence:
+    """Calls recorded once and replayed with one submit: what CUDA graphs and ONNX Runtime's
+    graph capture give their users.
+
+    `kernel()` plans, checks, allocates the outputs and builds pipelines, uniforms and bind groups
+    once, and returns the output Tensors; `run()` encodes every recorded dispatch into one command
+    buffer and submits it, reading whatever the input Tensors hold then (write new data between
+    runs with `queue.write_buffer`). Nothing is planned, allocated or created per `run()`.
+    Intermediates come from the device's scratch pool (see `scratch_buffer`).
+    """
+
+    def __init__(self, device: Any = None) -> None:
+        self.device = device if device is not None else default_device()
+        self._calls: list[RecordedCall] = []
+
+    def kernel(
+        self,
+        op: Any,
+        inputs: Mapping[str, TensorIn | None],
+        attrs: Mapping[str, float] | None = None,
+        *,
+        outputs: abc.Sequence[str] | None = None,
+        out: Mapping[str, Tensor] | None = None,
+        variant: str | None = None,
+        tunables: Mapping[str, int] | None = None,
+    ) -> dict[str, Tensor]:
+        contract = getattr(op, "CONTRACT", op)
+        if not isinstance(contract, OpContract):
+            raise TypeError(
+                f"Sequence.kernel() takes an op module (generated.group_normalization), not {type(op).__name__}"
+            )
+        values, names, device, plan = _call_plan(
+            contract, inputs, attrs, outputs, self.device, variant, None, tunables
+        )
+        wanted = _requested_outputs(contract, outputs)
+        keyed_out, out_names = _output_names(contract, out)
+        try:
+            values, checked_out, _, _ = check_call(
+                plan, values, device, keyed_out, {**names, **out_names}, "Sequence.kernel()"
+            )
+        except ContractError as error:
+            raise _in_callers_words(contract, error, names) from None
+        tensors, _ = _call_tensors(plan, values, device, checked_out)
+        call = record_call(plan, tensors, device)
+        if call.bound:
+            self._calls.append(call)
+        return {o: tensors["output"][o] for o in wanted}
+
+    def __len__(self) -> int:
+        return len(self._calls)
+
+    def run(self) -> None:
+        """Encode every recorded call into one command buffer and submit it."""
+        if not self._calls:
+            return
+        encoder = self.device.create_command_encoder(label="Sequence")
+        encode_calls(encoder, self._calls, label="Sequence")
+        self.device.queue.submit([encoder.finish()])

@@ -1,0 +1,245 @@
+"""What a generated op package declares (OpContract, TensorSpec, AttributeSpec, ChunkSpec, its
+shader tables) and what planning makes of a call (Request, Plan, PassPlan, Binding, Chunk);
+`make_pass` checks every value that reaches a pass's shader.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .caps import Caps
+from .errors import PlanError
+from .numeric import _f32, _i32, u32
+
+
+@dataclass(frozen=True)
+class Request:
+    """Everything that selection and planning may read about one call."""
+
+    shapes: Mapping[str, tuple]
+    dtypes: Mapping[str, str]
+    attrs: Mapping[str, object]
+    tunables: Mapping[str, object]
+    caps: Caps
+    outputs: frozenset = frozenset()  # requested outputs, by bind key and by ONNX role
+    names: Mapping[str, str] = field(default_factory=dict)  # bind key -> the name the caller used
+
+
+@dataclass(frozen=True)
+class Binding:
+    index: int
+    name: str
+    kind: str  # "input" | "output" | "intermediate" | "uniform"
+    resource: str  # bind key, intermediate id, or "params"
+    buffer: str  # "read-only-storage" | "storage" | "uniform"
+
+
+@dataclass(frozen=True)
+class PassPlan:
+    name: str
+    label: str
+    template: str
+    spec: tuple
+    wgsl: str = field(repr=False)
+    dispatch: tuple
+    uniforms: Mapping[str, object]
+    uniform_types: tuple
+    overrides: Mapping[str, object]
+    override_types: Mapping[str, str]
+    bindings: tuple
+    workgroup_size: int
+    workgroup_storage_bytes: int
+    uses_subgroups: bool
+    workgroup_size_name: str = ""  # the override that sets the workgroup size ("" for a literal)
+    # Computed once when the plan is made, so that a call only looks them up.
+    pipeline_constants: tuple = ()  # sorted (override, value) pairs as the pipeline gets them
+    uniform_data: bytes = field(default=b"", repr=False)  # the packed Params struct
+
+    @property
+    def values(self):
+        """Every number the pass's shader gets, whether bound as an override or through Params."""
+        return {**self.overrides, **self.uniforms}
+
+
+@dataclass(frozen=True)
+class Plan:
+    op: str
+    variant: str
+    passes: tuple
+    inputs: Mapping[str, tuple]
+    outputs: Mapping[str, tuple]
+    intermediates: Mapping[str, tuple]
+    explanation: tuple
+    chunks: tuple = ()  # Chunk pieces of a tensor too large for one binding; passes then empty
+
+
+def pack_uniforms(uniform_types, uniforms):
+    """The bytes of a WGSL uniform struct of u32/i32/f32 fields; padding fields are zero."""
+    formats = {"u32": "I", "i32": "i", "f32": "f"}
+    values = []
+    for name, typ in uniform_types:
+        if name.startswith("_pad") and name not in uniforms:
+            values.append(0)
+        elif typ == "u32":
+            values.append(u32(uniforms[name], f"uniform {name}"))
+        elif typ == "i32":
+            values.append(_i32(uniforms[name], f"uniform {name}"))
+        else:
+            values.append(_f32(uniforms[name], f"uniform {name}"))
+    return struct.pack("<" + "".join(formats[typ] for _, typ in uniform_types), *values)
+
+
+WGSL_DTYPES = {"float32": "f32", "float16": "f16"}
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    key: str  # bind key: what `kernel()` takes and returns
+    role: str  # ONNX name
+    type_var: str
+    optional: bool
+
+
+@dataclass(frozen=True)
+class AttributeSpec:
+    name: str
+    kind: str  # "int" | "float"
+    default: object  # None: no default
+    required: bool
+    allowed: tuple | None
+    comparison: str | None  # "float32": compare after rounding to float32
+
+
+@dataclass(frozen=True)
+class Shader:
+    """One rendered, validated specialization of a pass's template."""
+
+    template: str
+    key: str  # the shader's name in the op's shaders.py: template stem and varying template values
+    bindings: tuple
+    uniform_types: tuple
+    overrides: tuple  # (name, "u32" | "f32") the shader declares
+    workgroup_size: str  # an override name or an integer literal
+    workgroup_arrays: tuple  # (bytes per element, factors: override names or integer literals)
+    uses_subgroups: bool
+    wgsl: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Varied:
+    """A specialization whose Shader fields differ from the others of its pass (`vary()`)."""
+
+    name: str
+    fields: dict
+
+
+def vary(name: str, **fields: Any) -> Varied:
+    return Varied(name, fields)
+
+
+def shader_table(
+    wgsl: Any, *, template: str, bindings: tuple, uniform_types: tuple, shaders: Mapping, **common: Any
+) -> dict:
+    """{specialization key: Shader} of one pass: the fields every specialization shares, each
+    entry's own (`vary`) on top; `wgsl(name)` is the text of a shader in the op's shaders.py."""
+    table = {}
+    for key, entry in shaders.items():
+        name, own = (entry, {}) if isinstance(entry, str) else (entry.name, entry.fields)
+        table[key] = Shader(
+            template=template,
+            key=name,
+            bindings=bindings,
+            uniform_types=uniform_types,
+            wgsl=wgsl(name),
+            **{**common, **own},
+        )
+    return table
+
+
+@dataclass(frozen=True)
+class OpContract:
+    op: str
+    inputs: tuple
+    outputs: tuple
+    type_constraints: Mapping
+    attributes: tuple
+    tunables: Mapping
+    candidates: tuple
+    output_shapes: object
+    check_contract: object
+    derive: object
+    check_derived_contract: object
+    chunking: object = None  # ChunkSpec, or None: a tensor over one binding is refused
+
+
+def _override_value(value, kind, what):
+    if kind == "f32":
+        if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
+            raise PlanError("plan", what, "finite f32", f"expected a finite number, got {value!r}")
+        return float(value)
+    return u32(value, what) if kind == "u32" else _i32(value, what)
+
+
+def make_pass(r, shader, name, label, dispatch, uniforms, numbers_):
+    """A PassPlan from a pass's computed values; checks every value that reaches the shader."""
+    overrides = {
+        n: _override_value(numbers_[n], kind, f"{label}: override {n}") for n, kind in shader.overrides
+    }
+
+    def factor(term):
+        return int(term) if term.isdigit() else overrides[term]
+
+    storage = sum(size * math.prod(factor(t) for t in terms) for size, terms in shader.workgroup_arrays)
+    try:
+        uniform_data = pack_uniforms(shader.uniform_types, uniforms)
+    except PlanError as error:
+        raise PlanError(error.op, f"{label}: {error.subject}", error.rule, error.message) from None
+    constants = overrides  # already converted and checked by _override_value
+    return PassPlan(
+        name=name,
+        label=label,
+        template=shader.template,
+        spec=shader.key,
+        wgsl=shader.wgsl,
+        dispatch=dispatch,
+        uniforms=uniforms,
+        uniform_types=shader.uniform_types,
+        overrides=overrides,
+        override_types=dict(shader.overrides),
+        bindings=shader.bindings,
+        workgroup_size=factor(shader.workgroup_size),
+        workgroup_storage_bytes=storage,
+        uses_subgroups=shader.uses_subgroups,
+        workgroup_size_name="" if shader.workgroup_size.isdigit() else shader.workgroup_size,
+        pipeline_constants=tuple(sorted(constants.items())),
+        uniform_data=uniform_data,
+    )
+
+
+@dataclass(frozen=True)
+class ChunkSpec:
+    """The manifest's `chunking`: which tensors a request too large for one binding is cut along."""
+
+    batch: tuple  # bind keys cut along axis 0
+    channels: tuple = ()  # bind keys cut along axis 1 within one batch item
+    per_channel: tuple = ()  # (C) bind keys cut with the channels (copied into scratch)
+    groups_attribute: str | None = None  # channels form this many groups; a piece keeps whole groups
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One piece of a chunked plan: the plan of the piece, and where its tensors' bytes lie.
+
+    `slices` binds a range of a whole tensor's buffer, `copies` copies a range into scratch first
+    (a (C) tensor's range rarely starts at a multiple of minStorageBufferOffsetAlignment).
+    Both map bind keys to (byte offset, byte size).
+    """
+
+    plan: Plan
+    slices: Mapping[str, tuple]
+    copies: Mapping[str, tuple]
