@@ -474,6 +474,11 @@ REGISTER_CASES = [
 ]
 
 
+def held_units(pass_plan):
+    """The unit bucket a group_row_registers shader was specialized for (its UNITS constant)."""
+    return re.search(r"const UNITS: u32 = (\d+)u;", pass_plan.wgsl).group(1)
+
+
 def register_plan(inputs, attrs, tunables, caps=SUBGROUP_CAPS):
     return plan_for(inputs, attrs, caps=caps, tunables=tunables, variant="group_row_registers")
 
@@ -489,7 +494,7 @@ def test_row_registers_against_float64_reference(shape, num_groups, tunables, f3
     attrs = {"num_groups": num_groups, "epsilon": float(rng.choice([1e-5, 1e-3, 0.1]))}
     (p,) = register_plan(inputs, attrs, tunables).passes
     workgroup, split, bucket = f32_geometry if dtype == np.float32 else f16_geometry
-    assert (p.workgroup_size, p.uniforms["split"], p.spec[1]) == (workgroup, split, bucket)
+    assert (p.workgroup_size, p.uniforms["split"], held_units(p)) == (workgroup, split, bucket)
     assert p.dispatch == (shape[0] * num_groups * split, 1, 1) and p.uses_subgroups
     actual = run_poisoned(inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers")
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} {attrs} {tunables} {seed_note(seed)}")
@@ -533,7 +538,7 @@ def test_row_registers_selection():
         main = p.passes[0]
         if p.variant != "group_row_registers":
             return p.variant
-        return p.variant, main.workgroup_size, main.uniforms["split"], main.spec[1]
+        return p.variant, main.workgroup_size, main.uniforms["split"], held_units(main)
 
     registers = "group_row_registers"
     # The SD UNet rows of bench.json: 40960, 20480 and 10240 values, 64 rows.

@@ -30,7 +30,7 @@ from tests.oracles import (
     seed_note,
     skip_group_norm_for_call,
 )
-from tests.test_group_normalization import assert_close_f16_stage, spec_normalized
+from tests.test_group_normalization import assert_close_f16_stage, held_units, spec_normalized
 
 F16 = {"features": ["shader-f16"]}
 SUBGROUP_ID = {"features": ["shader-f16", "subgroups"], "wgslLanguageFeatures": ["subgroup_id"]}
@@ -329,10 +329,10 @@ def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
             plan = gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 2}, caps=SUBGROUPS, variant="group_row_registers")
             (p,) = plan.passes
             keys.add(pipeline_key(p))
-            kinds.add((dtype, p.workgroup_size, p.spec[1]))
+            kinds.add((dtype, p.workgroup_size, held_units(p)))
             assert not set(p.overrides) & set(p.uniforms), p.name
             # A workgroup below the cap (256 under WebGPU's default limits) covers its row at once.
-            assert p.workgroup_size == 256 or p.spec[1] == "1", (shapes, p.workgroup_size, p.spec)
+            assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
     assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket) ({seed_note(seed)})"
 
 
