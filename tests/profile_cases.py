@@ -99,6 +99,7 @@ def _sgn_shapes(x, channels_last, bias, full_skip):
 
 
 GN_SPLITS = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
+GN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 20}
 IN_SPLITS = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 8}
 IN_BATCHED = {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}
 
@@ -116,6 +117,9 @@ _BASE = [
     ("group_normalization", "group_splitk_vec4_pairs", _gn_shapes((2, 3, 4, 25)), {"num_groups": 1}, {**GN_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {}),
     ("group_normalization", "group_subgroup_vec4", _gn_shapes((2, 6, 12, 10)), {"num_groups": 3}, {}, {}),
     ("group_normalization", "group_subgroup", _gn_shapes((2, 6, 9, 11)), {"num_groups": 2}, {}, {}),
+    # Two workgroups a row of 96 f32 / 48 f16 units, 20 invocations: a partial last subgroup at
+    # width 8, a tail in the last unit row (5 and 3 units an invocation).
+    ("group_normalization", "group_row_registers", _gn_shapes((2, 6, 12, 16)), {"num_groups": 3}, GN_REGISTERS, {}),
     ("instance_normalization", "plane_batched_vec4", _in_shapes((2, 9, 12)), {}, IN_BATCHED, {}),
     ("instance_normalization", "plane_subgroup_vec4", _in_shapes((2, 3, 12, 12)), {}, {}, {}),
     ("instance_normalization", "plane_subgroup_vec4_scalar_io", _in_shapes((2, 3, 128)), {}, {}, WAVE32_ADAPTER),

@@ -1,7 +1,7 @@
 """Every op x variant x dtype on five device profiles of the software driver (issue 9, item 6).
 
 - no-features: a device asked for no optional feature (required_features=[]): float16 is refused
-  with a ContractError that names shader-f16, the one subgroup-only variant is refused, the rest
+  with a ContractError that names shader-f16, the subgroup-only variants are refused, the rest
   are right against the float64 reference;
 - spec-limits: the default device's features with exactly WebGPU's default limits, requested
   explicitly (wgpu-py's default is the adapter's limits);

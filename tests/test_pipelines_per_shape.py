@@ -30,7 +30,7 @@ from tests.oracles import (
     seed_note,
     skip_group_norm_for_call,
 )
-from tests.test_group_normalization import assert_close_f16_stage, spec_normalized
+from tests.test_group_normalization import assert_close_f16_stage, held_units, spec_normalized
 
 F16 = {"features": ["shader-f16"]}
 SUBGROUP_ID = {"features": ["shader-f16", "subgroups"], "wgslLanguageFeatures": ["subgroup_id"]}
@@ -165,6 +165,26 @@ def test_group_normalization_second_shape_reuses_pipelines(variant, tunables, ca
     run_two_shapes(gn, variant, cases, gn_inputs, gn_check, dtype, rng, seed, caps=caps, tunables=tunables, type_keys={"T": "x"})
 
 
+SUBGROUPS = {"features": ["shader-f16", "subgroups"]}
+# group_row_registers holds 8 f16 values a unit (spatial % 8 == 0): first (2, 6, 8, 24) with 3
+# groups (96 f32 / 48 f16 units a row), then (3, 8, 5, 16) with 2 groups (80 / 40 units), both on
+# 32 invocations: the same unit bucket (3 f32 units, 2 f16 units an invocation) and workgroup.
+REGISTER_TUNABLES = {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}
+
+
+@DTYPES
+def test_group_row_registers_second_shape_reuses_pipelines(dtype, request):
+    rng, seed = rng_for(request.node.name)
+    cases = [
+        ((2, 6, 8, 24), {"num_groups": 3, "stash_type": 1, "epsilon": 1e-5}),
+        ((3, 8, 5, 16), {"num_groups": 2, "stash_type": 1, "epsilon": 1e-3}),
+    ]
+    run_two_shapes(
+        gn, "group_row_registers", cases, gn_inputs, gn_check, dtype, rng, seed,
+        caps=SUBGROUPS, tunables=REGISTER_TUNABLES, type_keys={"T": "x"},
+    )
+
+
 # --- InstanceNormalization ------------------------------------------------------------------------
 
 SPLIT_IN = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16}
@@ -295,6 +315,25 @@ def test_fifty_shapes_share_a_handful_of_pipelines(package, variant, attrs, caps
             assert not set(p.overrides) & set(p.uniforms), p.name
     # Only the workgroup size (a power of two up to a tunable, for the row variants) may differ.
     assert len(keys) == len(sizes) <= 12, f"{variant}: {len(keys)} pipeline keys for 50 shapes ({seed_note(seed)})"
+
+
+def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucket(request):
+    """50 shapes of group_row_registers: a pipeline is told apart only by its workgroup size and the
+    specialization's unit bucket (the shader's UNITS), never by a shape value; per dtype at most
+    the powers of two below the workgroup cap (one unit each) and the cap with each of 12 buckets."""
+    rng, seed = rng_for(request.node.name)
+    keys, kinds = set(), set()
+    for n, c, h, w in random_nchw(rng, 50, 8):
+        shapes = {"x": (n, c, h, w), "scale": (c,), "bias": (c,)}
+        for dtype in ("float32", "float16"):
+            plan = gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 2}, caps=SUBGROUPS, variant="group_row_registers")
+            (p,) = plan.passes
+            keys.add(pipeline_key(p))
+            kinds.add((dtype, p.workgroup_size, held_units(p)))
+            assert not set(p.overrides) & set(p.uniforms), p.name
+            # A workgroup below the cap (256 under WebGPU's default limits) covers its row at once.
+            assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
+    assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket) ({seed_note(seed)})"
 
 
 # --- the compiler's choice, for every shader ------------------------------------------------------

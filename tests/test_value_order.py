@@ -6,7 +6,7 @@ offset with a small spread, and two far-apart clusters. The first case is the is
 -6e4 +- 32 with the first value of each group +6e4 (f16 holds every value of it).
 
 Tunables and caps make the rows span several invocations, subgroups and workgroups (split-k and
-slab variants run several splits / slabs a row), and the subgroup combines are planned both with
+slab variants run several splits / slabs a row, group_row_registers two workgroups a row), and the subgroup combines are planned both with
 and without the `subgroup_id` language feature. Fresh random data every run (seeded, the seed is
 printed on failure), NaN-poisoned outputs, float64 references from tests/oracles.py, and DESIGN
 §7's tolerances; stash_type 10 uses tests/test_group_normalization.py's f16-stage check, whose
@@ -76,6 +76,8 @@ def group_x(rng, shape, rows, pattern, dtype):
 GN_SHAPE, GN_GROUPS = (2, 8, 64, 64), 2  # 4 rows of 16384 values
 GN_ROW = {"WORKGROUP_SIZE": 64}  # 64 invocations a row: 256 values (64 vectors) each
 GN_SPLIT = {"STATS_VALUES_PER_SPLIT": 2048, "SPLIT_STATS_MIN_HIDDEN": 1, "SPLIT_WORKGROUP_SIZE": 64}  # 8 splits
+# Two workgroups a row of 256 invocations: 16 f32 / 8 f16 units an invocation in registers.
+GN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 256}
 GN_CONFIGS = [
     ("group_subgroup_vec4", GN_ROW, SUBGROUP_ID),
     ("group_subgroup_vec4", GN_ROW, NO_SUBGROUP_ID),
@@ -84,6 +86,7 @@ GN_CONFIGS = [
     ("group_splitk", GN_SPLIT, NO_SUBGROUP_ID),
     ("group_splitk_vec4", GN_SPLIT, NO_SUBGROUP_ID),
     ("group_splitk_vec4_pairs", GN_SPLIT, NO_SUBGROUP_ID),
+    ("group_row_registers", GN_REGISTERS, NO_SUBGROUP_ID),
 ]
 
 
@@ -109,6 +112,8 @@ def test_group_normalization(config, dtype, pattern, request):
     p = gn.plan(shapes, {"T": np.dtype(dtype).name}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
     if "split" in variant:
         assert p.passes[0].values["split"] == 8
+    elif variant == "group_row_registers":
+        assert (p.passes[0].workgroup_size, p.passes[0].uniforms["split"]) == (256, 2)
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(gn, inputs, attrs=attrs, caps=caps, tunables=tunables, variant=variant)["y"]
