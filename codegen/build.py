@@ -9,11 +9,9 @@ arguments and prints.
 from __future__ import annotations
 
 import difflib
-import multiprocessing
 import os
 import tempfile
 import tomllib
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -141,16 +139,10 @@ def project_version(repo_root: Path) -> str:
 
 
 def _format_python(files: dict) -> dict[str, str]:
-    """Run black on every generated module, across the machine's cores (same bytes either way)."""
-    items = list(files.items())
-    workers = min(os.cpu_count() or 1, 8)
-    if workers > 1:
-        # spawn, not fork: forking a process that holds a wgpu device can deadlock the child.
-        with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn")) as pool:
-            texts = list(pool.map(format_source, [item for _, item in items], chunksize=1))
-    else:
-        texts = [format_source(item) for _, item in items]
-    return {path: text for (path, _), text in zip(items, texts)}
+    """Run black on every generated module, in this process: a process pool saved little once the
+    shaders were stored once (about 1.8 s of black in all), and made `build()` fail when imported
+    from a script without a `__main__` guard."""
+    return {path: format_source(item) for path, item in files.items()}
 
 
 def _leftovers(files: dict[str, str], out: Path) -> list[Path]:

@@ -14,6 +14,7 @@ Rendering problems are `Problem`s at the template line Jinja failed on.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import re
@@ -224,23 +225,29 @@ class _Domains:
             found |= self.leaves(self.levels[level][name])
         return found
 
-    def evaluate(self, value: Value, assignment: dict):
+    def evaluate(self, value: Value, assignment: dict, memo: dict | None = None):
+        """The value under one assignment of the leaves; `memo` keeps each value's result for
+        that assignment, since values share their references."""
         if ("free", value.name) in assignment:
             return assignment[("free", value.name)]
         if value.code.is_constant:
             return value.code.constant
+        memo = {} if memo is None else memo
+        if id(value) in memo:
+            return memo[id(value)]
         env = {local: assignment[("base", local)] for local in value.code.locals - {"d", "v"}}
         holders = {"manifest": {}, "variant": {}}
         for level, name in value.code.refs:
             referenced = self.levels[level][name]
             # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
-            result = self.evaluate(referenced, assignment)
+            result = self.evaluate(referenced, assignment, memo)
             env[referenced.var] = result
             if level != "pass":
                 holders[level][referenced.var] = result
         env["d"] = _Namespace(holders["manifest"])
         env["v"] = _Namespace(holders["variant"])
-        return eval(value.code.python, _EVAL_GLOBALS, env)  # compile-time only, never generated
+        memo[id(value)] = eval(_compiled(value.code.python), _EVAL_GLOBALS, env)  # compile-time only
+        return memo[id(value)]
 
     def enumerate(self, values: list[Value], conditions: list[Value]) -> list[dict]:
         """Combinations of `values`, leaving out those a finite `when` clause rules out."""
@@ -259,9 +266,16 @@ class _Domains:
         combos = []
         for choice in itertools.product(*domains):
             assignment = dict(zip(ordered, choice))
-            if all(self.evaluate(c, assignment) is True for c in deciding):
-                combos.append({v.name: self.evaluate(v, assignment) for v in values})
+            memo: dict = {}
+            if all(self.evaluate(c, assignment, memo) is True for c in deciding):
+                combos.append({v.name: self.evaluate(v, assignment, memo) for v in values})
         return combos
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(python: str):
+    """Generated expression text as a code object, compiled once however many combinations use it."""
+    return compile(python, "<derived value>", "eval")
 
 
 class _Namespace:
