@@ -43,3 +43,18 @@ def test_derived_integers_are_annotated_int(path):
             for field in node.body:
                 if isinstance(field, ast.AnnAssign) and field.target.id.endswith(("_count", "_stride", "_size")):
                     assert ast.unparse(field.annotation) in ("int", "bool"), f"{path.name}: {field.target.id}"
+
+
+def test_no_compiler_or_runtime_function_is_over_60_lines():
+    """STYLE: no function over about 60 lines, in the compiler and in the runtime it copies."""
+    codegen = GENERATED.parent / "codegen"
+    long = []
+    for path in sorted(codegen.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.end_lineno - node.lineno + 1 > 60:
+                long.append(f"{path.relative_to(codegen)}:{node.lineno} {node.name} ({node.end_lineno - node.lineno + 1} lines)")
+    assert long == []
+
+
+def test_no_generated_module_is_over_1000_lines():
+    assert [f"{p.relative_to(GENERATED)}: {n}" for p in MODULES if (n := len(p.read_text().splitlines())) > 1000] == []
