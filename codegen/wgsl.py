@@ -28,6 +28,8 @@ BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read
 SCALAR_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2}
 SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\((subgroup_invocation_id|subgroup_size|subgroup_id|num_subgroups)\)")
 BUILTIN_OVERRIDES = ("WORKGROUP_SIZE", "DISPATCH_FOLD_WIDTH")
+# WGSL comments; a template's notes reach the shader as `//` lines, which name values freely.
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 @dataclass(frozen=True)
@@ -206,7 +208,7 @@ def _workgroup_arrays(body: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
 def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> str:
     lines = []
     # Comments must not turn an f32 shader into one that needs shader-f16.
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
+    code = COMMENT.sub("", body)
     if any("f16" in t for t in element_types.values()) or re.search(r"\bf16\b", code):
         lines.append("enable f16;")
     for name, kind in overrides:
@@ -268,16 +270,18 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
             context = {v.name: combo[v.name] for v in template_values}
             bodies[key] = (combo, context, template.render(context))
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
-    uniforms = _scope_uniforms(pass_, kept, numeric, [body for _, _, body in bodies.values()], origin, name)
+    # Only code decides what a shader uses: a name in a comment declares nothing and reads nothing.
+    uniforms = _scope_uniforms(pass_, kept, numeric, [_code(body) for _, _, body in bodies.values()], origin, name)
     moved = {u.name for u in uniforms}
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
     specializations = {}
     for key, (combo, context, body) in bodies.items():
         body = _read_from_params(body, uniforms, pass_)
-        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(body, n)]
+        code = _code(body)
+        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(code, n)]
         element_types = {b: combo[f"binding:{b}"] for b, _ in pass_.element_types}
         header = _declarations(pass_, element_types, overrides, body, extra)
-        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", body)
+        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", code)
         if size is None:
             raise ManifestError([f"{origin}: template `{name}` needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"])
         specializations[key] = Specialization(
@@ -287,10 +291,15 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
             body_first_line=header.count("\n") + 1,
             overrides=tuple(overrides),
             workgroup_size=size.group(1).rstrip("u") if size.group(1)[0].isdigit() else size.group(1),
-            workgroup_arrays=_workgroup_arrays(body),
-            uses_subgroups=bool(SUBGROUP_USE.search(body)),
+            workgroup_arrays=_workgroup_arrays(code),
+            uses_subgroups=bool(SUBGROUP_USE.search(code)),
         )
     return RenderedPass(variant, pass_, f"{templates_dir.name}/{name}", key_names, tuple(specializations.values()), uniforms)
+
+
+def _code(body: str) -> str:
+    """`body` with its comments blanked (line breaks kept)."""
+    return COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), body)
 
 
 def _names(body: str, name: str) -> bool:
@@ -341,11 +350,10 @@ def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
     if not uniforms:
         return body
     holder = next(b.name for b in pass_.ir.bindings if b.kind == "uniform")
-    return re.sub(
-        rf"(?<![\w.])({'|'.join(re.escape(u.name) for u in uniforms)})\b",
-        lambda m: f"{holder}.{m.group(1)}",
-        body,
-    )
+    names = re.compile(rf"(?<![\w.])({'|'.join(re.escape(u.name) for u in uniforms)})\b")
+    # Code between comments is rewritten; the comments stay as the template wrote them.
+    parts = re.split(f"({COMMENT.pattern})", body, flags=re.S)
+    return "".join(part if i % 2 else names.sub(lambda m: f"{holder}.{m.group(1)}", part) for i, part in enumerate(parts))
 
 
 def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:

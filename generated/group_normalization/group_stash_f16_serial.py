@@ -270,8 +270,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let mean = half(total.hi + total.lo);
     let stdDev = half(sqrt(half(half(variance) + half(params.epsilon))));
 
-    // Value j of the row is in channel channel0 + j / params.spatial: the walk keeps (channel, value
-    // within it) and advances by WG split once into whole channels and a remainder (params.spatial is a
+    // Value j of the row is in channel channel0 + j / spatial: the walk keeps (channel, value
+    // within it) and advances by WG split once into whole channels and a remainder (spatial is a
     // uniform: no division per element).
     let channel0 = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(WG / params.spatial, WG % params.spatial);
@@ -430,8 +430,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let mean = half(total.hi + total.lo);
     let stdDev = half(sqrt(half(half(variance) + half(params.epsilon))));
 
-    // Value j of the row is in channel channel0 + j / params.spatial: the walk keeps (channel, value
-    // within it) and advances by WG split once into whole channels and a remainder (params.spatial is a
+    // Value j of the row is in channel channel0 + j / spatial: the walk keeps (channel, value
+    // within it) and advances by WG split once into whole channels and a remainder (spatial is a
     // uniform: no division per element).
     let channel0 = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(WG / params.spatial, WG % params.spatial);

@@ -269,9 +269,9 @@ fn main(
     let inv_std = inverseSqrt(variance + params.epsilon);
 
     // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    // Unit i of the row belongs to channel first_channel + i / params.spatial. The walk keeps
+    // Unit i of the row belongs to channel first_channel + i / spatial. The walk keeps
     // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (params.spatial is a uniform: no division per element).
+    // channels and a remainder (spatial is a uniform: no division per element).
     let first_channel = (row % params.numGroups) * params.cpg;
     let step = vec2<u32>(wg / params.spatial, wg % params.spatial);
     var at = vec2<u32>(first_channel + lid / params.spatial, lid % params.spatial);
@@ -432,9 +432,9 @@ fn main(
     let inv_std = inverseSqrt(variance + params.epsilon);
 
     // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    // Unit i of the row belongs to channel first_channel + i / params.spatial. The walk keeps
+    // Unit i of the row belongs to channel first_channel + i / spatial. The walk keeps
     // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (params.spatial is a uniform: no division per element).
+    // channels and a remainder (spatial is a uniform: no division per element).
     let first_channel = (row % params.numGroups) * params.cpg;
     let step = vec2<u32>(wg / params.spatial, wg % params.spatial);
     var at = vec2<u32>(first_channel + lid / params.spatial, lid % params.spatial);
@@ -584,9 +584,9 @@ fn main(
     let inv_std = inverseSqrt(variance + params.epsilon);
 
     // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    // Unit i of the row belongs to channel first_channel + i / params.spatial. The walk keeps
+    // Unit i of the row belongs to channel first_channel + i / spatial. The walk keeps
     // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (params.spatial is a uniform: no division per element).
+    // channels and a remainder (spatial is a uniform: no division per element).
     let first_channel = (row % params.numGroups) * params.cpg;
     let step = vec2<u32>(wg / params.spatial, wg % params.spatial);
     var at = vec2<u32>(first_channel + lid / params.spatial, lid % params.spatial);
@@ -748,9 +748,9 @@ fn main(
     let inv_std = inverseSqrt(variance + params.epsilon);
 
     // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    // Unit i of the row belongs to channel first_channel + i / params.spatial. The walk keeps
+    // Unit i of the row belongs to channel first_channel + i / spatial. The walk keeps
     // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (params.spatial is a uniform: no division per element).
+    // channels and a remainder (spatial is a uniform: no division per element).
     let first_channel = (row % params.numGroups) * params.cpg;
     let step = vec2<u32>(wg / params.spatial, wg % params.spatial);
     var at = vec2<u32>(first_channel + lid / params.spatial, lid % params.spatial);

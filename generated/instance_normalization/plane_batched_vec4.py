@@ -265,7 +265,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let slot = lid / params.lanesPerPlane;
     let lane = lid - slot * params.lanesPerPlane;
     let plane = group * params.planesPerWorkgroup + slot;
-    // Lanes past the last plane (or past params.planesPerWorkgroup * params.lanesPerPlane) take part in every
+    // Lanes past the last plane (or past planesPerWorkgroup * lanesPerPlane) take part in every
     // barrier but load and store nothing.
     let valid = slot < params.planesPerWorkgroup && plane < params.rows;
     let base = plane * params.hiddenVec;
@@ -288,7 +288,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = f32(params.hidden);
 
-    // One tree over the lanes of each plane; right for any params.lanesPerPlane (the manifest's is a power
+    // One tree over the lanes of each plane; right for any lanesPerPlane (the manifest's is a power
     // of two).
     var first = 1u;
     while (first < params.lanesPerPlane) {
@@ -412,7 +412,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let slot = lid / params.lanesPerPlane;
     let lane = lid - slot * params.lanesPerPlane;
     let plane = group * params.planesPerWorkgroup + slot;
-    // Lanes past the last plane (or past params.planesPerWorkgroup * params.lanesPerPlane) take part in every
+    // Lanes past the last plane (or past planesPerWorkgroup * lanesPerPlane) take part in every
     // barrier but load and store nothing.
     let valid = slot < params.planesPerWorkgroup && plane < params.rows;
     let base = plane * params.hiddenVec;
@@ -435,7 +435,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = f32(params.hidden);
 
-    // One tree over the lanes of each plane; right for any params.lanesPerPlane (the manifest's is a power
+    // One tree over the lanes of each plane; right for any lanesPerPlane (the manifest's is a power
     // of two).
     var first = 1u;
     while (first < params.lanesPerPlane) {

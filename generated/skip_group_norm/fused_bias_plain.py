@@ -287,7 +287,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -296,7 +296,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -317,12 +317,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -408,11 +408,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -538,7 +538,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -547,7 +547,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -568,12 +568,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -659,11 +659,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -789,7 +789,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -798,7 +798,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -819,12 +819,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -910,11 +910,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1014,7 +1014,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -1035,12 +1035,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1126,11 +1126,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1256,7 +1256,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -1277,12 +1277,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -1368,11 +1368,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1498,7 +1498,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -1519,12 +1519,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -1610,11 +1610,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1722,7 +1722,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -1731,7 +1731,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -1752,12 +1752,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1843,11 +1843,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1981,7 +1981,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -1990,7 +1990,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -2011,12 +2011,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -2102,11 +2102,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2240,7 +2240,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -2249,7 +2249,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -2270,12 +2270,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -2361,11 +2361,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2473,7 +2473,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -2494,12 +2494,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -2585,11 +2585,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2723,7 +2723,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -2744,12 +2744,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -2835,11 +2835,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2973,7 +2973,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -2994,12 +2994,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -3085,11 +3085,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW

@@ -290,7 +290,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -299,7 +299,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -320,12 +320,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -411,11 +411,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -545,7 +545,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -554,7 +554,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -575,12 +575,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -666,11 +666,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -800,7 +800,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -809,7 +809,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -830,12 +830,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -921,11 +921,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1027,7 +1027,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -1048,12 +1048,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1139,11 +1139,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1273,7 +1273,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -1294,12 +1294,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -1385,11 +1385,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1519,7 +1519,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -1540,12 +1540,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -1631,11 +1631,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1745,7 +1745,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -1754,7 +1754,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -1775,12 +1775,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1866,11 +1866,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2008,7 +2008,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -2017,7 +2017,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -2038,12 +2038,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -2129,11 +2129,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2271,7 +2271,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -2280,7 +2280,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -2301,12 +2301,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -2392,11 +2392,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2506,7 +2506,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return biasAt(c);
 }
@@ -2527,12 +2527,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -2618,11 +2618,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2760,7 +2760,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep), biasAt(c + 2u * params.laneChannelStep), biasAt(c + 3u * params.laneChannelStep));
 }
@@ -2781,12 +2781,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -2872,11 +2872,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -3014,7 +3014,7 @@ fn biasAt(c: u32) -> f32 {
     return f32(bias[c]);
 }
 
-// biasAt(c), biasAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// biasAt(c), biasAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBias(c: u32) -> FV {
     return FV(biasAt(c), biasAt(c + params.laneChannelStep));
 }
@@ -3035,12 +3035,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -3126,11 +3126,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW

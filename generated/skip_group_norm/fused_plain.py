@@ -284,7 +284,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -305,12 +305,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -395,11 +395,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -498,7 +498,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -519,12 +519,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -609,11 +609,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -712,7 +712,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -733,12 +733,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -823,11 +823,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -938,12 +938,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1028,11 +1028,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1167,12 +1167,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -1257,11 +1257,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1396,12 +1396,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -1486,11 +1486,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1597,7 +1597,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -1618,12 +1618,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1708,11 +1708,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1819,7 +1819,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -1840,12 +1840,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -1930,11 +1930,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2041,7 +2041,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -2062,12 +2062,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -2152,11 +2152,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2275,12 +2275,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -2365,11 +2365,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2488,12 +2488,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -2578,11 +2578,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2701,12 +2701,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -2791,11 +2791,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW

@@ -287,7 +287,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -308,12 +308,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -398,11 +398,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -529,7 +529,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -550,12 +550,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -640,11 +640,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -771,7 +771,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -792,12 +792,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -882,11 +882,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -999,12 +999,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1089,11 +1089,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1232,12 +1232,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -1322,11 +1322,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1465,12 +1465,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -1555,11 +1555,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1668,7 +1668,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return skipAt(c);
 }
@@ -1689,12 +1689,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -1779,11 +1779,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1918,7 +1918,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep), skipAt(c + 2u * params.laneChannelStep), skipAt(c + 3u * params.laneChannelStep));
 }
@@ -1939,12 +1939,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -2029,11 +2029,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2168,7 +2168,7 @@ fn skipAt(i: u32) -> f32 {
     return f32(skip[i]);
 }
 
-// skipAt(c), skipAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// skipAt(c), skipAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherSkip(c: u32) -> FV {
     return FV(skipAt(c), skipAt(c + params.laneChannelStep));
 }
@@ -2189,12 +2189,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -2279,11 +2279,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2404,12 +2404,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return gammaAt(c);
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return betaAt(c);
 }
@@ -2494,11 +2494,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2645,12 +2645,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep), gammaAt(c + 2u * params.laneChannelStep), gammaAt(c + 3u * params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep), betaAt(c + 2u * params.laneChannelStep), betaAt(c + 3u * params.laneChannelStep));
 }
@@ -2735,11 +2735,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2886,12 +2886,12 @@ fn betaAt(c: u32) -> f32 {
     return bitcast<f32>(beta[c]);
 }
 
-// gammaAt(c), gammaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// gammaAt(c), gammaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherGamma(c: u32) -> FV {
     return FV(gammaAt(c), gammaAt(c + params.laneChannelStep));
 }
 
-// betaAt(c), betaAt(c + params.laneChannelStep), ... as the lanes of a vector.
+// betaAt(c), betaAt(c + laneChannelStep), ... as the lanes of a vector.
 fn gatherBeta(c: u32) -> FV {
     return FV(betaAt(c), betaAt(c + params.laneChannelStep));
 }
@@ -2976,11 +2976,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let group = row % params.numGroups;
     let base = item * params.itemStride + group * params.groupStride;
     let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / params.innerVectors, j % params.innerVectors), its first channel
-    // channel0 + (b * VW) / params.channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
+    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
+    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has params.channelDivisor 1 (channel
-    // b * VW); NCHW has params.innerVectors = params.rowVectors, so b == j and the channel pair tracks j * VW.
+    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let abStep = vec2<u32>(fusedWorkgroupSize / params.innerVectors, fusedWorkgroupSize % params.innerVectors);
     let cwStep = vec2<u32>((fusedWorkgroupSize * VW) / params.channelDivisor, (fusedWorkgroupSize * VW) % params.channelDivisor);
     let channelsLast = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW

@@ -437,7 +437,6 @@ STATS_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -462,7 +461,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -1232,7 +1230,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -1256,7 +1253,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -2042,7 +2038,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -2068,7 +2063,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -2861,7 +2855,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -2886,7 +2879,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -3881,7 +3873,6 @@ NORMALIZE_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -3907,7 +3898,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -4544,7 +4534,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -4569,7 +4558,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -5174,7 +5162,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -5201,7 +5188,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -5861,7 +5847,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -5887,7 +5872,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;

@@ -434,7 +434,6 @@ STATS_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -459,7 +458,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -1287,7 +1285,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -1311,7 +1308,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -2107,7 +2103,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -2133,7 +2128,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -2984,7 +2978,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -3009,7 +3002,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -3982,7 +3974,6 @@ NORMALIZE_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -4007,7 +3998,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -4516,7 +4506,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -4542,7 +4531,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;

@@ -434,7 +434,6 @@ STATS_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -459,7 +458,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -1919,7 +1917,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -1945,7 +1942,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -3635,7 +3631,6 @@ NORMALIZE_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -3661,7 +3656,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -4259,7 +4253,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -4284,7 +4277,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -4850,7 +4842,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -4877,7 +4868,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -5498,7 +5488,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -5524,7 +5513,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;

@@ -432,7 +432,6 @@ STATS_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -457,7 +456,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -2025,7 +2023,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -2051,7 +2048,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -3820,7 +3816,6 @@ NORMALIZE_SHADERS = {
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -3845,7 +3840,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
@@ -4354,7 +4348,6 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             ("groupStride", "u32"),
             ("groupsPerBlock", "u32"),
             ("itemStride", "u32"),
-            ("laneChannelStep", "u32"),
             ("laneColumns", "u32"),
             ("laneRows", "u32"),
             ("layoutChannelsLast", "u32"),
@@ -4380,7 +4373,6 @@ override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;
-override laneChannelStep: u32;
 override laneColumns: u32;
 override laneRows: u32;
 override layoutChannelsLast: u32;
