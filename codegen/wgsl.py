@@ -28,6 +28,9 @@ BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read
 SCALAR_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2}
 SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\((subgroup_invocation_id|subgroup_size|subgroup_id|num_subgroups)\)")
 BUILTIN_OVERRIDES = ("WORKGROUP_SIZE", "DISPATCH_FOLD_WIDTH")
+# Macro libraries that op templates import (`{% import "_lib/stats.wgsl.jinja" as stats %}`): never an
+# op template themselves.
+LIBRARY = "_lib"
 # WGSL comments; a template's notes reach the shader as `//` lines, which name values freely.
 COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
@@ -68,6 +71,7 @@ class RenderedPass:
     key_names: tuple[str, ...]  # template values, then `binding:<name>` element types
     specializations: tuple[Specialization, ...]
     scope_uniforms: tuple[ScopeUniform, ...] = ()  # appended to Params after the manifest's fields
+    libraries: tuple[str, ...] = ()  # repository-relative paths of the templates it imports (templates/_lib/)
 
     @property
     def uniform_fields(self) -> tuple[tuple[str, str], ...]:
@@ -228,10 +232,13 @@ def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tupl
 def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, env: jinja2.Environment, templates_dir: Path) -> RenderedPass:
     origin = pass_.ir.origin
     name = pass_.ir.template
+    if name.startswith(f"{LIBRARY}/"):
+        raise ManifestError([f"{origin}: `{name}` is a macro library ({templates_dir.name}/{LIBRARY}/), not an op template"])
     try:
         source = (templates_dir / name).read_text()
     except OSError:
         raise ManifestError([f"{origin}: template `{name}` does not exist in {templates_dir.name}/"]) from None
+    libraries = _libraries(env, source, templates_dir)
     used = jinja2.meta.find_undeclared_variables(env.parse(source))
     values = {v.name: v for v in pass_.scope_values}
     problems = []
@@ -294,7 +301,22 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
             workgroup_arrays=_workgroup_arrays(code),
             uses_subgroups=bool(SUBGROUP_USE.search(code)),
         )
-    return RenderedPass(variant, pass_, f"{templates_dir.name}/{name}", key_names, tuple(specializations.values()), uniforms)
+    return RenderedPass(
+        variant, pass_, f"{templates_dir.name}/{name}", key_names, tuple(specializations.values()), uniforms,
+        tuple(f"{templates_dir.name}/{library}" for library in libraries),
+    )
+
+
+def _libraries(env: jinja2.Environment, source: str, templates_dir: Path) -> tuple[str, ...]:
+    """The templates `source` imports, directly or through another import, sorted."""
+    found: set[str] = set()
+    pending = [source]
+    while pending:
+        for name in jinja2.meta.find_referenced_templates(env.parse(pending.pop())):
+            if name is not None and name not in found and (templates_dir / name).is_file():
+                found.add(name)
+                pending.append((templates_dir / name).read_text())
+    return tuple(sorted(found))
 
 
 def _code(body: str) -> str:
