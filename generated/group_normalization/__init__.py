@@ -7,8 +7,8 @@
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
-#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 2535fc2230e59a28)
-#   templates/norm-row-stats.wgsl.jinja (sha256 f91093b88ac28df8)
+#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
+#   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """ai.onnx GroupNormalization-21: the contract, derived values, selection and the public calls.

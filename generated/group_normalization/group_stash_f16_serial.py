@@ -4,7 +4,7 @@
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 2535fc2230e59a28)
+#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `group_stash_f16_serial` of ai.onnx GroupNormalization-21.
@@ -184,15 +184,15 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatia
 // Rounding is emulated in f32 with exact operations (`half` below), identically for f32 and f16
 // tensors: the code of the f32 specialization must not name the 16-bit type at all, so that it
 // runs on a device without shader-f16 (the compiler adds `enable f16;` when the code names it;
-// comments such as these do not count). An f32 operation on f16 values rounded to f16 gives the correctly rounded f16 result
-// (24 >= 2 * 11 + 2 bits), so this matches native f16 arithmetic.
+// comments such as these do not count). An f32 operation on f16 values rounded to f16 gives the
+// correctly rounded f16 result (24 >= 2 * 11 + 2 bits), so this matches native f16 arithmetic.
 // Not unpack2x16float(pack2x16float(vec2(v, 0.0))).x, nor a cast to f16 and back: measured on an
 // NVIDIA H200 (Vulkan, driver 580.159), both return v unrounded (the round trip is folded away);
 // lavapipe rounds both. round() on the scaled value is exact everywhere.
 // The final stage is the body's T arithmetic: f32 for f32 tensors, f16 Mul then Add for f16 ones.
 //
-// "Serial": one workgroup per row with a fixed size of workgroupSize = 256 invocations (the WebGPU default for
-// maxComputeInvocationsPerWorkgroup and maxComputeWorkgroupSizeX); the combine is one fixed-order
+// "Serial": one workgroup per row with a fixed size, workgroupSize = 256 invocations (the WebGPU
+// default for maxComputeInvocationsPerWorkgroup and maxComputeWorkgroupSizeX); the combine is one fixed-order
 // tree in workgroup memory (9 barriers), so results are bit-identical from run to run.
 // The compiler prepends overrides (DISPATCH_FOLD_WIDTH), bindings and Params (binding set norm;
 // epsilon is params.epsilon; the shape-dependent hiddenSize, numGroups, channelsPerGroup and
@@ -333,8 +333,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let std_dev = half(sqrt(half(half(variance) + half(params.epsilon))));
 
     // Value j of the row is in channel channel0 + j / spatial: the walk keeps (channel, value
-    // within it) and advances by workgroupSize split once into whole channels and a remainder (spatial is a
-    // uniform: no division per element).
+    // within it) and advances by workgroupSize split once into whole channels and a remainder
+    // (spatial is a uniform: no division per element).
     let channel0 = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     var at = vec2<u32>(channel0 + lid / params.spatial, lid % params.spatial);
@@ -395,15 +395,15 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatia
 // Rounding is emulated in f32 with exact operations (`half` below), identically for f32 and f16
 // tensors: the code of the f32 specialization must not name the 16-bit type at all, so that it
 // runs on a device without shader-f16 (the compiler adds `enable f16;` when the code names it;
-// comments such as these do not count). An f32 operation on f16 values rounded to f16 gives the correctly rounded f16 result
-// (24 >= 2 * 11 + 2 bits), so this matches native f16 arithmetic.
+// comments such as these do not count). An f32 operation on f16 values rounded to f16 gives the
+// correctly rounded f16 result (24 >= 2 * 11 + 2 bits), so this matches native f16 arithmetic.
 // Not unpack2x16float(pack2x16float(vec2(v, 0.0))).x, nor a cast to f16 and back: measured on an
 // NVIDIA H200 (Vulkan, driver 580.159), both return v unrounded (the round trip is folded away);
 // lavapipe rounds both. round() on the scaled value is exact everywhere.
 // The final stage is the body's T arithmetic: f32 for f32 tensors, f16 Mul then Add for f16 ones.
 //
-// "Serial": one workgroup per row with a fixed size of workgroupSize = 256 invocations (the WebGPU default for
-// maxComputeInvocationsPerWorkgroup and maxComputeWorkgroupSizeX); the combine is one fixed-order
+// "Serial": one workgroup per row with a fixed size, workgroupSize = 256 invocations (the WebGPU
+// default for maxComputeInvocationsPerWorkgroup and maxComputeWorkgroupSizeX); the combine is one fixed-order
 // tree in workgroup memory (9 barriers), so results are bit-identical from run to run.
 // The compiler prepends overrides (DISPATCH_FOLD_WIDTH), bindings and Params (binding set norm;
 // epsilon is params.epsilon; the shape-dependent hiddenSize, numGroups, channelsPerGroup and
@@ -544,8 +544,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let std_dev = half(sqrt(half(half(variance) + half(params.epsilon))));
 
     // Value j of the row is in channel channel0 + j / spatial: the walk keeps (channel, value
-    // within it) and advances by workgroupSize split once into whole channels and a remainder (spatial is a
-    // uniform: no division per element).
+    // within it) and advances by workgroupSize split once into whole channels and a remainder
+    // (spatial is a uniform: no division per element).
     let channel0 = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     var at = vec2<u32>(channel0 + lid / params.spatial, lid % params.spatial);

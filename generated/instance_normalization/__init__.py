@@ -5,11 +5,11 @@
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 7d7f6013c7ec9d4d)
-#   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 90f7f9c1b6a10b61)
+#   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 06c2226b12f64dbf)
+#   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 9bedc38798186b19)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 aac5781d5c04db8f)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 9e31b8ef390d6f94)
-#   templates/norm-row-stats.wgsl.jinja (sha256 f91093b88ac28df8)
+#   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """ai.onnx InstanceNormalization-6: the contract, derived values, selection and the public calls.

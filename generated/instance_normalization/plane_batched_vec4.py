@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 3dea48d02caff674)
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
-#   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 7d7f6013c7ec9d4d)
+#   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 06c2226b12f64dbf)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `plane_batched_vec4` of ai.onnx InstanceNormalization-6.
@@ -217,7 +217,8 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channe
 // split_sum, and M2 = M2A + M2B + delta^2 nA (nB / n), every term non-negative: nothing cancels.
 // No atomics, no subgroups: bit-identical on every run. Every lane then writes
 // y = ((x - hi) - lo) * inv_std * scale + bias.
-// The dispatch is explicit x/y, folded at DISPATCH_FOLD_WIDTH: group = wid.x + wid.y * DISPATCH_FOLD_WIDTH.
+// The dispatch is explicit x/y, folded at DISPATCH_FOLD_WIDTH:
+// group = wid.x + wid.y * DISPATCH_FOLD_WIDTH.
 // The compiler prepends overrides, bindings (x, scale, bias, y) and Params (rows, epsilon).
 // One summary per lane (workgroupSize * 16 bytes, within the manifest's bound instanceBatchedVec4StorageBytes), merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;
@@ -391,7 +392,8 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channe
 // split_sum, and M2 = M2A + M2B + delta^2 nA (nB / n), every term non-negative: nothing cancels.
 // No atomics, no subgroups: bit-identical on every run. Every lane then writes
 // y = ((x - hi) - lo) * inv_std * scale + bias.
-// The dispatch is explicit x/y, folded at DISPATCH_FOLD_WIDTH: group = wid.x + wid.y * DISPATCH_FOLD_WIDTH.
+// The dispatch is explicit x/y, folded at DISPATCH_FOLD_WIDTH:
+// group = wid.x + wid.y * DISPATCH_FOLD_WIDTH.
 // The compiler prepends overrides, bindings (x, scale, bias, y) and Params (rows, epsilon).
 // One summary per lane (workgroupSize * 16 bytes, within the manifest's bound instanceBatchedVec4StorageBytes), merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;

@@ -4,7 +4,7 @@
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
-#   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 90f7f9c1b6a10b61)
+#   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 9bedc38798186b19)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 aac5781d5c04db8f)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 9e31b8ef390d6f94)
 # Do not edit: change the sources above and regenerate.
@@ -849,8 +849,8 @@ struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
 //
 // One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
-// never straddles two planes) per invocation: i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize
-// + lane.
+// never straddles two planes) per invocation:
+// i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
 // y = ((x - hi) - lo) * (inv_std * scale[c]) + bias[c] with c = plane % channels, where the
 // plane's mean is the pair hi + lo from the combine pass (stats[4 * plane ..] =
 // (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact
@@ -896,8 +896,8 @@ struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
 //
 // One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
-// never straddles two planes) per invocation: i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize
-// + lane.
+// never straddles two planes) per invocation:
+// i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
 // y = ((x - hi) - lo) * (inv_std * scale[c]) + bias[c] with c = plane % channels, where the
 // plane's mean is the pair hi + lo from the combine pass (stats[4 * plane ..] =
 // (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact

@@ -4,7 +4,7 @@
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/norm-row-stats.wgsl.jinja (sha256 f91093b88ac28df8)
+#   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `plane_subgroup` of ai.onnx InstanceNormalization-6.
@@ -157,27 +157,28 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
-// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to channel
-// g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
+// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to
+// channel g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
 // (plane_subgroup_vec4, plane_subgroup_vec4_scalar_io, plane_subgroup; `mode` == "instance":
 // a row is one (n, c) plane, channel = row % channels).
 //
 // Forms: scalar (x/y are array<T>), vec4 (x/y are array<vec4<T>>; spatial % 4 == 0, so a vec4
 // never straddles two channels), vec4 with `scalarIo` (vec4 math, x/y bound as array<f32>).
 // vec4 with `pairs` (the manifests set it for f16): each step of both walks loads vectors i and
-// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in flight, not
-// one; past the row's end the second load repeats the last vector and its value is dropped by a
+// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in
+// flight, not one; past the row's end the second load repeats the last vector and its value is dropped by a
 // select (statistics) or not stored (normalize).
 //
-// Statistics: the row is read once, in blocks. Invocation lid takes the units lid, lid + workgroupSize, ...
-// and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
+// Statistics: the row is read once, in blocks. Invocation lid takes the units lid,
+// lid + workgroupSize, ... and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
 // vectors, or 16 values). A block's shift is its own first value (a cache hit: the block loads it
 // first); the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2 (per
 // lane for vec4), no division. At the block's end they are converted once: n_b,
 // mean_b = shift + q (q = s1 / n_b) as a pair of f32 (hi = fl(shift + q) with its last 4 bits
 // cleared, lo = (shift - hi) + q; see split_sum), M2_b = max(s2 - s1 q, 0), Chan-merged into
-// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a row of up to 16 * workgroupSize units is one block an
-// invocation, which covers the models' rows at workgroupSize 1024.
+// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a
+// row of up to 16 * workgroupSize units is one block an invocation, which covers the models' rows
+// at workgroupSize 1024.
 // Why this is robust: with k <= 16 terms per accumulator, the rounding error of M2_b is at most
 // about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block. The block
 // holds both the shift and that value, so its own M2 >= D_b^2 / 2, and the row's M2 is at least the
@@ -188,23 +189,27 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // side A's mean moves by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into
 // (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing
 // cancels. Taking the larger side as the base keeps |t| <= |delta| / 2, so the few eps |t| that a
-// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n). The combine is either
+// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n).
+// The combine is either
 // - combineSubgroups: two steps inside each subgroup, subgroupAdd of (n_i, n_i hi_i) for a value
 //   mean0 near the mean, then of (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i (all
 //   of Q's terms non-negative); lane 0 of each subgroup stores (n, mean0, c / n, Q - c^2 / n) at
-//   [subgroup_id]; after one barrier every invocation merges the ceil(workgroupSize / subgroup_size) entries
-//   in the same order with the same two steps (right for any subgroup size, for a partial last
-//   subgroup and for workgroupSize smaller than a subgroup; every invocation gets the very same bits, so no
-//   broadcast is needed; a subgroup's count is an f32 sum, exact below 2^24 values), or
-// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only powers of
-//   two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every invocation reads the root.
+//   [subgroup_id]; after one barrier every invocation merges the
+//   ceil(workgroupSize / subgroup_size) entries in the same order with the same two steps (right
+//   for any subgroup size, for a partial last subgroup and for workgroupSize smaller than a
+//   subgroup; every invocation gets the very same bits, so no broadcast is needed; a subgroup's
+//   count is an f32 sum, exact below 2^24 values), or
+// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only
+//   powers of two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every
+//   invocation reads the root.
 // A second pass over the row writes y = ((x - hi) - lo) * (inv_std * scale) + bias, computed in f32
 // and rounded to T once, at the store. No atomics: results are bit-identical from run to run.
 //
-// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup arrays, and
-// DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
+// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup
+// arrays, and DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
 // rows, rowStride, epsilon and, read as params.<name>, the shape-dependent values hiddenSize,
-// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the pipeline).
+// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
+// pipeline).
 // The normalize walk of group mode finds channels without a division per element (see advance).
 // One summary per invocation, merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;
@@ -348,27 +353,28 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
-// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to channel
-// g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
+// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to
+// channel g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
 // (plane_subgroup_vec4, plane_subgroup_vec4_scalar_io, plane_subgroup; `mode` == "instance":
 // a row is one (n, c) plane, channel = row % channels).
 //
 // Forms: scalar (x/y are array<T>), vec4 (x/y are array<vec4<T>>; spatial % 4 == 0, so a vec4
 // never straddles two channels), vec4 with `scalarIo` (vec4 math, x/y bound as array<f32>).
 // vec4 with `pairs` (the manifests set it for f16): each step of both walks loads vectors i and
-// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in flight, not
-// one; past the row's end the second load repeats the last vector and its value is dropped by a
+// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in
+// flight, not one; past the row's end the second load repeats the last vector and its value is dropped by a
 // select (statistics) or not stored (normalize).
 //
-// Statistics: the row is read once, in blocks. Invocation lid takes the units lid, lid + workgroupSize, ...
-// and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
+// Statistics: the row is read once, in blocks. Invocation lid takes the units lid,
+// lid + workgroupSize, ... and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
 // vectors, or 16 values). A block's shift is its own first value (a cache hit: the block loads it
 // first); the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2 (per
 // lane for vec4), no division. At the block's end they are converted once: n_b,
 // mean_b = shift + q (q = s1 / n_b) as a pair of f32 (hi = fl(shift + q) with its last 4 bits
 // cleared, lo = (shift - hi) + q; see split_sum), M2_b = max(s2 - s1 q, 0), Chan-merged into
-// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a row of up to 16 * workgroupSize units is one block an
-// invocation, which covers the models' rows at workgroupSize 1024.
+// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a
+// row of up to 16 * workgroupSize units is one block an invocation, which covers the models' rows
+// at workgroupSize 1024.
 // Why this is robust: with k <= 16 terms per accumulator, the rounding error of M2_b is at most
 // about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block. The block
 // holds both the shift and that value, so its own M2 >= D_b^2 / 2, and the row's M2 is at least the
@@ -379,23 +385,27 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // side A's mean moves by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into
 // (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing
 // cancels. Taking the larger side as the base keeps |t| <= |delta| / 2, so the few eps |t| that a
-// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n). The combine is either
+// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n).
+// The combine is either
 // - combineSubgroups: two steps inside each subgroup, subgroupAdd of (n_i, n_i hi_i) for a value
 //   mean0 near the mean, then of (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i (all
 //   of Q's terms non-negative); lane 0 of each subgroup stores (n, mean0, c / n, Q - c^2 / n) at
-//   [subgroup_id]; after one barrier every invocation merges the ceil(workgroupSize / subgroup_size) entries
-//   in the same order with the same two steps (right for any subgroup size, for a partial last
-//   subgroup and for workgroupSize smaller than a subgroup; every invocation gets the very same bits, so no
-//   broadcast is needed; a subgroup's count is an f32 sum, exact below 2^24 values), or
-// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only powers of
-//   two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every invocation reads the root.
+//   [subgroup_id]; after one barrier every invocation merges the
+//   ceil(workgroupSize / subgroup_size) entries in the same order with the same two steps (right
+//   for any subgroup size, for a partial last subgroup and for workgroupSize smaller than a
+//   subgroup; every invocation gets the very same bits, so no broadcast is needed; a subgroup's
+//   count is an f32 sum, exact below 2^24 values), or
+// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only
+//   powers of two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every
+//   invocation reads the root.
 // A second pass over the row writes y = ((x - hi) - lo) * (inv_std * scale) + bias, computed in f32
 // and rounded to T once, at the store. No atomics: results are bit-identical from run to run.
 //
-// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup arrays, and
-// DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
+// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup
+// arrays, and DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
 // rows, rowStride, epsilon and, read as params.<name>, the shape-dependent values hiddenSize,
-// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the pipeline).
+// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
+// pipeline).
 // The normalize walk of group mode finds channels without a division per element (see advance).
 // (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
 var<workgroup> subgroup_stats: array<vec4<f32>, workgroupSize>;
@@ -559,27 +569,28 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
-// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to channel
-// g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
+// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to
+// channel g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
 // (plane_subgroup_vec4, plane_subgroup_vec4_scalar_io, plane_subgroup; `mode` == "instance":
 // a row is one (n, c) plane, channel = row % channels).
 //
 // Forms: scalar (x/y are array<T>), vec4 (x/y are array<vec4<T>>; spatial % 4 == 0, so a vec4
 // never straddles two channels), vec4 with `scalarIo` (vec4 math, x/y bound as array<f32>).
 // vec4 with `pairs` (the manifests set it for f16): each step of both walks loads vectors i and
-// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in flight, not
-// one; past the row's end the second load repeats the last vector and its value is dropped by a
+// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in
+// flight, not one; past the row's end the second load repeats the last vector and its value is dropped by a
 // select (statistics) or not stored (normalize).
 //
-// Statistics: the row is read once, in blocks. Invocation lid takes the units lid, lid + workgroupSize, ...
-// and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
+// Statistics: the row is read once, in blocks. Invocation lid takes the units lid,
+// lid + workgroupSize, ... and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
 // vectors, or 16 values). A block's shift is its own first value (a cache hit: the block loads it
 // first); the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2 (per
 // lane for vec4), no division. At the block's end they are converted once: n_b,
 // mean_b = shift + q (q = s1 / n_b) as a pair of f32 (hi = fl(shift + q) with its last 4 bits
 // cleared, lo = (shift - hi) + q; see split_sum), M2_b = max(s2 - s1 q, 0), Chan-merged into
-// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a row of up to 16 * workgroupSize units is one block an
-// invocation, which covers the models' rows at workgroupSize 1024.
+// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a
+// row of up to 16 * workgroupSize units is one block an invocation, which covers the models' rows
+// at workgroupSize 1024.
 // Why this is robust: with k <= 16 terms per accumulator, the rounding error of M2_b is at most
 // about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block. The block
 // holds both the shift and that value, so its own M2 >= D_b^2 / 2, and the row's M2 is at least the
@@ -590,23 +601,27 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // side A's mean moves by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into
 // (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing
 // cancels. Taking the larger side as the base keeps |t| <= |delta| / 2, so the few eps |t| that a
-// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n). The combine is either
+// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n).
+// The combine is either
 // - combineSubgroups: two steps inside each subgroup, subgroupAdd of (n_i, n_i hi_i) for a value
 //   mean0 near the mean, then of (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i (all
 //   of Q's terms non-negative); lane 0 of each subgroup stores (n, mean0, c / n, Q - c^2 / n) at
-//   [subgroup_id]; after one barrier every invocation merges the ceil(workgroupSize / subgroup_size) entries
-//   in the same order with the same two steps (right for any subgroup size, for a partial last
-//   subgroup and for workgroupSize smaller than a subgroup; every invocation gets the very same bits, so no
-//   broadcast is needed; a subgroup's count is an f32 sum, exact below 2^24 values), or
-// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only powers of
-//   two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every invocation reads the root.
+//   [subgroup_id]; after one barrier every invocation merges the
+//   ceil(workgroupSize / subgroup_size) entries in the same order with the same two steps (right
+//   for any subgroup size, for a partial last subgroup and for workgroupSize smaller than a
+//   subgroup; every invocation gets the very same bits, so no broadcast is needed; a subgroup's
+//   count is an f32 sum, exact below 2^24 values), or
+// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only
+//   powers of two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every
+//   invocation reads the root.
 // A second pass over the row writes y = ((x - hi) - lo) * (inv_std * scale) + bias, computed in f32
 // and rounded to T once, at the store. No atomics: results are bit-identical from run to run.
 //
-// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup arrays, and
-// DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
+// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup
+// arrays, and DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
 // rows, rowStride, epsilon and, read as params.<name>, the shape-dependent values hiddenSize,
-// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the pipeline).
+// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
+// pipeline).
 // The normalize walk of group mode finds channels without a division per element (see advance).
 // One summary per invocation, merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;
@@ -751,27 +766,28 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
-// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to channel
-// g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
+// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to
+// channel g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
 // (plane_subgroup_vec4, plane_subgroup_vec4_scalar_io, plane_subgroup; `mode` == "instance":
 // a row is one (n, c) plane, channel = row % channels).
 //
 // Forms: scalar (x/y are array<T>), vec4 (x/y are array<vec4<T>>; spatial % 4 == 0, so a vec4
 // never straddles two channels), vec4 with `scalarIo` (vec4 math, x/y bound as array<f32>).
 // vec4 with `pairs` (the manifests set it for f16): each step of both walks loads vectors i and
-// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in flight, not
-// one; past the row's end the second load repeats the last vector and its value is dropped by a
+// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in
+// flight, not one; past the row's end the second load repeats the last vector and its value is dropped by a
 // select (statistics) or not stored (normalize).
 //
-// Statistics: the row is read once, in blocks. Invocation lid takes the units lid, lid + workgroupSize, ...
-// and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
+// Statistics: the row is read once, in blocks. Invocation lid takes the units lid,
+// lid + workgroupSize, ... and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
 // vectors, or 16 values). A block's shift is its own first value (a cache hit: the block loads it
 // first); the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2 (per
 // lane for vec4), no division. At the block's end they are converted once: n_b,
 // mean_b = shift + q (q = s1 / n_b) as a pair of f32 (hi = fl(shift + q) with its last 4 bits
 // cleared, lo = (shift - hi) + q; see split_sum), M2_b = max(s2 - s1 q, 0), Chan-merged into
-// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a row of up to 16 * workgroupSize units is one block an
-// invocation, which covers the models' rows at workgroupSize 1024.
+// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a
+// row of up to 16 * workgroupSize units is one block an invocation, which covers the models' rows
+// at workgroupSize 1024.
 // Why this is robust: with k <= 16 terms per accumulator, the rounding error of M2_b is at most
 // about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block. The block
 // holds both the shift and that value, so its own M2 >= D_b^2 / 2, and the row's M2 is at least the
@@ -782,23 +798,27 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // side A's mean moves by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into
 // (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing
 // cancels. Taking the larger side as the base keeps |t| <= |delta| / 2, so the few eps |t| that a
-// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n). The combine is either
+// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n).
+// The combine is either
 // - combineSubgroups: two steps inside each subgroup, subgroupAdd of (n_i, n_i hi_i) for a value
 //   mean0 near the mean, then of (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i (all
 //   of Q's terms non-negative); lane 0 of each subgroup stores (n, mean0, c / n, Q - c^2 / n) at
-//   [subgroup_id]; after one barrier every invocation merges the ceil(workgroupSize / subgroup_size) entries
-//   in the same order with the same two steps (right for any subgroup size, for a partial last
-//   subgroup and for workgroupSize smaller than a subgroup; every invocation gets the very same bits, so no
-//   broadcast is needed; a subgroup's count is an f32 sum, exact below 2^24 values), or
-// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only powers of
-//   two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every invocation reads the root.
+//   [subgroup_id]; after one barrier every invocation merges the
+//   ceil(workgroupSize / subgroup_size) entries in the same order with the same two steps (right
+//   for any subgroup size, for a partial last subgroup and for workgroupSize smaller than a
+//   subgroup; every invocation gets the very same bits, so no broadcast is needed; a subgroup's
+//   count is an f32 sum, exact below 2^24 values), or
+// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only
+//   powers of two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every
+//   invocation reads the root.
 // A second pass over the row writes y = ((x - hi) - lo) * (inv_std * scale) + bias, computed in f32
 // and rounded to T once, at the store. No atomics: results are bit-identical from run to run.
 //
-// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup arrays, and
-// DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
+// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup
+// arrays, and DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
 // rows, rowStride, epsilon and, read as params.<name>, the shape-dependent values hiddenSize,
-// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the pipeline).
+// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
+// pipeline).
 // The normalize walk of group mode finds channels without a division per element (see advance).
 // (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
 var<workgroup> subgroup_stats: array<vec4<f32>, workgroupSize>;

@@ -7,8 +7,8 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 730753c83c768097)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 3ea72afa87228484)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """com.microsoft SkipGroupNorm-1: the contract, derived values, selection and the public calls.

@@ -5,7 +5,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 a30c1817b59d964a)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 730753c83c768097)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `fused_bias_plain` of com.microsoft SkipGroupNorm-1.
@@ -279,8 +279,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -307,9 +307,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -581,8 +583,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -609,9 +611,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -883,8 +887,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -911,9 +915,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1159,8 +1165,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1187,9 +1193,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1452,8 +1460,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1480,9 +1488,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1745,8 +1755,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1773,9 +1783,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2013,8 +2025,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2041,9 +2053,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2326,8 +2340,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2354,9 +2368,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2639,8 +2655,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2667,9 +2683,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2926,8 +2944,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2954,9 +2972,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3230,8 +3250,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3258,9 +3278,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3534,8 +3556,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3562,9 +3584,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:

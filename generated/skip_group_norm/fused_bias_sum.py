@@ -5,7 +5,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 a30c1817b59d964a)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 730753c83c768097)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `fused_bias_sum` of com.microsoft SkipGroupNorm-1.
@@ -282,8 +282,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -310,9 +310,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -594,8 +596,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -622,9 +624,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -906,8 +910,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -934,9 +938,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1190,8 +1196,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1218,9 +1224,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1493,8 +1501,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1521,9 +1529,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1796,8 +1806,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1824,9 +1834,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2072,8 +2084,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2100,9 +2112,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2395,8 +2409,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2423,9 +2437,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2718,8 +2734,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2746,9 +2762,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3013,8 +3031,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3041,9 +3059,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3327,8 +3347,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3355,9 +3375,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3641,8 +3663,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3669,9 +3691,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:

@@ -5,7 +5,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 a30c1817b59d964a)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 730753c83c768097)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `fused_plain` of com.microsoft SkipGroupNorm-1.
@@ -276,8 +276,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -304,9 +304,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -541,8 +543,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -569,9 +571,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -806,8 +810,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -834,9 +838,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1071,8 +1077,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1099,9 +1105,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1351,8 +1359,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1379,9 +1387,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1631,8 +1641,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1659,9 +1669,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1888,8 +1900,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1916,9 +1928,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2164,8 +2178,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2192,9 +2206,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2440,8 +2456,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2468,9 +2484,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2716,8 +2734,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2744,9 +2762,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2983,8 +3003,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3011,9 +3031,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3250,8 +3272,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3278,9 +3300,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:

@@ -5,7 +5,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 a30c1817b59d964a)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 730753c83c768097)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `fused_sum` of com.microsoft SkipGroupNorm-1.
@@ -279,8 +279,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -307,9 +307,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -578,8 +580,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -606,9 +608,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -877,8 +881,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -905,9 +909,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1150,8 +1156,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1178,9 +1184,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1440,8 +1448,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1468,9 +1476,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1730,8 +1740,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -1758,9 +1768,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -1995,8 +2007,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2023,9 +2035,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2305,8 +2319,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2333,9 +2347,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2615,8 +2631,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2643,9 +2659,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -2899,8 +2917,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -2927,9 +2945,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3200,8 +3220,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3228,9 +3248,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
@@ -3501,8 +3523,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
 //
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along the
-// contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
+// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
+// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
 // (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
 // n * itemStride + g * groupStride + a * outerStride + b, first channel
 // g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
@@ -3529,9 +3551,11 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // variance = max(M2 / n, 0), in f32.
 // Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
 // formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (invStd * gamma) + beta, then SiLU when params.activation is 1.
+// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
 // No subgroups and no atomics: the same input always gives the same bits.
-// `half`, the gamma/beta decoding and the lane arithmetic are as in skip-group-norm-slab.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
+// their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
 // the attributes come from the uniform `params` (the compiler reads every request-dependent name
 // as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:

@@ -7,7 +7,7 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 3ea72afa87228484)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `split_bias_plain` of com.microsoft SkipGroupNorm-1.
@@ -495,7 +495,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -520,16 +520,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -832,7 +829,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -857,16 +854,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1169,7 +1163,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1194,16 +1188,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1502,7 +1493,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1527,16 +1518,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1852,7 +1840,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1877,16 +1865,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2202,7 +2187,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2227,16 +2212,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2529,7 +2511,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2554,16 +2536,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2877,7 +2856,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2902,16 +2881,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3225,7 +3201,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3250,16 +3226,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3569,7 +3542,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3594,16 +3567,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3930,7 +3900,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3955,16 +3925,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4291,7 +4258,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4316,16 +4283,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4851,7 +4815,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4876,16 +4840,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5138,7 +5099,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5163,16 +5124,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5425,7 +5383,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5450,16 +5408,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5708,7 +5663,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5733,16 +5688,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5984,7 +5936,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6009,16 +5961,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6260,7 +6209,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6285,16 +6234,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6537,7 +6483,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6562,16 +6508,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6835,7 +6778,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6860,16 +6803,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -7133,7 +7073,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -7158,16 +7098,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -7427,7 +7364,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -7452,16 +7389,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -7714,7 +7648,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -7739,16 +7673,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -8001,7 +7932,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -8026,16 +7957,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and

@@ -7,7 +7,7 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 3ea72afa87228484)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `split_bias_sum` of com.microsoft SkipGroupNorm-1.
@@ -493,7 +493,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -518,16 +518,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -864,7 +861,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -889,16 +886,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1235,7 +1229,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1260,16 +1254,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1576,7 +1567,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1601,16 +1592,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1936,7 +1924,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1961,16 +1949,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2296,7 +2281,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2321,16 +2306,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2631,7 +2613,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2656,16 +2638,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3013,7 +2992,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3038,16 +3017,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3395,7 +3371,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3420,16 +3396,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3747,7 +3720,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3772,16 +3745,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4118,7 +4088,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4143,16 +4113,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4489,7 +4456,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4514,16 +4481,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5020,7 +4984,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5045,16 +5009,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5271,7 +5232,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5296,16 +5257,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5522,7 +5480,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5547,16 +5505,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5748,7 +5703,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5773,16 +5728,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6000,7 +5952,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6025,16 +5977,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6252,7 +6201,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6277,16 +6226,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and

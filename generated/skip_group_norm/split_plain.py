@@ -7,7 +7,7 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 3ea72afa87228484)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `split_plain` of com.microsoft SkipGroupNorm-1.
@@ -491,7 +491,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -516,16 +516,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -817,7 +814,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -842,16 +839,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1143,7 +1137,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1168,16 +1162,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1465,7 +1456,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1490,16 +1481,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1778,7 +1766,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1803,16 +1791,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2091,7 +2076,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2116,16 +2101,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2407,7 +2389,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2432,16 +2414,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2744,7 +2723,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2769,16 +2748,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3081,7 +3057,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3106,16 +3082,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3414,7 +3387,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3439,16 +3412,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3738,7 +3708,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3763,16 +3733,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4062,7 +4029,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4087,16 +4054,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4608,7 +4572,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4633,16 +4597,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4882,7 +4843,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4907,16 +4868,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5156,7 +5114,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5181,16 +5139,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5426,7 +5381,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5451,16 +5406,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5689,7 +5641,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5714,16 +5666,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5952,7 +5901,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5977,16 +5926,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6216,7 +6162,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6241,16 +6187,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6501,7 +6444,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6526,16 +6469,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6786,7 +6726,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6811,16 +6751,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -7067,7 +7004,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -7092,16 +7029,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -7341,7 +7275,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -7366,16 +7300,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -7615,7 +7546,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -7640,16 +7571,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and

@@ -7,7 +7,7 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 3ea72afa87228484)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `split_sum` of com.microsoft SkipGroupNorm-1.
@@ -490,7 +490,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -515,16 +515,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -848,7 +845,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -873,16 +870,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1206,7 +1200,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1231,16 +1225,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1536,7 +1527,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1561,16 +1552,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -1881,7 +1869,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -1906,16 +1894,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2226,7 +2211,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2251,16 +2236,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2550,7 +2532,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2575,16 +2557,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -2919,7 +2898,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -2944,16 +2923,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3288,7 +3264,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3313,16 +3289,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3629,7 +3602,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -3654,16 +3627,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -3985,7 +3955,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4010,16 +3980,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4341,7 +4308,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4366,16 +4333,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -4862,7 +4826,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -4887,16 +4851,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5113,7 +5074,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5138,16 +5099,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5364,7 +5322,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5389,16 +5347,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5590,7 +5545,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5615,16 +5570,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -5842,7 +5794,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -5867,16 +5819,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
@@ -6094,7 +6043,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
 // the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
 // column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions pBegin + r, + laneRows, ...
+// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
 // Memory is read contiguously across the lanes at every step.
 //
 // The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
@@ -6119,16 +6068,13 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (zeros for an empty slab);
 // the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
 // Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * invStd * gamma + beta, then SiLU when
+// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
 // params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
 // exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
 // bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` rounds to the nearest binary16 value, ties to even, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in [2^e, 2^(e+1)),
-// 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver can fold the rounding
-// away (NVIDIA folds f32(f16(v)) and pack/unpack round trips). gamma and beta (type M) are bound as
-// 32-bit words and decoded by the paramsF16 override (f16 pairs through unpack2x16float, or f32 bits),
-// so one shader serves both M types and an f32 X with f16 gamma/beta needs no shader-f16.
+// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
+// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
+// their notes stand at their functions below.
 // Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
 // request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
