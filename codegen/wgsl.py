@@ -406,12 +406,17 @@ def template_line(templates_dir: Path, name: str, context: dict, body_line: int)
     """Which template line produced line `body_line` of the rendered body (for naga's errors).
 
     Renders a copy with a `//@L<n>` marker at the end of every plain template line; trim_blocks
-    drops whole tag lines, so rendered and marked bodies have the same lines.
+    drops whole tag lines, so rendered and marked bodies have the same lines. A line that a
+    library macro wrote has no marker: it is the line of the call, whose marker ends the macro's
+    output (the next marked line).
     """
     source = (templates_dir / name).read_text().splitlines()
     marked = "\n".join(line if any(tag in line for tag in ("{%", "%}", "{#", "#}")) else f"{line}//@L{n}" for n, line in enumerate(source, 1))
     body = make_environment(templates_dir).from_string(marked + "\n").render(context).splitlines()
     if not 0 < body_line <= len(body):
         return None
-    found = re.search(r"//@L(\d+)$", body[body_line - 1])
-    return int(found.group(1)) if found else None
+    for line in body[body_line - 1 :]:
+        found = re.search(r"//@L(\d+)$", line)
+        if found:
+            return int(found.group(1))
+    return None

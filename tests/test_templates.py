@@ -18,7 +18,7 @@ import pytest
 
 from codegen.manifest import ManifestError, load_manifests
 from codegen.resolve import resolve_op
-from codegen.wgsl import render_op
+from codegen.wgsl import make_environment, render_op, template_line
 from tests.test_codegen import TINY_MANIFEST, _tiny_repo
 
 REPO = Path(__file__).resolve().parent.parent
@@ -117,3 +117,22 @@ def test_a_template_renders_library_macros_and_records_the_libraries(tmp_path):
     (spec,) = rendered.specializations
     assert spec.workgroup_size == "WORKGROUP_SIZE" and "scale_value(i, f32(x[i]));" in spec.wgsl
     assert "// y = x * alpha, one element an invocation." in spec.wgsl
+
+
+def test_a_line_a_macro_wrote_is_the_line_of_its_call(tmp_path):
+    """naga's errors name a template line: inside a macro's output, the line that called it."""
+    template = (
+        '{% import "_lib/stats.wgsl.jinja" as stats %}\n'
+        "// notes\n"
+        "{{ stats.functions() }}\n"
+        "\n"
+        "fn after() {}\n"
+    )
+    (tmp_path / "_lib").mkdir()
+    shutil.copy(LIBRARY / "stats.wgsl.jinja", tmp_path / "_lib")
+    (tmp_path / "t.wgsl.jinja").write_text(template)
+    body = make_environment(tmp_path).get_template("t.wgsl.jinja").render().splitlines()
+    assert body[0] == "// notes" and template_line(tmp_path, "t.wgsl.jinja", {}, 1) == 2
+    chan_merge = body.index("fn chan_merge(a: Stats, b: Stats) -> Stats {") + 1
+    assert template_line(tmp_path, "t.wgsl.jinja", {}, chan_merge) == 3  # the {{ stats.functions() }} line
+    assert template_line(tmp_path, "t.wgsl.jinja", {}, body.index("fn after() {}") + 1) == 5
