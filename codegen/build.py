@@ -87,7 +87,7 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
         emitted.append((op, rendered))
     report = validate(rendered_all, device) if rendered_all else None
     for op, rendered in emitted:
-        template_paths = sorted({item.template for item in rendered})
+        template_paths = _template_paths(rendered)
         sources = [Source(op.ir.source, op.ir.sha256)] + [Source(t, sha256_of(repo_root / t)) for t in template_paths]
         package = module_name(op)
         files[f"{package}/__init__.py"] = emit_op_init(op, rendered, banner(sources))
@@ -99,7 +99,7 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
         for variant in op.variants:
             mine = [item for item in rendered if item.variant is variant]
             variant_sources = [Source(op.ir.source, op.ir.sha256)] + [
-                Source(t, sha256_of(repo_root / t)) for t in sorted({item.template for item in mine})
+                Source(t, sha256_of(repo_root / t)) for t in _template_paths(mine)
             ]
             files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, store, banner(variant_sources))
     if only:
@@ -125,6 +125,11 @@ def runtime_files() -> dict[str, str]:
         f"_runtime/{path.name}": emit_runtime(path.read_text(), Source(f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}/{path.name}", sha256_of(path)))
         for path in sorted(RUNTIME_SOURCE.glob("*.py"))
     }
+
+
+def _template_paths(rendered) -> list[str]:
+    """The templates these passes were rendered from, and the libraries those import, sorted."""
+    return sorted({path for item in rendered for path in (item.template, *item.libraries)})
 
 
 def project_version(repo_root: Path) -> str:

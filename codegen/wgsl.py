@@ -40,6 +40,11 @@ BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read
 SCALAR_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2}
 SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\((subgroup_invocation_id|subgroup_size|subgroup_id|num_subgroups)\)")
 BUILTIN_OVERRIDES = ("WORKGROUP_SIZE", "DISPATCH_FOLD_WIDTH")
+# Macro libraries that op templates import (`{% import "_lib/stats.wgsl.jinja" as stats %}`): never an
+# op template themselves.
+LIBRARY = "_lib"
+# WGSL comments; a template's notes reach the shader as `//` lines, which name values freely.
+COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,7 @@ class RenderedPass:
     key_names: tuple[KeyName, ...]  # template values, then bindings' element types
     specializations: tuple[Specialization, ...]
     scope_uniforms: tuple[ScopeUniform, ...] = ()  # appended to Params after the manifest's fields
+    libraries: tuple[str, ...] = ()  # repository-relative paths of the templates it imports (templates/_lib/)
 
     @property
     def uniform_fields(self) -> tuple[tuple[str, str], ...]:
@@ -317,7 +323,7 @@ def _workgroup_arrays(body: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
 def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> str:
     lines = []
     # Comments must not turn an f32 shader into one that needs shader-f16.
-    code = re.sub(r"//[^\n]*|/\*.*?\*/", "", body, flags=re.S)
+    code = COMMENT.sub("", body)
     if any("f16" in t for t in element_types.values()) or re.search(r"\bf16\b", code):
         lines.append("enable f16;")
     for name, kind in overrides:
@@ -340,6 +346,7 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     origin = pass_.ir.origin
     name = pass_.ir.template
     folder = templates_dir.name
+    libraries = _libraries(pass_, env, folder)
     template_values = _template_values(pass_, env, folder)
     element_values = [
         Value(f"binding:{binding}", f"binding_{binding}", None, code)
@@ -360,16 +367,18 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     numeric["DISPATCH_FOLD_WIDTH"] = "u32"
     bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, key_names, template_values)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
-    uniforms = _scope_uniforms(pass_, kept, numeric, [body.text for body in bodies.values()], origin, name)
+    # Only code decides what a shader uses: a name in a comment declares nothing and reads nothing.
+    uniforms = _scope_uniforms(pass_, kept, numeric, [_code(body.text) for body in bodies.values()], origin, name)
     moved = {u.name for u in uniforms}
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
     specializations = []
     for key, body in bodies.items():
         text = _read_from_params(body.text, uniforms, pass_)
-        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(text, n)]
+        code = _code(text)
+        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(code, n)]
         element_types = {b: body.combo[f"binding:{b}"] for b, _ in pass_.element_types}
         header = _declarations(pass_, element_types, overrides, text, extra)
-        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", text)
+        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", code)
         if size is None:
             message = "a template needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"
             raise CompileError([Problem(origin, message, template=TemplateLocation(f"{folder}/{name}"))])
@@ -381,12 +390,38 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
                 body_first_line=header.count("\n") + 1,
                 overrides=tuple(overrides),
                 workgroup_size=size.group(1).rstrip("u") if size.group(1)[0].isdigit() else size.group(1),
-                workgroup_arrays=_workgroup_arrays(text),
-                uses_subgroups=bool(SUBGROUP_USE.search(text)),
+                workgroup_arrays=_workgroup_arrays(code),
+                uses_subgroups=bool(SUBGROUP_USE.search(code)),
                 line_map=body.line_map,
             )
         )
-    return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms)
+    return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries)
+
+
+def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tuple[str, ...]:
+    """The library templates a pass's template imports, directly or through another, sorted; a
+    library named as the pass's own template is refused."""
+    name = pass_.ir.template
+    if name.startswith(f"{LIBRARY}/"):
+        raise CompileError([Problem(pass_.ir.origin, f"`{name}` is a macro library ({folder}/{LIBRARY}/), not an op template")])
+    found: set[str] = set()
+    pending = [name]
+    while pending:
+        try:
+            source, _, _ = env.loader.get_source(env, pending.pop())
+            referenced = jinja2.meta.find_referenced_templates(env.parse(source))
+        except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError):
+            continue  # reported where the template is parsed for rendering
+        for library in referenced:
+            if library is not None and library not in found:
+                found.add(library)
+                pending.append(library)
+    return tuple(f"{folder}/{library}" for library in sorted(found))
+
+
+def _code(body: str) -> str:
+    """`body` with its comments blanked (line breaks kept)."""
+    return COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), body)
 
 
 def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> list[Value]:
@@ -547,11 +582,10 @@ def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
     if not uniforms:
         return body
     holder = next(b.name for b in pass_.ir.bindings if b.kind == "uniform")
-    return re.sub(
-        rf"(?<![\w.])({'|'.join(re.escape(u.name) for u in uniforms)})\b",
-        lambda m: f"{holder}.{m.group(1)}",
-        body,
-    )
+    names = re.compile(rf"(?<![\w.])({'|'.join(re.escape(u.name) for u in uniforms)})\b")
+    # Code between comments is rewritten; the comments stay as the template wrote them.
+    parts = re.split(f"({COMMENT.pattern})", body, flags=re.S)
+    return "".join(part if i % 2 else names.sub(lambda m: f"{holder}.{m.group(1)}", part) for i, part in enumerate(parts))
 
 
 def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:

@@ -296,7 +296,7 @@ def test_keyed_dialect_instance_normalization(ops):
     splitk = _variant(op, "plane_splitk_vec4")
     assert [p.id for p in splitk.passes] == ["partials", "combine", "apply"]
     assert [i.id for i in splitk.intermediates] == ["partials", "stats"]
-    assert [d.name for d in splitk.passes[1].derives] == ["vectorizedSpec"]  # per-pass derive
+    assert [d.name for d in splitk.passes[1].derives] == ["workgroupSize"]  # per-pass derive
     # Pool references by key, and the pool entry's own `name` wins (`input_2` binds as `input`).
     apply_bindings = splitk.passes[2].bindings
     assert [b.name for b in apply_bindings][:2] == ["input", "stats"]

@@ -330,6 +330,29 @@ def test_dispatch_folds_past_65535_workgroups(variant, shape, tunables, folded_p
     assert_close(actual, reference(inputs, 1e-5), np.float32, f"{variant} {shape} folded {seed_note(seed)}")
 
 
+@pytest.mark.parametrize(
+    "variant,shape,tunables",
+    [
+        # 30 planes: the row passes fold; split-k takes at most 7 planes there, its apply pass folds.
+        ("plane_batched_vec4", (5, 6, 4, 4), {"BATCHED_MIN_PLANES_PER_WORKGROUP": 1, "BATCHED_WORKGROUP_SIZE": 4}),
+        ("plane_subgroup_vec4", (5, 6, 4, 4), {}),
+        ("plane_subgroup", (5, 6, 4, 4), {}),
+        ("plane_splitk_vec4", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
+        ("plane_splitk", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
+    ],
+)
+def test_dispatch_folds_at_a_small_device_limit(variant, shape, tunables, request):
+    """A device of 7 workgroups a dimension: the shaders rebuild the flat workgroup index with
+    DISPATCH_FOLD_WIDTH (7), as the dispatch folds, not with the literal 65535 they once used."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, np.float32)
+    caps = {"features": ["shader-f16"], "limits": {"maxComputeWorkgroupsPerDimension": 7}}
+    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps=caps, tunables=tunables, variant=variant)
+    assert any(p.dispatch[1] > 1 for p in plan.passes), [p.dispatch for p in plan.passes]
+    actual = run_poisoned(inputs, variant=variant, tunables=tunables, caps=caps)
+    assert_close(actual, reference(inputs, 1e-5), np.float32, f"{variant} folded at 7 {seed_note(seed)}")
+
+
 def test_batched_variant_natural_at_70000_planes(caps):
     plan = inn.plan({"input": (1, 70000, 4), "scale": (70000,), "b": (70000,)}, {"T": "float32"}, caps=caps)
     assert plan.variant == "plane_batched_vec4"

@@ -205,7 +205,7 @@ def check_case(variant, dtype, combine, shape, num_groups, name, tunables=None, 
     assert main.template == "templates/norm-row-stats.wgsl.jinja"
     assert main.uses_subgroups == combine, f"{variant}: expected combineSubgroups={combine}"
     actual = run(variant, case, num_groups, caps, tunables)
-    context = f"{variant} {np.dtype(dtype).name} combine={combine} {shape} G={num_groups} wg={main.overrides['wg']} eps={case['epsilon']} {seed_note(seed)}"
+    context = f"{variant} {np.dtype(dtype).name} combine={combine} {shape} G={num_groups} wg={main.overrides['workgroupSize']} eps={case['epsilon']} {seed_note(seed)}"
     assert_close(actual, reference(variant, case, num_groups), dtype, context)
     return plan
 
@@ -268,7 +268,7 @@ def test_workgroup_size_tunable(variant, combine, requested, limits, expected_wg
         tunables={"WORKGROUP_SIZE": requested},
         limits=limits,
     )
-    assert plan.passes[0].overrides["wg"] == expected_wg
+    assert plan.passes[0].overrides["workgroupSize"] == expected_wg
 
 
 # f16 vec4 rows walk two vectors a step (`pairs`): rows of hiddenVec vectors against a workgroup of 8
@@ -286,15 +286,15 @@ def test_f16_pairs_cover_partial_last_steps(variant, combine, spatial, request):
         variant, np.float16, combine, shape, groups, request.node.name, tunables={"WORKGROUP_SIZE": 8}
     )
     (main,) = plan.passes
-    assert main.overrides["wg"] == 8 and main.uniforms["hiddenVec"] == spatial // 4
-    assert "2u * wg" in main.wgsl  # the f16 specialization walks in pairs; f32 does not
+    assert main.overrides["workgroupSize"] == 8 and main.uniforms["hiddenVec"] == spatial // 4
+    assert "2u * workgroupSize" in main.wgsl  # the f16 specialization walks in pairs; f32 does not
     f32 = plan_for(
         variant,
         random_case(rng_for(request.node.name)[0], shape, np.float32),
         groups,
         caps_for(variant, combine),
     )
-    assert "2u * wg" not in f32.passes[0].wgsl
+    assert "2u * workgroupSize" not in f32.passes[0].wgsl
 
 
 @pytest.mark.parametrize("fold_limit,expected_dispatch", [(1000, (1000, 3, 1)), (100000, (65535, 2, 1))])

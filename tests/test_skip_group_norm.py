@@ -190,7 +190,7 @@ def test_cases_reach_every_split_geometry():
             seen.add("several groups a tile")
         if o["laneColumns"] < o["tileWidth"] and o["layoutChannelsLast"]:
             seen.add("lane columns loop")
-        if o["slabCount"] > combine.overrides["combineWorkgroupSize"]:
+        if o["slabCount"] > combine.overrides["workgroupSize"]:
             seen.add("combine lanes loop")
         for size in (stats.workgroup_size, combine.workgroup_size):
             if size & (size - 1):

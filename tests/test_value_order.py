@@ -242,7 +242,7 @@ def test_skip_group_norm(variant, channels_last, dtype, pattern, request):
     if variant.startswith("split"):
         assert p.passes[0].values["slabCount"] > 1, p.passes[0].uniforms
     else:
-        assert p.passes[0].overrides["fusedWorkgroupSize"] < p.passes[0].uniforms["rowVectors"]
+        assert p.passes[0].overrides["workgroupSize"] < p.passes[0].uniforms["rowVectors"]
     result = poisoned_call(sgn, inputs, outputs, attrs=attrs, tunables=SGN_TUNABLES, variant=variant)
     y_ref, s_ref = skip_group_norm_for_call(inputs, attrs)
     context = f"{variant} channels_last={channels_last} {pattern} activation={attrs['activation']} {seed_note(seed)}"
