@@ -33,6 +33,7 @@ ONNX_VERSIONS_SOURCE = Path(__file__).with_name("onnx_versions.py")
 VERBATIM_SOURCES = {
     "bench.py": BENCH_SOURCE,
     "bench_calls.py": Path(__file__).with_name("bench_calls.py"),
+    "bench_torch.py": Path(__file__).with_name("bench_torch.py"),
     "doctor.py": Path(__file__).with_name("doctor.py"),
     "__main__.py": Path(__file__).with_name("package_main.py"),
     "onnx_nodes.py": Path(__file__).with_name("onnx_nodes.py"),

@@ -848,6 +848,7 @@ def test_tiny_files(tiny_files):
         *RUNTIME_FILES,
         "bench.py",
         "bench_calls.py",
+        "bench_torch.py",
         "check_model.py",
         "doctor.py",
         "onnx_nodes.py",
@@ -1305,7 +1306,7 @@ ALLOWED_THIRD_PARTY = {"numpy", "wgpu"}
 # and matplotlib (inside functions, only when asked for). It still reads no manifest.
 BENCH_ALLOWED = {"import json", "open(", "torch", "matplotlib"}
 # The ONNX tools import onnx (and check_model onnxruntime) inside functions, only when they run.
-TOOLS_ALLOWED = {"bench.py": BENCH_ALLOWED, "onnx_nodes.py": {"onnx"}, "check_model.py": {"onnx", "onnxruntime"}}
+TOOLS_ALLOWED = {"bench.py": BENCH_ALLOWED, "bench_torch.py": {"torch"}, "onnx_nodes.py": {"onnx"}, "check_model.py": {"onnx", "onnxruntime"}}
 
 
 def test_generated_code_is_standalone(built):
