@@ -102,6 +102,7 @@ GN_SPLITS = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
 GN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 20}
 IN_SPLITS = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 8}
 IN_BATCHED = {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}
+IN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 20}
 
 # (op, variant, shapes, attrs, tunables, adapter_info): one small request each variant applies to.
 _BASE = [
@@ -126,6 +127,9 @@ _BASE = [
     ("instance_normalization", "plane_subgroup", _in_shapes((2, 3, 9, 11)), {}, {}, {}),
     ("instance_normalization", "plane_splitk_vec4", _in_shapes((2, 3, 40)), {}, IN_SPLITS, {}),
     ("instance_normalization", "plane_splitk", _in_shapes((2, 3, 37)), {}, IN_SPLITS, {}),
+    # Two workgroups a plane of 96 f32 / 48 f16 units, 20 invocations: a partial last subgroup at
+    # width 8, a tail in the last unit row (5 and 3 units an invocation).
+    ("instance_normalization", "plane_row_registers", _in_shapes((2, 3, 16, 24)), {}, IN_REGISTERS, {}),
 ]
 
 

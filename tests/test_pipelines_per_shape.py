@@ -196,6 +196,9 @@ IN_CASES = [
     ("plane_splitk_vec4", (2, 3, 8, 12), (3, 5, 4, 28), SPLIT_IN, SUBGROUP_ID),
     ("plane_splitk", (2, 3, 7, 9), (3, 2, 5, 11), SPLIT_IN, F16),
     ("plane_batched_vec4", (2, 9, 16), (4, 5, 24), {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, F16),
+    # 384 then 320 values a plane (96 / 80 f32 units, 48 / 40 f16 units) on 32 invocations: the
+    # same unit bucket (3 f32 units, 2 f16 units an invocation) and workgroup, other N and C.
+    ("plane_row_registers", (2, 3, 8, 48), (3, 5, 10, 32), {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}, SUBGROUPS),
 ]
 
 
@@ -332,6 +335,25 @@ def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
             kinds.add((dtype, p.workgroup_size, held_units(p)))
             assert not set(p.overrides) & set(p.uniforms), p.name
             # A workgroup below the cap (256 under WebGPU's default limits) covers its row at once.
+            assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
+    assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket) ({seed_note(seed)})"
+
+
+def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucket(request):
+    """The same for InstanceNorm's plane_row_registers (GroupNorm's template, one channel a group)
+    over 50 shapes, planes of 8 to 20000 values (buckets up to 20 units at 256 invocations):
+    pipelines differ only by workgroup size and unit bucket."""
+    rng, seed = rng_for(request.node.name)
+    keys, kinds = set(), set()
+    for n, c, _, _ in random_nchw(rng, 50, 8):
+        spatial = 8 * int(rng.integers(1, 2501))
+        shapes = {"input": (n, c, spatial), "scale": (c,), "b": (c,)}
+        for dtype in ("float32", "float16"):
+            plan = inn.plan(shapes, {"T": dtype}, caps=SUBGROUPS, variant="plane_row_registers")
+            (p,) = plan.passes
+            keys.add(pipeline_key(p))
+            kinds.add((dtype, p.workgroup_size, held_units(p)))
+            assert not set(p.overrides) & set(p.uniforms), p.name
             assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
     assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket) ({seed_note(seed)})"
 

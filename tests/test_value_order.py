@@ -6,7 +6,8 @@ offset with a small spread, and two far-apart clusters. The first case is the is
 -6e4 +- 32 with the first value of each group +6e4 (f16 holds every value of it).
 
 Tunables and caps make the rows span several invocations, subgroups and workgroups (split-k and
-slab variants run several splits / slabs a row, group_row_registers two workgroups a row), and the subgroup combines are planned both with
+slab variants run several splits / slabs a row, group_row_registers and plane_row_registers two workgroups a
+row), and the subgroup combines are planned both with
 and without the `subgroup_id` language feature. Fresh random data every run (seeded, the seed is
 printed on failure), NaN-poisoned outputs, float64 references from tests/oracles.py, and DESIGN
 §7's tolerances; stash_type 10 uses tests/test_group_normalization.py's f16-stage check, whose
@@ -150,6 +151,8 @@ IN_SHAPE = (2, 3, 128, 128)  # 6 planes of 16384 values
 IN_BATCHED_SHAPE = (4, 6, 32, 64)  # 24 planes of 512 vectors, 16 lanes a plane
 IN_ROW = {"WORKGROUP_SIZE": 64}
 IN_SPLIT = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 2048, "WORKGROUP_SIZE": 64}  # 8 splits
+# Two workgroups a plane of 256 invocations: 16 f32 / 8 f16 units an invocation in registers.
+IN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 256}
 IN_CONFIGS = [
     ("plane_subgroup_vec4", IN_ROW, SUBGROUP_ID),
     ("plane_subgroup_vec4", IN_ROW, NO_SUBGROUP_ID),
@@ -161,6 +164,7 @@ IN_CONFIGS = [
     ("plane_splitk", IN_SPLIT, SUBGROUP_ID),
     ("plane_splitk", IN_SPLIT, NO_SUBGROUP_ID),
     ("plane_batched_vec4", {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, NO_SUBGROUP_ID),
+    ("plane_row_registers", IN_REGISTERS, NO_SUBGROUP_ID),
 ]
 
 
@@ -185,6 +189,8 @@ def test_instance_normalization(config, dtype, pattern, request):
         assert p.passes[0].values["split"] == 8
     elif variant == "plane_batched_vec4":
         assert p.passes[0].uniforms["lanesPerPlane"] == 16
+    elif variant == "plane_row_registers":
+        assert (p.passes[0].workgroup_size, p.passes[0].uniforms["split"]) == (256, 2)
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(inn, inputs, caps=caps, tunables=tunables, variant=variant)["output"]
