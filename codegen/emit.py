@@ -150,13 +150,10 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     _emit_op_specs(w, op)
     w.line()
     w.line()
-    with w.block("def output_shapes(r):"):
-        w.line('"""Each output\'s shape, from the manifest\'s `shape` expressions."""')
-        _preamble(w, op, [c for _, c in op.output_shapes])
-        w.line("return {")
-        for tensor, code in op.output_shapes:
-            w.line(f'    "{tensor.key}": tuple({code.python}),  # {tensor.role}: {tensor.shape.text()}')
-        w.line("}")
+    _emit_shapes(
+        w, op, "def output_shapes(r):", "Each output's shape, from the manifest's `shape` expressions.",
+        [(f'"{t.key}": tuple({c.python})', f"{t.role}: {t.shape.text()}", c) for t, c in op.output_shapes],
+    )
     w.line()
     w.line()
     _emit_contract(w, op)
@@ -476,6 +473,17 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     return formatted(header, w)
 
 
+def _emit_shapes(w: Writer, op: ResolvedOp, signature: str, doc: str, entries: list[tuple[str, str, Compiled]]) -> None:
+    """A function returning a dict of shapes: `entries` are (dict item, its comment, its code)."""
+    with w.block(signature):
+        w.line(f'"""{doc}"""')
+        _preamble(w, op, [code for _, _, code in entries])
+        w.line("return {")
+        for item, comment, _ in entries:
+            w.line(f"    {item},  # {comment}")
+        w.line("}")
+
+
 def _emit_variant_doc(w: Writer, op: ResolvedOp, variant: ResolvedVariant) -> None:
     ir = variant.ir
     w.line(f'"""Variant `{ir.id}` of {op.ir.title}.')
@@ -540,13 +548,10 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
         w.line(f"return Values({', '.join(v.var for v in variant.derives)})")
     w.line()
     w.line()
-    with w.block("def intermediates(r, d, v) -> dict:"):
-        w.line('"""Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""')
-        _preamble(w, op, [c for _, c in variant.intermediates])
-        w.line("return {")
-        for item, code in variant.intermediates:
-            w.line(f'    "{item.id}": (tuple({code.python}), "{item.dtype}"),  # {item.shape.text()}')
-        w.line("}")
+    _emit_shapes(
+        w, op, "def intermediates(r, d, v) -> dict:", "Scratch buffers: id -> (shape, dtype), allocated for the call and released after it.",
+        [(f'"{i.id}": (tuple({c.python}), "{i.dtype}")', i.shape.text(), c) for i, c in variant.intermediates],
+    )
 
 
 def _emit_conditions(w: Writer, op: ResolvedOp, name: str, clauses, doc: str) -> None:

@@ -421,22 +421,7 @@ def test_splitk_subgroup_partials_at_known_subgroup_size(vector_width, subgroup_
     width is silently reused at another. The subprocess runs with the cache off, so its subgroup
     size really is the one asked for.
     """
-    if not is_lavapipe():
-        pytest.skip("LP_NATIVE_VECTOR_WIDTH only changes lavapipe's subgroup size")
-    env = {
-        **os.environ,
-        "LP_NATIVE_VECTOR_WIDTH": str(vector_width),
-        "MESA_SHADER_CACHE_DISABLE": "true",
-        "WGPU_BACKEND_TYPE": "Vulkan",
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", SUBGROUP_SIZE_SCRIPT, str(subgroup_size)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    result = _run_at_subgroup_size(SUBGROUP_SIZE_SCRIPT, subgroup_size, vector_width, 120)
     if result.returncode == 3 and vector_width != 128:
         pytest.skip(
             f"this CPU's lavapipe does not honour LP_NATIVE_VECTOR_WIDTH={vector_width}: {result.stdout.strip()}"
@@ -596,22 +581,7 @@ def test_row_registers_at_known_subgroup_size(vector_width, subgroup_size):
     """The split cases in a process where lavapipe runs subgroups of a known size (4 or 8): the
     workgroup sums rely on the lanes of a subgroup, partial ones included (Mesa's shader cache
     off: it does not key on LP_NATIVE_VECTOR_WIDTH)."""
-    if not is_lavapipe():
-        pytest.skip("LP_NATIVE_VECTOR_WIDTH only changes lavapipe's subgroup size")
-    env = {
-        **os.environ,
-        "LP_NATIVE_VECTOR_WIDTH": str(vector_width),
-        "MESA_SHADER_CACHE_DISABLE": "true",
-        "WGPU_BACKEND_TYPE": "Vulkan",
-    }
-    result = subprocess.run(
-        [sys.executable, "-c", ROW_REGISTERS_SUBGROUP_SCRIPT, str(subgroup_size)],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    result = _run_at_subgroup_size(ROW_REGISTERS_SUBGROUP_SCRIPT, subgroup_size, vector_width, 300)
     if result.returncode == 3 and vector_width != 128:
         pytest.skip(f"this CPU's lavapipe does not honour LP_NATIVE_VECTOR_WIDTH={vector_width}: {result.stdout.strip()}")
     assert result.returncode == 0 and "ok" in result.stdout, result.stdout[-4000:] + result.stderr[-4000:]
@@ -792,3 +762,18 @@ def test_f16_needs_the_device_feature():
     shapes = {k: v.shape for k, v in good().items()}
     with pytest.raises(ContractError, match=r"f16Ok\(dtypes.T\)"):
         inn.plan(shapes, {"T": "float16"}, caps={"features": []})
+
+
+def _run_at_subgroup_size(script, subgroup_size, vector_width, timeout):
+    """`script` in a child process whose lavapipe runs subgroups `vector_width / 32` wide, with Mesa's
+    shader cache off (it does not key on LP_NATIVE_VECTOR_WIDTH); skipped off lavapipe."""
+    if not is_lavapipe():
+        pytest.skip("LP_NATIVE_VECTOR_WIDTH only changes lavapipe's subgroup size")
+    env = {
+        **os.environ,
+        "LP_NATIVE_VECTOR_WIDTH": str(vector_width),
+        "MESA_SHADER_CACHE_DISABLE": "true",
+        "WGPU_BACKEND_TYPE": "Vulkan",
+    }
+    command = [sys.executable, "-c", script, str(subgroup_size)]
+    return subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
