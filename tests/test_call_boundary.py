@@ -318,3 +318,30 @@ def test_caches_forget_the_tensors_a_caller_drops():
     del tensors, out
     gc.collect()
     assert {name: len(cache) for name, cache in caches.items()} == before, "an entry outlived the Tensors it binds"
+
+
+def test_a_buffer_destroyed_directly_is_refused_by_name_not_an_abort():
+    """wgpu reports no destroyed state and wgpu-native aborts the process on a submission that uses
+    a destroyed buffer: a call after `tensor.buffer.destroy()` must be a ContractError, whether it
+    would have reused a recorded call, a cached bind group or a Sequence."""
+    rng, _ = rng_for("destroyed-buffer")
+    inputs, attrs = gn_inputs(rng, np.float32)
+    tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
+    out = {"y": Tensor.empty(inputs["x"].shape, np.float32)}
+    gn.kernel(tensors, attrs=attrs, out=out)
+    seq = Sequence()
+    seq.kernel(gn, tensors, attrs, out=out)
+    seq.run()
+    tensors["scale"].buffer.destroy()
+    with pytest.raises(ContractError, match="input scale: the Tensor's buffer was destroyed"):
+        gn.kernel(tensors, attrs=attrs, out=out)
+    encoder = default_device().create_command_encoder()
+    with pytest.raises(ContractError, match="input scale: the Tensor's buffer was destroyed"):
+        gn.kernel(tensors, attrs=attrs, out=out, encoder=encoder)
+    with pytest.raises(ContractError, match="Sequence: run\\(\\): a \\(8,\\) Tensor that a recorded call binds was destroyed"):
+        seq.run()
+    with pytest.raises(ContractError, match="the Tensor was destroyed"):
+        tensors["scale"].numpy()
+    out["y"].buffer.destroy()
+    with pytest.raises(ContractError, match="out y: the Tensor's buffer was destroyed"):
+        gn.kernel({**tensors, "scale": Tensor.from_numpy(inputs["scale"])}, attrs=attrs, out=out)

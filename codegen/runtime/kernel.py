@@ -20,7 +20,7 @@ from .pipelines import pipelines_created, warm_pipelines
 from .planning import _cached_plan, _op_caps, _typed_items, build_plan
 from .plans import OpContract
 from .requests import _dtype_name, _in_callers_words, _inputs_by_key, _requested_outputs
-from .tensors import _dtype_text, Tensor, TensorIn
+from .tensors import _dtype_text, Tensor, TensorIn, buffer_destroyed, destroys_so_far
 
 
 def _kernel_input(op, name, value):
@@ -249,7 +249,13 @@ def _repeated_call(key, device, inputs, out):
     if len(current) != len(buffer_refs):
         return None
     for tensor, ref, (shape, dtype) in zip(current, buffer_refs, repeat.described):
-        if tensor.destroyed or tensor.buffer is not ref() or tensor.shape != shape or tensor.dtype != dtype:
+        if (
+            tensor.destroyed
+            or tensor.buffer is not ref()
+            or tensor.shape != shape
+            or tensor.dtype != dtype
+            or buffer_destroyed(tensor.buffer)
+        ):
             return None
     return repeat
 
@@ -365,6 +371,8 @@ class Sequence:
     def __init__(self, device: Any = None) -> None:
         self.device = device if device is not None else default_device()
         self._calls: list[RecordedCall] = []
+        self._tensors: list[Tensor] = []  # every Tensor a recorded call binds, checked by run()
+        self._checked_at = -1  # destroys_so_far() when run() last found all of them alive
 
     def kernel(
         self,
@@ -397,6 +405,7 @@ class Sequence:
         call = record_call(plan, tensors, device)
         if call.bound:
             self._calls.append(call)
+            self._tensors += [t for group in tensors.values() for t in group.values()]
         return {o: tensors["output"][o] for o in wanted}
 
     def __len__(self) -> int:
@@ -406,6 +415,18 @@ class Sequence:
         """Encode every recorded call into one command buffer and submit it."""
         if not self._calls:
             return
+        if self._checked_at != destroys_so_far():
+            # A destroyed buffer in a submission aborts wgpu-native: refuse it first. Rechecked
+            # only when some buffer was destroyed since the last run.
+            dead = next((t for t in self._tensors if t.destroyed or buffer_destroyed(t.buffer)), None)
+            if dead is not None:
+                raise ContractError(
+                    "Sequence",
+                    "run()",
+                    "not destroyed",
+                    f"a {dead.shape} Tensor that a recorded call binds was destroyed: record the calls again",
+                )
+            self._checked_at = destroys_so_far()
         encoder = self.device.create_command_encoder(label="Sequence")
         encode_calls(encoder, self._calls, label="Sequence")
         self.device.queue.submit([encoder.finish()])

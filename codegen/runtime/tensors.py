@@ -4,7 +4,9 @@ Tensor's shape, dtype, device and buffer.
 
 from __future__ import annotations
 
+import functools
 import numbers
+import weakref
 from collections import abc
 from collections.abc import Mapping
 from typing import Any, Union
@@ -45,6 +47,47 @@ def checked_shape(op, subject, value):
     return tuple(dims)
 
 
+# A caller may destroy `tensor.buffer` itself, and wgpu reports no destroyed state, while
+# wgpu-native aborts the whole process when a submission uses a destroyed buffer. So the runtime
+# wraps the destroy() of each buffer class it sees in a Tensor (once) to remember which buffers
+# were destroyed: a call refuses them by name instead.
+_destroyed_buffers: weakref.WeakSet = weakref.WeakSet()
+_watched_classes: set = set()
+_destroys = [0]  # buffers destroyed so far: Sequence.run() rechecks its buffers only when it moved
+
+
+def _watch_destroy(cls: type) -> None:
+    if cls in _watched_classes:
+        return
+    _watched_classes.add(cls)
+    original = getattr(cls, "destroy", None)
+    if not callable(original):
+        return
+
+    @functools.wraps(original)
+    def destroy(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            _destroyed_buffers.add(self)
+        except TypeError:  # not weakly referable: nothing to remember it by
+            pass
+        _destroys[0] += 1
+        return original(self, *args, **kwargs)
+
+    cls.destroy = destroy  # type: ignore[attr-defined]
+
+
+def buffer_destroyed(buffer: Any) -> bool:
+    """Whether `buffer.destroy()` was called on a buffer some Tensor was made over."""
+    try:
+        return buffer in _destroyed_buffers
+    except TypeError:
+        return False
+
+
+def destroys_so_far() -> int:
+    return _destroys[0]
+
+
 class Tensor:
     """A tensor resident on a GPU: a storage buffer with a shape and a dtype.
 
@@ -57,6 +100,7 @@ class Tensor:
     __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes", "destroyed")
 
     def __init__(self, buffer: Any, shape: abc.Sequence[int], dtype: Any, device: Any) -> None:
+        _watch_destroy(type(buffer))
         self.buffer = buffer
         self.shape: tuple[int, ...] = checked_shape("Tensor", "shape", shape)
         self.dtype = np.dtype(dtype)
@@ -95,7 +139,7 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """Read the tensor back (waits for the GPU work that writes it)."""
-        if self.destroyed:
+        if self.destroyed or buffer_destroyed(self.buffer):
             raise ContractError(
                 "Tensor", "numpy()", "not destroyed", "the Tensor was destroyed: its buffer is gone"
             )
@@ -111,8 +155,7 @@ class Tensor:
 
     def destroy(self) -> None:
         """Free the GPU buffer now rather than when the Tensor is collected; the Tensor is unusable after
-        (calls and read-backs refuse it). Destroying `tensor.buffer` directly bypasses that check, and
-        wgpu-native may then abort the process at the next use: call this instead."""
+        (calls and read-backs refuse it); a buffer destroyed directly is refused too."""
         self.destroyed = True
         self.buffer.destroy()
 
@@ -152,6 +195,13 @@ def check_tensor_buffer(op, subject, tensor, usages):
     """
     if tensor.destroyed:
         raise ContractError(op, subject, "not destroyed", "the Tensor was destroyed: its buffer is gone")
+    if buffer_destroyed(tensor.buffer):
+        raise ContractError(
+            op,
+            subject,
+            "not destroyed",
+            "the Tensor's buffer was destroyed (buffer.destroy()): make a new Tensor",
+        )
     if numel(tensor.shape) == 0:
         return
     need = tensor.storage_nbytes
