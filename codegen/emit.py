@@ -573,7 +573,7 @@ def _declares(item: RenderedPass, override: str) -> bool:
     return any(override in dict(spec.overrides) for spec in item.specializations)
 
 
-def _varying_keys(item: RenderedPass) -> list[int]:
+def _lookup_positions(item: RenderedPass) -> list[int]:
     """Positions of the specialization key a lookup needs: those the earlier ones do not determine."""
     return deciding_columns([tuple(repr(v) for v in spec.key) for spec in item.specializations])
 
@@ -627,7 +627,7 @@ def _needed_derives(p: ResolvedPass, reads: set[str]) -> list[Value]:
 
 def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -> None:
     ir = p.ir
-    varying = _varying_keys(item)
+    varying = _lookup_positions(item)
     parts = [_key_part(p, item.key_names[i]) for i in varying]
     numbers = _pass_numbers(p, item)
     codes = [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
@@ -672,7 +672,7 @@ def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: Sh
     ir = p.ir
     uniform_fields = list(item.uniform_fields)
     uniform_fields += [(f"_pad{i}", "u32") for i in range(-len(uniform_fields) % 4)] if uniform_fields else []
-    varying = _varying_keys(item)
+    varying = _lookup_positions(item)
     fixed = [
         f"{item.key_names[i]}={item.specializations[0].key[i]!r}"
         for i in range(len(item.key_names))
