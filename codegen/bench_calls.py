@@ -44,25 +44,26 @@ def host_floor(device, plan, tensors, sync, n):
     passes = [p for p in plan.passes if 0 not in p.dispatch]
     if not passes or plan.chunks:
         return {}
-    first = passes[0]
     call = _runtime.record_call(plan, tensors, device)
+    # (pipeline, layout, bind group entries, dispatch) of every dispatch of the plan (a split-k plan
+    # has two or three): the bare floor runs the first; the plan's floor runs all, each with a fresh
+    # bind group, which is what wgpu-py alone costs for the work of the call.
+    views = {**tensors, "intermediate": _runtime._intermediates(plan, device)}
+    every_pass = [
+        (*_runtime._pipeline(device, p), _runtime.bind_group_entries(p, views, device), b.dispatch)
+        for p, b in zip(passes, call.bound)
+    ]
+    pipeline, layout, entries, dispatch = every_pass[0]
     item = call.bound[0]
-    pipeline, layout = _runtime._pipeline(device, first)
-    entries = _runtime.bind_group_entries(first, {**tensors, "intermediate": _runtime._intermediates(plan, device)}, device)
 
     def bare(bind_group):
         encoder = device.create_command_encoder()
         compute = encoder.begin_compute_pass()
         compute.set_pipeline(pipeline)
         compute.set_bind_group(0, bind_group)
-        compute.dispatch_workgroups(*item.dispatch)
+        compute.dispatch_workgroups(*dispatch)
         compute.end()
         device.queue.submit([encoder.finish()])
-
-    # The same for every dispatch of the plan (a split-k plan has two or three), each with a
-    # fresh bind group: what wgpu-py alone costs for the work of the call.
-    views = {**tensors, "intermediate": _runtime._intermediates(plan, device)}
-    every_pass = [(*_runtime._pipeline(device, p), _runtime.bind_group_entries(p, views, device), b.dispatch) for p, b in zip(passes, call.bound)]
 
     def bare_plan():
         encoder = device.create_command_encoder()

@@ -325,18 +325,14 @@ def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
     specialization's unit bucket (the shader's UNITS), never by a shape value; per dtype at most
     the powers of two below the workgroup cap (one unit each) and the cap with each of 12 buckets."""
     rng, seed = rng_for(request.node.name)
-    keys, kinds = set(), set()
-    for n, c, h, w in random_nchw(rng, 50, 8):
-        shapes = {"x": (n, c, h, w), "scale": (c,), "bias": (c,)}
-        for dtype in ("float32", "float16"):
-            plan = gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 2}, caps=SUBGROUPS, variant="group_row_registers")
-            (p,) = plan.passes
-            keys.add(pipeline_key(p))
-            kinds.add((dtype, p.workgroup_size, held_units(p)))
-            assert not set(p.overrides) & set(p.uniforms), p.name
-            # A workgroup below the cap (256 under WebGPU's default limits) covers its row at once.
-            assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
-    assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket) ({seed_note(seed)})"
+
+    def plans():
+        for n, c, h, w in random_nchw(rng, 50, 8):
+            shapes = {"x": (n, c, h, w), "scale": (c,), "bias": (c,)}
+            for dtype in ("float32", "float16"):
+                yield shapes, dtype, gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 2}, caps=SUBGROUPS, variant="group_row_registers")
+
+    assert_one_pipeline_per_workgroup_and_bucket(plans(), seed)
 
 
 def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucket(request):
@@ -344,17 +340,28 @@ def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
     over 50 shapes, planes of 8 to 20000 values (buckets up to 20 units at 256 invocations):
     pipelines differ only by workgroup size and unit bucket."""
     rng, seed = rng_for(request.node.name)
+
+    def plans():
+        for n, c, _, _ in random_nchw(rng, 50, 8):
+            spatial = 8 * int(rng.integers(1, 2501))
+            shapes = {"input": (n, c, spatial), "scale": (c,), "b": (c,)}
+            for dtype in ("float32", "float16"):
+                yield shapes, dtype, inn.plan(shapes, {"T": dtype}, caps=SUBGROUPS, variant="plane_row_registers")
+
+    assert_one_pipeline_per_workgroup_and_bucket(plans(), seed)
+
+
+def assert_one_pipeline_per_workgroup_and_bucket(plans, seed):
+    """Over (shapes, dtype, plan) of a row-in-registers variant: pipelines differ only by dtype,
+    workgroup size and unit bucket, never by a shape value."""
     keys, kinds = set(), set()
-    for n, c, _, _ in random_nchw(rng, 50, 8):
-        spatial = 8 * int(rng.integers(1, 2501))
-        shapes = {"input": (n, c, spatial), "scale": (c,), "b": (c,)}
-        for dtype in ("float32", "float16"):
-            plan = inn.plan(shapes, {"T": dtype}, caps=SUBGROUPS, variant="plane_row_registers")
-            (p,) = plan.passes
-            keys.add(pipeline_key(p))
-            kinds.add((dtype, p.workgroup_size, held_units(p)))
-            assert not set(p.overrides) & set(p.uniforms), p.name
-            assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
+    for shapes, dtype, plan in plans:
+        (p,) = plan.passes
+        keys.add(pipeline_key(p))
+        kinds.add((dtype, p.workgroup_size, held_units(p)))
+        assert not set(p.overrides) & set(p.uniforms), p.name
+        # A workgroup below the cap (256 under WebGPU's default limits) covers its row at once.
+        assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
     assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket) ({seed_note(seed)})"
 
 
