@@ -151,11 +151,14 @@ def bench_cases(op_name):
     return expanded
 
 
-def select_cases(ops, quick, dtypes):
-    """Cases to run; with --quick, those marked quick (the op's first case where none is marked)."""
+def select_cases(ops, quick, dtypes, names=()):
+    """Cases to run; with --quick, those marked quick (the op's first case where none is marked);
+    with `names`, only the cases of those names."""
     chosen = []
     for op_name in ops:
         cases = bench_cases(op_name)
+        if names:
+            cases = [c for c in cases if c.name in names]
         if quick:
             marked = [c for c in cases if c.quick]
             cases = marked or cases[:1]
@@ -850,6 +853,7 @@ def _parser():
         "--dtype", action="append", type=_dtype, metavar="{float32,float16}", help="dtype of T (default: both)"
     )
     parser.add_argument("--quick", action="store_true", help="only the cases marked quick, few iterations")
+    parser.add_argument("--cases", action="append", help="only the cases of these names, comma-separated")
     parser.add_argument("--json", metavar="FILE", help="write the results as JSON")
     parser.add_argument("--markdown", metavar="FILE", help="write the Markdown tables to FILE too")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (needs matplotlib: the bench extra)")
@@ -893,7 +897,8 @@ def _main(args):
     packages = args.packages
     dtypes = {name for names in args.dtype or () for name in names}
     tunables = dict(args.tunable)
-    cases = select_cases(list(packages), args.quick, dtypes)
+    names = {name for names in args.cases or () for name in names.split(",")}
+    cases = select_cases(list(packages), args.quick, dtypes, names)
     if not cases:
         print("no benchmark cases (is there a bench.json beside the manifests?)", file=sys.stderr)
         return 2

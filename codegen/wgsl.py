@@ -296,11 +296,11 @@ _EVAL_GLOBALS = {
 
 
 def _element_bytes(wgsl_type: str) -> int:
-    match = re.fullmatch(r"\s*(?:vec([234])<\s*(\w+)\s*>|(\w+))\s*", wgsl_type)
+    match = re.fullmatch(r"\s*(?:vec([234])<\s*(\w+)\s*>|atomic<\s*(\w+)\s*>|(\w+))\s*", wgsl_type)
     if not match:
         raise ValueError(f"workgroup element type `{wgsl_type}` is not a scalar or vector")
-    if match.group(3):
-        return SCALAR_BYTES[match.group(3)]
+    if match.group(3) or match.group(4):
+        return SCALAR_BYTES[match.group(3) or match.group(4)]
     lanes = int(match.group(1))
     size = SCALAR_BYTES[match.group(2)] * (4 if lanes == 3 else lanes)
     return size
