@@ -21,6 +21,7 @@ from .expr import Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .store import CONTINUED, PARAGRAPH_BREAK, ShaderStore, deciding_columns
+from .runtime.wgsl_facts import shader_facts
 from .wgsl import KeyName, RenderedPass
 
 REGENERATE = "python -m codegen manifests/ generated/"
@@ -519,10 +520,8 @@ def _emit_variant_imports(w: Writer, variant: ResolvedVariant, by_pass: dict[str
         w.line("import math")
         w.line()
     names = {"Binding", "make_pass", "shader_table"} | {h for h in helpers if h != "math"}
-    if any(_declares(by_pass[p.ir.id], "DISPATCH_FOLD_WIDTH") for p in variant.passes):
+    if any("dispatch_fold_width" in c.locals for c in codes):
         names.add("fold_width")
-    if any(_varying_fields(by_pass[p.ir.id]) for p in variant.passes):
-        names.add("vary")
     for p in variant.passes:
         names.add({"threads": "threads_dispatch"}.get(p.ir.dispatch.form, "fold_dispatch"))
     w.line(f"from .._runtime import {', '.join(sorted(names))}")
@@ -568,11 +567,6 @@ def _emit_conditions(w: Writer, op: ResolvedOp, name: str, clauses, doc: str) ->
             w.line(f"return {' or '.join(f'({c.python}) is True' for _, c in clauses) or 'False'}")
 
 
-def _declares(item: RenderedPass, override: str) -> bool:
-    """Whether any specialization of the pass declares `override`."""
-    return any(override in dict(spec.overrides) for spec in item.specializations)
-
-
 def _lookup_positions(item: RenderedPass) -> list[int]:
     """Positions of the specialization key a lookup needs: those the earlier ones do not determine."""
     return deciding_columns([tuple(repr(v) for v in spec.key) for spec in item.specializations])
@@ -600,6 +594,12 @@ def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
     if "DISPATCH_FOLD_WIDTH" in declared:
         numbers["DISPATCH_FOLD_WIDTH"] = "dispatch_fold_width"
     return numbers
+
+
+def _from_values(numbers: dict[str, str]) -> set[str]:
+    """The names whose number is the variant's value of the same name (`v.<snake(name)>`): make_pass
+    takes those from `v` itself, so the pass need not restate them."""
+    return {name for name, text in numbers.items() if text == f"v.{snake(name)}"}
 
 
 def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
@@ -641,53 +641,50 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
         for value in derives:
             _assign(w, value)
         w.line(f"shader = {ir.id.upper()}_SHADERS[({', '.join(parts)}{',' if len(parts) == 1 else ''})]")
-        used = set().union(*(c.locals for c in codes)) if codes else set()
-        if "dispatch_fold_width" in numbers.values() and "dispatch_fold_width" not in used:
-            w.line("dispatch_fold_width = fold_width(r.caps)")
         label = _emit_dispatch(w, op, p)
+        implicit = _from_values(numbers)
         w.line("uniforms = {")
         for field, code in p.uniforms:
             w.line(f'    "{field.name}": {code.python},  # {field.value.text()}')
         for uniform in item.scope_uniforms:
-            if not uniform.declared:
+            if not uniform.declared and uniform.name not in implicit:
                 w.line(f'    "{uniform.name}": {numbers[uniform.name]},  # request-dependent: bound at dispatch time')
         w.line("}")
         moved = {u.name for u in item.scope_uniforms}
-        w.line("numbers = {")
-        for name, text in numbers.items():
-            if name not in moved:
-                w.line(f'    "{name}": {text},')
-        w.line("}")
-        w.line(f'return make_pass(r, shader, "{ir.id}", "{label}", dispatch, uniforms, numbers)')
+        own = {name: text for name, text in numbers.items() if name not in moved | implicit | {"DISPATCH_FOLD_WIDTH"}}
+        arguments = [f'"{ir.id}"', f'"{label}"', "dispatch", "uniforms"]
+        if own:
+            w.line(f"numbers = {{{', '.join(f'{name!r}: {text}' for name, text in own.items())}}}")
+            arguments.append("numbers")
+        if implicit:
+            w.comment("Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).")
+            arguments.append("v=v")
+        elif "DISPATCH_FOLD_WIDTH" in numbers:
+            w.comment("make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).")
+        w.line(f"return make_pass(r, shader, {', '.join(arguments)})")
 
 
-SHADER_FIELDS = ("overrides", "workgroup_size", "workgroup_arrays", "uses_subgroups")
-
-
-def _varying_fields(item: RenderedPass) -> list[str]:
-    return [f for f in SHADER_FIELDS if len({repr(getattr(s, f)) for s in item.specializations}) > 1]
+def _check_facts(item: RenderedPass) -> None:
+    """The runtime reads a shader's overrides, workgroup size and arrays, subgroup use and Params
+    from its text (wgsl_facts): they must be what the compiler declared (a compiler bug otherwise)."""
+    fields = list(item.uniform_fields)
+    fields += [(f"_pad{i}", "u32") for i in range(-len(fields) % 4)] if fields else []
+    for spec in item.specializations:
+        facts = shader_facts(spec.wgsl)
+        expected = (spec.overrides, spec.workgroup_size, spec.workgroup_arrays, spec.uses_subgroups, tuple(fields))
+        if tuple(facts) != expected:
+            raise RuntimeError(f"{item.template}: the text declares {facts}, the compiler {expected}")
 
 
 def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: ShaderStore) -> None:
     ir = p.ir
-    uniform_fields = list(item.uniform_fields)
-    uniform_fields += [(f"_pad{i}", "u32") for i in range(-len(uniform_fields) % 4)] if uniform_fields else []
+    _check_facts(item)
     varying = _lookup_positions(item)
     fixed = [
         f"{item.key_names[i]}={item.specializations[0].key[i]!r}"
         for i in range(len(item.key_names))
         if len({repr(s.key[i]) for s in item.specializations}) == 1
     ]
-    own = _varying_fields(item)
-    constants = {}  # (field, repr of a value) -> the module constant holding it: each value once
-    for field in own:
-        for spec in item.specializations:
-            value = getattr(spec, field)
-            if (field, repr(value)) not in constants:
-                constants[(field, repr(value))] = f"{ir.id.upper()}_{field.upper()}_{sum(f == field for f, _ in constants) + 1}"
-                w.line(f"{constants[(field, repr(value))]} = {value!r}")
-    if constants:
-        w.line()
     w.comment(f"Pass `{ir.id}`: its shaders by ({', '.join(str(item.key_names[i]) for i in varying)}): the template values that")
     w.comment("tell its specializations apart" + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else "."))
     w.line(f"{ir.id.upper()}_SHADERS = shader_table(")
@@ -697,17 +694,9 @@ def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: Sh
     for i, b in enumerate(ir.bindings):
         w.line(f'        Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}"),')
     w.line("    ),")
-    w.line(f"    uniform_types={tuple(uniform_fields)!r},")
-    first = item.specializations[0]
-    for field in SHADER_FIELDS:
-        if field not in own:
-            w.line(f"    {field}={getattr(first, field)!r},")
     w.line("    shaders={")
     for spec in item.specializations:
-        key = tuple(spec.key[i] for i in varying)
-        name = store.name_of(spec)
-        fields = ", ".join(f"{f}={constants[(f, repr(getattr(spec, f)))]}" for f in own)
-        w.line(f"        {key!r}: {f'vary({name!r}, {fields})' if own else repr(name)},")
+        w.line(f"        {tuple(spec.key[i] for i in varying)!r}: {store.name_of(spec)!r},")
     w.line("    },")
     w.line(")")
 

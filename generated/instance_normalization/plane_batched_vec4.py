@@ -145,17 +145,9 @@ def _main(r, d, v):
     uniforms = {
         "rows": shape_input[0] * shape_input[1],  # dim(shapes.input, 0) * dim(shapes.input, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
-        "channels": v.channels,  # request-dependent: bound at dispatch time
-        "lanesPerPlane": v.lanes_per_plane,  # request-dependent: bound at dispatch time
-        "planesPerWorkgroup": v.planes_per_workgroup,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, v=v)
 
 
 # Pass `main`: its shaders by (usesF16): the template values that
@@ -170,20 +162,6 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("hiddenVec", "u32"),
-        ("channels", "u32"),
-        ("lanesPerPlane", "u32"),
-        ("planesPerWorkgroup", "u32"),
-        ("_pad0", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         (False,): "instance-normalization-batched-planes-vec4.only",
         (True,): "instance-normalization-batched-planes-vec4.uses-f16",
