@@ -127,6 +127,21 @@ def _helpers(codes) -> list[str]:
     return sorted(names)
 
 
+def _return_call(w: Writer, name: str, arguments: list[str]) -> None:
+    """`return name(arguments)`; when that is longer than a line, the arguments filled into lines
+    (black would write one a line, repeating the field list a third time down the page)."""
+    text = f"return {name}({', '.join(arguments)})"
+    if len(text) + 4 * w.depth <= BLACK_MODE.line_length:
+        w.line(text)
+        return
+    w.line("# fmt: off")
+    w.line(f"return {name}(")
+    for line in textwrap.wrap(", ".join(arguments) + ",", width=BLACK_MODE.line_length - 4 * (w.depth + 1)):
+        w.line(f"    {line}")
+    w.line(")")
+    w.line("# fmt: on")
+
+
 def _assign(w: Writer, value: Value) -> None:
     w.comment(f"{value.name}: {value.expr.text()}")
     w.line(f"{value.var} = {value.code.python}")
@@ -235,7 +250,7 @@ def _emit_derive(w: Writer, op: ResolvedOp) -> None:
         _preamble(w, op, [v.code for v in op.derives])
         for value in op.derives:
             _assign(w, value)
-        w.line(f"return Derived({', '.join(v.var for v in op.derives)})")
+        _return_call(w, "Derived", [v.var for v in op.derives])
 
 
 def _emit_chunking(w: Writer, chunking) -> None:
@@ -544,7 +559,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
         _preamble(w, op, [v.code for v in variant.derives])
         for value in variant.derives:
             _assign(w, value)
-        w.line(f"return Values({', '.join(v.var for v in variant.derives)})")
+        _return_call(w, "Values", [v.var for v in variant.derives])
     w.line()
     w.line()
     _emit_shapes(
@@ -776,9 +791,30 @@ def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> PythonSource | 
     w = Writer()
     w.line(f'"""Correctness and benchmark cases of {op.ir.title}, from the JSON files beside its manifest."""')
     w.line()
+    w.comment("Each case starts a line, its fields filled into the lines after it (black would write a value a line).")
+    w.line("# fmt: off")
     for variable in ("TEST_CASES", "BENCH_CASES", "BENCH_SEQUENCES"):
-        w.line(f"{variable} = {tables.get(variable, [])!r}")
+        w.line(f"{variable} = [")
+        for case in tables.get(variable, []):
+            for line in _filled([f"{key!r}: {value!r}" for key, value in case.items()], "{", "},", 100):
+                w.line(line)
+        w.line("]")
+    w.line("# fmt: on")
     return formatted(banner(sources), w)
+
+
+def _filled(items: list[str], opening: str, closing: str, width: int) -> list[str]:
+    """`opening` + items + `closing`, the items never cut, filled into lines of `width` at most
+    (an item longer than that alone on its line): the first indented 4, the rest 8."""
+    lines, current = [], "    " + opening
+    for i, item in enumerate(items):
+        piece = item + (closing if i == len(items) - 1 else ",")
+        if current.strip() not in ("", opening) and len(current) + 1 + len(piece) > width:
+            lines.append(current)
+            current = "        " + piece
+        else:
+            current += ("" if current.strip() == opening else " ") + piece
+    return lines + [current]
 
 
 # --- package files -------------------------------------------------------------------------------

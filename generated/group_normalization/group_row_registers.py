@@ -109,20 +109,12 @@ def values(r, d) -> Values:
     num_groups = attr_num_groups
     # split: regSplit
     split = d.reg_split
+    # fmt: off
     return Values(
-        io_element,
-        scalar,
-        packed_halves,
-        units,
-        workgroup_size,
-        max_channels,
-        row_units,
-        spatial_units,
-        hidden,
-        channels_per_group,
-        num_groups,
-        split,
+        io_element, scalar, packed_halves, units, workgroup_size, max_channels, row_units, spatial_units,
+        hidden, channels_per_group, num_groups, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

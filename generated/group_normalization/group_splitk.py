@@ -80,9 +80,11 @@ def values(r, d) -> Values:
     workgroup_size = d.split_workgroup_cap
     # split: groupSplitCount
     split = d.group_split_count
+    # fmt: off
     return Values(
-        vec4, scalar, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size, split
+        vec4, scalar, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

@@ -90,19 +90,12 @@ def values(r, d) -> Values:
     workgroup_size = d.split_workgroup_cap
     # split: groupSplitCount
     split = d.group_split_count
+    # fmt: off
     return Values(
-        vec4,
-        pairs,
-        scalar,
-        vec_type,
-        uses_f16,
-        hidden_vec,
-        spatial_vec,
-        channels_per_group,
-        num_groups,
-        workgroup_size,
-        split,
+        vec4, pairs, scalar, vec_type, uses_f16, hidden_vec, spatial_vec, channels_per_group, num_groups,
+        workgroup_size, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

@@ -75,9 +75,11 @@ def values(r, d) -> Values:
     num_groups = attr_num_groups
     # workgroupSize: 256
     workgroup_size = 256
+    # fmt: off
     return Values(
-        scalar, io_element, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size
+        scalar, io_element, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

@@ -106,17 +106,12 @@ def values(r, d) -> Values:
     lanes_per_plane = d.instance_batched_vec4_lanes
     # planesPerWorkgroup: instanceBatchedVec4PlanesPerWorkgroup
     planes_per_workgroup = d.instance_batched_vec4_planes_per_workgroup
+    # fmt: off
     return Values(
-        uses_f16,
-        io_element,
-        vector_scalar,
-        hidden_size,
-        hidden_vec,
-        channels,
-        workgroup_size,
-        lanes_per_plane,
-        planes_per_workgroup,
+        uses_f16, io_element, vector_scalar, hidden_size, hidden_vec, channels, workgroup_size,
+        lanes_per_plane, planes_per_workgroup,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

@@ -100,19 +100,12 @@ def values(r, d) -> Values:
     num_groups = shape_input[1]
     # split: regSplit
     split = d.reg_split
+    # fmt: off
     return Values(
-        io_element,
-        packed_halves,
-        units,
-        workgroup_size,
-        max_channels,
-        row_units,
-        spatial_units,
-        hidden,
-        channels_per_group,
-        num_groups,
-        split,
+        io_element, packed_halves, units, workgroup_size, max_channels, row_units, spatial_units, hidden,
+        channels_per_group, num_groups, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

@@ -84,17 +84,12 @@ def values(r, d) -> Values:
     combine_workgroup_size = min(tunable_combine_workgroup_size, d.split_workgroup_cap)
     # applyWorkgroupSize: splitWorkgroupCap
     apply_workgroup_size = d.split_workgroup_cap
+    # fmt: off
     return Values(
-        vec4,
-        uses_f16,
-        vector_scalar,
-        combine_subgroups,
-        split_input_element,
-        workgroup_size,
-        split,
-        combine_workgroup_size,
-        apply_workgroup_size,
+        vec4, uses_f16, vector_scalar, combine_subgroups, split_input_element, workgroup_size, split,
+        combine_workgroup_size, apply_workgroup_size,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

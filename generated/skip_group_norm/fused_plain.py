@@ -137,30 +137,14 @@ def values(r, d) -> Values:
     skip_full = d.sg_skip_full
     # workgroupSize: sgFusedWorkgroupSize
     workgroup_size = d.sg_fused_workgroup_size
+    # fmt: off
     return Values(
-        has_bias,
-        write_sum,
-        uses_f16,
-        vec_width,
-        io_element,
-        skip_element,
-        num_groups,
-        num_channels,
-        channels_per_group,
-        vector_width,
-        item_stride,
-        group_stride,
-        inner_vectors,
-        outer_stride,
-        channel_divisor,
-        lane_channel_step,
-        row_count,
-        row_vectors,
-        group_values,
-        params_f16,
-        skip_full,
+        has_bias, write_sum, uses_f16, vec_width, io_element, skip_element, num_groups, num_channels,
+        channels_per_group, vector_width, item_stride, group_stride, inner_vectors, outer_stride,
+        channel_divisor, lane_channel_step, row_count, row_vectors, group_values, params_f16, skip_full,
         workgroup_size,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:

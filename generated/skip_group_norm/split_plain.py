@@ -181,38 +181,15 @@ def values(r, d) -> Values:
     lane_rows = d.sg_lane_rows
     # segmentLanes: sgSegmentLanes
     segment_lanes = d.sg_segment_lanes
+    # fmt: off
     return Values(
-        has_bias,
-        write_sum,
-        uses_f16,
-        vec_width,
-        io_element,
-        skip_element,
-        num_groups,
-        num_channels,
-        channels_per_group,
-        vector_width,
-        item_stride,
-        group_stride,
-        inner_vectors,
-        outer_stride,
-        channel_divisor,
-        lane_channel_step,
-        row_count,
-        row_vectors,
-        group_values,
-        params_f16,
-        layout_channels_last,
-        groups_per_block,
-        blocks_per_item,
-        tile_width,
-        tile_count,
-        slab_units,
-        slab_count,
-        lane_columns,
-        lane_rows,
-        segment_lanes,
+        has_bias, write_sum, uses_f16, vec_width, io_element, skip_element, num_groups, num_channels,
+        channels_per_group, vector_width, item_stride, group_stride, inner_vectors, outer_stride,
+        channel_divisor, lane_channel_step, row_count, row_vectors, group_values, params_f16,
+        layout_channels_last, groups_per_block, blocks_per_item, tile_width, tile_count, slab_units,
+        slab_count, lane_columns, lane_rows, segment_lanes,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
