@@ -7,13 +7,11 @@ sources and their sha256. Iteration follows manifest order, so two builds give i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import black
 
@@ -774,18 +772,19 @@ def _string_block(text: str) -> str:
 # --- cases ---------------------------------------------------------------------------------------
 
 
-def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> PythonSource | None:
-    """`test.json` and `bench.json` beside the manifest, as Python data the package can import."""
+def emit_cases(op: ResolvedOp, case_files: dict[str, tuple[Source, str]]) -> PythonSource | None:
+    """`test.json` and `bench.json` beside the manifest ({file name: (its Source, its text)}), as
+    Python data the package can import."""
     tables = {}
     sources = []
     for name, variable in (("test.json", "TEST_CASES"), ("bench.json", "BENCH_CASES")):
-        path = folder / name
-        if path.exists():
-            data = json.loads(path.read_text())
+        if name in case_files:
+            source, text = case_files[name]
+            data = json.loads(text)
             tables[variable] = data["cases"]
             if "sequences" in data:  # bench.json: series of calls timed as one app step
                 tables["BENCH_SEQUENCES"] = data["sequences"]
-            sources.append(Source(path.resolve().relative_to(repo_root.resolve()).as_posix(), sha256_of(path)))
+            sources.append(source)
     if not tables:
         return None
     w = Writer()
@@ -892,10 +891,6 @@ def onnx_entries(op: ResolvedOp) -> list[tuple]:
 
 def emit_runtime(runtime_source: str, source: Source) -> str:
     return banner([source]) + "\n" + runtime_source
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def module_name(op: ResolvedOp) -> str:

@@ -14,7 +14,6 @@ of ints), set (device feature sets), map (adapter info) and list (intermediate s
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 

@@ -159,9 +159,12 @@ class _ReadOnce(jinja2.BaseLoader):
     """The environment's own loader, with each template's text read from disk once: the variable
     analysis, the render and imports all use the text read first."""
 
-    def __init__(self, loader: jinja2.BaseLoader):
+    def __init__(self, loader: jinja2.BaseLoader, texts: dict[str, str] | None = None, folder: Path | None = None):
         self.loader = loader
         self.sources: dict[str, tuple[str, str | None]] = {}
+        # Texts the build's snapshot read already (sources.Snapshot.template_texts()): served as read.
+        for name, text in (texts or {}).items():
+            self.sources[name] = (text, str(folder / name) if folder else None)
 
     def get_source(self, environment: jinja2.Environment, name: str):
         if name not in self.sources:
@@ -178,10 +181,11 @@ class _ReadOnce(jinja2.BaseLoader):
         return next((name for name, (_, read) in self.sources.items() if read == filename), None)
 
 
-def _render_environment(templates_dir: Path) -> jinja2.Environment:
-    """`make_environment`'s environment, reading each template once and marking its lines."""
+def _render_environment(templates_dir: Path, texts: dict[str, str] | None = None) -> jinja2.Environment:
+    """`make_environment`'s environment, reading each template once (or taking it from `texts`)
+    and marking its lines."""
     env = make_environment(templates_dir)
-    env.loader = _ReadOnce(env.loader)
+    env.loader = _ReadOnce(env.loader, texts, templates_dir)
     env.add_extension(_LineMarkers)
     return env
 
@@ -555,9 +559,10 @@ def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
     return "".join(part if i % 2 else names.sub(lambda m: f"{holder}.{m.group(1)}", part) for i, part in enumerate(parts))
 
 
-def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
-    """Every pass of every variant, each specialization rendered once; raises CompileError."""
-    env = _render_environment(templates_dir)
+def render_op(op: ResolvedOp, templates_dir: Path, texts: dict[str, str] | None = None) -> tuple[RenderedPass, ...]:
+    """Every pass of every variant, each specialization rendered once; raises CompileError.
+    `texts`: the template texts, by name, where the caller read them already."""
+    env = _render_environment(templates_dir, texts)
     rendered, problems = [], []
     for variant in op.variants:
         names = {v.name for p in variant.passes for v in p.scope_values}
@@ -576,5 +581,7 @@ def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
     return tuple(rendered)
 
 
-def missing_templates(variant: ResolvedVariant, templates_dir: Path) -> list[str]:
-    return sorted({p.ir.template for p in variant.passes if not (templates_dir / p.ir.template).exists()})
+def missing_templates(variant: ResolvedVariant, templates_dir: Path, names=None) -> list[str]:
+    """The variant's templates that are not written yet (not in `names`, where given, else not on disk)."""
+    exists = (lambda t: t in names) if names is not None else (lambda t: (templates_dir / t).exists())
+    return sorted({p.ir.template for p in variant.passes if not exists(p.ir.template)})
