@@ -12,6 +12,7 @@ import difflib
 import os
 import tempfile
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from .report import emit_report
 from .resolve import resolve_op
 from .sources import CASE_FILES, Snapshot, read_snapshot
 from .store import store_shaders
-from .validate import validate
+from .validate import open_validation_device, validate
 from .wgsl import missing_templates, render_op
 
 # The runtime package: each module copied verbatim into generated/_runtime/.
@@ -80,28 +81,21 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     With `only`, just those ops' own files (their package folders): nothing shared is rebuilt.
     Every source is read once, first (sources.read_snapshot); nothing after that opens a source.
     """
-    snapshot = read_snapshot(manifests, templates, copied_sources())
-    ops = [resolve_op(op) for op in selected_ops(manifests, only, snapshot)]
-    files: dict[str, str] = {}
-    emitted, skipped, rendered_all = [], [], []
-    texts = snapshot.template_texts()
-    for op in ops:
-        # A variant whose templates are not written yet is left out; the op needs at least one.
-        ready = tuple(v for v in op.variants if not missing_templates(v, templates, texts))
-        for variant in op.variants:
-            if variant not in ready:
-                skipped.append((op, variant, missing_templates(variant, templates, texts)))
-        if not ready:
-            continue
-        op = replace(op, variants=ready)
-        rendered = list(render_op(op, templates, texts))
-        rendered_all.extend(rendered)
-        emitted.append((op, rendered))
-    report = validate(rendered_all, device) if rendered_all else None
-    for op, rendered in emitted:
-        files.update(_op_files(op, rendered, snapshot))
+    with ThreadPoolExecutor(max_workers=1) as background:
+        # Opening the validation device (about 0.7 s on lavapipe) and naga's validation wait on
+        # wgpu-native, which releases the GIL: they run while this thread renders, emits and formats.
+        opened = background.submit(open_validation_device) if device is None else None
+        snapshot = read_snapshot(manifests, templates, copied_sources())
+        emitted, skipped = _rendered_ops(manifests, templates, only, snapshot)
+        rendered_all = [item for _, rendered in emitted for item in rendered]
+        validated = background.submit(_validated, rendered_all, opened, device) if rendered_all else None
+        files: dict[str, object] = {}
+        for op, rendered in emitted:
+            files.update(_op_files(op, rendered, snapshot))
+        files = _format_python(files)
+        report = validated.result() if validated else None
     if only:
-        return _format_python(files)
+        return files
     all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
     # The registry ops() comes from the ONNX version tables too.
     onnx_versions = f"{ONNX_VERSIONS_SOURCE.parent.name}/{ONNX_VERSIONS_SOURCE.name}"
@@ -113,9 +107,34 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     for relative, path in VERBATIM_SOURCES.items():
         name = f"{path.parent.name}/{path.name}"
         files[relative] = emit_runtime(snapshot.text(name), Source(name, snapshot.sha256(name)))
-    files = _format_python(files)
+    files = _format_python(files)  # the package __init__
     files["REPORT.md"] = emit_report(emitted, skipped, report, files)
     return files
+
+
+def _rendered_ops(manifests: Path, templates: Path, only: tuple[str, ...], snapshot: Snapshot):
+    """(op, its RenderedPasses) of every op with a variant whose templates exist, and the
+    (op, variant, missing templates) of the variants left out."""
+    emitted, skipped = [], []
+    texts = snapshot.template_texts()
+    for op in [resolve_op(op) for op in selected_ops(manifests, only, snapshot)]:
+        # A variant whose templates are not written yet is left out; the op needs at least one.
+        ready = tuple(v for v in op.variants if not missing_templates(v, templates, texts))
+        for variant in op.variants:
+            if variant not in ready:
+                skipped.append((op, variant, missing_templates(variant, templates, texts)))
+        if ready:
+            op = replace(op, variants=ready)
+            emitted.append((op, list(render_op(op, templates, texts))))
+    return emitted, skipped
+
+
+def _validated(rendered, opened, device):
+    """validate() on the caller's device, or on the one `opened` (a Future) gives."""
+    if opened is None:
+        return validate(rendered, device)
+    adapter, device = opened.result()
+    return validate(rendered, device, adapter)
 
 
 def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:
