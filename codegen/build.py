@@ -12,17 +12,19 @@ import difflib
 import os
 import tempfile
 import tomllib
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
-from .emit import Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_shaders_module, emit_variant, format_source, module_name, sha256_of
+from .emit import Source, banner, emit_cases, emit_op_init, emit_package_init, emit_runtime, emit_shaders_module, emit_variant, format_source, module_name
 from .expr import snake
 from .manifest import load_manifests
 from .problems import CompileError, Problem
 from .report import emit_report
 from .resolve import resolve_op
+from .sources import CASE_FILES, Snapshot, read_snapshot
 from .store import store_shaders
-from .validate import validate
+from .validate import open_validation_device, validate
 from .wgsl import missing_templates, render_op
 
 # The runtime package: each module copied verbatim into generated/_runtime/.
@@ -44,12 +46,12 @@ VERBATIM_SOURCES = {
 OWN_PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 
-def selected_ops(manifests: Path, only: tuple[str, ...] = ()):
+def selected_ops(manifests: Path, only: tuple[str, ...] = (), snapshot: Snapshot | None = None):
     """The manifests' ops, or those `only` names (op id, name or module name); unknown names and an
     empty folder are a one-problem CompileError."""
     if not manifests.is_dir():
         raise CompileError([Problem(None, f"{manifests}: no such folder of <op id>/manifest.json")])
-    loaded = load_manifests(manifests)
+    loaded = load_manifests(manifests, snapshot)
     if not loaded:
         raise CompileError([Problem(None, f"{manifests}: no <op id>/manifest.json in this folder")])
     names = {name: op for op in loaded for name in (op.id, op.name, module_name_of(op))}
@@ -65,66 +67,109 @@ def module_name_of(op) -> str:
     return snake(op.name)
 
 
+def copied_sources() -> dict[str, Path]:
+    """{path as the banners name it: file} of everything copied verbatim, and onnx_versions.py."""
+    copied = {f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}/{p.name}": p for p in sorted(RUNTIME_SOURCE.glob("*.py"))}
+    for path in [ONNX_VERSIONS_SOURCE, *VERBATIM_SOURCES.values()]:
+        copied[f"{path.parent.name}/{path.name}"] = path
+    return copied
+
+
 def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=None) -> dict[str, str]:
     """Every generated file as {path relative to OUT: text}; raises CompileError listing every problem.
 
     With `only`, just those ops' own files (their package folders): nothing shared is rebuilt.
+    Every source is read once, first (sources.read_snapshot); nothing after that opens a source.
     """
-    repo_root = manifests.resolve().parent
-    ops = [resolve_op(op) for op in selected_ops(manifests, only)]
-    files: dict[str, str] = {}
-    emitted, skipped, rendered_all = [], [], []
-    for op in ops:
-        # A variant whose templates are not written yet is left out; the op needs at least one.
-        ready = tuple(v for v in op.variants if not missing_templates(v, templates))
-        for variant in op.variants:
-            if variant not in ready:
-                skipped.append((op, variant, missing_templates(variant, templates)))
-        if not ready:
-            continue
-        op = replace(op, variants=ready)
-        rendered = list(render_op(op, templates))
-        rendered_all.extend(rendered)
-        emitted.append((op, rendered))
-    report = validate(rendered_all, device) if rendered_all else None
-    for op, rendered in emitted:
-        template_paths = _template_paths(rendered)
-        sources = [Source(op.ir.source, op.ir.sha256)] + [Source(t, sha256_of(repo_root / t)) for t in template_paths]
-        package = module_name(op)
-        files[f"{package}/__init__.py"] = emit_op_init(op, rendered, banner(sources))
-        cases = emit_cases(op, manifests / op.ir.id, repo_root)
-        if cases is not None:
-            files[f"{package}/cases.py"] = cases
-        store = store_shaders(rendered)
-        files[f"{package}/shaders.py"] = emit_shaders_module(op, store, banner(sources))
-        for variant in op.variants:
-            mine = [item for item in rendered if item.variant is variant]
-            variant_sources = [Source(op.ir.source, op.ir.sha256)] + [
-                Source(t, sha256_of(repo_root / t)) for t in _template_paths(mine)
-            ]
-            files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, store, banner(variant_sources))
+    with ThreadPoolExecutor(max_workers=1) as background:
+        # Opening the validation device (about 0.7 s on lavapipe) and naga's validation wait on
+        # wgpu-native, which releases the GIL: they run while this thread renders, emits and formats.
+        opened = background.submit(open_validation_device) if device is None else None
+        snapshot = read_snapshot(manifests, templates, copied_sources())
+        emitted, skipped = _rendered_ops(manifests, templates, only, snapshot)
+        rendered_all = [item for _, rendered in emitted for item in rendered]
+        validated = background.submit(_validated, rendered_all, opened, device) if rendered_all else None
+        files: dict[str, object] = {}
+        for op, rendered in emitted:
+            files.update(_op_files(op, rendered, snapshot))
+        files = _format_python(files)
+        report = validated.result() if validated else None
     if only:
-        return _format_python(files)
+        return files
     all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
     # The registry ops() comes from the ONNX version tables too.
-    all_sources.append(Source(f"{ONNX_VERSIONS_SOURCE.parent.name}/{ONNX_VERSIONS_SOURCE.name}", sha256_of(ONNX_VERSIONS_SOURCE)))
-    files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources, project_version(repo_root))
+    onnx_versions = f"{ONNX_VERSIONS_SOURCE.parent.name}/{ONNX_VERSIONS_SOURCE.name}"
+    all_sources.append(Source(onnx_versions, snapshot.sha256(onnx_versions)))
+    files["__init__.py"] = emit_package_init([op for op, _ in emitted], all_sources, project_version(manifests.resolve().parent))
     # PEP 561: the package's annotations are meant for type checkers (a banner is not "partial").
     files["py.typed"] = banner([])
-    files.update(runtime_files())
+    files.update(runtime_files(snapshot))
     for relative, path in VERBATIM_SOURCES.items():
-        files[relative] = emit_runtime(path.read_text(), Source(f"{path.parent.name}/{path.name}", sha256_of(path)))
-    files = _format_python(files)
+        name = f"{path.parent.name}/{path.name}"
+        files[relative] = emit_runtime(snapshot.text(name), Source(name, snapshot.sha256(name)))
+    files = _format_python(files)  # the package __init__
     files["REPORT.md"] = emit_report(emitted, skipped, report, files)
     return files
 
 
-def runtime_files() -> dict[str, str]:
+def _rendered_ops(manifests: Path, templates: Path, only: tuple[str, ...], snapshot: Snapshot):
+    """(op, its RenderedPasses) of every op with a variant whose templates exist, and the
+    (op, variant, missing templates) of the variants left out."""
+    emitted, skipped = [], []
+    texts = snapshot.template_texts()
+    for op in [resolve_op(op) for op in selected_ops(manifests, only, snapshot)]:
+        # A variant whose templates are not written yet is left out; the op needs at least one.
+        ready = tuple(v for v in op.variants if not missing_templates(v, templates, texts))
+        for variant in op.variants:
+            if variant not in ready:
+                skipped.append((op, variant, missing_templates(variant, templates, texts)))
+        if ready:
+            op = replace(op, variants=ready)
+            emitted.append((op, list(render_op(op, templates, texts))))
+    return emitted, skipped
+
+
+def _validated(rendered, opened, device):
+    """validate() on the caller's device, or on the one `opened` (a Future) gives."""
+    if opened is None:
+        return validate(rendered, device)
+    adapter, device = opened.result()
+    return validate(rendered, device, adapter)
+
+
+def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:
+    """One op package's modules (before black): __init__, cases, shaders and a module a variant."""
+
+    def sources(items) -> list[Source]:
+        return [Source(op.ir.source, op.ir.sha256)] + [Source(t, snapshot.sha256(t)) for t in _template_paths(items)]
+
+    package = module_name(op)
+    files: dict[str, object] = {f"{package}/__init__.py": emit_op_init(op, rendered, banner(sources(rendered)))}
+    folder = f"{snapshot.manifests}/{op.ir.id}"
+    case_files = {
+        name: (Source(f"{folder}/{name}", snapshot.sha256(f"{folder}/{name}")), snapshot.text(f"{folder}/{name}"))
+        for name in CASE_FILES
+        if snapshot.has(f"{folder}/{name}")
+    }
+    cases = emit_cases(op, case_files)
+    if cases is not None:
+        files[f"{package}/cases.py"] = cases
+    store = store_shaders(rendered)
+    files[f"{package}/shaders.py"] = emit_shaders_module(op, store, banner(sources(rendered)))
+    for variant in op.variants:
+        mine = [item for item in rendered if item.variant is variant]
+        files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, store, banner(sources(mine)))
+    return files
+
+
+def runtime_files(snapshot: Snapshot) -> dict[str, str]:
     """{_runtime/<module>.py: text}: every module of the runtime package under its banner, verbatim
     (the sources are black-formatted already, so the copies are too)."""
+    prefix = f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}/"
     return {
-        f"_runtime/{path.name}": emit_runtime(path.read_text(), Source(f"{RUNTIME_SOURCE.parent.name}/{RUNTIME_SOURCE.name}/{path.name}", sha256_of(path)))
-        for path in sorted(RUNTIME_SOURCE.glob("*.py"))
+        f"_runtime/{path[len(prefix):]}": emit_runtime(snapshot.text(path), Source(path, snapshot.sha256(path)))
+        for path in sorted(snapshot.files)
+        if path.startswith(prefix)
     }
 
 

@@ -7,13 +7,11 @@ sources and their sha256. Iteration follows manifest order, so two builds give i
 
 from __future__ import annotations
 
-import hashlib
 import json
 import re
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 
 import black
 
@@ -21,6 +19,7 @@ from .expr import Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .store import CONTINUED, PARAGRAPH_BREAK, ShaderStore, deciding_columns
+from .runtime.wgsl_facts import shader_facts
 from .wgsl import KeyName, RenderedPass
 
 REGENERATE = "python -m codegen manifests/ generated/"
@@ -124,6 +123,21 @@ def _helpers(codes) -> list[str]:
     for code in codes:
         names |= code.helpers
     return sorted(names)
+
+
+def _return_call(w: Writer, name: str, arguments: list[str]) -> None:
+    """`return name(arguments)`; when that is longer than a line, the arguments filled into lines
+    (black would write one a line, repeating the field list a third time down the page)."""
+    text = f"return {name}({', '.join(arguments)})"
+    if len(text) + 4 * w.depth <= BLACK_MODE.line_length:
+        w.line(text)
+        return
+    w.line("# fmt: off")
+    w.line(f"return {name}(")
+    for line in textwrap.wrap(", ".join(arguments) + ",", width=BLACK_MODE.line_length - 4 * (w.depth + 1)):
+        w.line(f"    {line}")
+    w.line(")")
+    w.line("# fmt: on")
 
 
 def _assign(w: Writer, value: Value) -> None:
@@ -234,7 +248,7 @@ def _emit_derive(w: Writer, op: ResolvedOp) -> None:
         _preamble(w, op, [v.code for v in op.derives])
         for value in op.derives:
             _assign(w, value)
-        w.line(f"return Derived({', '.join(v.var for v in op.derives)})")
+        _return_call(w, "Derived", [v.var for v in op.derives])
 
 
 def _emit_chunking(w: Writer, chunking) -> None:
@@ -519,10 +533,8 @@ def _emit_variant_imports(w: Writer, variant: ResolvedVariant, by_pass: dict[str
         w.line("import math")
         w.line()
     names = {"Binding", "make_pass", "shader_table"} | {h for h in helpers if h != "math"}
-    if any(_declares(by_pass[p.ir.id], "DISPATCH_FOLD_WIDTH") for p in variant.passes):
+    if any("dispatch_fold_width" in c.locals for c in codes):
         names.add("fold_width")
-    if any(_varying_fields(by_pass[p.ir.id]) for p in variant.passes):
-        names.add("vary")
     for p in variant.passes:
         names.add({"threads": "threads_dispatch"}.get(p.ir.dispatch.form, "fold_dispatch"))
     w.line(f"from .._runtime import {', '.join(sorted(names))}")
@@ -545,7 +557,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
         _preamble(w, op, [v.code for v in variant.derives])
         for value in variant.derives:
             _assign(w, value)
-        w.line(f"return Values({', '.join(v.var for v in variant.derives)})")
+        _return_call(w, "Values", [v.var for v in variant.derives])
     w.line()
     w.line()
     _emit_shapes(
@@ -566,11 +578,6 @@ def _emit_conditions(w: Writer, op: ResolvedOp, name: str, clauses, doc: str) ->
             w.line("return None")
         else:
             w.line(f"return {' or '.join(f'({c.python}) is True' for _, c in clauses) or 'False'}")
-
-
-def _declares(item: RenderedPass, override: str) -> bool:
-    """Whether any specialization of the pass declares `override`."""
-    return any(override in dict(spec.overrides) for spec in item.specializations)
 
 
 def _lookup_positions(item: RenderedPass) -> list[int]:
@@ -600,6 +607,12 @@ def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
     if "DISPATCH_FOLD_WIDTH" in declared:
         numbers["DISPATCH_FOLD_WIDTH"] = "dispatch_fold_width"
     return numbers
+
+
+def _from_values(numbers: dict[str, str]) -> set[str]:
+    """The names whose number is the variant's value of the same name (`v.<snake(name)>`): make_pass
+    takes those from `v` itself, so the pass need not restate them."""
+    return {name for name, text in numbers.items() if text == f"v.{snake(name)}"}
 
 
 def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
@@ -641,53 +654,50 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
         for value in derives:
             _assign(w, value)
         w.line(f"shader = {ir.id.upper()}_SHADERS[({', '.join(parts)}{',' if len(parts) == 1 else ''})]")
-        used = set().union(*(c.locals for c in codes)) if codes else set()
-        if "dispatch_fold_width" in numbers.values() and "dispatch_fold_width" not in used:
-            w.line("dispatch_fold_width = fold_width(r.caps)")
         label = _emit_dispatch(w, op, p)
+        implicit = _from_values(numbers)
         w.line("uniforms = {")
         for field, code in p.uniforms:
             w.line(f'    "{field.name}": {code.python},  # {field.value.text()}')
         for uniform in item.scope_uniforms:
-            if not uniform.declared:
+            if not uniform.declared and uniform.name not in implicit:
                 w.line(f'    "{uniform.name}": {numbers[uniform.name]},  # request-dependent: bound at dispatch time')
         w.line("}")
         moved = {u.name for u in item.scope_uniforms}
-        w.line("numbers = {")
-        for name, text in numbers.items():
-            if name not in moved:
-                w.line(f'    "{name}": {text},')
-        w.line("}")
-        w.line(f'return make_pass(r, shader, "{ir.id}", "{label}", dispatch, uniforms, numbers)')
+        own = {name: text for name, text in numbers.items() if name not in moved | implicit | {"DISPATCH_FOLD_WIDTH"}}
+        arguments = [f'"{ir.id}"', f'"{label}"', "dispatch", "uniforms"]
+        if own:
+            w.line(f"numbers = {{{', '.join(f'{name!r}: {text}' for name, text in own.items())}}}")
+            arguments.append("numbers")
+        if implicit:
+            w.comment("Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).")
+            arguments.append("v=v")
+        elif "DISPATCH_FOLD_WIDTH" in numbers:
+            w.comment("make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).")
+        w.line(f"return make_pass(r, shader, {', '.join(arguments)})")
 
 
-SHADER_FIELDS = ("overrides", "workgroup_size", "workgroup_arrays", "uses_subgroups")
-
-
-def _varying_fields(item: RenderedPass) -> list[str]:
-    return [f for f in SHADER_FIELDS if len({repr(getattr(s, f)) for s in item.specializations}) > 1]
+def _check_facts(item: RenderedPass) -> None:
+    """The runtime reads a shader's overrides, workgroup size and arrays, subgroup use and Params
+    from its text (wgsl_facts): they must be what the compiler declared (a compiler bug otherwise)."""
+    fields = list(item.uniform_fields)
+    fields += [(f"_pad{i}", "u32") for i in range(-len(fields) % 4)] if fields else []
+    for spec in item.specializations:
+        facts = shader_facts(spec.wgsl)
+        expected = (spec.overrides, spec.workgroup_size, spec.workgroup_arrays, spec.uses_subgroups, tuple(fields))
+        if tuple(facts) != expected:
+            raise RuntimeError(f"{item.template}: the text declares {facts}, the compiler {expected}")
 
 
 def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: ShaderStore) -> None:
     ir = p.ir
-    uniform_fields = list(item.uniform_fields)
-    uniform_fields += [(f"_pad{i}", "u32") for i in range(-len(uniform_fields) % 4)] if uniform_fields else []
+    _check_facts(item)
     varying = _lookup_positions(item)
     fixed = [
         f"{item.key_names[i]}={item.specializations[0].key[i]!r}"
         for i in range(len(item.key_names))
         if len({repr(s.key[i]) for s in item.specializations}) == 1
     ]
-    own = _varying_fields(item)
-    constants = {}  # (field, repr of a value) -> the module constant holding it: each value once
-    for field in own:
-        for spec in item.specializations:
-            value = getattr(spec, field)
-            if (field, repr(value)) not in constants:
-                constants[(field, repr(value))] = f"{ir.id.upper()}_{field.upper()}_{sum(f == field for f, _ in constants) + 1}"
-                w.line(f"{constants[(field, repr(value))]} = {value!r}")
-    if constants:
-        w.line()
     w.comment(f"Pass `{ir.id}`: its shaders by ({', '.join(str(item.key_names[i]) for i in varying)}): the template values that")
     w.comment("tell its specializations apart" + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else "."))
     w.line(f"{ir.id.upper()}_SHADERS = shader_table(")
@@ -697,17 +707,9 @@ def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: Sh
     for i, b in enumerate(ir.bindings):
         w.line(f'        Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}"),')
     w.line("    ),")
-    w.line(f"    uniform_types={tuple(uniform_fields)!r},")
-    first = item.specializations[0]
-    for field in SHADER_FIELDS:
-        if field not in own:
-            w.line(f"    {field}={getattr(first, field)!r},")
     w.line("    shaders={")
     for spec in item.specializations:
-        key = tuple(spec.key[i] for i in varying)
-        name = store.name_of(spec)
-        fields = ", ".join(f"{f}={constants[(f, repr(getattr(spec, f)))]}" for f in own)
-        w.line(f"        {key!r}: {f'vary({name!r}, {fields})' if own else repr(name)},")
+        w.line(f"        {tuple(spec.key[i] for i in varying)!r}: {store.name_of(spec)!r},")
     w.line("    },")
     w.line(")")
 
@@ -719,9 +721,10 @@ def emit_shaders_module(op: ResolvedOp, store: ShaderStore, header: str) -> Pyth
     w.line()
     for line in textwrap.wrap(
         "A shader is the parts it names in SHADERS, joined by blank lines; a name starting with "
-        f"`{CONTINUED}` continues the previous part on the next line instead. Parts are paragraphs of "
-        "WGSL (a declaration block is cut where its overrides end), each stored once in PARTS under "
-        "what it declares. `wgsl(name)` gives back the exact text naga validated, which "
+        f"`{CONTINUED}` continues the previous part on the next line instead. Parts are runs of WGSL "
+        "lines that always occur together (notes apart from code, the declarations a line each "
+        "where specializations differ), each stored once in PARTS under what it declares (`// x`: "
+        "the note before x). `wgsl(name)` gives back the exact text naga validated, which "
         "`plan().passes[i].wgsl` shows whole; a shader's name is its template's stem and the "
         'template values that tell its specializations apart."""',
         width=96,
@@ -769,26 +772,48 @@ def _string_block(text: str) -> str:
 # --- cases ---------------------------------------------------------------------------------------
 
 
-def emit_cases(op: ResolvedOp, folder: Path, repo_root: Path) -> PythonSource | None:
-    """`test.json` and `bench.json` beside the manifest, as Python data the package can import."""
+def emit_cases(op: ResolvedOp, case_files: dict[str, tuple[Source, str]]) -> PythonSource | None:
+    """`test.json` and `bench.json` beside the manifest ({file name: (its Source, its text)}), as
+    Python data the package can import."""
     tables = {}
     sources = []
     for name, variable in (("test.json", "TEST_CASES"), ("bench.json", "BENCH_CASES")):
-        path = folder / name
-        if path.exists():
-            data = json.loads(path.read_text())
+        if name in case_files:
+            source, text = case_files[name]
+            data = json.loads(text)
             tables[variable] = data["cases"]
             if "sequences" in data:  # bench.json: series of calls timed as one app step
                 tables["BENCH_SEQUENCES"] = data["sequences"]
-            sources.append(Source(path.resolve().relative_to(repo_root.resolve()).as_posix(), sha256_of(path)))
+            sources.append(source)
     if not tables:
         return None
     w = Writer()
     w.line(f'"""Correctness and benchmark cases of {op.ir.title}, from the JSON files beside its manifest."""')
     w.line()
+    w.comment("Each case starts a line, its fields filled into the lines after it (black would write a value a line).")
+    w.line("# fmt: off")
     for variable in ("TEST_CASES", "BENCH_CASES", "BENCH_SEQUENCES"):
-        w.line(f"{variable} = {tables.get(variable, [])!r}")
+        w.line(f"{variable} = [")
+        for case in tables.get(variable, []):
+            for line in _filled([f"{key!r}: {value!r}" for key, value in case.items()], "{", "},", 100):
+                w.line(line)
+        w.line("]")
+    w.line("# fmt: on")
     return formatted(banner(sources), w)
+
+
+def _filled(items: list[str], opening: str, closing: str, width: int) -> list[str]:
+    """`opening` + items + `closing`, the items never cut, filled into lines of `width` at most
+    (an item longer than that alone on its line): the first indented 4, the rest 8."""
+    lines, current = [], "    " + opening
+    for i, item in enumerate(items):
+        piece = item + (closing if i == len(items) - 1 else ",")
+        if current.strip() not in ("", opening) and len(current) + 1 + len(piece) > width:
+            lines.append(current)
+            current = "        " + piece
+        else:
+            current += ("" if current.strip() == opening else " ") + piece
+    return lines + [current]
 
 
 # --- package files -------------------------------------------------------------------------------
@@ -866,10 +891,6 @@ def onnx_entries(op: ResolvedOp) -> list[tuple]:
 
 def emit_runtime(runtime_source: str, source: Source) -> str:
     return banner([source]) + "\n" + runtime_source
-
-
-def sha256_of(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def module_name(op: ResolvedOp) -> str:

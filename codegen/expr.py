@@ -14,8 +14,6 @@ of ints), set (device feature sets), map (adapter info) and list (intermediate s
 
 from __future__ import annotations
 
-import keyword
-import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -26,6 +24,7 @@ from jinja2.parser import Parser
 
 from .ir import Expr, Origin
 from .problems import Problem, closest
+from .runtime.wgsl_facts import snake
 
 NUMERIC = ("int", "float")
 
@@ -90,15 +89,6 @@ def request_local(kind: str, name: str) -> str:
     if kind not in REQUEST_LOCAL_KINDS:
         raise ValueError(f"no request local of kind {kind!r}")
     return f"{kind}_{snake(name)}"
-
-
-def snake(name: str) -> str:
-    """`normalizationParamsOk` -> `normalization_params_ok`; `WORKGROUP_SIZE` -> `workgroup_size`."""
-    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
-    text = re.sub(r"[^a-z0-9_]", "_", text)
-    if keyword.iskeyword(text) or text[:1].isdigit():
-        text += "_"
-    return text
 
 
 def parse(source: str, origin: Origin) -> nodes.Expr:

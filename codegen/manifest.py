@@ -75,11 +75,12 @@ class _Reader:
         return value.get("default") if isinstance(value, dict) else value
 
 
-def load_manifest(path: Path, repo_root: Path) -> Op:
-    """Read one manifest file into an `ir.Op`; raises CompileError listing every problem."""
+def load_manifest(path: Path, repo_root: Path, raw: bytes | None = None) -> Op:
+    """Read one manifest file (or its bytes `raw`, already read) into an `ir.Op`; raises
+    CompileError listing every problem."""
     source = path.resolve().relative_to(repo_root.resolve()).as_posix()
     root = Origin(source, "")
-    raw = path.read_bytes()
+    raw = path.read_bytes() if raw is None else raw
     try:
         data = json.loads(raw)
     except json.JSONDecodeError as error:
@@ -377,13 +378,15 @@ def _dispatch(reader: _Reader, spec: dict, origin: Origin) -> Dispatch:
     return Dispatch(form, values, origin)
 
 
-def load_manifests(manifests_dir: Path) -> list[Op]:
-    """Every `<op id>/manifest.json` under the folder, sorted by op id; the problems of all of them."""
+def load_manifests(manifests_dir: Path, snapshot=None) -> list[Op]:
+    """Every `<op id>/manifest.json` under the folder (as `snapshot`, a sources.Snapshot, holds it,
+    when given), sorted by op id; the problems of all of them."""
     repo_root = manifests_dir.resolve().parent
     ops, problems = [], []
     for path in sorted(manifests_dir.glob("*/manifest.json")):
+        relative = path.resolve().relative_to(repo_root).as_posix()
         try:
-            ops.append(load_manifest(path, repo_root))
+            ops.append(load_manifest(path, repo_root, snapshot.files[relative] if snapshot else None))
         except CompileError as error:
             problems.extend(error.problems)
     if problems:

@@ -36,11 +36,11 @@ def open_validation_device():
     return adapter, device
 
 
-def validate(rendered: list[RenderedPass], device=None) -> ValidationReport:
-    """Create a shader module for every specialization; collect every failure, then raise CompileError."""
+def validate(rendered: list[RenderedPass], device=None, adapter=None) -> ValidationReport:
+    """Create a shader module for every specialization; collect every failure, then raise CompileError.
+    Without a device, the validation device is opened here (or `device` is the one `adapter` opened)."""
     import wgpu
 
-    adapter = None
     if device is None:
         adapter, device = open_validation_device()
     problems, count = [], 0

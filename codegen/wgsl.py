@@ -31,20 +31,17 @@ import jinja2.nodes
 from jinja2.lexer import Token
 
 from . import runtime
+from .runtime.wgsl_facts import COMMENT, SUBGROUP_USE, code_of, workgroup_arrays, workgroup_size
 from .expr import request_local
 from .problems import CompileError, Problem, TemplateLocation, closest
 from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
 
 WGSL_DTYPE = {"float32": "f32", "float16": "f16"}
 BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read_write"}
-SCALAR_BYTES = {"f32": 4, "u32": 4, "i32": 4, "f16": 2}
-SUBGROUP_USE = re.compile(r"\bsubgroup[A-Z]\w*\s*\(|@builtin\((subgroup_invocation_id|subgroup_size|subgroup_id|num_subgroups)\)")
 BUILTIN_OVERRIDES = ("WORKGROUP_SIZE", "DISPATCH_FOLD_WIDTH")
 # Macro libraries that op templates import (`{% import "_lib/stats.wgsl.jinja" as stats %}`): never an
 # op template themselves.
 LIBRARY = "_lib"
-# WGSL comments; a template's notes reach the shader as `//` lines, which name values freely.
-COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
 
 
 @dataclass(frozen=True)
@@ -162,9 +159,12 @@ class _ReadOnce(jinja2.BaseLoader):
     """The environment's own loader, with each template's text read from disk once: the variable
     analysis, the render and imports all use the text read first."""
 
-    def __init__(self, loader: jinja2.BaseLoader):
+    def __init__(self, loader: jinja2.BaseLoader, texts: dict[str, str] | None = None, folder: Path | None = None):
         self.loader = loader
         self.sources: dict[str, tuple[str, str | None]] = {}
+        # Texts the build's snapshot read already (sources.Snapshot.template_texts()): served as read.
+        for name, text in (texts or {}).items():
+            self.sources[name] = (text, str(folder / name) if folder else None)
 
     def get_source(self, environment: jinja2.Environment, name: str):
         if name not in self.sources:
@@ -181,10 +181,11 @@ class _ReadOnce(jinja2.BaseLoader):
         return next((name for name, (_, read) in self.sources.items() if read == filename), None)
 
 
-def _render_environment(templates_dir: Path) -> jinja2.Environment:
-    """`make_environment`'s environment, reading each template once and marking its lines."""
+def _render_environment(templates_dir: Path, texts: dict[str, str] | None = None) -> jinja2.Environment:
+    """`make_environment`'s environment, reading each template once (or taking it from `texts`)
+    and marking its lines."""
     env = make_environment(templates_dir)
-    env.loader = _ReadOnce(env.loader)
+    env.loader = _ReadOnce(env.loader, texts, templates_dir)
     env.add_extension(_LineMarkers)
     return env
 
@@ -295,31 +296,6 @@ _EVAL_GLOBALS = {
 }
 
 
-def _element_bytes(wgsl_type: str) -> int:
-    match = re.fullmatch(r"\s*(?:vec([234])<\s*(\w+)\s*>|atomic<\s*(\w+)\s*>|(\w+))\s*", wgsl_type)
-    if not match:
-        raise ValueError(f"workgroup element type `{wgsl_type}` is not a scalar or vector")
-    if match.group(3) or match.group(4):
-        return SCALAR_BYTES[match.group(3) or match.group(4)]
-    lanes = int(match.group(1))
-    size = SCALAR_BYTES[match.group(2)] * (4 if lanes == 3 else lanes)
-    return size
-
-
-def _workgroup_arrays(body: str) -> tuple[tuple[int, tuple[str, ...]], ...]:
-    """Bytes of every `var<workgroup>`, as element size times factors that are overrides or literals."""
-    arrays = []
-    for match in re.finditer(r"var<workgroup>\s+\w+\s*:\s*([^;]+);", body):
-        declared = match.group(1).strip()
-        array = re.fullmatch(r"array<\s*(.+?)\s*,\s*([\w\s*]+?)\s*>", declared)
-        if array is None:
-            arrays.append((_element_bytes(declared), ()))
-            continue
-        factors = tuple(f.strip().rstrip("u") if f.strip()[:1].isdigit() else f.strip() for f in array.group(2).split("*"))
-        arrays.append((_element_bytes(array.group(1)), factors))
-    return tuple(arrays)
-
-
 def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> str:
     lines = []
     # Comments must not turn an f32 shader into one that needs shader-f16.
@@ -368,18 +344,18 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, key_names, template_values)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
     # Only code decides what a shader uses: a name in a comment declares nothing and reads nothing.
-    uniforms = _scope_uniforms(pass_, kept, numeric, [_code(body.text) for body in bodies.values()], origin, name)
+    uniforms = _scope_uniforms(pass_, kept, numeric, [code_of(body.text) for body in bodies.values()], origin, name)
     moved = {u.name for u in uniforms}
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
     specializations = []
     for key, body in bodies.items():
         text = _read_from_params(body.text, uniforms, pass_)
-        code = _code(text)
+        code = code_of(text)
         overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(code, n)]
         element_types = {b: body.combo[f"binding:{b}"] for b, _ in pass_.element_types}
         header = _declarations(pass_, element_types, overrides, text, extra)
-        size = re.search(r"@workgroup_size\(\s*([\w]+)\s*\)", code)
-        if size is None:
+        size = workgroup_size(code)
+        if not size:
             message = "a template needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"
             raise CompileError([Problem(origin, message, template=TemplateLocation(f"{folder}/{name}"))])
         specializations.append(
@@ -389,8 +365,8 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
                 wgsl=header + text,
                 body_first_line=header.count("\n") + 1,
                 overrides=tuple(overrides),
-                workgroup_size=size.group(1).rstrip("u") if size.group(1)[0].isdigit() else size.group(1),
-                workgroup_arrays=_workgroup_arrays(code),
+                workgroup_size=size,
+                workgroup_arrays=workgroup_arrays(code),
                 uses_subgroups=bool(SUBGROUP_USE.search(code)),
                 line_map=body.line_map,
             )
@@ -417,11 +393,6 @@ def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tup
                 found.add(library)
                 pending.append(library)
     return tuple(f"{folder}/{library}" for library in sorted(found))
-
-
-def _code(body: str) -> str:
-    """`body` with its comments blanked (line breaks kept)."""
-    return COMMENT.sub(lambda m: "\n" * m.group(0).count("\n"), body)
 
 
 def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> list[Value]:
@@ -588,9 +559,10 @@ def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
     return "".join(part if i % 2 else names.sub(lambda m: f"{holder}.{m.group(1)}", part) for i, part in enumerate(parts))
 
 
-def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
-    """Every pass of every variant, each specialization rendered once; raises CompileError."""
-    env = _render_environment(templates_dir)
+def render_op(op: ResolvedOp, templates_dir: Path, texts: dict[str, str] | None = None) -> tuple[RenderedPass, ...]:
+    """Every pass of every variant, each specialization rendered once; raises CompileError.
+    `texts`: the template texts, by name, where the caller read them already."""
+    env = _render_environment(templates_dir, texts)
     rendered, problems = [], []
     for variant in op.variants:
         names = {v.name for p in variant.passes for v in p.scope_values}
@@ -609,5 +581,7 @@ def render_op(op: ResolvedOp, templates_dir: Path) -> tuple[RenderedPass, ...]:
     return tuple(rendered)
 
 
-def missing_templates(variant: ResolvedVariant, templates_dir: Path) -> list[str]:
-    return sorted({p.ir.template for p in variant.passes if not (templates_dir / p.ir.template).exists()})
+def missing_templates(variant: ResolvedVariant, templates_dir: Path, names=None) -> list[str]:
+    """The variant's templates that are not written yet (not in `names`, where given, else not on disk)."""
+    exists = (lambda t: t in names) if names is not None else (lambda t: (templates_dir / t).exists())
+    return sorted({p.ir.template for p in variant.passes if not exists(p.ir.template)})

@@ -929,15 +929,14 @@ def test_tiny_pass(tiny_files):
         "count": d.count,  # count
         "alpha": attr_alpha,  # attrs.alpha
     }
-    numbers = {
-        "WORKGROUP_SIZE": tunable_workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "main", "Tiny.main", dispatch, uniforms, numbers)
 """
     assert expected_values in text
-    assert '    uniform_types=(("count", "u32"), ("alpha", "f32"), ("_pad0", "u32"), ("_pad1", "u32")),' in text
     assert '        (): "tiny.only",\n' in text  # the shader's name in tiny/shaders.py
-    assert '    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),' in text
+    # What the shader's text declares (overrides, Params, workgroup size) is read from it, not restated.
+    assert "overrides=" not in text and "uniform_types=" not in text
 
 
 def test_tiny_wgsl_is_declarations_then_template(tiny_files):

@@ -12,6 +12,7 @@ The modules, each importing only those above it:
 - ``numeric``: JavaScript number semantics, shape helpers, u32 / i32 / f32 checks
 - ``caps``: Caps, WebGPU's limits and features, a device's snapshot, the default device
 - ``limits``: folded dispatches and the device limits a plan must fit
+- ``wgsl_facts``: what a WGSL text declares (overrides, workgroup size and arrays, Params)
 - ``plans``: contract and plan data (OpContract, Request, Plan, PassPlan, ...), make_pass
 - ``select``: variant selection
 - ``tensors``: Tensor, TensorIn and the checks of a Tensor
@@ -67,6 +68,7 @@ from .limits import (
     check_plan_fits,
     check_chunk_offsets,
 )
+from .wgsl_facts import ShaderFacts, shader_facts, snake
 from .plans import (
     Request,
     Binding,
@@ -77,8 +79,6 @@ from .plans import (
     TensorSpec,
     AttributeSpec,
     Shader,
-    Varied,
-    vary,
     shader_table,
     OpContract,
     make_pass,
@@ -166,6 +166,9 @@ __all__ = [
     "check_binding_sizes",
     "check_plan_fits",
     "check_chunk_offsets",
+    "ShaderFacts",
+    "shader_facts",
+    "snake",
     "Request",
     "Binding",
     "PassPlan",
@@ -175,8 +178,6 @@ __all__ = [
     "TensorSpec",
     "AttributeSpec",
     "Shader",
-    "Varied",
-    "vary",
     "shader_table",
     "OpContract",
     "make_pass",

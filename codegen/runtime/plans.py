@@ -14,7 +14,9 @@ from typing import Any
 
 from .caps import Caps
 from .errors import PlanError
+from .limits import fold_width
 from .numeric import _f32, _i32, u32
+from .wgsl_facts import shader_facts, snake
 
 
 @dataclass(frozen=True)
@@ -117,47 +119,27 @@ class AttributeSpec:
 
 @dataclass(frozen=True)
 class Shader:
-    """One rendered, validated specialization of a pass's template."""
+    """One rendered, validated specialization of a pass's template. Every field after `bindings`
+    is what the WGSL text declares (wgsl_facts.shader_facts), read from the text."""
 
     template: str
     key: str  # the shader's name in the op's shaders.py: template stem and varying template values
     bindings: tuple
-    uniform_types: tuple
-    overrides: tuple  # (name, "u32" | "f32") the shader declares
-    workgroup_size: str  # an override name or an integer literal
-    workgroup_arrays: tuple  # (bytes per element, factors: override names or integer literals)
-    uses_subgroups: bool
     wgsl: str = field(repr=False)
+    overrides: tuple = ()  # (name, "u32" | "f32") the shader declares
+    workgroup_size: str = ""  # an override name or an integer literal
+    workgroup_arrays: tuple = ()  # (bytes per element, factors: override names or integer literals)
+    uses_subgroups: bool = False
+    uniform_types: tuple = ()  # (field, type) of the Params struct, padding included
 
 
-@dataclass(frozen=True)
-class Varied:
-    """A specialization whose Shader fields differ from the others of its pass (`vary()`)."""
-
-    name: str
-    fields: dict
-
-
-def vary(name: str, **fields: Any) -> Varied:
-    return Varied(name, fields)
-
-
-def shader_table(
-    wgsl: Any, *, template: str, bindings: tuple, uniform_types: tuple, shaders: Mapping, **common: Any
-) -> dict:
-    """{specialization key: Shader} of one pass: the fields every specialization shares, each
-    entry's own (`vary`) on top; `wgsl(name)` is the text of a shader in the op's shaders.py."""
+def shader_table(wgsl: Any, *, template: str, bindings: tuple, shaders: Mapping) -> dict:
+    """{specialization key: Shader} of one pass, each from its name in the op's shaders.py
+    (`wgsl(name)` is its text) and what that text declares."""
     table = {}
-    for key, entry in shaders.items():
-        name, own = (entry, {}) if isinstance(entry, str) else (entry.name, entry.fields)
-        table[key] = Shader(
-            template=template,
-            key=name,
-            bindings=bindings,
-            uniform_types=uniform_types,
-            wgsl=wgsl(name),
-            **{**common, **own},
-        )
+    for key, name in shaders.items():
+        text = wgsl(name)
+        table[key] = Shader(template, name, bindings, text, *shader_facts(text))
     return table
 
 
@@ -185,10 +167,24 @@ def _override_value(value, kind, what):
     return u32(value, what) if kind == "u32" else _i32(value, what)
 
 
-def make_pass(r, shader, name, label, dispatch, uniforms, numbers_):
-    """A PassPlan from a pass's computed values; checks every value that reaches the shader."""
+def make_pass(r, shader, name, label, dispatch, uniforms, numbers_=None, v=()):
+    """A PassPlan from a pass's computed values; checks every value that reaches the shader.
+
+    `uniforms` and `numbers_` hold what the pass computes itself; DISPATCH_FOLD_WIDTH is
+    `fold_width(r.caps)`, and every other Params field and override the shader declares is the
+    variant's value of that name (`v.<snake(name)>`).
+    """
+    numbers_ = {"DISPATCH_FOLD_WIDTH": fold_width(r.caps), **(numbers_ or {})}
+    uniforms = {
+        n: uniforms[n] if n in uniforms else getattr(v, snake(n))
+        for n, _ in shader.uniform_types
+        if n in uniforms or not n.startswith("_pad")
+    }
     overrides = {
-        n: _override_value(numbers_[n], kind, f"{label}: override {n}") for n, kind in shader.overrides
+        n: _override_value(
+            numbers_[n] if n in numbers_ else getattr(v, snake(n)), kind, f"{label}: override {n}"
+        )
+        for n, kind in shader.overrides
     }
 
     def factor(term):

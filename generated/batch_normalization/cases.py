@@ -5,80 +5,46 @@
 # SPDX-License-Identifier: Apache-2.0
 """Correctness and benchmark cases of ai.onnx BatchNormalization-15, from the JSON files beside its manifest."""
 
+# Each case starts a line, its fields filled into the lines after it (black would write a value a line).
+# fmt: off
 TEST_CASES = [
-    {
-        "name": "nc-vec4",
-        "inputs": {"x": [3, 8], "scale": [8], "b": [8], "inputMean": [8], "inputVar": [8]},
-        "dtypes": {"T": ["float32"]},
-        "attrs": {},
-    },
-    {
-        "name": "nc-scalar",
-        "inputs": {"x": [5, 6], "scale": [6], "b": [6], "inputMean": [6], "inputVar": [6]},
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {"epsilon": 0.001},
-    },
-    {
-        "name": "nchw-vec4",
-        "inputs": {"x": [2, 5, 4, 6], "scale": [5], "b": [5], "inputMean": [5], "inputVar": [5]},
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {},
-    },
-    {
-        "name": "nchw-odd-spatial",
-        "inputs": {"x": [2, 3, 5, 3], "scale": [3], "b": [3], "inputMean": [3], "inputVar": [3]},
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {},
-    },
-    {
-        "name": "rank5",
-        "inputs": {"x": [2, 3, 2, 3, 4], "scale": [3], "b": [3], "inputMean": [3], "inputVar": [3]},
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {},
-    },
-    {
-        "name": "resnet-block-small",
-        "inputs": {"x": [4, 64, 14, 14], "scale": [64], "b": [64], "inputMean": [64], "inputVar": [64]},
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {},
-    },
-    {
-        "name": "folded-dispatch",
-        "inputs": {"x": [2, 3, 50000], "scale": [3], "b": [3], "inputMean": [3], "inputVar": [3]},
-        "dtypes": {"T": ["float32"]},
-        "attrs": {},
-        "variant": "inference_scalar",
-        "tunables": {"WORKGROUP_SIZE": 4},
-    },
+    {'name': 'nc-vec4',
+        'inputs': {'x': [3, 8], 'scale': [8], 'b': [8], 'inputMean': [8], 'inputVar': [8]},
+        'dtypes': {'T': ['float32']}, 'attrs': {}},
+    {'name': 'nc-scalar',
+        'inputs': {'x': [5, 6], 'scale': [6], 'b': [6], 'inputMean': [6], 'inputVar': [6]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {'epsilon': 0.001}},
+    {'name': 'nchw-vec4',
+        'inputs': {'x': [2, 5, 4, 6], 'scale': [5], 'b': [5], 'inputMean': [5], 'inputVar': [5]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {}},
+    {'name': 'nchw-odd-spatial',
+        'inputs': {'x': [2, 3, 5, 3], 'scale': [3], 'b': [3], 'inputMean': [3], 'inputVar': [3]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {}},
+    {'name': 'rank5',
+        'inputs': {'x': [2, 3, 2, 3, 4], 'scale': [3], 'b': [3], 'inputMean': [3], 'inputVar': [3]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {}},
+    {'name': 'resnet-block-small',
+        'inputs': {'x': [4, 64, 14, 14], 'scale': [64], 'b': [64], 'inputMean': [64], 'inputVar': [64]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {}},
+    {'name': 'folded-dispatch',
+        'inputs': {'x': [2, 3, 50000], 'scale': [3], 'b': [3], 'inputMean': [3], 'inputVar': [3]},
+        'dtypes': {'T': ['float32']}, 'attrs': {}, 'variant': 'inference_scalar',
+        'tunables': {'WORKGROUP_SIZE': 4}},
 ]
 BENCH_CASES = [
-    {
-        "name": "resnet50-layer1",
-        "source": "ResNet-50 (torchvision), layer1 bottleneck bn3: 256 channels at 56x56, batch 32",
-        "inputs": {"x": [32, 256, 56, 56], "scale": [256], "b": [256], "inputMean": [256], "inputVar": [256]},
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {"epsilon": 1e-05},
-    },
-    {
-        "name": "resnet50-layer4",
-        "source": "ResNet-50 (torchvision), layer4 bottleneck bn3: 2048 channels at 7x7, batch 32",
-        "inputs": {
-            "x": [32, 2048, 7, 7],
-            "scale": [2048],
-            "b": [2048],
-            "inputMean": [2048],
-            "inputVar": [2048],
-        },
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {"epsilon": 1e-05},
-    },
-    {
-        "name": "resnet50-stem-b1",
-        "source": "ResNet-50 (torchvision), stem bn1 after conv1: 64 channels at 112x112, batch 1 (CI smoke case)",
-        "inputs": {"x": [1, 64, 112, 112], "scale": [64], "b": [64], "inputMean": [64], "inputVar": [64]},
-        "dtypes": {"T": ["float32", "float16"]},
-        "attrs": {"epsilon": 1e-05},
-        "quick": True,
-    },
+    {'name': 'resnet50-layer1',
+        'source': 'ResNet-50 (torchvision), layer1 bottleneck bn3: 256 channels at 56x56, batch 32',
+        'inputs': {'x': [32, 256, 56, 56], 'scale': [256], 'b': [256], 'inputMean': [256], 'inputVar': [256]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {'epsilon': 1e-05}},
+    {'name': 'resnet50-layer4',
+        'source': 'ResNet-50 (torchvision), layer4 bottleneck bn3: 2048 channels at 7x7, batch 32',
+        'inputs': {'x': [32, 2048, 7, 7], 'scale': [2048], 'b': [2048], 'inputMean': [2048], 'inputVar': [2048]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {'epsilon': 1e-05}},
+    {'name': 'resnet50-stem-b1',
+        'source': 'ResNet-50 (torchvision), stem bn1 after conv1: 64 channels at 112x112, batch 1 (CI smoke case)',
+        'inputs': {'x': [1, 64, 112, 112], 'scale': [64], 'b': [64], 'inputMean': [64], 'inputVar': [64]},
+        'dtypes': {'T': ['float32', 'float16']}, 'attrs': {'epsilon': 1e-05}, 'quick': True},
 ]
-BENCH_SEQUENCES = []
+BENCH_SEQUENCES = [
+]
+# fmt: on

@@ -20,17 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import (
-    Binding,
-    ceil_div,
-    fold_width,
-    inner,
-    js_mod,
-    make_pass,
-    numel,
-    shader_table,
-    threads_dispatch,
-)
+from .._runtime import Binding, ceil_div, inner, js_mod, make_pass, numel, shader_table, threads_dispatch
 from .shaders import wgsl
 
 ID = "flat_inference_vec4_pairs"
@@ -92,7 +82,6 @@ def _main(r, d, v):
     attr_epsilon = r.attrs["epsilon"]
     tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
     shader = MAIN_SHADERS[(v.vec_type,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: threads=ceilDiv(numel(shapes.Y) / 4, 2), workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
         ceil_div(numel(shape_y) / 4, 2),
@@ -106,10 +95,8 @@ def _main(r, d, v):
         "channels": shape_x[1],  # dim(shapes.X, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
-    numbers = {
-        "WORKGROUP_SIZE": tunable_workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(
         r, shader, "main", "BatchNormalization.FlatInferenceVec4Pairs", dispatch, uniforms, numbers
     )
@@ -129,11 +116,6 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("count4", "u32"), ("spatial", "u32"), ("channels", "u32"), ("epsilon", "f32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
-    workgroup_size="WORKGROUP_SIZE",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
         ("vec4<f32>",): "batch-normalization-flat-vec4.pairs-vec4f32",
         ("vec4<f16>",): "batch-normalization-flat-vec4.pairs-vec4f16",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_width, inner, make_pass, numel, shader_table, threads_dispatch
+from .._runtime import Binding, inner, make_pass, numel, shader_table, threads_dispatch
 from .shaders import wgsl
 
 ID = "inference_scalar"
@@ -72,7 +72,6 @@ def _main(r, d, v):
     attr_epsilon = r.attrs["epsilon"]
     tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
     shader = MAIN_SHADERS[(v.scalar,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: threads=numel(shapes.Y), workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
         numel(shape_y), tunable_workgroup_size, r.caps, "BatchNormalization.InferenceScalar"
@@ -84,10 +83,8 @@ def _main(r, d, v):
         "epsilon": attr_epsilon,  # attrs.epsilon
         "count": numel(shape_y),  # numel(shapes.Y)
     }
-    numbers = {
-        "WORKGROUP_SIZE": tunable_workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(r, shader, "main", "BatchNormalization.InferenceScalar", dispatch, uniforms, numbers)
 
 
@@ -105,20 +102,6 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("channels", "u32"),
-        ("height", "u32"),
-        ("width", "u32"),
-        ("epsilon", "f32"),
-        ("count", "u32"),
-        ("_pad0", "u32"),
-        ("_pad1", "u32"),
-        ("_pad2", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
-    workgroup_size="WORKGROUP_SIZE",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
         ("f32",): "batch-normalization-nchw.f32",
         ("f16",): "batch-normalization-nchw.f16",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_width, js_mod, make_pass, numel, shader_table, threads_dispatch
+from .._runtime import Binding, js_mod, make_pass, numel, shader_table, threads_dispatch
 from .shaders import wgsl
 
 ID = "nc_inference_vec4"
@@ -78,7 +78,6 @@ def _main(r, d, v):
     attr_epsilon = r.attrs["epsilon"]
     tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
     shader = MAIN_SHADERS[(v.vec_type,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: threads=numel(shapes.Y) / 4, workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
         numel(shape_y) / 4, tunable_workgroup_size, r.caps, "BatchNormalization.NcInferenceVec4"
@@ -88,10 +87,8 @@ def _main(r, d, v):
         "channels4": shape_x[1] / 4,  # dim(shapes.X, 1) / 4
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
-    numbers = {
-        "WORKGROUP_SIZE": tunable_workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(r, shader, "main", "BatchNormalization.NcInferenceVec4", dispatch, uniforms, numbers)
 
 
@@ -109,11 +106,6 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("count4", "u32"), ("channels4", "u32"), ("epsilon", "f32"), ("_pad0", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("WORKGROUP_SIZE", "u32")),
-    workgroup_size="WORKGROUP_SIZE",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
         ("vec4<f32>",): "batch-normalization-nc-vec4.vec4f32",
         ("vec4<f16>",): "batch-normalization-nc-vec4.vec4f16",

@@ -10,28 +10,33 @@
 """Every shader of ai.onnx BatchNormalization-15, each distinct WGSL text stored once.
 
 A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are paragraphs of WGSL (a
-declaration block is cut where its overrides end), each stored once in PARTS under what it
-declares. `wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl`
-shows whole; a shader's name is its template's stem and the template values that tell its
+continues the previous part on the next line instead. Parts are runs of WGSL lines that always
+occur together (notes apart from code, the declarations a line each where specializations
+differ), each stored once in PARTS under what it declares (`// x`: the note before x).
+`wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl` shows
+whole; a shader's name is its template's stem and the template values that tell its
 specializations apart."""
 
 from __future__ import annotations
 
 PARTS = {
-    "overrides": """\
+    "override DISPATCH_FOLD_WIDTH": """\
 override DISPATCH_FOLD_WIDTH: u32;
 override WORKGROUP_SIZE: u32;""",
-    "bindings": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
+    "binding x": """\
+@group(0) @binding(0) var<storage, read> x: array<f32>;""",
+    "binding scale": """\
 @group(0) @binding(1) var<storage, read> scale: array<f32>;
 @group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read> input_mean: array<f32>;
-@group(0) @binding(4) var<storage, read> input_var: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
-struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(4) var<storage, read> input_var: array<f32>;""",
+    "binding y": """\
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;""",
+    "struct Params": """\
+struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
+    "binding params": """\
 @group(0) @binding(6) var<uniform> params: Params;""",
-    "comment": """\
+    "// fn normalize_value": """\
 // BatchNormalization-15, inference, one element per invocation, any rank >= 2.
 // The compiler prepends overrides, bindings and Params (binding set inferenceScalar).
 // Arithmetic stays in f32 for f16 tensors too: only loads and the store
@@ -53,34 +58,34 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 }
 """,
     "enable": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override WORKGROUP_SIZE: u32;""",
-    "bindings#2": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
+enable f16;""",
+    "binding x#2": """\
+@group(0) @binding(0) var<storage, read> x: array<f16>;""",
+    "binding scale#2": """\
 @group(0) @binding(1) var<storage, read> scale: array<f16>;
 @group(0) @binding(2) var<storage, read> bias: array<f16>;
 @group(0) @binding(3) var<storage, read> input_mean: array<f16>;
-@group(0) @binding(4) var<storage, read> input_var: array<f16>;
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;
-struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
+@group(0) @binding(4) var<storage, read> input_var: array<f16>;""",
+    "binding y#2": """\
+@group(0) @binding(5) var<storage, read_write> y: array<f16>;""",
     "fn normalize_value#2": """\
 fn normalize_value(i: u32, v: f32) {
     let c = (i / (params.height * params.width)) % params.channels;
     let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
     y[i] = f16((v - f32(input_mean[c])) * k + f32(bias[c]));
 }""",
-    "bindings#3": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+    "binding x#3": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
+    "binding scale#3": """\
 @group(0) @binding(1) var<storage, read> scale: array<vec4<f32>>;
 @group(0) @binding(2) var<storage, read> bias: array<vec4<f32>>;
 @group(0) @binding(3) var<storage, read> input_mean: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> input_var: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { count4: u32, channels4: u32, epsilon: f32, _pad0: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "comment#2": """\
+@group(0) @binding(4) var<storage, read> input_var: array<vec4<f32>>;""",
+    "binding y#3": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;""",
+    "struct Params#2": """\
+struct Params { count4: u32, channels4: u32, epsilon: f32, _pad0: u32 }""",
+    "// fn normalize_vector": """\
 // BatchNormalization-15, inference, rank-2 X with C % 4 == 0: four channels per
 // invocation, so X and the per-channel tensors are all read as vecType (vec4<f32> or
 // vec4<f16>). Arithmetic is f32 for f16 tensors too: f16 rounds once, at the store.
@@ -101,31 +106,24 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     normalize_vector(i, vec4<f32>(x[i]));
 }
 """,
-    "bindings#4": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
+    "binding x#4": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
+    "binding scale#4": """\
 @group(0) @binding(1) var<storage, read> scale: array<vec4<f16>>;
 @group(0) @binding(2) var<storage, read> bias: array<vec4<f16>>;
 @group(0) @binding(3) var<storage, read> input_mean: array<vec4<f16>>;
-@group(0) @binding(4) var<storage, read> input_var: array<vec4<f16>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { count4: u32, channels4: u32, epsilon: f32, _pad0: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
+@group(0) @binding(4) var<storage, read> input_var: array<vec4<f16>>;""",
+    "binding y#4": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;""",
     "fn normalize_vector#2": """\
 fn normalize_vector(i4: u32, v: vec4<f32>) {
     let c4 = i4 % params.channels4;
     let k = inverseSqrt(vec4<f32>(input_var[c4]) + params.epsilon) * vec4<f32>(scale[c4]);
     y[i4] = vec4<f16>((v - vec4<f32>(input_mean[c4])) * k + vec4<f32>(bias[c4]));
 }""",
-    "bindings#5": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f32>;
-@group(0) @binding(4) var<storage, read> input_var: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { count4: u32, spatial4: u32, channels: u32, epsilon: f32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "comment#3": """\
+    "struct Params#3": """\
+struct Params { count4: u32, spatial4: u32, channels: u32, epsilon: f32 }""",
+    "// fn normalize_vector#2": """\
 // BatchNormalization-15, inference, X of rank >= 3 whose spatial size is a multiple
 // of 4: a vector never straddles two channels, so one scalar channel transform applies
 // to all four lanes. X and Y are vecType (vec4<f32>, or vec4<f16>: 8-byte loads);
@@ -141,15 +139,6 @@ fn normalize_vector(i4: u32, v: vec4<f32>) {
     let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
     y[i4] = vec4<f32>((v - f32(input_mean[c])) * k + f32(bias[c]));
 }""",
-    "bindings#6": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f16>;
-@group(0) @binding(4) var<storage, read> input_var: array<f16>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { count4: u32, spatial4: u32, channels: u32, epsilon: f32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
     "fn normalize_vector#4": """\
 fn normalize_vector(i4: u32, v: vec4<f32>) {
     let c = (i4 / params.spatial4) % params.channels;
@@ -173,16 +162,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 """,
-    "bindings#7": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f32>;
-@group(0) @binding(4) var<storage, read> input_var: array<f32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "comment#4": """\
+    "struct Params#4": """\
+struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }""",
+    "// fn channel_transform": """\
 // BatchNormalization-15, inference, any X of rank >= 2 whose element count is a multiple
 // of 4 (ResNet layer4: 7x7 planes): X and Y are read and written as vecType (vec4<f32> or
 // vec4<f16>) over the flat index, and a vector may straddle channels (and batches).
@@ -218,7 +200,8 @@ fn normalize_vector(i4: u32, v: vec4<f32>) {
     var b = vec4<f32>(t.z);
     if (s + 3u >= params.spatial) {
         if (params.spatial >= 4u) {
-            // Lanes s + j >= spatial are in the next channel, and no lane is further on.
+            // Lanes s + j >= spatial are in the next channel, and no lane is further on.""",
+    "let n": """\
             let n = channel_transform(next_channel(c));
             let later = vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.spatial - s);
             mean = select(mean, vec4<f32>(n.x), later);
@@ -243,28 +226,7 @@ fn normalize_vector(i4: u32, v: vec4<f32>) {
     }
     y[i4] = vec4<f32>((v - mean) * k + b);
 }""",
-    "bindings#8": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f16>;
-@group(0) @binding(4) var<storage, read> input_var: array<f16>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn normalize_vector#6": """\
-fn normalize_vector(i4: u32, v: vec4<f32>) {
-    let e = i4 * 4u;
-    let plane = e / params.spatial;
-    let s = e - plane * params.spatial;
-    let c = plane % params.channels;
-    let t = channel_transform(c);
-    var mean = vec4<f32>(t.x);
-    var k = vec4<f32>(t.y);
-    var b = vec4<f32>(t.z);
-    if (s + 3u >= params.spatial) {
-        if (params.spatial >= 4u) {
-            // Lanes s + j >= spatial are in the next channel, and no lane is further on.
+    "let n#2": """\
             let n = channel_transform(next_channel(c));
             let later = vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.spatial - s);
             mean = select(mean, vec4<f32>(n.x), later);
@@ -294,44 +256,61 @@ fn normalize_vector(i4: u32, v: vec4<f32>) {
 # fmt: off
 SHADERS = {
     'batch-normalization-nchw.f32': (
-        'overrides', '+bindings', 'comment', 'fn normalize_value', 'fn main',
+        'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding scale', '+binding y', '+struct Params',
+        '+binding params', '// fn normalize_value', 'fn normalize_value', 'fn main',
     ),
     'batch-normalization-nchw.f16': (
-        'enable', '+bindings#2', 'comment', 'fn normalize_value#2', 'fn main',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#2', '+binding scale#2', '+binding y#2',
+        '+struct Params', '+binding params', '// fn normalize_value', 'fn normalize_value#2', 'fn main',
     ),
     'batch-normalization-nc-vec4.vec4f32': (
-        'overrides', '+bindings#3', 'comment#2', 'fn normalize_vector', 'fn main#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale#3', '+binding y#3',
+        '+struct Params#2', '+binding params', '// fn normalize_vector', 'fn normalize_vector', 'fn main#2',
     ),
     'batch-normalization-nc-vec4.vec4f16': (
-        'enable', '+bindings#4', 'comment#2', 'fn normalize_vector#2', 'fn main#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#4', '+binding y#4',
+        '+struct Params#2', '+binding params', '// fn normalize_vector', 'fn normalize_vector#2',
+        'fn main#2',
     ),
     'batch-normalization-nchw-vec4.vec4f32': (
-        'overrides', '+bindings#5', 'comment#3', 'fn normalize_vector#3', 'fn main#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
+        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#3',
+        'fn main#2',
     ),
     'batch-normalization-nchw-vec4.vec4f16': (
-        'enable', '+bindings#6', 'comment#3', 'fn normalize_vector#4', 'fn main#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
+        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#4',
+        'fn main#2',
     ),
     'batch-normalization-nchw-vec4.pairs-vec4f32': (
-        'overrides', '+bindings#5', 'comment#3', 'fn normalize_vector#3', 'fn main#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
+        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#3',
+        'fn main#3',
     ),
     'batch-normalization-nchw-vec4.pairs-vec4f16': (
-        'enable', '+bindings#6', 'comment#3', 'fn normalize_vector#4', 'fn main#3',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
+        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#4',
+        'fn main#3',
     ),
     'batch-normalization-flat-vec4.vec4f32': (
-        'overrides', '+bindings#7', 'comment#4', 'fn channel_transform', 'fn next_channel',
-        'fn normalize_vector#5', 'fn main#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
+        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
+        'fn next_channel', 'fn normalize_vector#5', '+let n', 'fn main#2',
     ),
     'batch-normalization-flat-vec4.vec4f16': (
-        'enable', '+bindings#8', 'comment#4', 'fn channel_transform', 'fn next_channel',
-        'fn normalize_vector#6', 'fn main#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
+        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
+        'fn next_channel', 'fn normalize_vector#5', '+let n#2', 'fn main#2',
     ),
     'batch-normalization-flat-vec4.pairs-vec4f32': (
-        'overrides', '+bindings#7', 'comment#4', 'fn channel_transform', 'fn next_channel',
-        'fn normalize_vector#5', 'fn main#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
+        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
+        'fn next_channel', 'fn normalize_vector#5', '+let n', 'fn main#3',
     ),
     'batch-normalization-flat-vec4.pairs-vec4f16': (
-        'enable', '+bindings#8', 'comment#4', 'fn channel_transform', 'fn next_channel',
-        'fn normalize_vector#6', 'fn main#3',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
+        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
+        'fn next_channel', 'fn normalize_vector#5', '+let n#2', 'fn main#3',
     ),
 }
 # fmt: on

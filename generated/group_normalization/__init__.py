@@ -416,48 +416,18 @@ def derive(r) -> Derived:
     )
     # regWorkgroupBytes: regWorkgroup * 16 + 4100 + tunables.REGISTER_MAX_CHANNELS * 8
     reg_workgroup_bytes = reg_workgroup * 16 + 4100 + tunable_register_max_channels * 8
+    # fmt: off
     return Derived(
-        device_workgroup_cap,
-        group_attributes_ok,
-        group_shape_ok,
-        group_contract_ok,
-        group_stash_f16_ok,
-        group_rows,
-        group_spatial,
-        group_channels_per_group,
-        group_hidden,
-        norm_device_workgroup_cap,
-        norm_workgroup_cap,
-        split_workgroup_cap,
-        group_scalar_workgroup,
-        group_vec4_workgroup,
-        has_subgroup_id,
-        group_row_workgroup_bytes,
-        group_row_covered,
-        group_split_count,
-        group_partial_bytes,
-        group_split_covered,
-        reg_unit_values,
-        reg_row_units,
-        reg_split,
-        reg_workgroup_target,
-        reg_workgroup,
-        reg_units_needed,
-        reg_largest_bucket,
-        reg_units_at_most1,
-        reg_units_at_most2,
-        reg_units_at_most3,
-        reg_units_at_most4,
-        reg_units_at_most5,
-        reg_units_at_most6,
-        reg_units_at_most8,
-        reg_units_at_most10,
-        reg_units_at_most12,
-        reg_units_at_most16,
-        reg_units_at_most20,
-        reg_units_bucket,
-        reg_workgroup_bytes,
+        device_workgroup_cap, group_attributes_ok, group_shape_ok, group_contract_ok, group_stash_f16_ok,
+        group_rows, group_spatial, group_channels_per_group, group_hidden, norm_device_workgroup_cap,
+        norm_workgroup_cap, split_workgroup_cap, group_scalar_workgroup, group_vec4_workgroup,
+        has_subgroup_id, group_row_workgroup_bytes, group_row_covered, group_split_count, group_partial_bytes,
+        group_split_covered, reg_unit_values, reg_row_units, reg_split, reg_workgroup_target, reg_workgroup,
+        reg_units_needed, reg_largest_bucket, reg_units_at_most1, reg_units_at_most2, reg_units_at_most3,
+        reg_units_at_most4, reg_units_at_most5, reg_units_at_most6, reg_units_at_most8, reg_units_at_most10,
+        reg_units_at_most12, reg_units_at_most16, reg_units_at_most20, reg_units_bucket, reg_workgroup_bytes,
     )
+    # fmt: on
 
 
 # Most preferred first: descending priority, manifest order among equals.

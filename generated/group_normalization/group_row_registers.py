@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, js_div, js_mod, make_pass, shader_table
+from .._runtime import Binding, fold_dispatch, js_div, js_mod, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "group_row_registers"
@@ -109,20 +109,12 @@ def values(r, d) -> Values:
     num_groups = attr_num_groups
     # split: regSplit
     split = d.reg_split
+    # fmt: off
     return Values(
-        io_element,
-        scalar,
-        packed_halves,
-        units,
-        workgroup_size,
-        max_channels,
-        row_units,
-        spatial_units,
-        hidden,
-        channels_per_group,
-        num_groups,
-        split,
+        io_element, scalar, packed_halves, units, workgroup_size, max_channels, row_units, spatial_units,
+        hidden, channels_per_group, num_groups, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -139,7 +131,6 @@ def _main(r, d, v):
     attr_epsilon = r.attrs["epsilon"]
     limits = r.caps.limits
     shader = MAIN_SHADERS[(v.packed_halves, v.units)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows * regSplit, z=1
     dispatch = fold_dispatch(d.group_rows * d.reg_split, 1, 1, r.caps, "GroupNormalization.RowRegisters")
     uniforms = {
@@ -148,19 +139,9 @@ def _main(r, d, v):
             1, min(d.group_rows, limits["maxComputeWorkgroupsPerDimension"])
         ),  # max(1, min(groupRows, device.limits.maxComputeWorkgroupsPerDimension))
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
-        "hidden": v.hidden,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "maxChannels": v.max_channels,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "main", "GroupNormalization.RowRegisters", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "main", "GroupNormalization.RowRegisters", dispatch, uniforms, v=v)
 
 
 # Pass `main`: its shaders by (packedHalves, units): the template values that
@@ -175,24 +156,6 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "y", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("rowStride", "u32"),
-        ("epsilon", "f32"),
-        ("rowUnits", "u32"),
-        ("spatialUnits", "u32"),
-        ("hidden", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("numGroups", "u32"),
-        ("split", "u32"),
-        ("_pad0", "u32"),
-        ("_pad1", "u32"),
-        ("_pad2", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("maxChannels", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("256",)), (16, ("workgroupSize",)), (4, ()), (8, ("maxChannels",))),
-    uses_subgroups=True,
     shaders={
         (False, "24"): "norm-row-registers.units24",
         (False, "8"): "norm-row-registers.units8",

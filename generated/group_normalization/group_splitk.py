@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, make_pass, shader_table
+from .._runtime import Binding, fold_dispatch, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "group_splitk"
@@ -80,9 +80,11 @@ def values(r, d) -> Values:
     workgroup_size = d.split_workgroup_cap
     # split: groupSplitCount
     split = d.group_split_count
+    # fmt: off
     return Values(
-        vec4, scalar, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size, split
+        vec4, scalar, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -105,44 +107,29 @@ def passes(r, d, v) -> tuple:
 def _partials(r, d, v):
     """Pass `partials` (GroupNormalization.SplitKPartials): template templates/group-normalization-splitk-partials.wgsl.jinja."""
     shader = PARTIALS_SHADERS[(v.scalar,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
         d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKPartials"
     )
     uniforms = {
         "rows": d.group_rows,  # groupRows
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "partials", "GroupNormalization.SplitKPartials", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "partials", "GroupNormalization.SplitKPartials", dispatch, uniforms, v=v)
 
 
 def _apply(r, d, v):
     """Pass `apply` (GroupNormalization.SplitKApply): template templates/group-normalization-splitk-apply.wgsl.jinja."""
     attr_epsilon = r.attrs["epsilon"]
     shader = APPLY_SHADERS[(v.scalar,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKApply")
     uniforms = {
         "rows": d.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "spatial": v.spatial,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApply", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApply", dispatch, uniforms, v=v)
 
 
 # Pass `partials`: its shaders by (x element type): the template values that
@@ -155,11 +142,6 @@ PARTIALS_SHADERS = shader_table(
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("rows", "u32"), ("hiddenSize", "u32"), ("split", "u32"), ("_pad0", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         ("f32",): "group-normalization-splitk-partials.f32",
         ("f16",): "group-normalization-splitk-partials.f16",
@@ -180,20 +162,6 @@ APPLY_SHADERS = shader_table(
         Binding(4, "y", "output", "y", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("spatial", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("numGroups", "u32"),
-        ("split", "u32"),
-        ("_pad0", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         ("f32",): "group-normalization-splitk-apply.f32",
         ("f16",): "group-normalization-splitk-apply.f16",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, js_mod, make_pass, shader_table
+from .._runtime import Binding, fold_dispatch, js_mod, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "group_splitk_vec4"
@@ -90,19 +90,12 @@ def values(r, d) -> Values:
     workgroup_size = d.split_workgroup_cap
     # split: groupSplitCount
     split = d.group_split_count
+    # fmt: off
     return Values(
-        vec4,
-        pairs,
-        scalar,
-        vec_type,
-        uses_f16,
-        hidden_vec,
-        spatial_vec,
-        channels_per_group,
-        num_groups,
-        workgroup_size,
-        split,
+        vec4, pairs, scalar, vec_type, uses_f16, hidden_vec, spatial_vec, channels_per_group, num_groups,
+        workgroup_size, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -125,30 +118,21 @@ def passes(r, d, v) -> tuple:
 def _partials(r, d, v):
     """Pass `partials` (GroupNormalization.SplitKPartialsVec4): template templates/group-normalization-splitk-partials.wgsl.jinja."""
     shader = PARTIALS_SHADERS[(v.vec_type,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
         d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKPartialsVec4"
     )
     uniforms = {
         "rows": d.group_rows,  # groupRows
-        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(
-        r, shader, "partials", "GroupNormalization.SplitKPartialsVec4", dispatch, uniforms, numbers
-    )
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "partials", "GroupNormalization.SplitKPartialsVec4", dispatch, uniforms, v=v)
 
 
 def _apply(r, d, v):
     """Pass `apply` (GroupNormalization.SplitKApplyVec4): template templates/group-normalization-splitk-apply.wgsl.jinja."""
     attr_epsilon = r.attrs["epsilon"]
     shader = APPLY_SHADERS[(v.scalar,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
         d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKApplyVec4"
@@ -156,17 +140,9 @@ def _apply(r, d, v):
     uniforms = {
         "rows": d.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
-        "spatialVec": v.spatial_vec,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApplyVec4", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApplyVec4", dispatch, uniforms, v=v)
 
 
 # Pass `partials`: its shaders by (x element type): the template values that
@@ -179,11 +155,6 @@ PARTIALS_SHADERS = shader_table(
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("rows", "u32"), ("hiddenVec", "u32"), ("split", "u32"), ("_pad0", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         ("vec4<f32>",): "group-normalization-splitk-partials.vec4-vec4f32",
         ("vec4<f16>",): "group-normalization-splitk-partials.vec4-vec4f16",
@@ -204,20 +175,6 @@ APPLY_SHADERS = shader_table(
         Binding(4, "y", "output", "y", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenVec", "u32"),
-        ("spatialVec", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("numGroups", "u32"),
-        ("split", "u32"),
-        ("_pad0", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         ("f32",): "group-normalization-splitk-apply.f32-vec4",
         ("f16",): "group-normalization-splitk-apply.f16-vec4",

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, make_pass, shader_table
+from .._runtime import Binding, fold_dispatch, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "group_stash_f16_serial"
@@ -75,9 +75,11 @@ def values(r, d) -> Values:
     num_groups = attr_num_groups
     # workgroupSize: 256
     workgroup_size = 256
+    # fmt: off
     return Values(
-        scalar, io_element, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size
+        scalar, io_element, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -94,7 +96,6 @@ def _main(r, d, v):
     attr_epsilon = r.attrs["epsilon"]
     limits = r.caps.limits
     shader = MAIN_SHADERS[(v.uses_f16,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=1
     dispatch = fold_dispatch(d.group_rows, 1, 1, r.caps, "GroupNormalization.StashF16Serial")
     uniforms = {
@@ -103,16 +104,9 @@ def _main(r, d, v):
             1, min(d.group_rows, limits["maxComputeWorkgroupsPerDimension"])
         ),  # max(1, min(groupRows, device.limits.maxComputeWorkgroupsPerDimension))
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "spatial": v.spatial,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, v=v)
 
 
 # Pass `main`: its shaders by (usesF16): the template values that
@@ -127,20 +121,6 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "y", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("rowStride", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("spatial", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("numGroups", "u32"),
-        ("_pad0", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         (False,): "group-normalization-stash-f16-serial.only",
         (True,): "group-normalization-stash-f16-serial.uses-f16",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, js_mod, make_pass, shader_table, vary
+from .._runtime import Binding, fold_dispatch, js_mod, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "group_subgroup_vec4"
@@ -98,7 +98,6 @@ def _main(r, d, v):
     # combineSubgroups: hasSubgroupId
     combine_subgroups = d.has_subgroup_id
     shader = MAIN_SHADERS[(combine_subgroups, pairs)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=groupRows, z=1
     dispatch = fold_dispatch(d.group_rows, 1, 1, r.caps, "GroupNormalization.group_subgroup_vec4")
     uniforms = {
@@ -113,15 +112,10 @@ def _main(r, d, v):
         "hiddenVec": hidden_vec,  # request-dependent: bound at dispatch time
         "spatialVec": spatial_vec,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"workgroupSize": workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(r, shader, "main", "GroupNormalization.group_subgroup_vec4", dispatch, uniforms, numbers)
 
-
-MAIN_USES_SUBGROUPS_1 = False
-MAIN_USES_SUBGROUPS_2 = True
 
 # Pass `main`: its shaders by (combineSubgroups, pairs): the template values that
 # tell its specializations apart; the others are mode='group', vec4=True or follow from these.
@@ -135,25 +129,10 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "y", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("rowStride", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("numGroups", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("hiddenVec", "u32"),
-        ("spatialVec", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
     shaders={
-        (False, False): vary("norm-row-stats.f32", uses_subgroups=MAIN_USES_SUBGROUPS_1),
-        (True, False): vary("norm-row-stats.combine-subgroups-f32", uses_subgroups=MAIN_USES_SUBGROUPS_2),
-        (False, True): vary("norm-row-stats.pairs-f16", uses_subgroups=MAIN_USES_SUBGROUPS_1),
-        (True, True): vary(
-            "norm-row-stats.combine-subgroups-pairs-f16", uses_subgroups=MAIN_USES_SUBGROUPS_2
-        ),
+        (False, False): "norm-row-stats.f32",
+        (True, False): "norm-row-stats.combine-subgroups-f32",
+        (False, True): "norm-row-stats.pairs-f16",
+        (True, True): "norm-row-stats.combine-subgroups-pairs-f16",
     },
 )

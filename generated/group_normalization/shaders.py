@@ -15,26 +15,32 @@
 """Every shader of ai.onnx GroupNormalization-21, each distinct WGSL text stored once.
 
 A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are paragraphs of WGSL (a
-declaration block is cut where its overrides end), each stored once in PARTS under what it
-declares. `wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl`
-shows whole; a shader's name is its template's stem and the template values that tell its
+continues the previous part on the next line instead. Parts are runs of WGSL lines that always
+occur together (notes apart from code, the declarations a line each where specializations
+differ), each stored once in PARTS under what it declares (`// x`: the note before x).
+`wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl` shows
+whole; a shader's name is its template's stem and the template values that tell its
 specializations apart."""
 
 from __future__ import annotations
 
 PARTS = {
-    "overrides": """\
-override DISPATCH_FOLD_WIDTH: u32;
+    "override DISPATCH_FOLD_WIDTH": """\
+override DISPATCH_FOLD_WIDTH: u32;""",
+    "override workgroupSize": """\
 override workgroupSize: u32;""",
-    "bindings": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
+    "binding x": """\
+@group(0) @binding(0) var<storage, read> x: array<f32>;""",
+    "binding scale": """\
 @group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, _pad0: u32 }
+@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
+    "binding y": """\
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;""",
+    "struct Params": """\
+struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, _pad0: u32 }""",
+    "binding params": """\
 @group(0) @binding(4) var<uniform> params: Params;""",
-    "var slots": """\
+    "// var slots": """\
 // GroupNormalization-21 with stash_type = 10: the normalization stage runs in float16.
 // One workgroup per (batch item, group) row, dispatch (groupRows) folded at DISPATCH_FOLD_WIDTH.
 //
@@ -76,7 +82,8 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatia
 // The compiler prepends overrides (DISPATCH_FOLD_WIDTH), bindings and Params (binding set norm;
 // epsilon is params.epsilon; the shape-dependent hiddenSize, numGroups, channelsPerGroup and
 // spatial are read as params.<name>).
-// One summary per invocation, merged in place by the tree.
+// One summary per invocation, merged in place by the tree.""",
+    "var slots": """\
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
     "struct Stats": """\
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
@@ -150,8 +157,9 @@ fn half(v: f32) -> f32 {
     let q = max(bitcast<f32>((bitcast<u32>(a) & 0x7f800000u) - 0x05000000u), 0x1p-24f);
     return round(v / q) * q;
 }""",
+    "// fn load": """\
+// XU: X cast to binary16.""",
     "fn load": """\
-// XU: X cast to binary16.
 fn load(i: u32) -> f32 {
     return half(x[i]);
 }""",
@@ -165,16 +173,21 @@ fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
 }""",
     "fn main": """\
 @compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {""",
+    "// let row": """\
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.""",
+    "let row": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
     }
     let base = row * params.hiddenSize;
-    // This invocation's XU values, in blocks of plain shifted sums.
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    // This invocation's XU values, in blocks of plain shifted sums.""",
+    "var own": """\
+    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    "// for": """\
+    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.""",
+    "for": """\
     for (var j = lid; j < params.hiddenSize;) {
         let shift = load(base + j);
         var s1 = 0.0;
@@ -190,8 +203,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = f32(params.hiddenSize);
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    workgroupBarrier();""",
+    "// {": """\
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.""",
+    "{": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -206,14 +221,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let total = unpack_stats(slots[0]);
     let variance = max(total.m2 / n, 0.0);""",
-    "let": """\
+    "let mean": """\
     // The body's statistics, each rounded where the body holds a binary16 value.
     let mean = half(total.hi + total.lo);
     let std_dev = half(sqrt(half(half(variance) + half(params.epsilon))));""",
-    "let#2": """\
+    "// let channel0": """\
     // Value j of the row is in channel channel0 + j / spatial: the walk keeps (channel, value
     // within it) and advances by workgroupSize split once into whole channels and a remainder
-    // (spatial is a uniform: no division per element).
+    // (spatial is a uniform: no division per element).""",
+    "let channel0": """\
     let channel0 = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     var at = vec2<u32>(channel0 + lid / params.spatial, lid % params.spatial);
@@ -226,25 +242,19 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }""",
     "enable": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;""",
-    "bindings#2": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
+enable f16;""",
+    "binding x#2": """\
+@group(0) @binding(0) var<storage, read> x: array<f16>;""",
+    "binding scale#2": """\
 @group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<f16>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
+    "binding y#2": """\
+@group(0) @binding(3) var<storage, read_write> y: array<f16>;""",
     "fn load#2": """\
-// XU: X cast to binary16.
 fn load(i: u32) -> f32 {
     return f32(x[i]);
 }""",
-    "let#3": """\
-    // Value j of the row is in channel channel0 + j / spatial: the walk keeps (channel, value
-    // within it) and advances by workgroupSize split once into whole channels and a remainder
-    // (spatial is a uniform: no division per element).
+    "let channel0#2": """\
     let channel0 = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     var at = vec2<u32>(channel0 + lid / params.spatial, lid % params.spatial);
@@ -256,12 +266,13 @@ fn load(i: u32) -> f32 {
         y[base + j] = f16(normalized) * scale[c] + bias[c];
     }
 }""",
-    "bindings#3": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, hiddenSize: u32, split: u32, _pad0: u32 }
+    "binding partials": """\
+@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;""",
+    "struct Params#2": """\
+struct Params { rows: u32, hiddenSize: u32, split: u32, _pad0: u32 }""",
+    "binding params#2": """\
 @group(0) @binding(2) var<uniform> params: Params;""",
-    "var slots#2": """\
+    "// var slots#2": """\
 // GroupNormalization-21 (stash_type 1), split-k pass 1 of 2: partial statistics.
 // Dispatch (groupRows, 1, split), rows folded at DISPATCH_FOLD_WIDTH. Workgroup (row, k) reduces
 // chunk k of the row: the row's units (hiddenSize = cpg * spatial values, or with `vec4` its
@@ -300,8 +311,7 @@ struct Params { rows: u32, hiddenSize: u32, split: u32, _pad0: u32 }
 // The tree is fixed-order, in workgroup memory, right for any workgroup size: no subgroups, no
 // atomics, so the same input always gives the same bits.
 // The compiler prepends overrides, bindings and Params (binding set splitPartials / splitPartialsVec4).
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+// One summary per invocation, merged in place by the tree.""",
     "fn balanced_chunk": """\
 // Chunk k of `units` units cut into `parts` contiguous, balanced chunks: the first units % parts
 // chunks hold one unit more, and a chunk is empty when units < parts. (first unit, unit count).
@@ -310,10 +320,7 @@ fn balanced_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
     let r = units % parts;
     return vec2<u32>(k * q + min(k, r), q + select(0u, 1u, k < r));
 }""",
-    "fn main#2": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "let row#2": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
@@ -324,9 +331,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let begin = chunk.x;
     let count = chunk.y;
     let base = row * units;""",
-    "var own": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    "for#2": """\
     for (var j = lid; j < count;) {
         let shift = f32(x[base + begin + j]);
         var s1 = 0.0;
@@ -340,10 +345,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         own = add_block(own, m, shift, s1, s2);
     }""",
-    "slots[lid]": """\
+    "slots": """\
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    workgroupBarrier();""",
+    "{#2": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -358,29 +363,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }""",
     "if": """\
     if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
+        // An empty chunk's summary is all zeros.""",
+    "let total": """\
         let total = unpack_stats(slots[0]);
         partials[row * params.split + k] = vec4<f32>(total.hi, total.lo, total.m2, 0.0);
     }
 }""",
-    "bindings#4": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, hiddenSize: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "bindings#5": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, hiddenVec: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
+    "binding x#3": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
+    "struct Params#3": """\
+struct Params { rows: u32, hiddenVec: u32, split: u32, _pad0: u32 }""",
     "fn lanes_sum": """\
 fn lanes_sum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }""",
-    "fn main#3": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "let row#3": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
@@ -391,9 +388,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let begin = chunk.x;
     let count = chunk.y;
     let base = row * units;""",
-    "var own#2": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    "for#3": """\
     for (var j = lid; j < count;) {
         let shift = f32(x[base + begin + j].x);
         var s1 = vec4<f32>(0.0);
@@ -407,25 +402,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
     }""",
-    "bindings#6": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, hiddenVec: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "overrides#2": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override hiddenVec: u32;
-override split: u32;
-override workgroupSize: u32;""",
-    "bindings#7": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "fn main#4": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "binding x#4": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
+    "override hiddenVec": """\
+override hiddenVec: u32;""",
+    "override split": """\
+override split: u32;""",
+    "struct Params#4": """\
+struct Params { rows: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
+    "let row#4": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
@@ -436,7 +421,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let begin = chunk.x;
     let count = chunk.y;
     let base = row * units;""",
-    "var own#3": """\
+    "var own#2": """\
     var own = Stats(0u, 0.0, 0.0, 0.0);
     for (var j = lid; j < count;) {
         let shift = f32(x[base + begin + j].x);
@@ -461,33 +446,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
     }""",
-    "if#2": """\
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
+    "let total#2": """\
         let total = unpack_stats(slots[0]);
         partials[row * split + k] = vec4<f32>(total.hi, total.lo, total.m2, 0.0);
     }
 }""",
-    "enable#2": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override hiddenVec: u32;
-override split: u32;
-override workgroupSize: u32;""",
-    "bindings#8": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "bindings#9": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }
+    "binding partials#2": """\
+@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;""",
+    "binding y#3": """\
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;""",
+    "struct Params#5": """\
+struct Params { rows: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }""",
+    "binding params#3": """\
 @group(0) @binding(5) var<uniform> params: Params;""",
-    "var slots#3": """\
+    "// var slots#3": """\
 // GroupNormalization-21 (stash_type 1), split-k pass 2 of 2: merge and normalize.
 // Dispatch (groupRows, 1, split), the same grid as the partials pass. Workgroup (row, k) first
 // merges the row's `split` partials (hi_k, lo_k, M2_k; the chunk mean is the pair hi_k + lo_k),
@@ -516,12 +488,8 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channels
 // (binding set splitApply / splitApplyVec4; epsilon is params.epsilon; the shape-dependent
 // hiddenSize, hiddenVec, split, numGroups, channelsPerGroup, spatial, spatialVec are read as
 // params.<name>). The normalize walk finds channels without a division per element (advance).
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "fn main#5": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+// One summary per invocation, merged in place by the tree.""",
+    "let row#5": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
@@ -530,17 +498,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let units = params.hiddenSize;
     let unit_values = 1u;
     let n = f32(units * unit_values);""",
-    "var own#4": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
+    "// for#2": """\
     // Partials lid, lid + workgroupSize, ... in order: (hi, lo, M2) each, the count
-    // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
+    // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).""",
+    "for#4": """\
     for (var part = lid; part < params.split; part += workgroupSize) {
         let p = partials[row * params.split + part];
         own = chan_merge(own, Stats(balanced_chunk(units, params.split, part).y * unit_values, p.x, p.y, p.z));
     }
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    workgroupBarrier();""",
+    "{#3": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -557,15 +525,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let hi = total.hi;
     let lo = total.lo;
     let inv = inverseSqrt(max(total.m2 / n, 0.0) + params.epsilon);""",
-    "let#4": """\
+    "let chunk": """\
     let chunk = balanced_chunk(units, params.split, k);
     let begin = chunk.x;
     let count = chunk.y;
     let base = row * units;
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
+    let channel0 = (row % params.numGroups) * params.channelsPerGroup;""",
+    "// let step": """\
     // Unit idx of the row is in channel channel0 + idx / spatial: the walk keeps
     // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatial is a uniform: no division per element).
+    // remainder (spatial is a uniform: no division per element).""",
+    "let step": """\
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     let start = begin + lid;
     var at = vec2<u32>(channel0 + start / params.spatial, start % params.spatial);
@@ -577,23 +547,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         at = advance(at, step, params.spatial);
     }
 }""",
-    "bindings#10": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f16>;
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "let#5": """\
-    let chunk = balanced_chunk(units, params.split, k);
-    let begin = chunk.x;
-    let count = chunk.y;
-    let base = row * units;
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / spatial: the walk keeps
-    // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatial is a uniform: no division per element).
+    "binding y#4": """\
+@group(0) @binding(4) var<storage, read_write> y: array<f16>;""",
+    "let step#2": """\
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     let start = begin + lid;
     var at = vec2<u32>(channel0 + start / params.spatial, start % params.spatial);
@@ -605,18 +561,11 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, spatial: u32, channels
         at = advance(at, step, params.spatial);
     }
 }""",
-    "bindings#11": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, hiddenVec: u32, spatialVec: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "fn main#6": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "binding y#5": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;""",
+    "struct Params#6": """\
+struct Params { rows: u32, epsilon: f32, hiddenVec: u32, spatialVec: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }""",
+    "let row#6": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
@@ -625,15 +574,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let units = params.hiddenVec;
     let unit_values = 4u;
     let n = f32(units * unit_values);""",
-    "let#6": """\
-    let chunk = balanced_chunk(units, params.split, k);
-    let begin = chunk.x;
-    let count = chunk.y;
-    let base = row * units;
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
+    "// let step#2": """\
     // Unit idx of the row is in channel channel0 + idx / spatialVec: the walk keeps
     // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatialVec is a uniform: no division per element).
+    // remainder (spatialVec is a uniform: no division per element).""",
+    "let step#3": """\
     let step = vec2<u32>(workgroupSize / params.spatialVec, workgroupSize % params.spatialVec);
     let start = begin + lid;
     var at = vec2<u32>(channel0 + start / params.spatialVec, start % params.spatialVec);
@@ -645,23 +590,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         at = advance(at, step, params.spatialVec);
     }
 }""",
-    "bindings#12": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, epsilon: f32, hiddenVec: u32, spatialVec: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "let#7": """\
-    let chunk = balanced_chunk(units, params.split, k);
-    let begin = chunk.x;
-    let count = chunk.y;
-    let base = row * units;
-    let channel0 = (row % params.numGroups) * params.channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / spatialVec: the walk keeps
-    // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatialVec is a uniform: no division per element).
+    "binding y#6": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;""",
+    "let step#4": """\
     let step = vec2<u32>(workgroupSize / params.spatialVec, workgroupSize % params.spatialVec);
     let start = begin + lid;
     var at = vec2<u32>(channel0 + start / params.spatialVec, start % params.spatialVec);
@@ -673,26 +604,14 @@ struct Params { rows: u32, epsilon: f32, hiddenVec: u32, spatialVec: u32, channe
         at = advance(at, step, params.spatialVec);
     }
 }""",
-    "overrides#3": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override hiddenVec: u32;
+    "override channelsPerGroup": """\
+override channelsPerGroup: u32;""",
+    "override numGroups": """\
 override numGroups: u32;
-override spatialVec: u32;
-override split: u32;
-override workgroupSize: u32;""",
-    "bindings#13": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "fn main#7": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+override spatialVec: u32;""",
+    "struct Params#7": """\
+struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }""",
+    "let row#7": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
@@ -701,42 +620,20 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let units = hiddenVec;
     let unit_values = 4u;
     let n = f32(units * unit_values);""",
-    "var own#5": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Partials lid, lid + workgroupSize, ... in order: (hi, lo, M2) each, the count
-    // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
+    "for#5": """\
     for (var part = lid; part < split; part += workgroupSize) {
         let p = partials[row * split + part];
         own = chan_merge(own, Stats(balanced_chunk(units, split, part).y * unit_values, p.x, p.y, p.z));
     }
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let inv = inverseSqrt(max(total.m2 / n, 0.0) + params.epsilon);""",
-    "let#8": """\
+    workgroupBarrier();""",
+    "let chunk#2": """\
     let chunk = balanced_chunk(units, split, k);
     let begin = chunk.x;
     let count = chunk.y;
     let base = row * units;
-    let channel0 = (row % numGroups) * channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / spatialVec: the walk keeps
-    // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatialVec is a uniform: no division per element).
+    let channel0 = (row % numGroups) * channelsPerGroup;""",
+    "let step#5": """\
     let step = vec2<u32>(workgroupSize / spatialVec, workgroupSize % spatialVec);
     let start = begin + lid;
     var at = vec2<u32>(channel0 + start / spatialVec, start % spatialVec);
@@ -759,32 +656,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         at = advance(next, step, spatialVec);
     }
 }""",
-    "enable#3": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override hiddenVec: u32;
-override numGroups: u32;
-override spatialVec: u32;
-override split: u32;
-override workgroupSize: u32;""",
-    "bindings#14": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "let#9": """\
-    let chunk = balanced_chunk(units, split, k);
-    let begin = chunk.x;
-    let count = chunk.y;
-    let base = row * units;
-    let channel0 = (row % numGroups) * channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / spatialVec: the walk keeps
-    // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatialVec is a uniform: no division per element).
+    "let step#6": """\
     let step = vec2<u32>(workgroupSize / spatialVec, workgroupSize % spatialVec);
     let start = begin + lid;
     var at = vec2<u32>(channel0 + start / spatialVec, start % spatialVec);
@@ -807,14 +679,11 @@ struct Params { rows: u32, epsilon: f32, _pad0: u32, _pad1: u32 }
         at = advance(next, step, spatialVec);
     }
 }""",
-    "bindings#15": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGroups: u32, channelsPerGroup: u32, hiddenVec: u32, spatialVec: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "var slots#4": """\
+    "binding y#7": """\
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;""",
+    "struct Params#8": """\
+struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGroups: u32, channelsPerGroup: u32, hiddenVec: u32, spatialVec: u32 }""",
+    "// var slots#4": """\
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
@@ -872,8 +741,7 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGro
 // hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
 // pipeline).
 // The normalize walk of group mode finds channels without a division per element (see advance).
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+// One summary per invocation, merged in place by the tree.""",
     "fn load_row": """\
 // Element i (in vec4 units) of the row starting at `base`, widened to f32.
 fn load_row(base: u32, i: u32) -> vec4<f32> {
@@ -883,19 +751,17 @@ fn load_row(base: u32, i: u32) -> vec4<f32> {
 fn store_row(base: u32, i: u32, v: vec4<f32>) {
     y[base + i] = vec4<f32>(v);
 }""",
-    "fn main#8": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "let row#8": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
     }""",
-    "let#10": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    "// let base": """\
+    // ---- statistics: one read of the row, (count, mean, M2) per invocation""",
+    "let base": """\
     let base = row * params.hiddenVec;
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    "for#6": """\
     for (var i = lid; i < params.hiddenVec;) {
         let shift = load_row(base, i).x;
         var s1 = vec4<f32>(0.0);
@@ -910,11 +776,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
     }
     let count = f32(params.hiddenSize);""",
-    "slots[lid]#2": """\
-    // ---- combine: one tree of Chan merges over workgroup memory.
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    "// slots": """\
+    // ---- combine: one tree of Chan merges over workgroup memory.""",
+    "{#4": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -932,11 +796,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lo = total.lo;
     let variance = max(total.m2 / count, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#11": """\
+    "// let first_channel": """\
     // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
     // Unit i of the row belongs to channel first_channel + i / spatialVec. The walk keeps
     // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (spatialVec is a uniform: no division per element).
+    // channels and a remainder (spatialVec is a uniform: no division per element).""",
+    "let first_channel": """\
     let first_channel = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatialVec, workgroupSize % params.spatialVec);
     var at = vec2<u32>(first_channel + lid / params.spatialVec, lid % params.spatialVec);
@@ -1006,7 +871,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // The normalize walk of group mode finds channels without a division per element (see advance).
 // (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
 var<workgroup> subgroup_stats: array<vec4<f32>, workgroupSize>;""",
-    "fn main#9": """\
+    "fn main#2": """\
 @compute @workgroup_size(workgroupSize)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -1014,13 +879,8 @@ fn main(
     @builtin(subgroup_id) sg_id: u32,
     @builtin(subgroup_invocation_id) sg_lane: u32,
     @builtin(subgroup_size) sg_size: u32,
-) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }""",
-    "let#12": """\
+) {""",
+    "let own_n": """\
     // ---- combine: the two steps inside each subgroup, then over the subgroups' entries.
     // Inside each subgroup: subgroupAdd of (n_i, n_i hi_i) gives a mean0 near the mean, then of
     // (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i; lane 0 stores the subgroup's
@@ -1055,19 +915,13 @@ fn main(
     let lo = devs.x / count;
     let variance = max((devs.y - devs.x * lo) / count, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "bindings#16": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGroups: u32, channelsPerGroup: u32, hiddenVec: u32, spatialVec: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding y#8": """\
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;""",
     "fn store_row#2": """\
 fn store_row(base: u32, i: u32, v: vec4<f32>) {
     y[base + i] = vec4<f16>(v);
 }""",
-    "let#13": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    "let base#2": """\
     let base = row * params.hiddenVec;
     var own = Stats(0u, 0.0, 0.0, 0.0);
     for (var i = lid; i < params.hiddenVec;) {
@@ -1087,11 +941,7 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
         own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
     }
     let count = f32(params.hiddenSize);""",
-    "let#14": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    // Unit i of the row belongs to channel first_channel + i / spatialVec. The walk keeps
-    // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (spatialVec is a uniform: no division per element).
+    "let first_channel#2": """\
     let first_channel = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatialVec, workgroupSize % params.spatialVec);
     var at = vec2<u32>(first_channel + lid / params.spatialVec, lid % params.spatialVec);
@@ -1110,18 +960,12 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
         at = advance(second, step, params.spatialVec);
     }
 }""",
-    "bindings#17": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "let#15": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    "struct Params#9": """\
+struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, _pad0: u32 }""",
+    "let base#3": """\
     let base = row * params.hiddenSize;
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    "for#7": """\
     for (var i = lid; i < params.hiddenSize;) {
         let shift = f32(x[base + i]);
         var s1 = 0.0;
@@ -1136,11 +980,12 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGro
         own = add_block(own, m, shift, s1, s2);
     }
     let count = f32(params.hiddenSize);""",
-    "let#16": """\
+    "// let first_channel#2": """\
     // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
     // Unit i of the row belongs to channel first_channel + i / spatial. The walk keeps
     // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (spatial is a uniform: no division per element).
+    // channels and a remainder (spatial is a uniform: no division per element).""",
+    "let first_channel#3": """\
     let first_channel = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     var at = vec2<u32>(first_channel + lid / params.spatial, lid % params.spatial);
@@ -1150,18 +995,7 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGro
         at = advance(at, step, params.spatial);
     }
 }""",
-    "bindings#18": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<f16>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "let#17": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    // Unit i of the row belongs to channel first_channel + i / spatial. The walk keeps
-    // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (spatial is a uniform: no division per element).
+    "let first_channel#4": """\
     let first_channel = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatial, workgroupSize % params.spatial);
     var at = vec2<u32>(first_channel + lid / params.spatial, lid % params.spatial);
@@ -1171,18 +1005,11 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, numGro
         at = advance(at, step, params.spatial);
     }
 }""",
-    "overrides#4": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override maxChannels: u32;
-override workgroupSize: u32;""",
-    "bindings#19": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "const UNITS": """\
+    "override maxChannels": """\
+override maxChannels: u32;""",
+    "struct Params#10": """\
+struct Params { rows: u32, rowStride: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
+    "// const UNITS": """\
 // norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
 // InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
 // Every (batch item, group) row is read from memory once per workgroup and kept in registers.
@@ -1228,7 +1055,8 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, rowUnits: u32, spatialU
 // The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
 // bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
 // rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
+// The units of the row each invocation holds: the bucket of this specialization.""",
+    "const UNITS": """\
 const UNITS: u32 = 24u;""",
     "var wg_subgroups": """\
 // Summaries (n, mean, lo, M2): one per subgroup (slot k), and one per invocation for the
@@ -1245,14 +1073,16 @@ const UNIT_VALUES: f32 = 4.0;""",
 fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(u);
 }""",
+    "// fn unit_deviations": """\
+// (sum of x - m, sum of (x - m)^2) over a unit.""",
     "fn unit_deviations": """\
-// (sum of x - m, sum of (x - m)^2) over a unit.
 fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
     let d = u - m;
     return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
 }""",
+    "// fn normalized_unit": """\
+// (x - shift) * k + b over a unit.""",
     "fn normalized_unit": """\
-// (x - shift) * k + b over a unit.
 fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
     return (u - shift) * k + b;
 }""",
@@ -1372,7 +1202,7 @@ fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == params.split), advance(walk.at, s.step, params.spatialUnits));
 }""",
-    "fn main#10": """\
+    "fn main#3": """\
 @compute @workgroup_size(workgroupSize)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -1393,8 +1223,9 @@ fn main(
         atomicStore(&wg_irregular, 0u);
     }
     workgroupBarrier();""",
-    "let#18": """\
-    // ---- the row into registers: every load issued before any value is used
+    "// let last": """\
+    // ---- the row into registers: every load issued before any value is used""",
+    "let last": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1424,8 +1255,9 @@ fn main(
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#19": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "// let regular": """\
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup""",
+    "let regular": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1484,8 +1316,9 @@ fn main(
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#20": """\
-    // ---- normalize and store this workgroup's share
+    "// let step#3": """\
+    // ---- normalize and store this workgroup's share""",
+    "let step#7": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1516,55 +1349,8 @@ fn main(
 }
 """,
     "const UNITS#2": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 8u;""",
-    "let#21": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#2": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1578,8 +1364,7 @@ const UNITS: u32 = 8u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#22": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#2": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1606,8 +1391,7 @@ const UNITS: u32 = 8u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#23": """\
-    // ---- normalize and store this workgroup's share
+    "let step#8": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1622,55 +1406,8 @@ const UNITS: u32 = 8u;""",
 }
 """,
     "const UNITS#3": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 6u;""",
-    "let#24": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#3": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1682,8 +1419,7 @@ const UNITS: u32 = 6u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#25": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#3": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1706,8 +1442,7 @@ const UNITS: u32 = 6u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#26": """\
-    // ---- normalize and store this workgroup's share
+    "let step#9": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1720,55 +1455,8 @@ const UNITS: u32 = 6u;""",
 }
 """,
     "const UNITS#4": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 5u;""",
-    "let#27": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#4": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1779,8 +1467,7 @@ const UNITS: u32 = 5u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#28": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#4": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1801,8 +1488,7 @@ const UNITS: u32 = 5u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#29": """\
-    // ---- normalize and store this workgroup's share
+    "let step#10": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1814,55 +1500,8 @@ const UNITS: u32 = 5u;""",
 }
 """,
     "const UNITS#5": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 4u;""",
-    "let#30": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#5": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1872,8 +1511,7 @@ const UNITS: u32 = 4u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#31": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#5": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1892,8 +1530,7 @@ const UNITS: u32 = 4u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#32": """\
-    // ---- normalize and store this workgroup's share
+    "let step#11": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1904,55 +1541,8 @@ const UNITS: u32 = 4u;""",
 }
 """,
     "const UNITS#6": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 3u;""",
-    "let#33": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#6": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1961,8 +1551,7 @@ const UNITS: u32 = 3u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#34": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#6": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1979,8 +1568,7 @@ const UNITS: u32 = 3u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#35": """\
-    // ---- normalize and store this workgroup's share
+    "let step#12": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1990,55 +1578,8 @@ const UNITS: u32 = 3u;""",
 }
 """,
     "const UNITS#7": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 20u;""",
-    "let#36": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#7": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2064,8 +1605,7 @@ const UNITS: u32 = 20u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#37": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#7": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2116,8 +1656,7 @@ const UNITS: u32 = 20u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#38": """\
-    // ---- normalize and store this workgroup's share
+    "let step#13": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2144,55 +1683,8 @@ const UNITS: u32 = 20u;""",
 }
 """,
     "const UNITS#8": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 2u;""",
-    "let#39": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#8": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2200,8 +1692,7 @@ const UNITS: u32 = 2u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#40": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#8": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2216,8 +1707,7 @@ const UNITS: u32 = 2u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#41": """\
-    // ---- normalize and store this workgroup's share
+    "let step#14": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2226,55 +1716,8 @@ const UNITS: u32 = 2u;""",
 }
 """,
     "const UNITS#9": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 16u;""",
-    "let#42": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#9": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2296,8 +1739,7 @@ const UNITS: u32 = 16u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#43": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#9": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2340,8 +1782,7 @@ const UNITS: u32 = 16u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#44": """\
-    // ---- normalize and store this workgroup's share
+    "let step#15": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2364,55 +1805,8 @@ const UNITS: u32 = 16u;""",
 }
 """,
     "const UNITS#10": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 12u;""",
-    "let#45": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#10": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2430,8 +1824,7 @@ const UNITS: u32 = 12u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#46": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#10": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2466,8 +1859,7 @@ const UNITS: u32 = 12u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#47": """\
-    // ---- normalize and store this workgroup's share
+    "let step#16": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2486,55 +1878,8 @@ const UNITS: u32 = 12u;""",
 }
 """,
     "const UNITS#11": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 10u;""",
-    "let#48": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#11": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2550,8 +1895,7 @@ const UNITS: u32 = 10u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#49": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#11": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2582,8 +1926,7 @@ const UNITS: u32 = 10u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#50": """\
-    // ---- normalize and store this workgroup's share
+    "let step#17": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2600,63 +1943,15 @@ const UNITS: u32 = 10u;""",
 }
 """,
     "const UNITS#12": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 1u;""",
-    "let#51": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#12": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let first_channel = (row % params.numGroups) * params.channelsPerGroup;
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#52": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#12": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2669,26 +1964,17 @@ const UNITS: u32 = 1u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#53": """\
-    // ---- normalize and store this workgroup's share
+    "let step#18": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
     walk = store_unit(store, walk, 0u, u0);
 }
 """,
-    "enable#4": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override maxChannels: u32;
-override workgroupSize: u32;""",
-    "bindings#20": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, channelsPerGroup: u32, numGroups: u32, split: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding x#5": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
+    "binding y#9": """\
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;""",
     "alias Unit#2": """\
 alias Unit = vec4<u32>;
 const UNIT_VALUES: f32 = 8.0;""",
@@ -2706,14 +1992,12 @@ fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(low_half(u)) + lanes_sum(high_half(u));
 }""",
     "fn unit_deviations#2": """\
-// (sum of x - m, sum of (x - m)^2) over a unit.
 fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
     let a = low_half(u) - m;
     let b = high_half(u) - m;
     return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
 }""",
     "fn normalized_unit#2": """\
-// (x - shift) * k + b over a unit.
 fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
     let first = (low_half(u) - shift) * k + b;
     let second = (high_half(u) - shift) * k + b;
@@ -2724,270 +2008,398 @@ fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
 # fmt: off
 SHADERS = {
     'group-normalization-stash-f16-serial.only': (
-        'overrides', '+bindings', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn half', 'fn load',
-        'fn advance', 'fn main', 'let', 'let#2',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
+        '+binding y', '+struct Params', '+binding params', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn half', '// fn load', '+fn load', 'fn advance', 'fn main', '+// let row',
+        '+let row', '+var own', '+// for', '+for', '+// {', '+{', 'let mean', '// let channel0',
+        '+let channel0',
     ),
     'group-normalization-stash-f16-serial.uses-f16': (
-        'enable', '+bindings#2', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn half', 'fn load#2',
-        'fn advance', 'fn main', 'let', 'let#3',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding scale#2', '+binding y#2', '+struct Params', '+binding params', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn half', '// fn load', '+fn load#2', 'fn advance', 'fn main',
+        '+// let row', '+let row', '+var own', '+// for', '+for', '+// {', '+{', 'let mean',
+        '// let channel0', '+let channel0#2',
     ),
     'group-normalization-splitk-partials.f32': (
-        'overrides', '+bindings#3', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk',
-        'fn main#2', 'var own', 'slots[lid]', 'if',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials',
+        '+struct Params#2', '+binding params#2', '// var slots#2', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn balanced_chunk', 'fn main', '+// let row', '+let row#2', 'var own',
+        '+// for', '+for#2', 'slots', '+// {', '+{#2', 'if', '+let total',
     ),
     'group-normalization-splitk-partials.f16': (
-        'enable', '+bindings#4', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk',
-        'fn main#2', 'var own', 'slots[lid]', 'if',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding partials', '+struct Params#2', '+binding params#2', '// var slots#2', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn main', '+// let row', '+let row#2',
+        'var own', '+// for', '+for#2', 'slots', '+// {', '+{#2', 'if', '+let total',
     ),
     'group-normalization-splitk-partials.vec4-vec4f32': (
-        'overrides', '+bindings#5', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#3', 'var own#2', 'slots[lid]', 'if',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding partials',
+        '+struct Params#3', '+binding params#2', '// var slots#2', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+// let row', '+let row#3',
+        'var own', '+// for', '+for#3', 'slots', '+// {', '+{#2', 'if', '+let total',
     ),
     'group-normalization-splitk-partials.vec4-vec4f16': (
-        'enable', '+bindings#6', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#3', 'var own#2', 'slots[lid]', 'if',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
+        '+binding partials', '+struct Params#3', '+binding params#2', '// var slots#2', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+// let row',
+        '+let row#3', 'var own', '+// for', '+for#3', 'slots', '+// {', '+{#2', 'if', '+let total',
     ),
     'group-normalization-splitk-partials.vec4-vec4f32-pairs': (
-        'overrides#2', '+bindings#7', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#4', 'var own#3', 'slots[lid]', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override hiddenVec', '+override split', '+override workgroupSize',
+        '+binding x#3', '+binding partials', '+struct Params#4', '+binding params#2', '// var slots#2',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+// let row',
+        '+let row#4', 'var own#2', 'slots', '+// {', '+{#2', 'if', '+let total#2',
     ),
     'group-normalization-splitk-partials.vec4-vec4f16-pairs': (
-        'enable#2', '+bindings#8', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#4', 'var own#3', 'slots[lid]', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override hiddenVec', '+override split',
+        '+override workgroupSize', '+binding x#4', '+binding partials', '+struct Params#4',
+        '+binding params#2', '// var slots#2', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+// let row', '+let row#4', 'var own#2', 'slots',
+        '+// {', '+{#2', 'if', '+let total#2',
     ),
     'group-normalization-splitk-apply.f32': (
-        'overrides', '+bindings#9', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main#5', 'var own#4',
-        'let#4',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
+        '+binding partials#2', '+binding y#3', '+struct Params#5', '+binding params#3', '// var slots#3',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats',
+        'fn balanced_chunk', 'fn advance', 'fn main', '+// let row', '+let row#5', 'var own', '+// for#2',
+        '+for#4', '+// {', '+{#3', 'let chunk', '+// let step', '+let step',
     ),
     'group-normalization-splitk-apply.f16': (
-        'enable', '+bindings#10', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main#5', 'var own#4',
-        'let#5',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding scale#2', '+binding partials#2', '+binding y#4', '+struct Params#5', '+binding params#3',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
+        'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main', '+// let row', '+let row#5',
+        'var own', '+// for#2', '+for#4', '+// {', '+{#3', 'let chunk', '+// let step', '+let step#2',
     ),
     'group-normalization-splitk-apply.f32-vec4': (
-        'overrides', '+bindings#11', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main#6', 'var own#4',
-        'let#6',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
+        '+binding partials#2', '+binding y#5', '+struct Params#6', '+binding params#3', '// var slots#3',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats',
+        'fn balanced_chunk', 'fn advance', 'fn main', '+// let row', '+let row#6', 'var own', '+// for#2',
+        '+for#4', '+// {', '+{#3', 'let chunk', '+// let step#2', '+let step#3',
     ),
     'group-normalization-splitk-apply.f16-vec4': (
-        'enable', '+bindings#12', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main#6', 'var own#4',
-        'let#7',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
+        '+binding scale#2', '+binding partials#2', '+binding y#6', '+struct Params#6', '+binding params#3',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
+        'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main', '+// let row', '+let row#6',
+        'var own', '+// for#2', '+for#4', '+// {', '+{#3', 'let chunk', '+// let step#2', '+let step#4',
     ),
     'group-normalization-splitk-apply.f32-vec4-pairs': (
-        'overrides#3', '+bindings#13', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main#7', 'var own#5',
-        'let#8',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override hiddenVec',
+        '+override numGroups', '+override split', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding partials#2', '+binding y#5', '+struct Params#7', '+binding params#3',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
+        'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main', '+// let row', '+let row#7',
+        'var own', '+// for#2', '+for#5', '+// {', '+{#3', 'let chunk#2', '+// let step#2', '+let step#5',
     ),
     'group-normalization-splitk-apply.f16-vec4-pairs': (
-        'enable#3', '+bindings#14', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main#7', 'var own#5',
-        'let#9',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override hiddenVec',
+        '+override numGroups', '+override split', '+override workgroupSize', '+binding x#4',
+        '+binding scale#2', '+binding partials#2', '+binding y#6', '+struct Params#7', '+binding params#3',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
+        'fn unpack_stats', 'fn balanced_chunk', 'fn advance', 'fn main', '+// let row', '+let row#7',
+        'var own', '+// for#2', '+for#5', '+// {', '+{#3', 'let chunk#2', '+// let step#2', '+let step#6',
     ),
     'norm-row-stats.f32': (
-        'overrides', '+bindings#15', 'var slots#4', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row', 'fn advance', 'fn main#8', 'let#10', 'slots[lid]#2', 'let#11',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
+        '+binding y#7', '+struct Params#8', '+binding params', '// var slots#4', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn load_row', 'fn store_row', 'fn advance',
+        'fn main', '+// let row', '+let row#8', '// let base', '+let base', '+// for', '+for#6', '// slots',
+        '+slots', '+// {', '+{#4', '// let first_channel', '+let first_channel',
     ),
     'norm-row-stats.combine-subgroups-f32': (
-        'overrides', '+bindings#15', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row', 'fn advance', 'fn main#9', 'let#10', 'let#12', 'let#11',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
+        '+binding y#7', '+struct Params#8', '+binding params', 'var subgroup_stats', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn load_row', 'fn store_row', 'fn advance', 'fn main#2',
+        '+// let row', '+let row#8', '// let base', '+let base', '+// for', '+for#6', 'let own_n',
+        '// let first_channel', '+let first_channel',
     ),
     'norm-row-stats.pairs-f16': (
-        'enable', '+bindings#16', 'var slots#4', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row#2', 'fn advance', 'fn main#8', 'let#13', 'slots[lid]#2', 'let#14',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
+        '+binding scale#2', '+binding y#8', '+struct Params#8', '+binding params', '// var slots#4',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn load_row', 'fn store_row#2', 'fn advance',
+        'fn main', '+// let row', '+let row#8', '// let base', '+let base#2', '// slots', '+slots', '+// {',
+        '+{#4', '// let first_channel', '+let first_channel#2',
     ),
     'norm-row-stats.combine-subgroups-pairs-f16': (
-        'enable', '+bindings#16', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row#2', 'fn advance', 'fn main#9', 'let#13', 'let#12', 'let#14',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
+        '+binding scale#2', '+binding y#8', '+struct Params#8', '+binding params', 'var subgroup_stats',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn load_row', 'fn store_row#2', 'fn advance',
+        'fn main#2', '+// let row', '+let row#8', '// let base', '+let base#2', 'let own_n',
+        '// let first_channel', '+let first_channel#2',
     ),
     'norm-row-stats.f32#2': (
-        'overrides', '+bindings#17', 'var slots#4', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn advance', 'fn main#8',
-        'let#15', 'slots[lid]#2', 'let#16',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
+        '+binding y', '+struct Params#9', '+binding params', '// var slots#4', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn advance', 'fn main', '+// let row', '+let row#8', '// let base',
+        '+let base#3', '+// for', '+for#7', '// slots', '+slots', '+// {', '+{#4', '// let first_channel#2',
+        '+let first_channel#3',
     ),
     'norm-row-stats.combine-subgroups-f32#2': (
-        'overrides', '+bindings#17', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn advance', 'fn main#9',
-        'let#15', 'let#12', 'let#16',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
+        '+binding y', '+struct Params#9', '+binding params', 'var subgroup_stats', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn advance', 'fn main#2', '+// let row', '+let row#8', '// let base',
+        '+let base#3', '+// for', '+for#7', 'let own_n', '// let first_channel#2', '+let first_channel#3',
     ),
     'norm-row-stats.f16': (
-        'enable', '+bindings#18', 'var slots#4', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn advance', 'fn main#8',
-        'let#15', 'slots[lid]#2', 'let#17',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding scale#2', '+binding y#2', '+struct Params#9', '+binding params', '// var slots#4',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn advance', 'fn main', '+// let row', '+let row#8',
+        '// let base', '+let base#3', '+// for', '+for#7', '// slots', '+slots', '+// {', '+{#4',
+        '// let first_channel#2', '+let first_channel#4',
     ),
     'norm-row-stats.combine-subgroups-f16': (
-        'enable', '+bindings#18', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn advance', 'fn main#9',
-        'let#15', 'let#12', 'let#17',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding scale#2', '+binding y#2', '+struct Params#9', '+binding params', 'var subgroup_stats',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn advance', 'fn main#2', '+// let row', '+let row#8',
+        '// let base', '+let base#3', '+// for', '+for#7', 'let own_n', '// let first_channel#2',
+        '+let first_channel#4',
     ),
     'norm-row-registers.units24': (
-        'overrides#4', '+bindings#19', 'const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#18', 'let#19', 'let#20',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last', '// let regular', '+let regular', '// let step#3', '+let step#7',
     ),
     'norm-row-registers.units8': (
-        'overrides#4', '+bindings#19', 'const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#21', 'let#22', 'let#23',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#2', '// let regular', '+let regular#2', '// let step#3', '+let step#8',
     ),
     'norm-row-registers.units6': (
-        'overrides#4', '+bindings#19', 'const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#24', 'let#25', 'let#26',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#3', '// let regular', '+let regular#3', '// let step#3', '+let step#9',
     ),
     'norm-row-registers.units5': (
-        'overrides#4', '+bindings#19', 'const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#27', 'let#28', 'let#29',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#4', '// let regular', '+let regular#4', '// let step#3', '+let step#10',
     ),
     'norm-row-registers.units4': (
-        'overrides#4', '+bindings#19', 'const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#30', 'let#31', 'let#32',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#5', '// let regular', '+let regular#5', '// let step#3', '+let step#11',
     ),
     'norm-row-registers.units3': (
-        'overrides#4', '+bindings#19', 'const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#33', 'let#34', 'let#35',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#6', '// let regular', '+let regular#6', '// let step#3', '+let step#12',
     ),
     'norm-row-registers.units20': (
-        'overrides#4', '+bindings#19', 'const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#36', 'let#37', 'let#38',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#7', '// let regular', '+let regular#7', '// let step#3', '+let step#13',
     ),
     'norm-row-registers.units2': (
-        'overrides#4', '+bindings#19', 'const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#39', 'let#40', 'let#41',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#8', '// let regular', '+let regular#8', '// let step#3', '+let step#14',
     ),
     'norm-row-registers.units16': (
-        'overrides#4', '+bindings#19', 'const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#42', 'let#43', 'let#44',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#9', '// let regular', '+let regular#9', '// let step#3', '+let step#15',
     ),
     'norm-row-registers.units12': (
-        'overrides#4', '+bindings#19', 'const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#45', 'let#46', 'let#47',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#10', '// let regular', '+let regular#10', '// let step#3', '+let step#16',
     ),
     'norm-row-registers.units10': (
-        'overrides#4', '+bindings#19', 'const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#48', 'let#49', 'let#50',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#11', '// let regular', '+let regular#11', '// let step#3', '+let step#17',
     ),
     'norm-row-registers.units1': (
-        'overrides#4', '+bindings#19', 'const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', 'let#51', 'let#52', 'let#53',
+        'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
+        '+binding scale', '+binding y#7', '+struct Params#10', '+binding params', '// const UNITS',
+        '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#3',
+        '// let last', '+let last#12', '// let regular', '+let regular#12', '// let step#3', '+let step#18',
     ),
     'norm-row-registers.packed-halves-units24': (
-        'enable#4', '+bindings#20', 'const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#18', 'let#19', 'let#20',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2', 'fn low_half',
+        'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last', '// let regular',
+        '+let regular', '// let step#3', '+let step#7',
     ),
     'norm-row-registers.packed-halves-units8': (
-        'enable#4', '+bindings#20', 'const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#21', 'let#22', 'let#23',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#2', '// let regular',
+        '+let regular#2', '// let step#3', '+let step#8',
     ),
     'norm-row-registers.packed-halves-units6': (
-        'enable#4', '+bindings#20', 'const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#24', 'let#25', 'let#26',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#3', '// let regular',
+        '+let regular#3', '// let step#3', '+let step#9',
     ),
     'norm-row-registers.packed-halves-units5': (
-        'enable#4', '+bindings#20', 'const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#27', 'let#28', 'let#29',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#4', '// let regular',
+        '+let regular#4', '// let step#3', '+let step#10',
     ),
     'norm-row-registers.packed-halves-units4': (
-        'enable#4', '+bindings#20', 'const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#30', 'let#31', 'let#32',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#5', '// let regular',
+        '+let regular#5', '// let step#3', '+let step#11',
     ),
     'norm-row-registers.packed-halves-units3': (
-        'enable#4', '+bindings#20', 'const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#33', 'let#34', 'let#35',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#6', '// let regular',
+        '+let regular#6', '// let step#3', '+let step#12',
     ),
     'norm-row-registers.packed-halves-units20': (
-        'enable#4', '+bindings#20', 'const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#36', 'let#37', 'let#38',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#7', '// let regular',
+        '+let regular#7', '// let step#3', '+let step#13',
     ),
     'norm-row-registers.packed-halves-units2': (
-        'enable#4', '+bindings#20', 'const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#39', 'let#40', 'let#41',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#8', '// let regular',
+        '+let regular#8', '// let step#3', '+let step#14',
     ),
     'norm-row-registers.packed-halves-units16': (
-        'enable#4', '+bindings#20', 'const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#42', 'let#43', 'let#44',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#9', '// let regular',
+        '+let regular#9', '// let step#3', '+let step#15',
     ),
     'norm-row-registers.packed-halves-units12': (
-        'enable#4', '+bindings#20', 'const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#45', 'let#46', 'let#47',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#10', '// let regular',
+        '+let regular#10', '// let step#3', '+let step#16',
     ),
     'norm-row-registers.packed-halves-units10': (
-        'enable#4', '+bindings#20', 'const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#48', 'let#49', 'let#50',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#11', '// let regular',
+        '+let regular#11', '// let step#3', '+let step#17',
     ),
     'norm-row-registers.packed-halves-units1': (
-        'enable#4', '+bindings#20', 'const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance#2', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
-        'let#51', 'let#52', 'let#53',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#9', '+struct Params#10', '+binding params',
+        '// const UNITS', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#3', '// let last', '+let last#12', '// let regular',
+        '+let regular#12', '// let step#3', '+let step#18',
     ),
 }
 # fmt: on

@@ -106,17 +106,12 @@ def values(r, d) -> Values:
     lanes_per_plane = d.instance_batched_vec4_lanes
     # planesPerWorkgroup: instanceBatchedVec4PlanesPerWorkgroup
     planes_per_workgroup = d.instance_batched_vec4_planes_per_workgroup
+    # fmt: off
     return Values(
-        uses_f16,
-        io_element,
-        vector_scalar,
-        hidden_size,
-        hidden_vec,
-        channels,
-        workgroup_size,
-        lanes_per_plane,
-        planes_per_workgroup,
+        uses_f16, io_element, vector_scalar, hidden_size, hidden_vec, channels, workgroup_size,
+        lanes_per_plane, planes_per_workgroup,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -145,17 +140,9 @@ def _main(r, d, v):
     uniforms = {
         "rows": shape_input[0] * shape_input[1],  # dim(shapes.input, 0) * dim(shapes.input, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
-        "channels": v.channels,  # request-dependent: bound at dispatch time
-        "lanesPerPlane": v.lanes_per_plane,  # request-dependent: bound at dispatch time
-        "planesPerWorkgroup": v.planes_per_workgroup,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, v=v)
 
 
 # Pass `main`: its shaders by (usesF16): the template values that
@@ -170,20 +157,6 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("hiddenVec", "u32"),
-        ("channels", "u32"),
-        ("lanesPerPlane", "u32"),
-        ("planesPerWorkgroup", "u32"),
-        ("_pad0", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         (False,): "instance-normalization-batched-planes-vec4.only",
         (True,): "instance-normalization-batched-planes-vec4.uses-f16",

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, js_mod, make_pass, shader_table
+from .._runtime import Binding, fold_dispatch, js_mod, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "plane_row_registers"
@@ -100,19 +100,12 @@ def values(r, d) -> Values:
     num_groups = shape_input[1]
     # split: regSplit
     split = d.reg_split
+    # fmt: off
     return Values(
-        io_element,
-        packed_halves,
-        units,
-        workgroup_size,
-        max_channels,
-        row_units,
-        spatial_units,
-        hidden,
-        channels_per_group,
-        num_groups,
-        split,
+        io_element, packed_halves, units, workgroup_size, max_channels, row_units, spatial_units, hidden,
+        channels_per_group, num_groups, split,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -128,7 +121,6 @@ def _main(r, d, v):
     """Pass `main` (InstanceNormalization.PlaneRowRegisters): template templates/norm-row-registers.wgsl.jinja."""
     attr_epsilon = r.attrs["epsilon"]
     shader = MAIN_SHADERS[(v.packed_halves, v.units)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=instancePlanes * regSplit, z=1
     dispatch = fold_dispatch(
         d.instance_planes * d.reg_split, 1, 1, r.caps, "InstanceNormalization.PlaneRowRegisters"
@@ -136,21 +128,9 @@ def _main(r, d, v):
     uniforms = {
         "rows": d.instance_planes,  # instancePlanes
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
-        "hidden": v.hidden,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "maxChannels": v.max_channels,
-        "channelsPerGroup": v.channels_per_group,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(
-        r, shader, "main", "InstanceNormalization.PlaneRowRegisters", dispatch, uniforms, numbers
-    )
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "main", "InstanceNormalization.PlaneRowRegisters", dispatch, uniforms, v=v)
 
 
 # Pass `main`: its shaders by (packedHalves, units): the template values that
@@ -165,25 +145,6 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("epsilon", "f32"),
-        ("rowUnits", "u32"),
-        ("spatialUnits", "u32"),
-        ("hidden", "u32"),
-        ("numGroups", "u32"),
-        ("split", "u32"),
-        ("_pad0", "u32"),
-    ),
-    overrides=(
-        ("DISPATCH_FOLD_WIDTH", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("maxChannels", "u32"),
-        ("workgroupSize", "u32"),
-    ),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("256",)), (16, ("workgroupSize",)), (4, ()), (8, ("maxChannels",))),
-    uses_subgroups=True,
     shaders={
         (False, "24"): "norm-row-registers.units24",
         (False, "8"): "norm-row-registers.units8",

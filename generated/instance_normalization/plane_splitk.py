@@ -80,17 +80,12 @@ def values(r, d) -> Values:
     combine_workgroup_size = min(tunable_combine_workgroup_size, d.split_workgroup_cap)
     # applyWorkgroupSize: splitWorkgroupCap
     apply_workgroup_size = d.split_workgroup_cap
+    # fmt: off
     return Values(
-        vec4,
-        combine_subgroups,
-        scalar,
-        uses_f16,
-        split_input_element,
-        workgroup_size,
-        split,
-        combine_workgroup_size,
-        apply_workgroup_size,
+        vec4, combine_subgroups, scalar, uses_f16, split_input_element, workgroup_size, split,
+        combine_workgroup_size, apply_workgroup_size,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -127,15 +122,9 @@ def _partials(r, d, v):
     uniforms = {
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(
-        r, shader, "partials", "InstanceNormalization.SplitKPartials", dispatch, uniforms, numbers
-    )
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "partials", "InstanceNormalization.SplitKPartials", dispatch, uniforms, v=v)
 
 
 def _combine(r, d, v):
@@ -157,13 +146,12 @@ def _combine(r, d, v):
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": workgroup_size}
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(
+        r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers, v=v
+    )
 
 
 def _apply(r, d, v):
@@ -187,10 +175,8 @@ def _apply(r, d, v):
         "channels": shape_input[1],  # dim(shapes.input, 1)
         "spatial": d.instance_spatial,  # instanceSpatial
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"workgroupSize": workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(r, shader, "apply", "InstanceNormalization.Apply", dispatch, uniforms, numbers)
 
 
@@ -204,11 +190,6 @@ PARTIALS_SHADERS = shader_table(
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("planes", "u32"), ("spatial", "u32"), ("split", "u32"), ("_pad0", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         ("f32",): "instance-normalization-splitk-partials.f32",
         ("f16",): "instance-normalization-splitk-partials.f16",
@@ -227,11 +208,6 @@ COMBINE_SHADERS = shader_table(
         Binding(2, "stats", "intermediate", "stats", "storage"),
         Binding(3, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("split", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
         ("f32",): "instance-normalization-splitk-combine.f32",
         ("f16",): "instance-normalization-splitk-combine.f16",
@@ -252,11 +228,6 @@ APPLY_SHADERS = shader_table(
         Binding(4, "output", "output", "output", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("count", "u32"), ("channels", "u32"), ("spatial", "u32"), ("_pad0", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
         (False,): "instance-normalization-splitk-apply.only",
         (True,): "instance-normalization-splitk-apply.uses-f16",

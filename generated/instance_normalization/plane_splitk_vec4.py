@@ -21,17 +21,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import (
-    Binding,
-    ceil_div,
-    fold_dispatch,
-    fold_width,
-    js_mod,
-    make_pass,
-    numel,
-    shader_table,
-    vary,
-)
+from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, js_mod, make_pass, numel, shader_table
 from .shaders import wgsl
 
 ID = "plane_splitk_vec4"
@@ -94,17 +84,12 @@ def values(r, d) -> Values:
     combine_workgroup_size = min(tunable_combine_workgroup_size, d.split_workgroup_cap)
     # applyWorkgroupSize: splitWorkgroupCap
     apply_workgroup_size = d.split_workgroup_cap
+    # fmt: off
     return Values(
-        vec4,
-        uses_f16,
-        vector_scalar,
-        combine_subgroups,
-        split_input_element,
-        workgroup_size,
-        split,
-        combine_workgroup_size,
-        apply_workgroup_size,
+        vec4, uses_f16, vector_scalar, combine_subgroups, split_input_element, workgroup_size, split,
+        combine_workgroup_size, apply_workgroup_size,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -141,14 +126,10 @@ def _partials(r, d, v):
     uniforms = {
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
     return make_pass(
-        r, shader, "partials", "InstanceNormalization.SplitKPartialsVec4", dispatch, uniforms, numbers
+        r, shader, "partials", "InstanceNormalization.SplitKPartialsVec4", dispatch, uniforms, v=v
     )
 
 
@@ -171,13 +152,12 @@ def _combine(r, d, v):
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": workgroup_size}
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(
+        r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers, v=v
+    )
 
 
 def _apply(r, d, v):
@@ -201,15 +181,10 @@ def _apply(r, d, v):
         "channels": shape_input[1],  # dim(shapes.input, 1)
         "spatial": d.instance_spatial,  # instanceSpatial
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"workgroupSize": workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(r, shader, "apply", "InstanceNormalization.ApplyVec4", dispatch, uniforms, numbers)
 
-
-PARTIALS_USES_SUBGROUPS_1 = False
-PARTIALS_USES_SUBGROUPS_2 = True
 
 # Pass `partials`: its shaders by (combineSubgroups, input element type): the template values that
 # tell its specializations apart; the others are vec4=True, partials element type='f32' or follow from these.
@@ -221,25 +196,11 @@ PARTIALS_SHADERS = shader_table(
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("planes", "u32"), ("spatial", "u32"), ("split", "u32"), ("_pad0", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
     shaders={
-        (False, "vec4<f32>"): vary(
-            "instance-normalization-splitk-partials.vec4-vec4f32", uses_subgroups=PARTIALS_USES_SUBGROUPS_1
-        ),
-        (True, "vec4<f32>"): vary(
-            "instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32",
-            uses_subgroups=PARTIALS_USES_SUBGROUPS_2,
-        ),
-        (False, "vec4<f16>"): vary(
-            "instance-normalization-splitk-partials.vec4-vec4f16", uses_subgroups=PARTIALS_USES_SUBGROUPS_1
-        ),
-        (True, "vec4<f16>"): vary(
-            "instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16",
-            uses_subgroups=PARTIALS_USES_SUBGROUPS_2,
-        ),
+        (False, "vec4<f32>"): "instance-normalization-splitk-partials.vec4-vec4f32",
+        (True, "vec4<f32>"): "instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32",
+        (False, "vec4<f16>"): "instance-normalization-splitk-partials.vec4-vec4f16",
+        (True, "vec4<f16>"): "instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16",
     },
 )
 
@@ -255,11 +216,6 @@ COMBINE_SHADERS = shader_table(
         Binding(2, "stats", "intermediate", "stats", "storage"),
         Binding(3, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("planes", "u32"), ("spatial", "u32"), ("epsilon", "f32"), ("split", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
         ("vec4<f32>",): "instance-normalization-splitk-combine.vec4-vec4f32",
         ("vec4<f16>",): "instance-normalization-splitk-combine.vec4-vec4f16",
@@ -280,11 +236,6 @@ APPLY_SHADERS = shader_table(
         Binding(4, "output", "output", "output", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("count", "u32"), ("channels", "u32"), ("spatial", "u32"), ("_pad0", "u32")),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
         (False,): "instance-normalization-splitk-apply.vec4",
         (True,): "instance-normalization-splitk-apply.uses-f16-vec4",

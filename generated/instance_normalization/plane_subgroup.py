@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, make_pass, shader_table, vary
+from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "plane_subgroup"
@@ -100,15 +100,10 @@ def _main(r, d, v):
         "hiddenSize": hidden_size,  # request-dependent: bound at dispatch time
         "channels": channels,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"workgroupSize": workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(r, shader, "main", "InstanceNormalization.plane_subgroup", dispatch, uniforms, numbers)
 
-
-MAIN_USES_SUBGROUPS_1 = False
-MAIN_USES_SUBGROUPS_2 = True
 
 # Pass `main`: its shaders by (combineSubgroups, scalar): the template values that
 # tell its specializations apart; the others are mode='instance', vec4=False or follow from these.
@@ -122,23 +117,10 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("rowStride", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("channels", "u32"),
-        ("_pad0", "u32"),
-        ("_pad1", "u32"),
-        ("_pad2", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
     shaders={
-        (False, "f32"): vary("norm-row-stats.f32", uses_subgroups=MAIN_USES_SUBGROUPS_1),
-        (True, "f32"): vary("norm-row-stats.combine-subgroups-f32", uses_subgroups=MAIN_USES_SUBGROUPS_2),
-        (False, "f16"): vary("norm-row-stats.f16", uses_subgroups=MAIN_USES_SUBGROUPS_1),
-        (True, "f16"): vary("norm-row-stats.combine-subgroups-f16", uses_subgroups=MAIN_USES_SUBGROUPS_2),
+        (False, "f32"): "norm-row-stats.f32",
+        (True, "f32"): "norm-row-stats.combine-subgroups-f32",
+        (False, "f16"): "norm-row-stats.f16",
+        (True, "f16"): "norm-row-stats.combine-subgroups-f16",
     },
 )

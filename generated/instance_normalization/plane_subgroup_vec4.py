@@ -20,17 +20,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import (
-    Binding,
-    ceil_div,
-    fold_dispatch,
-    fold_width,
-    inner,
-    js_mod,
-    make_pass,
-    shader_table,
-    vary,
-)
+from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, inner, js_mod, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "plane_subgroup_vec4"
@@ -125,17 +115,12 @@ def _main(r, d, v):
         "channels": channels,  # request-dependent: bound at dispatch time
         "hiddenVec": hidden_vec,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"workgroupSize": workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(
         r, shader, "main", "InstanceNormalization.plane_subgroup_vec4", dispatch, uniforms, numbers
     )
 
-
-MAIN_USES_SUBGROUPS_1 = False
-MAIN_USES_SUBGROUPS_2 = True
 
 # Pass `main`: its shaders by (combineSubgroups, pairs): the template values that
 # tell its specializations apart; the others are mode='instance', vec4=True or follow from these.
@@ -149,27 +134,10 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("rowStride", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("channels", "u32"),
-        ("hiddenVec", "u32"),
-        ("_pad0", "u32"),
-        ("_pad1", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
     shaders={
-        (False, False): vary("norm-row-stats.f32-vec4", uses_subgroups=MAIN_USES_SUBGROUPS_1),
-        (True, False): vary(
-            "norm-row-stats.combine-subgroups-f32-vec4", uses_subgroups=MAIN_USES_SUBGROUPS_2
-        ),
-        (False, True): vary("norm-row-stats.pairs-f16-vec4", uses_subgroups=MAIN_USES_SUBGROUPS_1),
-        (True, True): vary(
-            "norm-row-stats.combine-subgroups-pairs-f16-vec4", uses_subgroups=MAIN_USES_SUBGROUPS_2
-        ),
+        (False, False): "norm-row-stats.f32-vec4",
+        (True, False): "norm-row-stats.combine-subgroups-f32-vec4",
+        (False, True): "norm-row-stats.pairs-f16-vec4",
+        (True, True): "norm-row-stats.combine-subgroups-pairs-f16-vec4",
     },
 )

@@ -121,10 +121,8 @@ def _main(r, d, v):
         "channels": channels,  # request-dependent: bound at dispatch time
         "hiddenVec": hidden_vec,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
+    numbers = {"workgroupSize": workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(
         r, shader, "main", "InstanceNormalization.plane_subgroup_vec4_scalar_io", dispatch, uniforms, numbers
     )
@@ -142,20 +140,6 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("rows", "u32"),
-        ("rowStride", "u32"),
-        ("epsilon", "f32"),
-        ("hiddenSize", "u32"),
-        ("channels", "u32"),
-        ("hiddenVec", "u32"),
-        ("_pad0", "u32"),
-        ("_pad1", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=True,
     shaders={
         (): "norm-row-stats.combine-subgroups-f32-vec4#2",
     },

@@ -16,26 +16,32 @@
 """Every shader of ai.onnx InstanceNormalization-6, each distinct WGSL text stored once.
 
 A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are paragraphs of WGSL (a
-declaration block is cut where its overrides end), each stored once in PARTS under what it
-declares. `wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl`
-shows whole; a shader's name is its template's stem and the template values that tell its
+continues the previous part on the next line instead. Parts are runs of WGSL lines that always
+occur together (notes apart from code, the declarations a line each where specializations
+differ), each stored once in PARTS under what it declares (`// x`: the note before x).
+`wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl` shows
+whole; a shader's name is its template's stem and the template values that tell its
 specializations apart."""
 
 from __future__ import annotations
 
 PARTS = {
-    "overrides": """\
-override DISPATCH_FOLD_WIDTH: u32;
+    "override DISPATCH_FOLD_WIDTH": """\
+override DISPATCH_FOLD_WIDTH: u32;""",
+    "override workgroupSize": """\
 override workgroupSize: u32;""",
-    "bindings": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+    "binding x": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
+    "binding scale": """\
 @group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
+@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
+    "binding y": """\
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;""",
+    "struct Params": """\
+struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }""",
+    "binding params": """\
 @group(0) @binding(4) var<uniform> params: Params;""",
-    "var slots": """\
+    "// var slots": """\
 // InstanceNormalization-6, variant plane_batched_vec4: several small planes per workgroup.
 //
 // The workgroup holds planesPerWorkgroup planes of lanesPerPlane lanes each (workgroupSize lanes
@@ -58,10 +64,12 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channe
 // The dispatch is explicit x/y, folded at DISPATCH_FOLD_WIDTH:
 // group = wid.x + wid.y * DISPATCH_FOLD_WIDTH.
 // The compiler prepends overrides, bindings (x, scale, bias, y) and Params (rows, epsilon).
-// One summary per lane (workgroupSize * 16 bytes, within the manifest's bound instanceBatchedVec4StorageBytes), merged in place by the tree.
+// One summary per lane (workgroupSize * 16 bytes, within the manifest's bound instanceBatchedVec4StorageBytes), merged in place by the tree.""",
+    "var slots": """\
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+    "// struct Stats": """\
+// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.""",
     "struct Stats": """\
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
 struct Stats {
     n: u32,
     hi: f32,
@@ -153,7 +161,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     let n = f32(params.hiddenSize);""",
-    "let": """\
+    "let head": """\
     // One tree over the lanes of each plane; right for any lanesPerPlane (the manifest's is a power
     // of two).
     let head = slot * params.lanesPerPlane;
@@ -191,16 +199,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 }
 """,
     "enable": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;""",
-    "bindings#2": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
+enable f16;""",
+    "binding x#2": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
+    "binding scale#2": """\
 @group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
+    "binding y#2": """\
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;""",
     "if#2": """\
     if (!valid) {
         return;
@@ -219,14 +225,9 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channe
     }
 }
 """,
-    "bindings#3": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, hiddenVec: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "var slots#2": """\
+    "struct Params#2": """\
+struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, hiddenVec: u32, _pad0: u32, _pad1: u32 }""",
+    "// var slots#2": """\
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
@@ -284,10 +285,10 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
 // pipeline).
 // The normalize walk of group mode finds channels without a division per element (see advance).
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+// One summary per invocation, merged in place by the tree.""",
+    "// fn load_row": """\
+// Element i (in vec4 units) of the row starting at `base`, widened to f32.""",
     "fn load_row": """\
-// Element i (in vec4 units) of the row starting at `base`, widened to f32.
 fn load_row(base: u32, i: u32) -> vec4<f32> {
     return vec4<f32>(x[base + i]);
 }""",
@@ -297,17 +298,22 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
 }""",
     "fn main#2": """\
 @compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {""",
+    "// let row": """\
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.""",
+    "let row": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
     }""",
-    "let#2": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    "// let base": """\
+    // ---- statistics: one read of the row, (count, mean, M2) per invocation""",
+    "let base": """\
     let base = row * params.hiddenVec;
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    "// for": """\
+    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.""",
+    "for": """\
     for (var i = lid; i < params.hiddenVec;) {
         let shift = load_row(base, i).x;
         var s1 = vec4<f32>(0.0);
@@ -322,11 +328,13 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
     }
     let count = f32(params.hiddenSize);""",
-    "slots[lid]": """\
-    // ---- combine: one tree of Chan merges over workgroup memory.
+    "// slots": """\
+    // ---- combine: one tree of Chan merges over workgroup memory.""",
+    "slots": """\
     slots[lid] = pack_stats(own);
     workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.""",
+    "{": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -344,8 +352,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lo = total.lo;
     let variance = max(total.m2 / count, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#3": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
+    "// let c": """\
+    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store""",
+    "let c": """\
     let c = row % params.channels;
     let k = inv_std * f32(scale[c]);
     let b = f32(bias[c]);
@@ -353,7 +362,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         store_row(base, i, ((load_row(base, i) - hi) - lo) * k + b);
     }
 }""",
-    "var subgroup_stats": """\
+    "// var subgroup_stats": """\
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
@@ -411,7 +420,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
 // pipeline).
 // The normalize walk of group mode finds channels without a division per element (see advance).
-// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
+// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].""",
+    "var subgroup_stats": """\
 var<workgroup> subgroup_stats: array<vec4<f32>, workgroupSize>;""",
     "fn main#3": """\
 @compute @workgroup_size(workgroupSize)
@@ -421,13 +431,8 @@ fn main(
     @builtin(subgroup_id) sg_id: u32,
     @builtin(subgroup_invocation_id) sg_lane: u32,
     @builtin(subgroup_size) sg_size: u32,
-) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }""",
-    "let#4": """\
+) {""",
+    "let own_n": """\
     // ---- combine: the two steps inside each subgroup, then over the subgroups' entries.
     // Inside each subgroup: subgroupAdd of (n_i, n_i hi_i) gives a mean0 near the mean, then of
     // (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i; lane 0 stores the subgroup's
@@ -462,19 +467,11 @@ fn main(
     let lo = devs.x / count;
     let variance = max((devs.y - devs.x * lo) / count, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "bindings#4": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, hiddenVec: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
     "fn store_row#2": """\
 fn store_row(base: u32, i: u32, v: vec4<f32>) {
     y[base + i] = vec4<f16>(v);
 }""",
-    "let#5": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    "let base#2": """\
     let base = row * params.hiddenVec;
     var own = Stats(0u, 0.0, 0.0, 0.0);
     for (var i = lid; i < params.hiddenVec;) {
@@ -494,8 +491,7 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
         own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
     }
     let count = f32(params.hiddenSize);""",
-    "let#6": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
+    "let c#2": """\
     let c = row % params.channels;
     let k = inv_std * f32(scale[c]);
     let b = f32(bias[c]);
@@ -509,15 +505,11 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
         }
     }
 }""",
-    "bindings#5": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, hiddenVec: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding x#3": """\
+@group(0) @binding(0) var<storage, read> x: array<f32>;""",
+    "binding y#3": """\
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;""",
     "fn load_row#2": """\
-// Element i (in vec4 units) of the row starting at `base`, widened to f32.
 fn load_row(base: u32, i: u32) -> vec4<f32> {
     let at = base + 4u * i;
     return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
@@ -530,37 +522,12 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
     y[at + 2u] = v.z;
     y[at + 3u] = v.w;
 }""",
-    "let#7": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    "let base#3": """\
     let base = row * params.hiddenSize;
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
-    for (var i = lid; i < params.hiddenVec;) {
-        let shift = load_row(base, i).x;
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
-            let d = load_row(base, i) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-    let count = f32(params.hiddenSize);""",
-    "bindings#6": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "let#8": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
-    let base = row * params.hiddenSize;
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    "struct Params#3": """\
+struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
+    "for#2": """\
     for (var i = lid; i < params.hiddenSize;) {
         let shift = f32(x[base + i]);
         var s1 = 0.0;
@@ -575,8 +542,7 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
         own = add_block(own, m, shift, s1, s2);
     }
     let count = f32(params.hiddenSize);""",
-    "let#9": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
+    "let c#3": """\
     let c = row % params.channels;
     let k = inv_std * f32(scale[c]);
     let b = f32(bias[c]);
@@ -584,15 +550,11 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
         y[base + i] = f32(((f32(x[base + i]) - hi) - lo) * k + b);
     }
 }""",
-    "bindings#7": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<f16>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "let#10": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
+    "binding x#4": """\
+@group(0) @binding(0) var<storage, read> x: array<f16>;""",
+    "binding y#4": """\
+@group(0) @binding(3) var<storage, read_write> y: array<f16>;""",
+    "let c#4": """\
     let c = row % params.channels;
     let k = inv_std * f32(scale[c]);
     let b = f32(bias[c]);
@@ -600,12 +562,13 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
         y[base + i] = f16(((f32(x[base + i]) - hi) - lo) * k + b);
     }
 }""",
-    "bindings#8": """\
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
+    "binding input": """\
+@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;""",
+    "binding partials": """\
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
 struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 @group(0) @binding(2) var<uniform> params: Params;""",
-    "var slots#3": """\
+    "// var slots#3": """\
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `partials`.
 //
 // One workgroup per (plane, split): plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH, split = wid.z.
@@ -638,8 +601,7 @@ struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
 // barrier (a subgroup's count is an f32 sum, exact below 2^24 values). Either way the order is
 // fixed: bit-identical on every run. No atomics.
 // The compiler prepends overrides, bindings (input, partials) and Params (planes, spatial).
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+// One summary per invocation, merged in place by the tree.""",
     "fn ceil_chunk": """\
 // Chunk k of `units` units cut into chunks of ceil(units / parts) units: the last chunks may be
 // short or empty. (first unit, unit count).
@@ -648,10 +610,7 @@ fn ceil_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
     let begin = min(k * size, units);
     return vec2<u32>(begin, min(begin + size, units) - begin);
 }""",
-    "fn main#4": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "let plane": """\
     let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (plane >= params.planes) {
         return;
@@ -664,8 +623,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let base = plane * units;
     let n = f32(chunk.y * 4u);""",
     "var own#2": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    "for#3": """\
     for (var i = begin + lid; i < end;) {
         let shift = f32(input[base + i].x);
         var s1 = vec4<f32>(0.0);
@@ -679,10 +638,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
     }""",
-    "slots[lid]#2": """\
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    "{#2": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -706,7 +662,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         partials[entry + 3u] = 0.0;
     }
 }""",
-    "var subgroup_stats#2": """\
+    "// var subgroup_stats#2": """\
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `partials`.
 //
 // One workgroup per (plane, split): plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH, split = wid.z.
@@ -739,30 +695,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
 // barrier (a subgroup's count is an f32 sum, exact below 2^24 values). Either way the order is
 // fixed: bit-identical on every run. No atomics.
 // The compiler prepends overrides, bindings (input, partials) and Params (planes, spatial).
-// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
-var<workgroup> subgroup_stats: array<vec4<f32>, workgroupSize>;""",
-    "fn main#5": """\
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_id) sg_id: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {
-        return;
-    }
-    let k = wid.z;
-    let units = params.spatial / 4u;
-    let chunk = ceil_chunk(units, params.split, k);
-    let begin = chunk.x;
-    let end = chunk.x + chunk.y;
-    let base = plane * units;
-    let n = f32(chunk.y * 4u);""",
-    "let#11": """\
+// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].""",
+    "let own_n#2": """\
     // Inside each subgroup: subgroupAdd of (n_i, n_i hi_i) gives a mean0 near the mean, then of
     // (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i; lane 0 stores the subgroup's
     // (n, mean0, c / n, Q - c^2 / n) at [subgroup_id].
@@ -805,20 +739,11 @@ fn main(
         partials[entry + 3u] = 0.0;
     }
 }""",
-    "bindings#9": """\
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "bindings#10": """\
-@group(0) @binding(0) var<storage, read> input: array<f32>;
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "fn main#6": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "binding input#2": """\
+@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;""",
+    "binding input#3": """\
+@group(0) @binding(0) var<storage, read> input: array<f32>;""",
+    "let plane#2": """\
     let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (plane >= params.planes) {
         return;
@@ -830,9 +755,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let end = chunk.x + chunk.y;
     let base = plane * units;
     let n = f32(chunk.y);""",
-    "var own#3": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    "for#4": """\
     for (var i = begin + lid; i < end;) {
         let shift = f32(input[base + i]);
         var s1 = 0.0;
@@ -846,18 +769,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
         own = add_block(own, m, shift, s1, s2);
     }""",
-    "bindings#11": """\
-@group(0) @binding(0) var<storage, read> input: array<f16>;
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "bindings#12": """\
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
+    "binding input#4": """\
+@group(0) @binding(0) var<storage, read> input: array<f16>;""",
+    "binding partials#2": """\
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<f32>;
 struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
 @group(0) @binding(3) var<uniform> params: Params;""",
-    "struct Stats#2": """\
+    "// struct Stats#2": """\
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `combine`.
 //
 // One invocation per plane: plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
@@ -873,19 +792,13 @@ struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
 // stats[4 * plane ..] = (hi, lo, 1 / sqrt(variance + epsilon), 0), all in f32.
 // `input` is bound by the manifest but not read here.
 // The compiler prepends overrides, bindings (input, partials, stats) and Params (planes, spatial, epsilon).
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}""",
+// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.""",
     "fn partial_at": """\
 // Partial summary e: (hi, lo, M2), four f32 words an entry.
 fn partial_at(e: u32) -> vec3<f32> {
     return vec3<f32>(partials[4u * e], partials[4u * e + 1u], partials[4u * e + 2u]);
 }""",
-    "fn main#7": """\
+    "fn main#4": """\
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
@@ -912,19 +825,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     stats[4u * plane + 2u] = inverseSqrt(variance + params.epsilon);
     stats[4u * plane + 3u] = 0.0;
 }""",
-    "bindings#13": """\
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#14": """\
-@group(0) @binding(0) var<storage, read> input: array<f32>;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "fn main#8": """\
+    "fn main#5": """\
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
@@ -934,21 +835,17 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let units = params.spatial;
     let unit_values = 1u;
     let n = f32(units * unit_values);""",
-    "bindings#15": """\
-@group(0) @binding(0) var<storage, read> input: array<f16>;
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#16": """\
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
+    "binding stats": """\
+@group(0) @binding(1) var<storage, read> stats: array<f32>;""",
+    "binding scale#3": """\
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> output: array<vec4<f32>>;
+@group(0) @binding(3) var<storage, read> bias: array<f32>;""",
+    "binding output": """\
+@group(0) @binding(4) var<storage, read_write> output: array<vec4<f32>>;""",
+    "struct Params#4": """\
 struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
 @group(0) @binding(5) var<uniform> params: Params;""",
-    "fn main#9": """\
+    "// fn main": """\
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
 //
 // One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
@@ -959,7 +856,8 @@ struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
 // (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact
 // for values near it, so a large common offset costs no accuracy.
 // The compiler prepends overrides, bindings (input, stats, scale, bias, output) and Params
-// (count, channels, spatial).
+// (count, channels, spatial).""",
+    "fn main#6": """\
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
@@ -975,26 +873,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b = f32(bias[channel]);
     output[i] = vec4<f32>(((vec4<f32>(input[i]) - hi) - lo) * k + b);
 }""",
-    "bindings#17": """\
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
+    "binding scale#4": """\
 @group(0) @binding(2) var<storage, read> scale: array<f16>;
-@group(0) @binding(3) var<storage, read> bias: array<f16>;
-@group(0) @binding(4) var<storage, read_write> output: array<vec4<f16>>;
-struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "fn main#10": """\
-// InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
-//
-// One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
-// never straddles two planes) per invocation:
-// i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
-// y = ((x - hi) - lo) * (inv_std * scale[c]) + bias[c] with c = plane % channels, where the
-// plane's mean is the pair hi + lo from the combine pass (stats[4 * plane ..] =
-// (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact
-// for values near it, so a large common offset costs no accuracy.
-// The compiler prepends overrides, bindings (input, stats, scale, bias, output) and Params
-// (count, channels, spatial).
+@group(0) @binding(3) var<storage, read> bias: array<f16>;""",
+    "binding output#2": """\
+@group(0) @binding(4) var<storage, read_write> output: array<vec4<f16>>;""",
+    "fn main#7": """\
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
@@ -1010,26 +894,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b = f32(bias[channel]);
     output[i] = vec4<f16>(((vec4<f32>(input[i]) - hi) - lo) * k + b);
 }""",
-    "bindings#18": """\
-@group(0) @binding(0) var<storage, read> input: array<f32>;
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
-@group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;
-@group(0) @binding(4) var<storage, read_write> output: array<f32>;
-struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "fn main#11": """\
-// InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
-//
-// One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
-// never straddles two planes) per invocation:
-// i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
-// y = ((x - hi) - lo) * (inv_std * scale[c]) + bias[c] with c = plane % channels, where the
-// plane's mean is the pair hi + lo from the combine pass (stats[4 * plane ..] =
-// (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact
-// for values near it, so a large common offset costs no accuracy.
-// The compiler prepends overrides, bindings (input, stats, scale, bias, output) and Params
-// (count, channels, spatial).
+    "binding output#3": """\
+@group(0) @binding(4) var<storage, read_write> output: array<f32>;""",
+    "fn main#8": """\
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
@@ -1044,26 +911,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b = f32(bias[channel]);
     output[i] = f32(((f32(input[i]) - hi) - lo) * k + b);
 }""",
-    "bindings#19": """\
-@group(0) @binding(0) var<storage, read> input: array<f16>;
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
-@group(0) @binding(2) var<storage, read> scale: array<f16>;
-@group(0) @binding(3) var<storage, read> bias: array<f16>;
-@group(0) @binding(4) var<storage, read_write> output: array<f16>;
-struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "fn main#12": """\
-// InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
-//
-// One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
-// never straddles two planes) per invocation:
-// i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
-// y = ((x - hi) - lo) * (inv_std * scale[c]) + bias[c] with c = plane % channels, where the
-// plane's mean is the pair hi + lo from the combine pass (stats[4 * plane ..] =
-// (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact
-// for values near it, so a large common offset costs no accuracy.
-// The compiler prepends overrides, bindings (input, stats, scale, bias, output) and Params
-// (count, channels, spatial).
+    "binding output#4": """\
+@group(0) @binding(4) var<storage, read_write> output: array<f16>;""",
+    "fn main#9": """\
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
@@ -1078,19 +928,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let b = f32(bias[channel]);
     output[i] = f16(((f32(input[i]) - hi) - lo) * k + b);
 }""",
-    "overrides#2": """\
-override DISPATCH_FOLD_WIDTH: u32;
+    "override channelsPerGroup": """\
 override channelsPerGroup: u32;
-override maxChannels: u32;
-override workgroupSize: u32;""",
-    "bindings#20": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, numGroups: u32, split: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "const UNITS": """\
+override maxChannels: u32;""",
+    "struct Params#5": """\
+struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, numGroups: u32, split: u32, _pad0: u32 }""",
+    "// const UNITS": """\
 // norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
 // InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
 // Every (batch item, group) row is read from memory once per workgroup and kept in registers.
@@ -1136,7 +979,8 @@ struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidde
 // The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
 // bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
 // rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
+// The units of the row each invocation holds: the bucket of this specialization.""",
+    "const UNITS": """\
 const UNITS: u32 = 24u;""",
     "var wg_subgroups": """\
 // Summaries (n, mean, lo, M2): one per subgroup (slot k), and one per invocation for the
@@ -1153,14 +997,16 @@ const UNIT_VALUES: f32 = 4.0;""",
 fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(u);
 }""",
+    "// fn unit_deviations": """\
+// (sum of x - m, sum of (x - m)^2) over a unit.""",
     "fn unit_deviations": """\
-// (sum of x - m, sum of (x - m)^2) over a unit.
 fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
     let d = u - m;
     return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
 }""",
+    "// fn normalized_unit": """\
+// (x - shift) * k + b over a unit.""",
     "fn normalized_unit": """\
-// (x - shift) * k + b over a unit.
 fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
     return (u - shift) * k + b;
 }""",
@@ -1280,7 +1126,7 @@ fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == params.split), advance(walk.at, s.step, params.spatialUnits));
 }""",
-    "fn main#13": """\
+    "fn main#10": """\
 @compute @workgroup_size(workgroupSize)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -1301,8 +1147,9 @@ fn main(
         atomicStore(&wg_irregular, 0u);
     }
     workgroupBarrier();""",
-    "let#12": """\
-    // ---- the row into registers: every load issued before any value is used
+    "// let last": """\
+    // ---- the row into registers: every load issued before any value is used""",
+    "let last": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1332,8 +1179,9 @@ fn main(
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#13": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "// let regular": """\
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup""",
+    "let regular": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1392,8 +1240,9 @@ fn main(
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#14": """\
-    // ---- normalize and store this workgroup's share
+    "// let step": """\
+    // ---- normalize and store this workgroup's share""",
+    "let step": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1424,55 +1273,8 @@ fn main(
 }
 """,
     "const UNITS#2": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 8u;""",
-    "let#15": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#2": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1486,8 +1288,7 @@ const UNITS: u32 = 8u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#16": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#2": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1514,8 +1315,7 @@ const UNITS: u32 = 8u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#17": """\
-    // ---- normalize and store this workgroup's share
+    "let step#2": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1530,55 +1330,8 @@ const UNITS: u32 = 8u;""",
 }
 """,
     "const UNITS#3": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 6u;""",
-    "let#18": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#3": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1590,8 +1343,7 @@ const UNITS: u32 = 6u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#19": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#3": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1614,8 +1366,7 @@ const UNITS: u32 = 6u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#20": """\
-    // ---- normalize and store this workgroup's share
+    "let step#3": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1628,55 +1379,8 @@ const UNITS: u32 = 6u;""",
 }
 """,
     "const UNITS#4": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 5u;""",
-    "let#21": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#4": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1687,8 +1391,7 @@ const UNITS: u32 = 5u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#22": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#4": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1709,8 +1412,7 @@ const UNITS: u32 = 5u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#23": """\
-    // ---- normalize and store this workgroup's share
+    "let step#4": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1722,55 +1424,8 @@ const UNITS: u32 = 5u;""",
 }
 """,
     "const UNITS#5": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 4u;""",
-    "let#24": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#5": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1780,8 +1435,7 @@ const UNITS: u32 = 4u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#25": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#5": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1800,8 +1454,7 @@ const UNITS: u32 = 4u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#26": """\
-    // ---- normalize and store this workgroup's share
+    "let step#5": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1812,55 +1465,8 @@ const UNITS: u32 = 4u;""",
 }
 """,
     "const UNITS#6": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 3u;""",
-    "let#27": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#6": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1869,8 +1475,7 @@ const UNITS: u32 = 3u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#28": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#6": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -1887,8 +1492,7 @@ const UNITS: u32 = 3u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#29": """\
-    // ---- normalize and store this workgroup's share
+    "let step#6": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -1898,55 +1502,8 @@ const UNITS: u32 = 3u;""",
 }
 """,
     "const UNITS#7": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 20u;""",
-    "let#30": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#7": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -1972,8 +1529,7 @@ const UNITS: u32 = 20u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#31": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#7": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2024,8 +1580,7 @@ const UNITS: u32 = 20u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#32": """\
-    // ---- normalize and store this workgroup's share
+    "let step#7": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2052,55 +1607,8 @@ const UNITS: u32 = 20u;""",
 }
 """,
     "const UNITS#8": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 2u;""",
-    "let#33": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#8": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2108,8 +1616,7 @@ const UNITS: u32 = 2u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#34": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#8": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2124,8 +1631,7 @@ const UNITS: u32 = 2u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#35": """\
-    // ---- normalize and store this workgroup's share
+    "let step#8": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2134,55 +1640,8 @@ const UNITS: u32 = 2u;""",
 }
 """,
     "const UNITS#9": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 16u;""",
-    "let#36": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#9": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2204,8 +1663,7 @@ const UNITS: u32 = 16u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#37": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#9": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2248,8 +1706,7 @@ const UNITS: u32 = 16u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#38": """\
-    // ---- normalize and store this workgroup's share
+    "let step#9": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2272,55 +1729,8 @@ const UNITS: u32 = 16u;""",
 }
 """,
     "const UNITS#10": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 12u;""",
-    "let#39": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#10": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2338,8 +1748,7 @@ const UNITS: u32 = 12u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#40": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#10": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2374,8 +1783,7 @@ const UNITS: u32 = 12u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#41": """\
-    // ---- normalize and store this workgroup's share
+    "let step#10": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2394,55 +1802,8 @@ const UNITS: u32 = 12u;""",
 }
 """,
     "const UNITS#11": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 10u;""",
-    "let#42": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#11": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
@@ -2458,8 +1819,7 @@ const UNITS: u32 = 10u;""",
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#43": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#11": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2490,8 +1850,7 @@ const UNITS: u32 = 10u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#44": """\
-    // ---- normalize and store this workgroup's share
+    "let step#11": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
@@ -2508,63 +1867,15 @@ const UNITS: u32 = 10u;""",
 }
 """,
     "const UNITS#12": """\
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()).
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup, numGroups and split.
-// The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 1u;""",
-    "let#45": """\
-    // ---- the row into registers: every load issued before any value is used
+    "let last#12": """\
     let last = params.rowUnits - 1u;
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let first_channel = (row % params.numGroups) * channelsPerGroup;
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let#46": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    "let regular#12": """\
     let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
@@ -2577,27 +1888,17 @@ const UNITS: u32 = 1u;""",
     let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let#47": """\
-    // ---- normalize and store this workgroup's share
+    "let step#12": """\
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
     walk = store_unit(store, walk, 0u, u0);
 }
 """,
-    "enable#2": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override maxChannels: u32;
-override workgroupSize: u32;""",
-    "bindings#21": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;
-struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, numGroups: u32, split: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding x#5": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
+    "binding y#5": """\
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;""",
     "alias Unit#2": """\
 alias Unit = vec4<u32>;
 const UNIT_VALUES: f32 = 8.0;""",
@@ -2615,14 +1916,12 @@ fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(low_half(u)) + lanes_sum(high_half(u));
 }""",
     "fn unit_deviations#2": """\
-// (sum of x - m, sum of (x - m)^2) over a unit.
 fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
     let a = low_half(u) - m;
     let b = high_half(u) - m;
     return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
 }""",
     "fn normalized_unit#2": """\
-// (x - shift) * k + b over a unit.
 fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
     let first = (low_half(u) - shift) * k + b;
     let second = (high_half(u) - shift) * k + b;
@@ -2633,273 +1932,397 @@ fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
 # fmt: off
 SHADERS = {
     'instance-normalization-batched-planes-vec4.only': (
-        'overrides', '+bindings', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
-        'var own', 'let', 'if',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
+        '+binding y', '+struct Params', '+binding params', '// var slots', '+var slots', '// struct Stats',
+        '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', 'var own', 'let head', 'if',
     ),
     'instance-normalization-batched-planes-vec4.uses-f16': (
-        'enable', '+bindings#2', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding scale#2', '+binding y#2', '+struct Params', '+binding params', '// var slots',
+        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
-        'var own', 'let', 'if#2',
+        'var own', 'let head', 'if#2',
     ),
     'norm-row-stats.f32-vec4': (
-        'overrides', '+bindings#3', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row', 'fn main#2', 'let#2', 'slots[lid]', 'let#3',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
+        '+binding y', '+struct Params#2', '+binding params', '// var slots#2', '+var slots',
+        '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', '// fn load_row',
+        '+fn load_row', 'fn store_row', 'fn main#2', '+// let row', '+let row', '// let base', '+let base',
+        '+// for', '+for', '// slots', '+slots', '+{', '// let c', '+let c',
     ),
     'norm-row-stats.combine-subgroups-f32-vec4': (
-        'overrides', '+bindings#3', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row', 'fn main#3', 'let#2', 'let#4', 'let#3',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
+        '+binding y', '+struct Params#2', '+binding params', '// var subgroup_stats', '+var subgroup_stats',
+        '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', '// fn load_row',
+        '+fn load_row', 'fn store_row', 'fn main#3', '+// let row', '+let row', '// let base', '+let base',
+        '+// for', '+for', 'let own_n', '// let c', '+let c',
     ),
     'norm-row-stats.pairs-f16-vec4': (
-        'enable', '+bindings#4', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params', '// var slots#2',
+        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row#2', 'fn main#2', 'let#5', 'slots[lid]', 'let#6',
+        '// fn load_row', '+fn load_row', 'fn store_row#2', 'fn main#2', '+// let row', '+let row',
+        '// let base', '+let base#2', '// slots', '+slots', '+{', '// let c', '+let c#2',
     ),
     'norm-row-stats.combine-subgroups-pairs-f16-vec4': (
-        'enable', '+bindings#4', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
+        '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params', '// var subgroup_stats',
+        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row', 'fn store_row#2', 'fn main#3', 'let#5', 'let#4', 'let#6',
+        '// fn load_row', '+fn load_row', 'fn store_row#2', 'fn main#3', '+// let row', '+let row',
+        '// let base', '+let base#2', 'let own_n', '// let c', '+let c#2',
     ),
     'norm-row-stats.combine-subgroups-f32-vec4#2': (
-        'overrides', '+bindings#5', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
+        '+binding y#3', '+struct Params#2', '+binding params', '// var subgroup_stats',
+        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn load_row#2', 'fn store_row#3', 'fn main#3', 'let#7', 'let#4', 'let#3',
+        '// fn load_row', '+fn load_row#2', 'fn store_row#3', 'fn main#3', '+// let row', '+let row',
+        '// let base', '+let base#3', '+// for', '+for', 'let own_n', '// let c', '+let c',
     ),
     'norm-row-stats.f32': (
-        'overrides', '+bindings#6', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#2', 'let#8',
-        'slots[lid]', 'let#9',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
+        '+binding y#3', '+struct Params#3', '+binding params', '// var slots#2', '+var slots',
+        '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#2', '+// let row', '+let row',
+        '// let base', '+let base#3', '+// for', '+for#2', '// slots', '+slots', '+{', '// let c',
+        '+let c#3',
     ),
     'norm-row-stats.combine-subgroups-f32': (
-        'overrides', '+bindings#6', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#3', 'let#8',
-        'let#4', 'let#9',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
+        '+binding y#3', '+struct Params#3', '+binding params', '// var subgroup_stats',
+        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#3', '+// let row',
+        '+let row', '// let base', '+let base#3', '+// for', '+for#2', 'let own_n', '// let c', '+let c#3',
     ),
     'norm-row-stats.f16': (
-        'enable', '+bindings#7', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#2', 'let#8',
-        'slots[lid]', 'let#10',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
+        '+binding scale#2', '+binding y#4', '+struct Params#3', '+binding params', '// var slots#2',
+        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#2', '+// let row',
+        '+let row', '// let base', '+let base#3', '+// for', '+for#2', '// slots', '+slots', '+{',
+        '// let c', '+let c#4',
     ),
     'norm-row-stats.combine-subgroups-f16': (
-        'enable', '+bindings#7', 'var subgroup_stats', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#3', 'let#8',
-        'let#4', 'let#10',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
+        '+binding scale#2', '+binding y#4', '+struct Params#3', '+binding params', '// var subgroup_stats',
+        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#3', '+// let row',
+        '+let row', '// let base', '+let base#3', '+// for', '+for#2', 'let own_n', '// let c', '+let c#4',
     ),
     'instance-normalization-splitk-partials.vec4-vec4f32': (
-        'overrides', '+bindings#8', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding partials',
+        '// var slots#3', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn ceil_chunk', 'fn main#4', 'var own#2', 'slots[lid]#2',
+        'fn ceil_chunk', 'fn main#2', '+// let row', '+let plane', 'var own#2', '+// for', '+for#3',
+        'slots', '+{#2',
     ),
     'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32': (
-        'overrides', '+bindings#8', 'var subgroup_stats#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn ceil_chunk', 'fn main#5', 'var own#2', 'let#11',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding partials',
+        '// var subgroup_stats#2', '+var subgroup_stats', '// struct Stats', '+struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#3', '+// let row', '+let plane',
+        'var own#2', '+// for', '+for#3', 'let own_n#2',
     ),
     'instance-normalization-splitk-partials.vec4-vec4f16': (
-        'enable', '+bindings#9', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn ceil_chunk', 'fn main#4', 'var own#2', 'slots[lid]#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
+        '+binding partials', '// var slots#3', '+var slots', '// struct Stats', '+struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#2', '+// let row', '+let plane',
+        'var own#2', '+// for', '+for#3', 'slots', '+{#2',
     ),
     'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16': (
-        'enable', '+bindings#9', 'var subgroup_stats#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn ceil_chunk', 'fn main#5', 'var own#2', 'let#11',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
+        '+binding partials', '// var subgroup_stats#2', '+var subgroup_stats', '// struct Stats',
+        '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#3', '+// let row',
+        '+let plane', 'var own#2', '+// for', '+for#3', 'let own_n#2',
     ),
     'instance-normalization-splitk-partials.f32': (
-        'overrides', '+bindings#10', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#3', '+binding partials',
+        '// var slots#3', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn ceil_chunk',
-        'fn main#6', 'var own#3', 'slots[lid]#2',
+        'fn main#2', '+// let row', '+let plane#2', 'var own#2', '+// for', '+for#4', 'slots', '+{#2',
     ),
     'instance-normalization-splitk-partials.f16': (
-        'enable', '+bindings#11', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn ceil_chunk',
-        'fn main#6', 'var own#3', 'slots[lid]#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#4',
+        '+binding partials', '// var slots#3', '+var slots', '// struct Stats', '+struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn ceil_chunk', 'fn main#2', '+// let row', '+let plane#2', 'var own#2',
+        '+// for', '+for#4', 'slots', '+{#2',
     ),
     'instance-normalization-splitk-combine.vec4-vec4f32': (
-        'overrides', '+bindings#12', 'struct Stats#2', 'fn split_sum', 'fn chan_merge', 'fn ceil_chunk',
-        'fn partial_at', 'fn main#7', 'var total',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding partials#2',
+        '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn ceil_chunk',
+        'fn partial_at', 'fn main#4', 'var total',
     ),
     'instance-normalization-splitk-combine.vec4-vec4f16': (
-        'enable', '+bindings#13', 'struct Stats#2', 'fn split_sum', 'fn chan_merge', 'fn ceil_chunk',
-        'fn partial_at', 'fn main#7', 'var total',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
+        '+binding partials#2', '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge',
+        'fn ceil_chunk', 'fn partial_at', 'fn main#4', 'var total',
     ),
     'instance-normalization-splitk-combine.f32': (
-        'overrides', '+bindings#14', 'struct Stats#2', 'fn split_sum', 'fn chan_merge', 'fn ceil_chunk',
-        'fn partial_at', 'fn main#8', 'var total',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#3',
+        '+binding partials#2', '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge',
+        'fn ceil_chunk', 'fn partial_at', 'fn main#5', 'var total',
     ),
     'instance-normalization-splitk-combine.f16': (
-        'enable', '+bindings#15', 'struct Stats#2', 'fn split_sum', 'fn chan_merge', 'fn ceil_chunk',
-        'fn partial_at', 'fn main#8', 'var total',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#4',
+        '+binding partials#2', '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge',
+        'fn ceil_chunk', 'fn partial_at', 'fn main#5', 'var total',
     ),
     'instance-normalization-splitk-apply.vec4': (
-        'overrides', '+bindings#16', 'fn main#9',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding stats',
+        '+binding scale#3', '+binding output', '+struct Params#4', '// fn main', '+fn main#6',
     ),
     'instance-normalization-splitk-apply.uses-f16-vec4': (
-        'enable', '+bindings#17', 'fn main#10',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
+        '+binding stats', '+binding scale#4', '+binding output#2', '+struct Params#4', '// fn main',
+        '+fn main#7',
     ),
     'instance-normalization-splitk-apply.only': (
-        'overrides', '+bindings#18', 'fn main#11',
+        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#3', '+binding stats',
+        '+binding scale#3', '+binding output#3', '+struct Params#4', '// fn main', '+fn main#8',
     ),
     'instance-normalization-splitk-apply.uses-f16': (
-        'enable', '+bindings#19', 'fn main#12',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#4',
+        '+binding stats', '+binding scale#4', '+binding output#4', '+struct Params#4', '// fn main',
+        '+fn main#9',
     ),
     'norm-row-registers.units24': (
-        'overrides#2', '+bindings#20', 'const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#12', 'let#13', 'let#14',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last', '// let regular', '+let regular', '// let step', '+let step',
     ),
     'norm-row-registers.units8': (
-        'overrides#2', '+bindings#20', 'const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#15', 'let#16', 'let#17',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#2', '// let regular', '+let regular#2', '// let step', '+let step#2',
     ),
     'norm-row-registers.units6': (
-        'overrides#2', '+bindings#20', 'const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#18', 'let#19', 'let#20',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#3', '// let regular', '+let regular#3', '// let step', '+let step#3',
     ),
     'norm-row-registers.units5': (
-        'overrides#2', '+bindings#20', 'const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#21', 'let#22', 'let#23',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#4', '// let regular', '+let regular#4', '// let step', '+let step#4',
     ),
     'norm-row-registers.units4': (
-        'overrides#2', '+bindings#20', 'const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#24', 'let#25', 'let#26',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#5', '// let regular', '+let regular#5', '// let step', '+let step#5',
     ),
     'norm-row-registers.units3': (
-        'overrides#2', '+bindings#20', 'const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#27', 'let#28', 'let#29',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#6', '// let regular', '+let regular#6', '// let step', '+let step#6',
     ),
     'norm-row-registers.units20': (
-        'overrides#2', '+bindings#20', 'const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#30', 'let#31', 'let#32',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#7', '// let regular', '+let regular#7', '// let step', '+let step#7',
     ),
     'norm-row-registers.units2': (
-        'overrides#2', '+bindings#20', 'const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#33', 'let#34', 'let#35',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#8', '// let regular', '+let regular#8', '// let step', '+let step#8',
     ),
     'norm-row-registers.units16': (
-        'overrides#2', '+bindings#20', 'const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#36', 'let#37', 'let#38',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit', '+fn normalized_unit',
+        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
+        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#10',
+        '// let last', '+let last#9', '// let regular', '+let regular#9', '// let step', '+let step#9',
     ),
     'norm-row-registers.units12': (
-        'overrides#2', '+bindings#20', 'const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#39', 'let#40', 'let#41',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
+        'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit',
+        '+fn normalized_unit', 'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store', 'struct Walk',
+        'fn store_unit', 'fn main#10', '// let last', '+let last#10', '// let regular', '+let regular#10',
+        '// let step', '+let step#10',
     ),
     'norm-row-registers.units10': (
-        'overrides#2', '+bindings#20', 'const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#42', 'let#43', 'let#44',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
+        'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit',
+        '+fn normalized_unit', 'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store', 'struct Walk',
+        'fn store_unit', 'fn main#10', '// let last', '+let last#11', '// let regular', '+let regular#11',
+        '// let step', '+let step#11',
     ),
     'norm-row-registers.units1': (
-        'overrides#2', '+bindings#20', 'const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
-        'fn unit_sum', 'fn unit_deviations', 'fn normalized_unit', 'fn held', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#13', 'let#45', 'let#46', 'let#47',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x', '+binding scale', '+binding y', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit',
+        'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', '// fn normalized_unit',
+        '+fn normalized_unit', 'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store', 'struct Walk',
+        'fn store_unit', 'fn main#10', '// let last', '+let last#12', '// let regular', '+let regular#12',
+        '// let step', '+let step#12',
     ),
     'norm-row-registers.packed-halves-units24': (
-        'enable#2', '+bindings#21', 'const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#12', 'let#13', 'let#14',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2', 'fn low_half',
+        'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last', '// let regular',
+        '+let regular', '// let step', '+let step',
     ),
     'norm-row-registers.packed-halves-units8': (
-        'enable#2', '+bindings#21', 'const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#15', 'let#16', 'let#17',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#2', '// let regular',
+        '+let regular#2', '// let step', '+let step#2',
     ),
     'norm-row-registers.packed-halves-units6': (
-        'enable#2', '+bindings#21', 'const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#18', 'let#19', 'let#20',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#3', '// let regular',
+        '+let regular#3', '// let step', '+let step#3',
     ),
     'norm-row-registers.packed-halves-units5': (
-        'enable#2', '+bindings#21', 'const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#21', 'let#22', 'let#23',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#4', '// let regular',
+        '+let regular#4', '// let step', '+let step#4',
     ),
     'norm-row-registers.packed-halves-units4': (
-        'enable#2', '+bindings#21', 'const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#24', 'let#25', 'let#26',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#5', '// let regular',
+        '+let regular#5', '// let step', '+let step#5',
     ),
     'norm-row-registers.packed-halves-units3': (
-        'enable#2', '+bindings#21', 'const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#27', 'let#28', 'let#29',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#6', '// let regular',
+        '+let regular#6', '// let step', '+let step#6',
     ),
     'norm-row-registers.packed-halves-units20': (
-        'enable#2', '+bindings#21', 'const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#30', 'let#31', 'let#32',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#7', '// let regular',
+        '+let regular#7', '// let step', '+let step#7',
     ),
     'norm-row-registers.packed-halves-units2': (
-        'enable#2', '+bindings#21', 'const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#33', 'let#34', 'let#35',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#8', '// let regular',
+        '+let regular#8', '// let step', '+let step#8',
     ),
     'norm-row-registers.packed-halves-units16': (
-        'enable#2', '+bindings#21', 'const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#36', 'let#37', 'let#38',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#9', '// let regular',
+        '+let regular#9', '// let step', '+let step#9',
     ),
     'norm-row-registers.packed-halves-units12': (
-        'enable#2', '+bindings#21', 'const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#39', 'let#40', 'let#41',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#10', '// let regular',
+        '+let regular#10', '// let step', '+let step#10',
     ),
     'norm-row-registers.packed-halves-units10': (
-        'enable#2', '+bindings#21', 'const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#42', 'let#43', 'let#44',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#11', '// let regular',
+        '+let regular#11', '// let step', '+let step#11',
     ),
     'norm-row-registers.packed-halves-units1': (
-        'enable#2', '+bindings#21', 'const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', 'fn unit_deviations#2', 'fn normalized_unit#2',
-        'fn held', 'fn held_count', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', 'struct Store', 'struct Walk', 'fn store_unit', 'fn main#13',
-        'let#45', 'let#46', 'let#47',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override workgroupSize',
+        '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5', '+binding params',
+        '// const UNITS', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        '// fn normalized_unit', '+fn normalized_unit#2', 'fn held', 'fn held_count', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance', 'struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#12', '// let regular',
+        '+let regular#12', '// let step', '+let step#12',
     ),
 }
 # fmt: on

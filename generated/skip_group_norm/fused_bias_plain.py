@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, make_pass, shader_table
+from .._runtime import Binding, fold_dispatch, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "fused_bias_plain"
@@ -137,30 +137,14 @@ def values(r, d) -> Values:
     skip_full = d.sg_skip_full
     # workgroupSize: sgFusedWorkgroupSize
     workgroup_size = d.sg_fused_workgroup_size
+    # fmt: off
     return Values(
-        has_bias,
-        write_sum,
-        uses_f16,
-        vec_width,
-        io_element,
-        skip_element,
-        num_groups,
-        num_channels,
-        channels_per_group,
-        vector_width,
-        item_stride,
-        group_stride,
-        inner_vectors,
-        outer_stride,
-        channel_divisor,
-        lane_channel_step,
-        row_count,
-        row_vectors,
-        group_values,
-        params_f16,
-        skip_full,
+        has_bias, write_sum, uses_f16, vec_width, io_element, skip_element, num_groups, num_channels,
+        channels_per_group, vector_width, item_stride, group_stride, inner_vectors, outer_stride,
+        channel_divisor, lane_channel_step, row_count, row_vectors, group_values, params_f16, skip_full,
         workgroup_size,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -177,31 +161,14 @@ def _main(r, d, v):
     attr_activation = r.attrs["activation"]
     attr_epsilon = r.attrs["epsilon"]
     shader = MAIN_SHADERS[(v.io_element, v.skip_full)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=sgRows if sgNonEmpty else 0, z=1
     dispatch = fold_dispatch(d.sg_rows if d.sg_non_empty else 0, 1, 1, r.caps, "SkipGroupNorm.Fused")
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "numChannels": v.num_channels,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "itemStride": v.item_stride,  # request-dependent: bound at dispatch time
-        "groupStride": v.group_stride,  # request-dependent: bound at dispatch time
-        "innerVectors": v.inner_vectors,  # request-dependent: bound at dispatch time
-        "outerStride": v.outer_stride,  # request-dependent: bound at dispatch time
-        "channelDivisor": v.channel_divisor,  # request-dependent: bound at dispatch time
-        "laneChannelStep": v.lane_channel_step,  # request-dependent: bound at dispatch time
-        "rowCount": v.row_count,  # request-dependent: bound at dispatch time
-        "rowVectors": v.row_vectors,  # request-dependent: bound at dispatch time
-        "groupValues": v.group_values,  # request-dependent: bound at dispatch time
     }
-    numbers = {
-        "paramsF16": v.params_f16,
-        "workgroupSize": v.workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, v=v)
 
 
 # Pass `main`: its shaders by (ioElement, skipFull): the template values that
@@ -218,28 +185,6 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "Y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(
-        ("epsilon", "f32"),
-        ("activation", "u32"),
-        ("numGroups", "u32"),
-        ("numChannels", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("itemStride", "u32"),
-        ("groupStride", "u32"),
-        ("innerVectors", "u32"),
-        ("outerStride", "u32"),
-        ("channelDivisor", "u32"),
-        ("laneChannelStep", "u32"),
-        ("rowCount", "u32"),
-        ("rowVectors", "u32"),
-        ("groupValues", "u32"),
-        ("_pad0", "u32"),
-        ("_pad1", "u32"),
-    ),
-    overrides=(("DISPATCH_FOLD_WIDTH", "u32"), ("paramsF16", "u32"), ("workgroupSize", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         ("f32", False): "skip-group-norm-fused.has-bias-f32",
         ("vec4<f32>", False): "skip-group-norm-fused.has-bias-vec4f32",

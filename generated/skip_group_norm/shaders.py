@@ -14,44 +14,62 @@
 """Every shader of com.microsoft SkipGroupNorm-1, each distinct WGSL text stored once.
 
 A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are paragraphs of WGSL (a
-declaration block is cut where its overrides end), each stored once in PARTS under what it
-declares. `wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl`
-shows whole; a shader's name is its template's stem and the template values that tell its
+continues the previous part on the next line instead. Parts are runs of WGSL lines that always
+occur together (notes apart from code, the declarations a line each where specializations
+differ), each stored once in PARTS under what it declares (`// x`: the note before x).
+`wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl` shows
+whole; a shader's name is its template's stem and the template values that tell its
 specializations apart."""
 
 from __future__ import annotations
 
 PARTS = {
-    "overrides": """\
-override DISPATCH_FOLD_WIDTH: u32;
+    "override DISPATCH_FOLD_WIDTH": """\
+override DISPATCH_FOLD_WIDTH: u32;""",
+    "override blocksPerItem": """\
 override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
+override channelDivisor: u32;""",
+    "override channelsPerGroup": """\
+override channelsPerGroup: u32;""",
+    "override groupStride": """\
 override groupStride: u32;
 override groupsPerBlock: u32;
-override itemStride: u32;
+override itemStride: u32;""",
+    "override laneColumns": """\
 override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
+override laneRows: u32;""",
+    "override layoutChannelsLast": """\
+override layoutChannelsLast: u32;""",
+    "override numChannels": """\
+override numChannels: u32;""",
+    "override numGroups": """\
 override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
+override outerStride: u32;""",
+    "override segmentLanes": """\
+override segmentLanes: u32;""",
+    "override slabCount": """\
 override slabCount: u32;
-override slabUnits: u32;
+override slabUnits: u32;""",
+    "override tileCount": """\
 override tileCount: u32;
-override tileWidth: u32;
+override tileWidth: u32;""",
+    "override workgroupSize": """\
 override workgroupSize: u32;""",
-    "bindings": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<f32>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+    "binding x": """\
+@group(0) @binding(0) var<storage, read> x: array<f32>;""",
+    "binding skip": """\
+@group(0) @binding(1) var<storage, read> skip: array<f32>;""",
+    "binding bias": """\
+@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
+    "binding sumOut": """\
+@group(0) @binding(3) var<storage, read_write> sumOut: array<f32>;""",
+    "binding partials": """\
+@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;""",
+    "struct Params": """\
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }""",
+    "binding params": """\
 @group(0) @binding(5) var<uniform> params: Params;""",
-    "alias FV": """\
+    "// alias FV": """\
 // com.microsoft SkipGroupNorm, split variants (split_bias_sum, split_bias_plain, split_sum,
 // split_plain): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
 // Both passes run the same grid: (tileCount, 1, slabCount), tiles folded at DISPATCH_FOLD_WIDTH.
@@ -104,11 +122,14 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
 // prepends them and the bindings.
 // Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
+// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.""",
+    "alias FV": """\
 alias FV = f32;
 alias FU = u32;
-alias TV = f32;
-// Values a vector: the specialization's vector width, as a constant.
+alias TV = f32;""",
+    "// const VW": """\
+// Values a vector: the specialization's vector width, as a constant.""",
+    "const VW": """\
 const VW: u32 = 1u;""",
     "fn advance": """\
 // (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
@@ -122,8 +143,9 @@ fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
 fn skip_at(i: u32) -> f32 {
     return f32(skip[i]);
 }""",
+    "// fn gather_skip": """\
+// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.""",
     "fn gather_skip": """\
-// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_skip(c: u32) -> FV {
     return skip_at(c);
 }""",
@@ -131,14 +153,16 @@ fn gather_skip(c: u32) -> FV {
 fn bias_at(c: u32) -> f32 {
     return f32(bias[c]);
 }""",
+    "// fn gather_bias": """\
+// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.""",
     "fn gather_bias": """\
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_bias(c: u32) -> FV {
     return bias_at(c);
 }""",
-    "fn sum_at": """\
+    "// fn sum_at": """\
 // s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
+// rounded to T before anything else sees it.""",
+    "fn sum_at": """\
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * numChannels + c0);
     v = v + gather_bias(c0);
@@ -151,8 +175,9 @@ fn stored_sum(i: u32, item: u32, c0: u32) -> FV {
     sumOut[i] = TV(s);
     return s;
 }""",
+    "// var slots": """\
+// One summary per lane, merged in place by the trees.""",
     "var slots": """\
-// One summary per lane, merged in place by the trees.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
     "struct Stats": """\
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
@@ -228,7 +253,8 @@ fn balanced_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
     "fn main": """\
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.""",
+    "let tile": """\
     let tile = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (tile >= tileCount) {
         return;
@@ -266,7 +292,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     "var own": """\
     var own = Stats(0u, 0.0, 0.0, 0.0);
     if (group < numGroups && active_lane) {
-        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
+        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.""",
+    "var w": """\
         var w = w_begin + col;
         var p = p_begin + r;
         var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
@@ -295,7 +322,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         }
     }
     let lane = col % segmentLanes;""",
-    "slots[lid]": """\
+    "slots": """\
     // Tree over the lane rows of each column: slots[col] ends with the column's summary; then over
     // each group's segment of columns in row 0: its first column ends with the group's.
     slots[lid] = pack_stats(own);
@@ -334,101 +361,23 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         partials[row * slabCount + k] = summary;
     }
 }""",
-    "overrides#2": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#2": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+    "override laneChannelStep": """\
+override laneChannelStep: u32;""",
+    "binding x#2": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
+    "binding sumOut#2": """\
+@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f32>>;""",
     "alias FV#2": """\
-// com.microsoft SkipGroupNorm, split variants (split_bias_sum, split_bias_plain, split_sum,
-// split_plain): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
-// Both passes run the same grid: (tileCount, 1, slabCount), tiles folded at DISPATCH_FOLD_WIDTH.
-//
-// Geometry, in vector units (vectorWidth = 4, 2 or 1 values, along the contiguous axis of a group:
-// channels in NHWC, where channelsPerGroup is a multiple of the width; positions in NCHW, where the
-// spatial size is). A (batch item n, group g) row is an [outer][inner] grid whose vector (a, b) sits at
-// n * itemStride + g * groupStride + a * outerStride + b and starts at channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, its lanes laneChannelStep channels apart
-// (NHWC: a = position, b = channel vector, step 1; NCHW: a = 0, b = the row's vector, step 0).
-// A tile is groupsPerBlock adjacent groups of one batch item (NHWC: as many as fill one row of lanes;
-// NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
-// the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
-// column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
-// Memory is read contiguously across the lanes at every step.
-//
-// The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
-// which no driver can fold away) before anything else sees it. Pass `stats` walks each lane's
-// vectors (columns outer, rows inner, as above) in blocks of at most STATS_BLOCK = 16 vectors; a
-// block's shift is its own first rounded sum (a cache hit), the loop keeps plain shifted sums
-// s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane, no division, and the block is
-// converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32 by split_sum: hi = fl(.) with
-// its last 4 bits cleared, lo the rest, a split no compiler can fold away;
-// M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the lane's summary (n, hi, lo, M2), n a
-// u32: two divisions a block. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the slab's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the slab size and wherever outliers sit.
-// Each group's lanes are then merged by fixed-order trees of pairwise Chan merges in workgroup
-// memory, one over the lane rows and one over each group's segment of segmentLanes columns
-// (1 + log2(pow2ceil(laneRows)) + log2(pow2ceil(segmentLanes)) barriers). A merge A + B (A the
-// side with more values) moves A's mean by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA),
-// renormalized into (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term
-// non-negative, nothing cancels. The first lane of each segment writes
-// partials[row * slabCount + k] = (hi, lo, M2, 0): the slab's mean as the pair hi + lo, and its M2
-// (zeros for an empty slab);
-// the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
-// Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
-// params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
-// exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
-// bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
-// their notes stand at their functions below.
-// Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
-// request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
-// the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
-// DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
-// prepends them and the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
 alias FV = vec4<f32>;
 alias FU = vec4<u32>;
-alias TV = vec4<f32>;
-// Values a vector: the specialization's vector width, as a constant.
+alias TV = vec4<f32>;""",
+    "const VW#2": """\
 const VW: u32 = 4u;""",
     "fn gather_skip#2": """\
-// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_skip(c: u32) -> FV {
     return FV(skip_at(c), skip_at(c + laneChannelStep), skip_at(c + 2u * laneChannelStep), skip_at(c + 3u * laneChannelStep));
 }""",
     "fn gather_bias#2": """\
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_bias(c: u32) -> FV {
     return FV(bias_at(c), bias_at(c + laneChannelStep), bias_at(c + 2u * laneChannelStep), bias_at(c + 3u * laneChannelStep));
 }""",
@@ -436,10 +385,7 @@ fn gather_bias(c: u32) -> FV {
 fn lanes_sum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }""",
-    "var own#2": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    if (group < numGroups && active_lane) {
-        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
+    "var w#2": """\
         var w = w_begin + col;
         var p = p_begin + r;
         var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
@@ -468,80 +414,21 @@ fn lanes_sum(v: vec4<f32>) -> f32 {
         }
     }
     let lane = col % segmentLanes;""",
-    "bindings#3": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f32>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+    "binding x#3": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;""",
+    "binding sumOut#3": """\
+@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f32>>;""",
     "alias FV#3": """\
-// com.microsoft SkipGroupNorm, split variants (split_bias_sum, split_bias_plain, split_sum,
-// split_plain): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
-// Both passes run the same grid: (tileCount, 1, slabCount), tiles folded at DISPATCH_FOLD_WIDTH.
-//
-// Geometry, in vector units (vectorWidth = 4, 2 or 1 values, along the contiguous axis of a group:
-// channels in NHWC, where channelsPerGroup is a multiple of the width; positions in NCHW, where the
-// spatial size is). A (batch item n, group g) row is an [outer][inner] grid whose vector (a, b) sits at
-// n * itemStride + g * groupStride + a * outerStride + b and starts at channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, its lanes laneChannelStep channels apart
-// (NHWC: a = position, b = channel vector, step 1; NCHW: a = 0, b = the row's vector, step 0).
-// A tile is groupsPerBlock adjacent groups of one batch item (NHWC: as many as fill one row of lanes;
-// NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
-// the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
-// column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
-// Memory is read contiguously across the lanes at every step.
-//
-// The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
-// which no driver can fold away) before anything else sees it. Pass `stats` walks each lane's
-// vectors (columns outer, rows inner, as above) in blocks of at most STATS_BLOCK = 16 vectors; a
-// block's shift is its own first rounded sum (a cache hit), the loop keeps plain shifted sums
-// s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane, no division, and the block is
-// converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32 by split_sum: hi = fl(.) with
-// its last 4 bits cleared, lo the rest, a split no compiler can fold away;
-// M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the lane's summary (n, hi, lo, M2), n a
-// u32: two divisions a block. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the slab's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the slab size and wherever outliers sit.
-// Each group's lanes are then merged by fixed-order trees of pairwise Chan merges in workgroup
-// memory, one over the lane rows and one over each group's segment of segmentLanes columns
-// (1 + log2(pow2ceil(laneRows)) + log2(pow2ceil(segmentLanes)) barriers). A merge A + B (A the
-// side with more values) moves A's mean by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA),
-// renormalized into (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term
-// non-negative, nothing cancels. The first lane of each segment writes
-// partials[row * slabCount + k] = (hi, lo, M2, 0): the slab's mean as the pair hi + lo, and its M2
-// (zeros for an empty slab);
-// the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
-// Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
-// params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
-// exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
-// bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
-// their notes stand at their functions below.
-// Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
-// request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
-// the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
-// DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
-// prepends them and the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
 alias FV = vec2<f32>;
 alias FU = vec2<u32>;
-alias TV = vec2<f32>;
-// Values a vector: the specialization's vector width, as a constant.
+alias TV = vec2<f32>;""",
+    "const VW#3": """\
 const VW: u32 = 2u;""",
     "fn gather_skip#3": """\
-// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_skip(c: u32) -> FV {
     return FV(skip_at(c), skip_at(c + laneChannelStep));
 }""",
     "fn gather_bias#3": """\
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_bias(c: u32) -> FV {
     return FV(bias_at(c), bias_at(c + laneChannelStep));
 }""",
@@ -549,157 +436,30 @@ fn gather_bias(c: u32) -> FV {
 fn lanes_sum(v: vec2<f32>) -> f32 {
     return v.x + v.y;
 }""",
-    "overrides#3": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
     "fn sum_at#2": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + FV(skip[i]);
     v = v + gather_bias(c0);
     return v;
 }""",
-    "overrides#4": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#4": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#5": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f32>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+    "binding skip#2": """\
+@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;""",
+    "binding skip#3": """\
+@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;""",
     "enable": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#6": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<f16>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+enable f16;""",
+    "binding x#4": """\
+@group(0) @binding(0) var<storage, read> x: array<f16>;""",
+    "binding skip#4": """\
+@group(0) @binding(1) var<storage, read> skip: array<f16>;""",
+    "binding bias#2": """\
+@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
+    "binding sumOut#4": """\
+@group(0) @binding(3) var<storage, read_write> sumOut: array<f16>;""",
     "alias FV#4": """\
-// com.microsoft SkipGroupNorm, split variants (split_bias_sum, split_bias_plain, split_sum,
-// split_plain): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
-// Both passes run the same grid: (tileCount, 1, slabCount), tiles folded at DISPATCH_FOLD_WIDTH.
-//
-// Geometry, in vector units (vectorWidth = 4, 2 or 1 values, along the contiguous axis of a group:
-// channels in NHWC, where channelsPerGroup is a multiple of the width; positions in NCHW, where the
-// spatial size is). A (batch item n, group g) row is an [outer][inner] grid whose vector (a, b) sits at
-// n * itemStride + g * groupStride + a * outerStride + b and starts at channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, its lanes laneChannelStep channels apart
-// (NHWC: a = position, b = channel vector, step 1; NCHW: a = 0, b = the row's vector, step 0).
-// A tile is groupsPerBlock adjacent groups of one batch item (NHWC: as many as fill one row of lanes;
-// NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
-// the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
-// column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
-// Memory is read contiguously across the lanes at every step.
-//
-// The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
-// which no driver can fold away) before anything else sees it. Pass `stats` walks each lane's
-// vectors (columns outer, rows inner, as above) in blocks of at most STATS_BLOCK = 16 vectors; a
-// block's shift is its own first rounded sum (a cache hit), the loop keeps plain shifted sums
-// s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane, no division, and the block is
-// converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32 by split_sum: hi = fl(.) with
-// its last 4 bits cleared, lo the rest, a split no compiler can fold away;
-// M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the lane's summary (n, hi, lo, M2), n a
-// u32: two divisions a block. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the slab's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the slab size and wherever outliers sit.
-// Each group's lanes are then merged by fixed-order trees of pairwise Chan merges in workgroup
-// memory, one over the lane rows and one over each group's segment of segmentLanes columns
-// (1 + log2(pow2ceil(laneRows)) + log2(pow2ceil(segmentLanes)) barriers). A merge A + B (A the
-// side with more values) moves A's mean by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA),
-// renormalized into (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term
-// non-negative, nothing cancels. The first lane of each segment writes
-// partials[row * slabCount + k] = (hi, lo, M2, 0): the slab's mean as the pair hi + lo, and its M2
-// (zeros for an empty slab);
-// the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
-// Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
-// params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
-// exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
-// bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
-// their notes stand at their functions below.
-// Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
-// request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
-// the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
-// DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
-// prepends them and the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
 alias FV = f32;
 alias FU = u32;
-alias TV = f16;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 1u;""",
+alias TV = f16;""",
     "fn half": """\
 // Nearest binary16 value (ties to even), exactly, in f32, leaving values binary16 cannot hold
 // (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in
@@ -711,262 +471,47 @@ fn half(v: FV) -> FV {
     return select(round(v / q) * q, v, a >= FV(65520.0));
 }""",
     "fn sum_at#3": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * numChannels + c0);
     v = v + gather_bias(c0);
     return half(v);
 }""",
-    "enable#2": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#7": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f16>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+    "binding x#5": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
+    "binding sumOut#5": """\
+@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f16>>;""",
     "alias FV#5": """\
-// com.microsoft SkipGroupNorm, split variants (split_bias_sum, split_bias_plain, split_sum,
-// split_plain): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
-// Both passes run the same grid: (tileCount, 1, slabCount), tiles folded at DISPATCH_FOLD_WIDTH.
-//
-// Geometry, in vector units (vectorWidth = 4, 2 or 1 values, along the contiguous axis of a group:
-// channels in NHWC, where channelsPerGroup is a multiple of the width; positions in NCHW, where the
-// spatial size is). A (batch item n, group g) row is an [outer][inner] grid whose vector (a, b) sits at
-// n * itemStride + g * groupStride + a * outerStride + b and starts at channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, its lanes laneChannelStep channels apart
-// (NHWC: a = position, b = channel vector, step 1; NCHW: a = 0, b = the row's vector, step 0).
-// A tile is groupsPerBlock adjacent groups of one batch item (NHWC: as many as fill one row of lanes;
-// NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
-// the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
-// column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
-// Memory is read contiguously across the lanes at every step.
-//
-// The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
-// which no driver can fold away) before anything else sees it. Pass `stats` walks each lane's
-// vectors (columns outer, rows inner, as above) in blocks of at most STATS_BLOCK = 16 vectors; a
-// block's shift is its own first rounded sum (a cache hit), the loop keeps plain shifted sums
-// s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane, no division, and the block is
-// converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32 by split_sum: hi = fl(.) with
-// its last 4 bits cleared, lo the rest, a split no compiler can fold away;
-// M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the lane's summary (n, hi, lo, M2), n a
-// u32: two divisions a block. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the slab's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the slab size and wherever outliers sit.
-// Each group's lanes are then merged by fixed-order trees of pairwise Chan merges in workgroup
-// memory, one over the lane rows and one over each group's segment of segmentLanes columns
-// (1 + log2(pow2ceil(laneRows)) + log2(pow2ceil(segmentLanes)) barriers). A merge A + B (A the
-// side with more values) moves A's mean by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA),
-// renormalized into (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term
-// non-negative, nothing cancels. The first lane of each segment writes
-// partials[row * slabCount + k] = (hi, lo, M2, 0): the slab's mean as the pair hi + lo, and its M2
-// (zeros for an empty slab);
-// the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
-// Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
-// params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
-// exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
-// bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
-// their notes stand at their functions below.
-// Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
-// request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
-// the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
-// DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
-// prepends them and the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
 alias FV = vec4<f32>;
 alias FU = vec4<u32>;
-alias TV = vec4<f16>;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 4u;""",
-    "bindings#8": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f16>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+alias TV = vec4<f16>;""",
+    "binding x#6": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;""",
+    "binding sumOut#6": """\
+@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f16>>;""",
     "alias FV#6": """\
-// com.microsoft SkipGroupNorm, split variants (split_bias_sum, split_bias_plain, split_sum,
-// split_plain): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
-// Both passes run the same grid: (tileCount, 1, slabCount), tiles folded at DISPATCH_FOLD_WIDTH.
-//
-// Geometry, in vector units (vectorWidth = 4, 2 or 1 values, along the contiguous axis of a group:
-// channels in NHWC, where channelsPerGroup is a multiple of the width; positions in NCHW, where the
-// spatial size is). A (batch item n, group g) row is an [outer][inner] grid whose vector (a, b) sits at
-// n * itemStride + g * groupStride + a * outerStride + b and starts at channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, its lanes laneChannelStep channels apart
-// (NHWC: a = position, b = channel vector, step 1; NCHW: a = 0, b = the row's vector, step 0).
-// A tile is groupsPerBlock adjacent groups of one batch item (NHWC: as many as fill one row of lanes;
-// NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
-// the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
-// column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
-// Memory is read contiguously across the lanes at every step.
-//
-// The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
-// which no driver can fold away) before anything else sees it. Pass `stats` walks each lane's
-// vectors (columns outer, rows inner, as above) in blocks of at most STATS_BLOCK = 16 vectors; a
-// block's shift is its own first rounded sum (a cache hit), the loop keeps plain shifted sums
-// s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane, no division, and the block is
-// converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32 by split_sum: hi = fl(.) with
-// its last 4 bits cleared, lo the rest, a split no compiler can fold away;
-// M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the lane's summary (n, hi, lo, M2), n a
-// u32: two divisions a block. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the slab's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the slab size and wherever outliers sit.
-// Each group's lanes are then merged by fixed-order trees of pairwise Chan merges in workgroup
-// memory, one over the lane rows and one over each group's segment of segmentLanes columns
-// (1 + log2(pow2ceil(laneRows)) + log2(pow2ceil(segmentLanes)) barriers). A merge A + B (A the
-// side with more values) moves A's mean by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA),
-// renormalized into (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term
-// non-negative, nothing cancels. The first lane of each segment writes
-// partials[row * slabCount + k] = (hi, lo, M2, 0): the slab's mean as the pair hi + lo, and its M2
-// (zeros for an empty slab);
-// the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
-// Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
-// params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
-// exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
-// bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
-// their notes stand at their functions below.
-// Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
-// request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
-// the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
-// DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
-// prepends them and the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
 alias FV = vec2<f32>;
 alias FU = vec2<u32>;
-alias TV = vec2<f16>;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 2u;""",
-    "enable#3": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
+alias TV = vec2<f16>;""",
     "fn sum_at#4": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + FV(skip[i]);
     v = v + gather_bias(c0);
     return half(v);
 }""",
-    "enable#4": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#9": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f16>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#10": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f16>>;
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "overrides#5": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#11": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<f32>;
+    "binding skip#5": """\
+@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;""",
+    "binding skip#6": """\
+@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;""",
+    "override paramsF16": """\
+override paramsF16: u32;""",
+    "binding sumOut#7": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<f32>;""",
+    "binding gamma": """\
 @group(0) @binding(1) var<storage, read> gamma: array<u32>;
 @group(0) @binding(2) var<storage, read> beta: array<u32>;
-@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;""",
+    "binding y": """\
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;""",
     "fn gamma_at": """\
 // gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
 // shader serves both M types, and an f32 X with f16 gamma/beta needs no shader-f16.
@@ -985,13 +530,15 @@ fn beta_at(c: u32) -> f32 {
     }
     return bitcast<f32>(beta[c]);
 }""",
+    "// fn gather_gamma": """\
+// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.""",
     "fn gather_gamma": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return gamma_at(c);
 }""",
+    "// fn gather_beta": """\
+// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.""",
     "fn gather_beta": """\
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
     return beta_at(c);
 }""",
@@ -1019,141 +566,47 @@ fn gather_beta(c: u32) -> FV {
         }
     }
 }""",
-    "overrides#6": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#12": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> gamma: array<u32>;
-@group(0) @binding(2) var<storage, read> beta: array<u32>;
-@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+    "binding sumOut#8": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f32>>;""",
+    "binding y#2": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;""",
     "fn gather_gamma#2": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return FV(gamma_at(c), gamma_at(c + laneChannelStep), gamma_at(c + 2u * laneChannelStep), gamma_at(c + 3u * laneChannelStep));
 }""",
     "fn gather_beta#2": """\
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
     return FV(beta_at(c), beta_at(c + laneChannelStep), beta_at(c + 2u * laneChannelStep), beta_at(c + 3u * laneChannelStep));
 }""",
-    "bindings#13": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> gamma: array<u32>;
-@group(0) @binding(2) var<storage, read> beta: array<u32>;
-@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+    "binding sumOut#9": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f32>>;""",
+    "binding y#3": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;""",
     "fn gather_gamma#3": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return FV(gamma_at(c), gamma_at(c + laneChannelStep));
 }""",
     "fn gather_beta#3": """\
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
     return FV(beta_at(c), beta_at(c + laneChannelStep));
 }""",
-    "enable#5": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#14": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<f16>;
-@group(0) @binding(1) var<storage, read> gamma: array<u32>;
-@group(0) @binding(2) var<storage, read> beta: array<u32>;
-@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<f16>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "enable#6": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#15": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> gamma: array<u32>;
-@group(0) @binding(2) var<storage, read> beta: array<u32>;
-@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#16": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> gamma: array<u32>;
-@group(0) @binding(2) var<storage, read> beta: array<u32>;
-@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#17": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+    "binding sumOut#10": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<f16>;""",
+    "binding y#4": """\
+@group(0) @binding(4) var<storage, read_write> y: array<f16>;""",
+    "binding sumOut#11": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f16>>;""",
+    "binding y#5": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;""",
+    "binding sumOut#12": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f16>>;""",
+    "binding y#6": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;""",
+    "binding partials#2": """\
+@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;""",
+    "binding params#2": """\
 @group(0) @binding(4) var<uniform> params: Params;""",
-    "var own#3": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    if (group < numGroups && active_lane) {
-        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
+    "var w#3": """\
         var w = w_begin + col;
         var p = p_begin + r;
         var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
@@ -1182,17 +635,7 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
         }
     }
     let lane = col % segmentLanes;""",
-    "bindings#18": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "var own#4": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    if (group < numGroups && active_lane) {
-        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
+    "var w#4": """\
         var w = w_begin + col;
         var p = p_begin + r;
         var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
@@ -1221,92 +664,14 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
         }
     }
     let lane = col % segmentLanes;""",
-    "bindings#19": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#20": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#21": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#22": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#23": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#24": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#25": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#26": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "overrides#7": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#27": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
+    "binding gamma#2": """\
 @group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<f32>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
+    "binding stats": """\
+@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;""",
+    "binding y#7": """\
+@group(0) @binding(6) var<storage, read_write> y: array<f32>;""",
+    "binding params#3": """\
 @group(0) @binding(7) var<uniform> params: Params;""",
     "if#2": """\
     if (group >= numGroups || !active_lane) {
@@ -1332,427 +697,83 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
         }
     }
 }""",
-    "overrides#8": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#28": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#29": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#30": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#31": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "enable#7": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#32": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<f16>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "enable#8": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;
-override paramsF16: u32;
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#33": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#34": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#35": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#36": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#37": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<f32>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding y#8": """\
+@group(0) @binding(6) var<storage, read_write> y: array<vec4<f32>>;""",
+    "binding y#9": """\
+@group(0) @binding(6) var<storage, read_write> y: array<vec2<f32>>;""",
+    "binding y#10": """\
+@group(0) @binding(6) var<storage, read_write> y: array<f16>;""",
+    "binding y#11": """\
+@group(0) @binding(6) var<storage, read_write> y: array<vec4<f16>>;""",
+    "binding y#12": """\
+@group(0) @binding(6) var<storage, read_write> y: array<vec2<f16>>;""",
+    "binding sumOut#13": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<f32>;""",
     "fn sum_at#5": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * numChannels + c0);
     return v;
 }""",
-    "bindings#38": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#39": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f32>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding sumOut#14": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f32>>;""",
+    "binding sumOut#15": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f32>>;""",
     "fn sum_at#6": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + FV(skip[i]);
     return v;
 }""",
-    "bindings#40": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#41": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f32>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#42": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<f16>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding sumOut#16": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<f16>;""",
     "fn sum_at#7": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * numChannels + c0);
     return half(v);
 }""",
-    "bindings#43": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f16>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#44": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f16>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
+    "binding sumOut#17": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f16>>;""",
+    "binding sumOut#18": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f16>>;""",
     "fn sum_at#8": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + FV(skip[i]);
     return half(v);
 }""",
-    "bindings#45": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f16>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#46": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f16>>;
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "bindings#47": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+    "binding partials#3": """\
+@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;""",
+    "binding params#4": """\
 @group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#48": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#49": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#50": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#51": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#52": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#53": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#54": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#55": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#56": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "bindings#57": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
+    "binding gamma#3": """\
 @group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(3) var<storage, read> beta: array<u32>;""",
+    "binding stats#2": """\
+@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;""",
+    "binding y#13": """\
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;""",
+    "binding params#5": """\
 @group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#58": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#59": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#60": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#61": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#62": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#63": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#64": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#65": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#66": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "overrides#9": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override groupValues: u32;
-override layoutChannelsLast: u32;
-override rowCount: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override vectorWidth: u32;
-override workgroupSize: u32;""",
-    "bindings#67": """\
+    "binding y#14": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;""",
+    "binding y#15": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;""",
+    "binding y#16": """\
+@group(0) @binding(5) var<storage, read_write> y: array<f16>;""",
+    "binding y#17": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;""",
+    "binding y#18": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;""",
+    "override groupValues": """\
+override groupValues: u32;""",
+    "override rowCount": """\
+override rowCount: u32;""",
+    "override vectorWidth": """\
+override vectorWidth: u32;""",
+    "binding partials#4": """\
 @group(0) @binding(0) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> stats: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(1) var<storage, read_write> stats: array<vec4<f32>>;""",
+    "binding params#6": """\
 @group(0) @binding(2) var<uniform> params: Params;""",
-    "var slots#2": """\
+    "// var slots#2": """\
 // com.microsoft SkipGroupNorm, split variants, pass `combine`: one workgroup per (batch item,
 // group) row, dispatch (rowCount) folded at DISPATCH_FOLD_WIDTH.
 //
@@ -1774,24 +795,20 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // (s - hi) - lo, which stays exact when the data sit far from zero.
 // The compiler prepends the overrides, the bindings (partials, stats) and the uniform `params`
 // (epsilon).
-// One summary per lane, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+// One summary per lane, merged in place by the tree.""",
     "fn slab_values": """\
 // Values of the row in slab k: the statistics pass's balanced share of the slabUnits units, times
 // the values of a unit.
 fn slab_values(k: u32) -> u32 {
     return balanced_chunk(slabUnits, slabCount, k).y * select(vectorWidth, channelsPerGroup, layoutChannelsLast != 0u);
 }""",
-    "fn main#2": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "let row": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= rowCount) {
         return;
     }
     let n = f32(groupValues);""",
-    "var own#5": """\
+    "var own#2": """\
     var own = Stats(0u, 0.0, 0.0, 0.0);
     // Partials lid, lid + workgroupSize, ... in order: (hi, lo, M2) each, the count
     // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
@@ -1800,8 +817,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         own = chan_merge(own, Stats(slab_values(part), p.x, p.y, p.z));
     }
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    workgroupBarrier();""",
+    "// {": """\
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.""",
+    "{": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -1820,21 +839,11 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         stats[row] = vec4<f32>(total.hi, total.lo, inverseSqrt(variance + params.epsilon), 0.0);
     }
 }""",
-    "overrides#10": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override workgroupSize: u32;""",
-    "bindings#68": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<f32>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "alias FV#7": """\
+    "binding sumOut#19": """\
+@group(0) @binding(6) var<storage, read_write> sumOut: array<f32>;""",
+    "struct Params#2": """\
+struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }""",
+    "// alias FV#2": """\
 // com.microsoft SkipGroupNorm, fused variants (fused_bias_sum, fused_bias_plain, fused_sum,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
 // DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
@@ -1878,27 +887,16 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
 // the bindings.
 // Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
-alias FV = f32;
-alias FU = u32;
-alias TV = f32;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 1u;""",
+// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.""",
     "fn sum_at#9": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
     v = v + gather_bias(c0);
     return v;
 }""",
-    "var slots#3": """\
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "fn main#3": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
+    "// var slots#3": """\
+// One summary per invocation, merged in place by the tree.""",
+    "let row#2": """\
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rowCount) {
         return;
@@ -1911,7 +909,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
     // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
-    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.""",
+    "let ab_step": """\
     let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
     let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
     let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -1938,8 +937,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = f32(params.groupValues);
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
+    workgroupBarrier();""",
+    "{#2": """\
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -1973,103 +972,25 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         y[i] = TV(v);
     }
 }""",
-    "bindings#69": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "alias FV#8": """\
-// com.microsoft SkipGroupNorm, fused variants (fused_bias_sum, fused_bias_plain, fused_sum,
-// fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
-// DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
-//
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
-// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
-// (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
-// n * itemStride + g * groupStride + a * outerStride + b, first channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
-// Invocations take j = lane, lane + workgroupSize, ...: consecutive lanes read consecutive
-// vectors of the group.
-//
-// Walk 1 forms s = (X + skip) + bias in f32 rounded to T (exactly, with `half` for f16, which no
-// driver can fold away), stores it to S with writeSum, and walks each invocation's vectors in
-// blocks of at most STATS_BLOCK = 16; a block's shift is its own first rounded sum (a cache hit),
-// the loop keeps plain shifted sums s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane,
-// no division, and the block is converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32
-// by split_sum: hi = fl(.) with its last 4 bits cleared, lo the rest, a split no compiler can fold
-// away; M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the invocation's summary
-// (n, hi, lo, M2), n a u32: two divisions a block, one block an invocation for rows of up to
-// 16 * workgroupSize vectors. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the row's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the row length and wherever outliers
-// sit. The workgroup merges the invocations' summaries by one fixed-order tree of pairwise Chan
-// merges in workgroup memory (1 + log2(pow2ceil(workgroupSize)) barriers; right for any
-// workgroup size): A + B (A the side with more values) moves A's mean by t = delta * (nB / n),
-// delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum, and
-// M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing cancels;
-// variance = max(M2 / n, 0), in f32.
-// Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
-// formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
-// No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
-// their notes stand at their functions below.
-// Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
-// the attributes come from the uniform `params` (the compiler reads every request-dependent name
-// as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
-// it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
-// the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-alias TV = vec4<f32>;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 4u;""",
+    "binding sumOut#20": """\
+@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f32>>;""",
     "fn gather_skip#4": """\
-// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_skip(c: u32) -> FV {
     return FV(skip_at(c), skip_at(c + params.laneChannelStep), skip_at(c + 2u * params.laneChannelStep), skip_at(c + 3u * params.laneChannelStep));
 }""",
     "fn gather_bias#4": """\
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_bias(c: u32) -> FV {
     return FV(bias_at(c), bias_at(c + params.laneChannelStep), bias_at(c + 2u * params.laneChannelStep), bias_at(c + 3u * params.laneChannelStep));
 }""",
     "fn gather_gamma#4": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return FV(gamma_at(c), gamma_at(c + params.laneChannelStep), gamma_at(c + 2u * params.laneChannelStep), gamma_at(c + 3u * params.laneChannelStep));
 }""",
     "fn gather_beta#4": """\
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
     return FV(beta_at(c), beta_at(c + params.laneChannelStep), beta_at(c + 2u * params.laneChannelStep), beta_at(c + 3u * params.laneChannelStep));
 }""",
-    "fn main#4": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rowCount) {
-        return;
-    }
-    let item = row / params.numGroups;
-    let group = row % params.numGroups;
-    let base = item * params.itemStride + group * params.groupStride;
-    let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
-    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
-    // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
-    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
+    "let ab_step#2": """\
     let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
     let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
     let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2096,364 +1017,38 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = f32(params.groupValues);
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "bindings#70": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "alias FV#9": """\
-// com.microsoft SkipGroupNorm, fused variants (fused_bias_sum, fused_bias_plain, fused_sum,
-// fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
-// DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
-//
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
-// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
-// (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
-// n * itemStride + g * groupStride + a * outerStride + b, first channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
-// Invocations take j = lane, lane + workgroupSize, ...: consecutive lanes read consecutive
-// vectors of the group.
-//
-// Walk 1 forms s = (X + skip) + bias in f32 rounded to T (exactly, with `half` for f16, which no
-// driver can fold away), stores it to S with writeSum, and walks each invocation's vectors in
-// blocks of at most STATS_BLOCK = 16; a block's shift is its own first rounded sum (a cache hit),
-// the loop keeps plain shifted sums s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane,
-// no division, and the block is converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32
-// by split_sum: hi = fl(.) with its last 4 bits cleared, lo the rest, a split no compiler can fold
-// away; M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the invocation's summary
-// (n, hi, lo, M2), n a u32: two divisions a block, one block an invocation for rows of up to
-// 16 * workgroupSize vectors. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the row's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the row length and wherever outliers
-// sit. The workgroup merges the invocations' summaries by one fixed-order tree of pairwise Chan
-// merges in workgroup memory (1 + log2(pow2ceil(workgroupSize)) barriers; right for any
-// workgroup size): A + B (A the side with more values) moves A's mean by t = delta * (nB / n),
-// delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum, and
-// M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing cancels;
-// variance = max(M2 / n, 0), in f32.
-// Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
-// formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
-// No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
-// their notes stand at their functions below.
-// Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
-// the attributes come from the uniform `params` (the compiler reads every request-dependent name
-// as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
-// it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
-// the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
-alias FV = vec2<f32>;
-alias FU = vec2<u32>;
-alias TV = vec2<f32>;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 2u;""",
+    workgroupBarrier();""",
+    "binding sumOut#21": """\
+@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f32>>;""",
     "fn gather_skip#5": """\
-// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_skip(c: u32) -> FV {
     return FV(skip_at(c), skip_at(c + params.laneChannelStep));
 }""",
     "fn gather_bias#5": """\
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_bias(c: u32) -> FV {
     return FV(bias_at(c), bias_at(c + params.laneChannelStep));
 }""",
     "fn gather_gamma#5": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return FV(gamma_at(c), gamma_at(c + params.laneChannelStep));
 }""",
     "fn gather_beta#5": """\
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
     return FV(beta_at(c), beta_at(c + params.laneChannelStep));
 }""",
-    "bindings#71": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#72": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "enable#9": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override workgroupSize: u32;""",
-    "bindings#73": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<f16>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "alias FV#10": """\
-// com.microsoft SkipGroupNorm, fused variants (fused_bias_sum, fused_bias_plain, fused_sum,
-// fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
-// DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
-//
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
-// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
-// (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
-// n * itemStride + g * groupStride + a * outerStride + b, first channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
-// Invocations take j = lane, lane + workgroupSize, ...: consecutive lanes read consecutive
-// vectors of the group.
-//
-// Walk 1 forms s = (X + skip) + bias in f32 rounded to T (exactly, with `half` for f16, which no
-// driver can fold away), stores it to S with writeSum, and walks each invocation's vectors in
-// blocks of at most STATS_BLOCK = 16; a block's shift is its own first rounded sum (a cache hit),
-// the loop keeps plain shifted sums s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane,
-// no division, and the block is converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32
-// by split_sum: hi = fl(.) with its last 4 bits cleared, lo the rest, a split no compiler can fold
-// away; M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the invocation's summary
-// (n, hi, lo, M2), n a u32: two divisions a block, one block an invocation for rows of up to
-// 16 * workgroupSize vectors. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the row's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the row length and wherever outliers
-// sit. The workgroup merges the invocations' summaries by one fixed-order tree of pairwise Chan
-// merges in workgroup memory (1 + log2(pow2ceil(workgroupSize)) barriers; right for any
-// workgroup size): A + B (A the side with more values) moves A's mean by t = delta * (nB / n),
-// delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum, and
-// M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing cancels;
-// variance = max(M2 / n, 0), in f32.
-// Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
-// formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
-// No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
-// their notes stand at their functions below.
-// Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
-// the attributes come from the uniform `params` (the compiler reads every request-dependent name
-// as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
-// it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
-// the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
-alias FV = f32;
-alias FU = u32;
-alias TV = f16;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 1u;""",
+    "binding sumOut#22": """\
+@group(0) @binding(6) var<storage, read_write> sumOut: array<f16>;""",
     "fn sum_at#10": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
     v = v + gather_bias(c0);
     return half(v);
 }""",
-    "bindings#74": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "alias FV#11": """\
-// com.microsoft SkipGroupNorm, fused variants (fused_bias_sum, fused_bias_plain, fused_sum,
-// fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
-// DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
-//
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
-// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
-// (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
-// n * itemStride + g * groupStride + a * outerStride + b, first channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
-// Invocations take j = lane, lane + workgroupSize, ...: consecutive lanes read consecutive
-// vectors of the group.
-//
-// Walk 1 forms s = (X + skip) + bias in f32 rounded to T (exactly, with `half` for f16, which no
-// driver can fold away), stores it to S with writeSum, and walks each invocation's vectors in
-// blocks of at most STATS_BLOCK = 16; a block's shift is its own first rounded sum (a cache hit),
-// the loop keeps plain shifted sums s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane,
-// no division, and the block is converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32
-// by split_sum: hi = fl(.) with its last 4 bits cleared, lo the rest, a split no compiler can fold
-// away; M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the invocation's summary
-// (n, hi, lo, M2), n a u32: two divisions a block, one block an invocation for rows of up to
-// 16 * workgroupSize vectors. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the row's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the row length and wherever outliers
-// sit. The workgroup merges the invocations' summaries by one fixed-order tree of pairwise Chan
-// merges in workgroup memory (1 + log2(pow2ceil(workgroupSize)) barriers; right for any
-// workgroup size): A + B (A the side with more values) moves A's mean by t = delta * (nB / n),
-// delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum, and
-// M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing cancels;
-// variance = max(M2 / n, 0), in f32.
-// Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
-// formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
-// No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
-// their notes stand at their functions below.
-// Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
-// the attributes come from the uniform `params` (the compiler reads every request-dependent name
-// as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
-// it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
-// the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-alias TV = vec4<f16>;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 4u;""",
-    "bindings#75": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "alias FV#12": """\
-// com.microsoft SkipGroupNorm, fused variants (fused_bias_sum, fused_bias_plain, fused_sum,
-// fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
-// DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
-//
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
-// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
-// (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
-// n * itemStride + g * groupStride + a * outerStride + b, first channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
-// Invocations take j = lane, lane + workgroupSize, ...: consecutive lanes read consecutive
-// vectors of the group.
-//
-// Walk 1 forms s = (X + skip) + bias in f32 rounded to T (exactly, with `half` for f16, which no
-// driver can fold away), stores it to S with writeSum, and walks each invocation's vectors in
-// blocks of at most STATS_BLOCK = 16; a block's shift is its own first rounded sum (a cache hit),
-// the loop keeps plain shifted sums s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane,
-// no division, and the block is converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32
-// by split_sum: hi = fl(.) with its last 4 bits cleared, lo the rest, a split no compiler can fold
-// away; M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the invocation's summary
-// (n, hi, lo, M2), n a u32: two divisions a block, one block an invocation for rows of up to
-// 16 * workgroupSize vectors. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the row's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the row length and wherever outliers
-// sit. The workgroup merges the invocations' summaries by one fixed-order tree of pairwise Chan
-// merges in workgroup memory (1 + log2(pow2ceil(workgroupSize)) barriers; right for any
-// workgroup size): A + B (A the side with more values) moves A's mean by t = delta * (nB / n),
-// delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum, and
-// M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing cancels;
-// variance = max(M2 / n, 0), in f32.
-// Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
-// formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
-// No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), sum_at and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
-// their notes stand at their functions below.
-// Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
-// the attributes come from the uniform `params` (the compiler reads every request-dependent name
-// as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
-// it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
-// the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.
-alias FV = vec2<f32>;
-alias FU = vec2<u32>;
-alias TV = vec2<f16>;
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 2u;""",
-    "bindings#76": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#77": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "bindings#78": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn main#5": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rowCount) {
-        return;
-    }
-    let item = row / params.numGroups;
-    let group = row % params.numGroups;
-    let base = item * params.itemStride + group * params.groupStride;
-    let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
-    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
-    // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
-    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
+    "binding sumOut#23": """\
+@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f16>>;""",
+    "binding sumOut#24": """\
+@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f16>>;""",
+    "let ab_step#3": """\
     let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
     let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
     let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2480,25 +1075,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = f32(params.groupValues);
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
+    workgroupBarrier();""",
     "ab#2": """\
     ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
     cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
@@ -2515,32 +1092,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         y[i] = TV(v);
     }
 }""",
-    "bindings#79": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn main#6": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rowCount) {
-        return;
-    }
-    let item = row / params.numGroups;
-    let group = row % params.numGroups;
-    let base = item * params.itemStride + group * params.groupStride;
-    let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
-    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
-    // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
-    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
+    "let ab_step#4": """\
     let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
     let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
     let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2567,1025 +1119,1452 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
     let n = f32(params.groupValues);
     slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "bindings#80": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#81": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#82": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#83": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#84": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#85": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#86": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#87": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#88": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<f32>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
+    workgroupBarrier();""",
+    "binding sumOut#25": """\
+@group(0) @binding(5) var<storage, read_write> sumOut: array<f32>;""",
     "fn sum_at#11": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
     return v;
 }""",
-    "bindings#89": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#90": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#91": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#92": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#93": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f16>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<f16>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
+    "binding sumOut#26": """\
+@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f32>>;""",
+    "binding sumOut#27": """\
+@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f32>>;""",
+    "binding sumOut#28": """\
+@group(0) @binding(5) var<storage, read_write> sumOut: array<f16>;""",
     "fn sum_at#12": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
     return half(v);
 }""",
-    "bindings#94": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#95": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#96": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#97": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "bindings#98": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#99": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#100": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#101": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#102": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#103": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<f16>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#104": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#105": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#106": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "bindings#107": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
+    "binding sumOut#29": """\
+@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f16>>;""",
+    "binding sumOut#30": """\
+@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f16>>;""",
 }
 
 # fmt: off
 SHADERS = {
     'skip-group-norm-slab.has-bias-f32-stats-write-sum': (
-        'overrides', '+bindings', 'alias FV', 'fn advance', 'fn skip_at', 'fn gather_skip', 'fn bias_at',
-        'fn gather_bias', 'fn sum_at', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x', '+binding skip', '+binding bias',
+        '+binding sumOut', '+binding partials', '+struct Params', '+binding params', '// alias FV',
+        '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip', 'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at',
+        '+fn sum_at', 'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
         'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn balanced_chunk', 'fn main', 'var own', 'slots[lid]',
+        'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-stats-write-sum': (
-        'overrides#2', '+bindings#2', 'alias FV#2', 'fn advance', 'fn skip_at', 'fn gather_skip#2',
-        'fn bias_at', 'fn gather_bias#2', 'fn sum_at', 'fn stored_sum', 'var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#2', '+binding skip', '+binding bias', '+binding sumOut#2', '+binding partials',
+        '+struct Params', '+binding params', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2',
+        'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at', '+fn sum_at', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-stats-write-sum': (
-        'overrides#2', '+bindings#3', 'alias FV#3', 'fn advance', 'fn skip_at', 'fn gather_skip#3',
-        'fn bias_at', 'fn gather_bias#3', 'fn sum_at', 'fn stored_sum', 'var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#3', '+binding skip', '+binding bias', '+binding sumOut#3', '+binding partials',
+        '+struct Params', '+binding params', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3',
+        'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at', '+fn sum_at', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-stats-write-sum': (
-        'overrides#3', '+bindings', 'alias FV', 'fn advance', 'fn bias_at', 'fn gather_bias', 'fn sum_at#2',
-        'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
-        'var own', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x', '+binding skip', '+binding bias', '+binding sumOut',
+        '+binding partials', '+struct Params', '+binding params', '// alias FV', '+alias FV',
+        '+// const VW', '+const VW', 'fn advance', 'fn bias_at', '// fn gather_bias', '+fn gather_bias',
+        '// fn sum_at', '+fn sum_at#2', 'fn stored_sum', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w',
+        'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats-write-sum': (
-        'overrides#4', '+bindings#4', 'alias FV#2', 'fn advance', 'fn bias_at', 'fn gather_bias#2',
-        'fn sum_at#2', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#2',
+        '+binding skip#2', '+binding bias', '+binding sumOut#2', '+binding partials', '+struct Params',
+        '+binding params', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at', '+fn sum_at#2',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats-write-sum': (
-        'overrides#4', '+bindings#5', 'alias FV#3', 'fn advance', 'fn bias_at', 'fn gather_bias#3',
-        'fn sum_at#2', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#3',
+        '+binding skip#3', '+binding bias', '+binding sumOut#3', '+binding partials', '+struct Params',
+        '+binding params', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at', '+fn sum_at#2',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f16-stats-write-sum': (
-        'enable', '+bindings#6', 'alias FV#4', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x#4', '+binding skip#4',
+        '+binding bias#2', '+binding sumOut#4', '+binding partials', '+struct Params', '+binding params',
+        '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip', 'fn bias_at', '// fn gather_bias', '+fn gather_bias',
+        '// fn sum_at', '+fn sum_at#3', 'fn stored_sum', '// var slots', '+var slots', 'struct Stats',
         'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', 'var own', 'slots[lid]',
+        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w',
+        'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-stats-write-sum': (
-        'enable#2', '+bindings#7', 'alias FV#5', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#2',
-        'fn bias_at', 'fn gather_bias#2', 'fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding bias#2', '+binding sumOut#5', '+binding partials',
+        '+struct Params', '+binding params', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2',
+        'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at', '+fn sum_at#3', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-stats-write-sum': (
-        'enable#2', '+bindings#8', 'alias FV#6', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#3',
-        'fn bias_at', 'fn gather_bias#3', 'fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding bias#2', '+binding sumOut#6', '+binding partials',
+        '+struct Params', '+binding params', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3',
+        'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at', '+fn sum_at#3', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-stats-write-sum': (
-        'enable#3', '+bindings#6', 'alias FV#4', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main', 'var own', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#4', '+binding skip#4', '+binding bias#2',
+        '+binding sumOut#4', '+binding partials', '+struct Params', '+binding params', '// alias FV',
+        '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'var own', '+var w', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats-write-sum': (
-        'enable#4', '+bindings#9', 'alias FV#5', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias#2',
-        'fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#5',
+        '+binding skip#5', '+binding bias#2', '+binding sumOut#5', '+binding partials', '+struct Params',
+        '+binding params', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
+        'fn half', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at', '+fn sum_at#4',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats-write-sum': (
-        'enable#4', '+bindings#10', 'alias FV#6', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias#3',
-        'fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#6',
+        '+binding skip#6', '+binding bias#2', '+binding sumOut#6', '+binding partials', '+struct Params',
+        '+binding params', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
+        'fn half', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at', '+fn sum_at#4',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f32-normalize-write-sum': (
-        'overrides#5', '+bindings#11', 'alias FV', 'fn advance', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma', 'fn gather_beta', 'fn balanced_chunk', 'fn main', 'if',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding sumOut#7', '+binding gamma',
+        '+binding y', '+struct Params', '+binding params', '// alias FV', '+alias FV', '+// const VW',
+        '+const VW', 'fn advance', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
+        '// fn gather_beta', '+fn gather_beta', 'fn balanced_chunk', 'fn main', '+let tile', 'if',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-normalize-write-sum': (
-        'overrides#6', '+bindings#12', 'alias FV#2', 'fn advance', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#2', 'fn gather_beta#2', 'fn balanced_chunk', 'fn main', 'if',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding sumOut#8', '+binding gamma', '+binding y#2', '+struct Params', '+binding params',
+        '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-normalize-write-sum': (
-        'overrides#6', '+bindings#13', 'alias FV#3', 'fn advance', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#3', 'fn gather_beta#3', 'fn balanced_chunk', 'fn main', 'if',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding sumOut#9', '+binding gamma', '+binding y#3', '+struct Params', '+binding params',
+        '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if',
     ),
     'skip-group-norm-slab.has-bias-f16-normalize-write-sum': (
-        'enable#5', '+bindings#14', 'alias FV#4', 'fn advance', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma', 'fn gather_beta', 'fn balanced_chunk', 'fn main', 'if',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding sumOut#10', '+binding gamma',
+        '+binding y#4', '+struct Params', '+binding params', '// alias FV', '+alias FV#4', '+// const VW',
+        '+const VW', 'fn advance', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
+        '// fn gather_beta', '+fn gather_beta', 'fn balanced_chunk', 'fn main', '+let tile', 'if',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-normalize-write-sum': (
-        'enable#6', '+bindings#15', 'alias FV#5', 'fn advance', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#2', 'fn gather_beta#2', 'fn balanced_chunk', 'fn main', 'if',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding sumOut#11', '+binding gamma', '+binding y#5', '+struct Params', '+binding params',
+        '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-normalize-write-sum': (
-        'enable#6', '+bindings#16', 'alias FV#6', 'fn advance', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#3', 'fn gather_beta#3', 'fn balanced_chunk', 'fn main', 'if',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding sumOut#12', '+binding gamma', '+binding y#6', '+struct Params', '+binding params',
+        '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if',
     ),
     'skip-group-norm-slab.has-bias-f32-stats': (
-        'overrides', '+bindings#17', 'alias FV', 'fn advance', 'fn skip_at', 'fn gather_skip', 'fn bias_at',
-        'fn gather_bias', 'fn sum_at', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main', 'var own#3', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x', '+binding skip', '+binding bias',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV',
+        '+// const VW', '+const VW', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-stats': (
-        'overrides#2', '+bindings#18', 'alias FV#2', 'fn advance', 'fn skip_at', 'fn gather_skip#2',
-        'fn bias_at', 'fn gather_bias#2', 'fn sum_at', 'var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#4', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#2', '+binding skip', '+binding bias', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#2', '// fn sum_at', '+fn sum_at', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile', 'var own',
+        '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-stats': (
-        'overrides#2', '+bindings#19', 'alias FV#3', 'fn advance', 'fn skip_at', 'fn gather_skip#3',
-        'fn bias_at', 'fn gather_bias#3', 'fn sum_at', 'var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#4', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#3', '+binding skip', '+binding bias', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#3', '// fn sum_at', '+fn sum_at', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile', 'var own',
+        '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-stats': (
-        'overrides#3', '+bindings#17', 'alias FV', 'fn advance', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#2', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x', '+binding skip', '+binding bias', '+binding partials#2',
+        '+struct Params', '+binding params#2', '// alias FV', '+alias FV', '+// const VW', '+const VW',
+        'fn advance', 'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#2',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
         'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
-        'var own#3', 'slots[lid]',
+        '+let tile', 'var own', '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats': (
-        'overrides#4', '+bindings#20', 'alias FV#2', 'fn advance', 'fn bias_at', 'fn gather_bias#2',
-        'fn sum_at#2', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#2',
+        '+binding skip#2', '+binding bias', '+binding partials#2', '+struct Params', '+binding params#2',
+        '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at', '+fn sum_at#2', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats': (
-        'overrides#4', '+bindings#21', 'alias FV#3', 'fn advance', 'fn bias_at', 'fn gather_bias#3',
-        'fn sum_at#2', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#3',
+        '+binding skip#3', '+binding bias', '+binding partials#2', '+struct Params', '+binding params#2',
+        '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at', '+fn sum_at#2', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f16-stats': (
-        'enable', '+bindings#22', 'alias FV#4', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at#3', 'var slots', 'struct Stats', 'fn split_sum',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x#4', '+binding skip#4',
+        '+binding bias#2', '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV',
+        '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip', 'fn bias_at', '// fn gather_bias', '+fn gather_bias',
+        '// fn sum_at', '+fn sum_at#3', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
         'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn balanced_chunk', 'fn main', 'var own#3', 'slots[lid]',
+        'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-stats': (
-        'enable#2', '+bindings#23', 'alias FV#5', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#2',
-        'fn bias_at', 'fn gather_bias#2', 'fn sum_at#3', 'var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#4', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding bias#2', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at', '+fn sum_at#3', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-stats': (
-        'enable#2', '+bindings#24', 'alias FV#6', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#3',
-        'fn bias_at', 'fn gather_bias#3', 'fn sum_at#3', 'var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#4', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding bias#2', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at', '+fn sum_at#3', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-stats': (
-        'enable#3', '+bindings#22', 'alias FV#4', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#4', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
-        'var own#3', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#4', '+binding skip#4', '+binding bias#2',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV#4',
+        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias', '// fn sum_at', '+fn sum_at#4', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own',
+        '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats': (
-        'enable#4', '+bindings#25', 'alias FV#5', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias#2',
-        'fn sum_at#4', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#5',
+        '+binding skip#5', '+binding bias#2', '+binding partials#2', '+struct Params', '+binding params#2',
+        '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at', '+fn sum_at#4', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats': (
-        'enable#4', '+bindings#26', 'alias FV#6', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias#3',
-        'fn sum_at#4', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#6',
+        '+binding skip#6', '+binding bias#2', '+binding partials#2', '+struct Params', '+binding params#2',
+        '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at', '+fn sum_at#4', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.has-bias-f32-normalize': (
-        'overrides#7', '+bindings#27', 'alias FV', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma',
-        'fn gather_beta', 'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding stats', '+binding y#7',
+        '+struct Params', '+binding params#3', '// alias FV', '+alias FV', '+// const VW', '+const VW',
+        'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-normalize': (
-        'overrides#8', '+bindings#28', 'alias FV#2', 'fn advance', 'fn skip_at', 'fn gather_skip#2',
-        'fn bias_at', 'fn gather_bias#2', 'fn sum_at', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#2',
-        'fn gather_beta#2', 'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#2', '+binding skip', '+binding bias', '+binding gamma#2',
+        '+binding stats', '+binding y#8', '+struct Params', '+binding params#3', '// alias FV',
+        '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip#2', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at',
+        '+fn sum_at', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
+        '// fn gather_beta', '+fn gather_beta#2', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-normalize': (
-        'overrides#8', '+bindings#29', 'alias FV#3', 'fn advance', 'fn skip_at', 'fn gather_skip#3',
-        'fn bias_at', 'fn gather_bias#3', 'fn sum_at', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#3',
-        'fn gather_beta#3', 'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#3', '+binding skip', '+binding bias', '+binding gamma#2',
+        '+binding stats', '+binding y#9', '+struct Params', '+binding params#3', '// alias FV',
+        '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip#3', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at',
+        '+fn sum_at', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
+        '// fn gather_beta', '+fn gather_beta#3', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-normalize': (
-        'overrides#5', '+bindings#27', 'alias FV', 'fn advance', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#2', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x', '+binding skip', '+binding bias',
+        '+binding gamma#2', '+binding stats', '+binding y#7', '+struct Params', '+binding params#3',
+        '// alias FV', '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#2', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-normalize': (
-        'overrides#6', '+bindings#30', 'alias FV#2', 'fn advance', 'fn bias_at', 'fn gather_bias#2',
-        'fn sum_at#2', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#2', 'fn gather_beta#2',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#2', '+binding skip#2', '+binding bias', '+binding gamma#2', '+binding stats',
+        '+binding y#8', '+struct Params', '+binding params#3', '// alias FV', '+alias FV#2', '+// const VW',
+        '+const VW#2', 'fn advance', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#2', '// fn sum_at',
+        '+fn sum_at#2', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
+        '// fn gather_beta', '+fn gather_beta#2', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-normalize': (
-        'overrides#6', '+bindings#31', 'alias FV#3', 'fn advance', 'fn bias_at', 'fn gather_bias#3',
-        'fn sum_at#2', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#3', 'fn gather_beta#3',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#3', '+binding skip#3', '+binding bias', '+binding gamma#2', '+binding stats',
+        '+binding y#9', '+struct Params', '+binding params#3', '// alias FV', '+alias FV#3', '+// const VW',
+        '+const VW#3', 'fn advance', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#3', '// fn sum_at',
+        '+fn sum_at#2', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
+        '// fn gather_beta', '+fn gather_beta#3', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-f16-normalize': (
-        'enable#7', '+bindings#32', 'alias FV#4', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at#3', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma',
-        'fn gather_beta', 'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#4',
+        '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding stats', '+binding y#10',
+        '+struct Params', '+binding params#3', '// alias FV', '+alias FV#4', '+// const VW', '+const VW',
+        'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#3', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-normalize': (
-        'enable#8', '+bindings#33', 'alias FV#5', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#2',
-        'fn bias_at', 'fn gather_bias#2', 'fn sum_at#3', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#2',
-        'fn gather_beta#2', 'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#5', '+binding skip#4', '+binding bias#2', '+binding gamma#2',
+        '+binding stats', '+binding y#11', '+struct Params', '+binding params#3', '// alias FV',
+        '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#2',
+        '// fn sum_at', '+fn sum_at#3', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-normalize': (
-        'enable#8', '+bindings#34', 'alias FV#6', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#3',
-        'fn bias_at', 'fn gather_bias#3', 'fn sum_at#3', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#3',
-        'fn gather_beta#3', 'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#6', '+binding skip#4', '+binding bias#2', '+binding gamma#2',
+        '+binding stats', '+binding y#12', '+struct Params', '+binding params#3', '// alias FV',
+        '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#3',
+        '// fn sum_at', '+fn sum_at#3', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-normalize': (
-        'enable#5', '+bindings#32', 'alias FV#4', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#4', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x#4', '+binding skip#4',
+        '+binding bias#2', '+binding gamma#2', '+binding stats', '+binding y#10', '+struct Params',
+        '+binding params#3', '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
+        'fn half', 'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#4',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta',
+        '+fn gather_beta', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-normalize': (
-        'enable#6', '+bindings#35', 'alias FV#5', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias#2',
-        'fn sum_at#4', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#2', 'fn gather_beta#2',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#5', '+binding skip#5', '+binding bias#2', '+binding gamma#2', '+binding stats',
+        '+binding y#11', '+struct Params', '+binding params#3', '// alias FV', '+alias FV#5',
+        '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#2', '// fn sum_at', '+fn sum_at#4', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-normalize': (
-        'enable#6', '+bindings#36', 'alias FV#6', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias#3',
-        'fn sum_at#4', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#3', 'fn gather_beta#3',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#6', '+binding skip#6', '+binding bias#2', '+binding gamma#2', '+binding stats',
+        '+binding y#12', '+struct Params', '+binding params#3', '// alias FV', '+alias FV#6',
+        '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#3', '// fn sum_at', '+fn sum_at#4', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.f32-stats-write-sum': (
-        'overrides', '+bindings#37', 'alias FV', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#5', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main', 'var own', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x', '+binding skip',
+        '+binding sumOut#13', '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV',
+        '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip', '// fn sum_at', '+fn sum_at#5', 'fn stored_sum', '// var slots', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w', 'slots',
     ),
     'skip-group-norm-slab.vec4f32-stats-write-sum': (
-        'overrides#2', '+bindings#38', 'alias FV#2', 'fn advance', 'fn skip_at', 'fn gather_skip#2',
-        'fn sum_at#5', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#2', '+binding skip', '+binding sumOut#14', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#5',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.vec2f32-stats-write-sum': (
-        'overrides#2', '+bindings#39', 'alias FV#3', 'fn advance', 'fn skip_at', 'fn gather_skip#3',
-        'fn sum_at#5', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#3', '+binding skip', '+binding sumOut#15', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#5',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.f32-skip-full-stats-write-sum': (
-        'overrides#3', '+bindings#37', 'alias FV', 'fn advance', 'fn sum_at#6', 'fn stored_sum',
-        'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', 'var own',
-        'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x', '+binding skip', '+binding sumOut#13',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV',
+        '+// const VW', '+const VW', 'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'var own', '+var w', 'slots',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-stats-write-sum': (
-        'overrides#3', '+bindings#40', 'alias FV#2', 'fn advance', 'fn sum_at#6', 'fn stored_sum',
-        'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#2',
-        'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#2', '+binding skip#2', '+binding sumOut#14',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV#2',
+        '+// const VW', '+const VW#2', 'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-stats-write-sum': (
-        'overrides#3', '+bindings#41', 'alias FV#3', 'fn advance', 'fn sum_at#6', 'fn stored_sum',
-        'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#2',
-        'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#3', '+binding skip#3', '+binding sumOut#15',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV#3',
+        '+// const VW', '+const VW#3', 'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.f16-stats-write-sum': (
-        'enable', '+bindings#42', 'alias FV#4', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#7', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main', 'var own', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x#4', '+binding skip#4',
+        '+binding sumOut#16', '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV',
+        '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#7', 'fn stored_sum',
+        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
+        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'var own', '+var w', 'slots',
     ),
     'skip-group-norm-slab.vec4f16-stats-write-sum': (
-        'enable#2', '+bindings#43', 'alias FV#5', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#2',
-        'fn sum_at#7', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding sumOut#17', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#7',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.vec2f16-stats-write-sum': (
-        'enable#2', '+bindings#44', 'alias FV#6', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#3',
-        'fn sum_at#7', 'fn stored_sum', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding sumOut#18', '+binding partials#2', '+struct Params',
+        '+binding params#2', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#7',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'fn main', 'var own#2', 'slots[lid]',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.f16-skip-full-stats-write-sum': (
-        'enable#3', '+bindings#42', 'alias FV#4', 'fn advance', 'fn half', 'fn sum_at#8', 'fn stored_sum',
-        'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', 'var own',
-        'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#4', '+binding skip#4', '+binding sumOut#16',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV#4',
+        '+// const VW', '+const VW', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w', 'slots',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-stats-write-sum': (
-        'enable#3', '+bindings#45', 'alias FV#5', 'fn advance', 'fn half', 'fn sum_at#8', 'fn stored_sum',
-        'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#2',
-        'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#5', '+binding skip#5', '+binding sumOut#17',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV#5',
+        '+// const VW', '+const VW#2', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-stats-write-sum': (
-        'enable#3', '+bindings#46', 'alias FV#6', 'fn advance', 'fn half', 'fn sum_at#8', 'fn stored_sum',
-        'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#2',
-        'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#6', '+binding skip#6', '+binding sumOut#18',
+        '+binding partials#2', '+struct Params', '+binding params#2', '// alias FV', '+alias FV#6',
+        '+// const VW', '+const VW#3', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8',
+        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#2', 'slots',
     ),
     'skip-group-norm-slab.f32-stats': (
-        'overrides', '+bindings#47', 'alias FV', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#5', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
-        'var own#3', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x', '+binding skip',
+        '+binding partials#3', '+struct Params', '+binding params#4', '// alias FV', '+alias FV',
+        '+// const VW', '+const VW', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip',
+        '// fn sum_at', '+fn sum_at#5', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.vec4f32-stats': (
-        'overrides#2', '+bindings#48', 'alias FV#2', 'fn advance', 'fn skip_at', 'fn gather_skip#2',
-        'fn sum_at#5', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#2', '+binding skip', '+binding partials#3', '+struct Params', '+binding params#4',
+        '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#5', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.vec2f32-stats': (
-        'overrides#2', '+bindings#49', 'alias FV#3', 'fn advance', 'fn skip_at', 'fn gather_skip#3',
-        'fn sum_at#5', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#3', '+binding skip', '+binding partials#3', '+struct Params', '+binding params#4',
+        '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#5', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.f32-skip-full-stats': (
-        'overrides#3', '+bindings#47', 'alias FV', 'fn advance', 'fn sum_at#6', 'var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', 'var own#3', 'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x', '+binding skip', '+binding partials#3', '+struct Params',
+        '+binding params#4', '// alias FV', '+alias FV', '+// const VW', '+const VW', 'fn advance',
+        '// fn sum_at', '+fn sum_at#6', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own', '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-stats': (
-        'overrides#3', '+bindings#50', 'alias FV#2', 'fn advance', 'fn sum_at#6', 'var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#4',
-        'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#2', '+binding skip#2', '+binding partials#3',
+        '+struct Params', '+binding params#4', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2',
+        'fn advance', '// fn sum_at', '+fn sum_at#6', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile', 'var own',
+        '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-stats': (
-        'overrides#3', '+bindings#51', 'alias FV#3', 'fn advance', 'fn sum_at#6', 'var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#4',
-        'slots[lid]',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#3', '+binding skip#3', '+binding partials#3',
+        '+struct Params', '+binding params#4', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3',
+        'fn advance', '// fn sum_at', '+fn sum_at#6', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile', 'var own',
+        '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.f16-stats': (
-        'enable', '+bindings#52', 'alias FV#4', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#7', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main',
-        'var own#3', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x#4', '+binding skip#4',
+        '+binding partials#3', '+struct Params', '+binding params#4', '// alias FV', '+alias FV#4',
+        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip', '// fn sum_at', '+fn sum_at#7', '// var slots', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile', 'var own',
+        '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.vec4f16-stats': (
-        'enable#2', '+bindings#53', 'alias FV#5', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#2',
-        'fn sum_at#7', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding partials#3', '+struct Params', '+binding params#4',
+        '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#7', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.vec2f16-stats': (
-        'enable#2', '+bindings#54', 'alias FV#6', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#3',
-        'fn sum_at#7', 'var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main', 'var own#4', 'slots[lid]',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding partials#3', '+struct Params', '+binding params#4',
+        '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#7', '// var slots',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.f16-skip-full-stats': (
-        'enable#3', '+bindings#52', 'alias FV#4', 'fn advance', 'fn half', 'fn sum_at#8', 'var slots',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#4', '+binding skip#4', '+binding partials#3',
+        '+struct Params', '+binding params#4', '// alias FV', '+alias FV#4', '+// const VW', '+const VW',
+        'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// var slots', '+var slots',
         'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', 'var own#3',
-        'slots[lid]',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#3', 'slots',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-stats': (
-        'enable#3', '+bindings#55', 'alias FV#5', 'fn advance', 'fn half', 'fn sum_at#8', 'var slots',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#5', '+binding skip#5', '+binding partials#3',
+        '+struct Params', '+binding params#4', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2',
+        'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// var slots', '+var slots',
         'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', 'var own#4',
-        'slots[lid]',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-stats': (
-        'enable#3', '+bindings#56', 'alias FV#6', 'fn advance', 'fn half', 'fn sum_at#8', 'var slots',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#6', '+binding skip#6', '+binding partials#3',
+        '+struct Params', '+binding params#4', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3',
+        'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// var slots', '+var slots',
         'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', 'var own#4',
-        'slots[lid]',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main', '+let tile',
+        'var own', '+var w#4', 'slots',
     ),
     'skip-group-norm-slab.f32-normalize': (
-        'overrides#7', '+bindings#57', 'alias FV', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#5', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding gamma#3', '+binding stats#2', '+binding y#13', '+struct Params',
+        '+binding params#5', '// alias FV', '+alias FV', '+// const VW', '+const VW', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#5', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec4f32-normalize': (
-        'overrides#8', '+bindings#58', 'alias FV#2', 'fn advance', 'fn skip_at', 'fn gather_skip#2',
-        'fn sum_at#5', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#2', 'fn gather_beta#2',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#2', '+binding skip', '+binding gamma#3', '+binding stats#2',
+        '+binding y#14', '+struct Params', '+binding params#5', '// alias FV', '+alias FV#2',
+        '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2',
+        '// fn sum_at', '+fn sum_at#5', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec2f32-normalize': (
-        'overrides#8', '+bindings#59', 'alias FV#3', 'fn advance', 'fn skip_at', 'fn gather_skip#3',
-        'fn sum_at#5', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#3', 'fn gather_beta#3',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#3', '+binding skip', '+binding gamma#3', '+binding stats#2',
+        '+binding y#15', '+struct Params', '+binding params#5', '// alias FV', '+alias FV#3',
+        '+// const VW', '+const VW#3', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3',
+        '// fn sum_at', '+fn sum_at#5', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.f32-skip-full-normalize': (
-        'overrides#5', '+bindings#57', 'alias FV', 'fn advance', 'fn sum_at#6', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma', 'fn gather_beta', 'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x', '+binding skip', '+binding gamma#3',
+        '+binding stats#2', '+binding y#13', '+struct Params', '+binding params#5', '// alias FV',
+        '+alias FV', '+// const VW', '+const VW', 'fn advance', '// fn sum_at', '+fn sum_at#6',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta',
+        '+fn gather_beta', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-normalize': (
-        'overrides#6', '+bindings#60', 'alias FV#2', 'fn advance', 'fn sum_at#6', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#2', 'fn gather_beta#2', 'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#2', '+binding skip#2', '+binding gamma#3', '+binding stats#2', '+binding y#14',
+        '+struct Params', '+binding params#5', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2',
+        'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-normalize': (
-        'overrides#6', '+bindings#61', 'alias FV#3', 'fn advance', 'fn sum_at#6', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#3', 'fn gather_beta#3', 'fn balanced_chunk', 'fn main', 'if#2',
+        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#3', '+binding skip#3', '+binding gamma#3', '+binding stats#2', '+binding y#15',
+        '+struct Params', '+binding params#5', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3',
+        'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3', 'fn balanced_chunk', 'fn main',
+        '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.f16-normalize': (
-        'enable#7', '+bindings#62', 'alias FV#4', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#7', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
+        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#4',
+        '+binding skip#4', '+binding gamma#3', '+binding stats#2', '+binding y#16', '+struct Params',
+        '+binding params#5', '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#7',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta',
+        '+fn gather_beta', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec4f16-normalize': (
-        'enable#8', '+bindings#63', 'alias FV#5', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#2',
-        'fn sum_at#7', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#2', 'fn gather_beta#2',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#5', '+binding skip#4', '+binding gamma#3',
+        '+binding stats#2', '+binding y#17', '+struct Params', '+binding params#5', '// alias FV',
+        '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#7', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec2f16-normalize': (
-        'enable#8', '+bindings#64', 'alias FV#6', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip#3',
-        'fn sum_at#7', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#3', 'fn gather_beta#3',
-        'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
+        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
+        '+override workgroupSize', '+binding x#6', '+binding skip#4', '+binding gamma#3',
+        '+binding stats#2', '+binding y#18', '+struct Params', '+binding params#5', '// alias FV',
+        '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#7', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.f16-skip-full-normalize': (
-        'enable#5', '+bindings#62', 'alias FV#4', 'fn advance', 'fn half', 'fn sum_at#8', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
+        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
+        '+override tileCount', '+override workgroupSize', '+binding x#4', '+binding skip#4',
+        '+binding gamma#3', '+binding stats#2', '+binding y#16', '+struct Params', '+binding params#5',
+        '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', '// fn sum_at',
+        '+fn sum_at#8', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
+        '// fn gather_beta', '+fn gather_beta', 'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-normalize': (
-        'enable#6', '+bindings#65', 'alias FV#5', 'fn advance', 'fn half', 'fn sum_at#8', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#2', 'fn gather_beta#2', 'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#5', '+binding skip#5', '+binding gamma#3', '+binding stats#2', '+binding y#17',
+        '+struct Params', '+binding params#5', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2',
+        'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#2', '// fn gather_beta', '+fn gather_beta#2',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-normalize': (
-        'enable#6', '+bindings#66', 'alias FV#6', 'fn advance', 'fn half', 'fn sum_at#8', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#3', 'fn gather_beta#3', 'fn balanced_chunk', 'fn main', 'if#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
+        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
+        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
+        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
+        '+binding x#6', '+binding skip#6', '+binding gamma#3', '+binding stats#2', '+binding y#18',
+        '+struct Params', '+binding params#5', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3',
+        'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#3', '// fn gather_beta', '+fn gather_beta#3',
+        'fn balanced_chunk', 'fn main', '+let tile', 'if#2',
     ),
     'skip-group-norm-combine.only': (
-        'overrides#9', '+bindings#67', 'var slots#2', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn slab_values', 'fn main#2', 'var own#5',
+        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override groupValues',
+        '+override layoutChannelsLast', '+override rowCount', '+override slabCount',
+        '+override vectorWidth', '+override workgroupSize', '+binding partials#4', '+struct Params',
+        '+binding params#6', '// var slots#2', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn slab_values',
+        'fn main', '+let row', 'var own#2', '+// {', '+{',
     ),
     'skip-group-norm-fused.has-bias-f32-write-sum': (
-        'overrides#10', '+bindings#68', 'alias FV#7', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at#9', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma', 'fn gather_beta', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#3', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#13', '+binding sumOut#19',
+        '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV', '+// const VW', '+const VW',
+        'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#9', 'fn stored_sum',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta',
+        '+fn gather_beta', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
+        '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-write-sum': (
-        'overrides#10', '+bindings#69', 'alias FV#8', 'fn advance', 'fn skip_at', 'fn gather_skip#4',
-        'fn bias_at', 'fn gather_bias#4', 'fn sum_at#9', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#14', '+binding sumOut#20',
+        '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#2', '+// const VW',
+        '+const VW#2', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#9', 'fn stored_sum',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta',
+        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
         'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn main#4', 'ab',
+        'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-write-sum': (
-        'overrides#10', '+bindings#70', 'alias FV#9', 'fn advance', 'fn skip_at', 'fn gather_skip#5',
-        'fn bias_at', 'fn gather_bias#5', 'fn sum_at#9', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#15', '+binding sumOut#21',
+        '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#3', '+// const VW',
+        '+const VW#3', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', 'fn bias_at',
+        '// fn gather_bias', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#9', 'fn stored_sum',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta',
+        '+fn gather_beta#5', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
         'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn main#4', 'ab',
+        'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-f32-skip-full-write-sum': (
-        'overrides#10', '+bindings#68', 'alias FV#7', 'fn advance', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#2', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#3', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#13', '+binding sumOut#19',
+        '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV', '+// const VW', '+const VW',
+        'fn advance', 'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#2',
+        'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
+        '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-skip-full-write-sum': (
-        'overrides#10', '+bindings#71', 'alias FV#8', 'fn advance', 'fn bias_at', 'fn gather_bias#4',
-        'fn sum_at#2', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4',
-        'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#4', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip#2', '+binding bias', '+binding gamma#2', '+binding y#14', '+binding sumOut#20',
+        '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#2', '+// const VW',
+        '+const VW#2', 'fn advance', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#4', '// fn sum_at',
+        '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-skip-full-write-sum': (
-        'overrides#10', '+bindings#72', 'alias FV#9', 'fn advance', 'fn bias_at', 'fn gather_bias#5',
-        'fn sum_at#2', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5',
-        'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#4', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip#3', '+binding bias', '+binding gamma#2', '+binding y#15', '+binding sumOut#21',
+        '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#3', '+// const VW',
+        '+const VW#3', 'fn advance', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#5', '// fn sum_at',
+        '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-f16-write-sum': (
-        'enable#9', '+bindings#73', 'alias FV#10', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at#10', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma', 'fn gather_beta', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#3', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#16',
+        '+binding sumOut#22', '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#4',
+        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip', 'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at',
+        '+fn sum_at#10', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-write-sum': (
-        'enable#9', '+bindings#74', 'alias FV#11', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#4', 'fn bias_at', 'fn gather_bias#4', 'fn sum_at#10', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#17',
+        '+binding sumOut#23', '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#5',
+        '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip#4', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#4', '// fn sum_at',
+        '+fn sum_at#10', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-write-sum': (
-        'enable#9', '+bindings#75', 'alias FV#12', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#5', 'fn bias_at', 'fn gather_bias#5', 'fn sum_at#10', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#18',
+        '+binding sumOut#24', '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#6',
+        '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
+        '+fn gather_skip#5', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#5', '// fn sum_at',
+        '+fn sum_at#10', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-f16-skip-full-write-sum': (
-        'enable#9', '+bindings#73', 'alias FV#10', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#3', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#16',
+        '+binding sumOut#22', '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#4',
+        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta', '// var slots#3',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-skip-full-write-sum': (
-        'enable#9', '+bindings#76', 'alias FV#11', 'fn advance', 'fn half', 'fn bias_at',
-        'fn gather_bias#4', 'fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#5', '+binding bias#2', '+binding gamma#2', '+binding y#17',
+        '+binding sumOut#23', '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#5',
+        '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
+        'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-skip-full-write-sum': (
-        'enable#9', '+bindings#77', 'alias FV#12', 'fn advance', 'fn half', 'fn bias_at',
-        'fn gather_bias#5', 'fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#6', '+binding bias#2', '+binding gamma#2', '+binding y#18',
+        '+binding sumOut#24', '+struct Params#2', '+binding params#3', '// alias FV#2', '+alias FV#6',
+        '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
+        'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.has-bias-f32': (
-        'overrides#10', '+bindings#78', 'alias FV#7', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at#9', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma',
-        'fn gather_beta', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#5', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#13', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias', '// fn sum_at', '+fn sum_at#9', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta', '// var slots#3',
+        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step#3',
+        '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f32': (
-        'overrides#10', '+bindings#79', 'alias FV#8', 'fn advance', 'fn skip_at', 'fn gather_skip#4',
-        'fn bias_at', 'fn gather_bias#4', 'fn sum_at#9', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4',
-        'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#14', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#9', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#6', 'ab#2',
+        'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f32': (
-        'overrides#10', '+bindings#80', 'alias FV#9', 'fn advance', 'fn skip_at', 'fn gather_skip#5',
-        'fn bias_at', 'fn gather_bias#5', 'fn sum_at#9', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5',
-        'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#15', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', 'fn bias_at', '// fn gather_bias',
+        '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#9', 'fn gamma_at', 'fn beta_at',
+        '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
         'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#6', 'ab#2',
+        'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-f32-skip-full': (
-        'overrides#10', '+bindings#78', 'alias FV#7', 'fn advance', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#2', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#5', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding bias', '+binding gamma#2', '+binding y#13', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#2', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
+        '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-skip-full': (
-        'overrides#10', '+bindings#81', 'alias FV#8', 'fn advance', 'fn bias_at', 'fn gather_bias#4',
-        'fn sum_at#2', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main#6', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip#2', '+binding bias', '+binding gamma#2', '+binding y#14', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#2',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta',
+        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-skip-full': (
-        'overrides#10', '+bindings#82', 'alias FV#9', 'fn advance', 'fn bias_at', 'fn gather_bias#5',
-        'fn sum_at#2', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main#6', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip#3', '+binding bias', '+binding gamma#2', '+binding y#15', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#2',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta',
+        '+fn gather_beta#5', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-f16': (
-        'enable#9', '+bindings#83', 'alias FV#10', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn bias_at', 'fn gather_bias', 'fn sum_at#10', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma',
-        'fn gather_beta', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#5', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#16',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#4', '+// const VW',
+        '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias', '// fn sum_at', '+fn sum_at#10',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta',
+        '+fn gather_beta', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
+        '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f16': (
-        'enable#9', '+bindings#84', 'alias FV#11', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#4', 'fn bias_at', 'fn gather_bias#4', 'fn sum_at#10', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#17',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#5', '+// const VW',
+        '+const VW#2', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#10',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta',
+        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
         'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn main#6', 'ab#2',
+        'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f16': (
-        'enable#9', '+bindings#85', 'alias FV#12', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#5', 'fn bias_at', 'fn gather_bias#5', 'fn sum_at#10', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#18',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#6', '+// const VW',
+        '+const VW#3', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5',
+        'fn bias_at', '// fn gather_bias', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#10',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta',
+        '+fn gather_beta#5', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
         'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn main#6', 'ab#2',
+        'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-f16-skip-full': (
-        'enable#9', '+bindings#83', 'alias FV#10', 'fn advance', 'fn half', 'fn bias_at', 'fn gather_bias',
-        'fn sum_at#4', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding bias#2', '+binding gamma#2', '+binding y#16',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#4', '+// const VW',
+        '+const VW', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias', '+fn gather_bias',
+        '// fn sum_at', '+fn sum_at#4', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots',
         'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#5', 'ab#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step#3',
+        '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-skip-full': (
-        'enable#9', '+bindings#86', 'alias FV#11', 'fn advance', 'fn half', 'fn bias_at',
-        'fn gather_bias#4', 'fn sum_at#4', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4',
-        'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#6', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#5', '+binding bias#2', '+binding gamma#2', '+binding y#17',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#5', '+// const VW',
+        '+const VW#2', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#4',
+        '// fn sum_at', '+fn sum_at#4', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#4',
+        '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-skip-full': (
-        'enable#9', '+bindings#87', 'alias FV#12', 'fn advance', 'fn half', 'fn bias_at',
-        'fn gather_bias#5', 'fn sum_at#4', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5',
-        'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#6', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#6', '+binding bias#2', '+binding gamma#2', '+binding y#18',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#6', '+// const VW',
+        '+const VW#3', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias', '+fn gather_bias#5',
+        '// fn sum_at', '+fn sum_at#4', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#4',
+        '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.f32-write-sum': (
-        'overrides#10', '+bindings#88', 'alias FV#7', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#11', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#3', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding gamma#3', '+binding y', '+binding sumOut#25', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#11',
+        'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
+        '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.vec4f32-write-sum': (
-        'overrides#10', '+bindings#89', 'alias FV#8', 'fn advance', 'fn skip_at', 'fn gather_skip#4',
-        'fn sum_at#11', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4',
-        'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#4', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip', '+binding gamma#3', '+binding y#2', '+binding sumOut#26', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', '// fn sum_at', '+fn sum_at#11',
+        'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4',
+        '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2',
+        'ab',
     ),
     'skip-group-norm-fused.vec2f32-write-sum': (
-        'overrides#10', '+bindings#90', 'alias FV#9', 'fn advance', 'fn skip_at', 'fn gather_skip#5',
-        'fn sum_at#11', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5',
-        'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#4', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip', '+binding gamma#3', '+binding y#3', '+binding sumOut#27', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
+        'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', '// fn sum_at', '+fn sum_at#11',
+        'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5',
+        '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2',
+        'ab',
     ),
     'skip-group-norm-fused.f32-skip-full-write-sum': (
-        'overrides#10', '+bindings#88', 'alias FV#7', 'fn advance', 'fn sum_at#6', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn main#3', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding gamma#3', '+binding y', '+binding sumOut#25', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
+        '// fn sum_at', '+fn sum_at#6', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.vec4f32-skip-full-write-sum': (
-        'overrides#10', '+bindings#91', 'alias FV#8', 'fn advance', 'fn sum_at#6', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#4', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip#2', '+binding gamma#3', '+binding y#2', '+binding sumOut#26', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
+        '// fn sum_at', '+fn sum_at#6', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.vec2f32-skip-full-write-sum': (
-        'overrides#10', '+bindings#92', 'alias FV#9', 'fn advance', 'fn sum_at#6', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#4', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip#3', '+binding gamma#3', '+binding y#3', '+binding sumOut#27', '+struct Params#2',
+        '+binding params#5', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
+        '// fn sum_at', '+fn sum_at#6', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.f16-write-sum': (
-        'enable#9', '+bindings#93', 'alias FV#10', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#12', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta',
-        'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#3', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding gamma#3', '+binding y#4', '+binding sumOut#28',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#4', '+// const VW',
+        '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip',
+        '// fn sum_at', '+fn sum_at#12', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.vec4f16-write-sum': (
-        'enable#9', '+bindings#94', 'alias FV#11', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#4', 'fn sum_at#12', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding gamma#3', '+binding y#5', '+binding sumOut#29',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#5', '+// const VW',
+        '+const VW#2', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4',
+        '// fn sum_at', '+fn sum_at#12', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.vec2f16-write-sum': (
-        'enable#9', '+bindings#95', 'alias FV#12', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#5', 'fn sum_at#12', 'fn stored_sum', 'fn gamma_at', 'fn beta_at',
-        'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding gamma#3', '+binding y#6', '+binding sumOut#30',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#6', '+// const VW',
+        '+const VW#3', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5',
+        '// fn sum_at', '+fn sum_at#12', 'fn stored_sum', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#2',
+        '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.f16-skip-full-write-sum': (
-        'enable#9', '+bindings#93', 'alias FV#10', 'fn advance', 'fn half', 'fn sum_at#8', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn main#3', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding gamma#3', '+binding y#4', '+binding sumOut#28',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#4', '+// const VW',
+        '+const VW', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn stored_sum',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta',
+        '+fn gather_beta', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
+        '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.vec4f16-skip-full-write-sum': (
-        'enable#9', '+bindings#96', 'alias FV#11', 'fn advance', 'fn half', 'fn sum_at#8', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#5', '+binding gamma#3', '+binding y#5', '+binding sumOut#29',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#5', '+// const VW',
+        '+const VW#2', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn stored_sum',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta',
+        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.vec2f16-skip-full-write-sum': (
-        'enable#9', '+bindings#97', 'alias FV#12', 'fn advance', 'fn half', 'fn sum_at#8', 'fn stored_sum',
-        'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#4', 'ab',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#6', '+binding gamma#3', '+binding y#6', '+binding sumOut#30',
+        '+struct Params#2', '+binding params#5', '// alias FV#2', '+alias FV#6', '+// const VW',
+        '+const VW#3', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn stored_sum',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta',
+        '+fn gather_beta#5', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
     ),
     'skip-group-norm-fused.f32': (
-        'overrides#10', '+bindings#98', 'alias FV#7', 'fn advance', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#11', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#5', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding gamma#3', '+binding y', '+struct Params#2', '+binding params',
+        '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#11', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
+        '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.vec4f32': (
-        'overrides#10', '+bindings#99', 'alias FV#8', 'fn advance', 'fn skip_at', 'fn gather_skip#4',
-        'fn sum_at#11', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main#6', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip', '+binding gamma#3', '+binding y#2', '+struct Params#2', '+binding params',
+        '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#4', '// fn sum_at', '+fn sum_at#11', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
+        'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.vec2f32': (
-        'overrides#10', '+bindings#100', 'alias FV#9', 'fn advance', 'fn skip_at', 'fn gather_skip#5',
-        'fn sum_at#11', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main#6', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip', '+binding gamma#3', '+binding y#3', '+struct Params#2', '+binding params',
+        '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn skip_at',
+        '// fn gather_skip', '+fn gather_skip#5', '// fn sum_at', '+fn sum_at#11', 'fn gamma_at',
+        'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5',
+        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
+        'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.f32-skip-full': (
-        'overrides#10', '+bindings#98', 'alias FV#7', 'fn advance', 'fn sum_at#6', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn main#5', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
+        '+binding skip', '+binding gamma#3', '+binding y', '+struct Params#2', '+binding params',
+        '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance', '// fn sum_at',
+        '+fn sum_at#6', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
+        '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots', 'struct Stats',
+        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
+        'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step#3', '+// {', '+{#2',
+        'ab#2',
     ),
     'skip-group-norm-fused.vec4f32-skip-full': (
-        'overrides#10', '+bindings#101', 'alias FV#8', 'fn advance', 'fn sum_at#6', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
+        '+binding skip#2', '+binding gamma#3', '+binding y#2', '+struct Params#2', '+binding params',
+        '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', '// fn sum_at',
+        '+fn sum_at#6', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4',
+        '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats',
         'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#6', 'ab#2',
+        'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
+        'ab#2',
     ),
     'skip-group-norm-fused.vec2f32-skip-full': (
-        'overrides#10', '+bindings#102', 'alias FV#9', 'fn advance', 'fn sum_at#6', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats',
+        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
+        '+binding skip#3', '+binding gamma#3', '+binding y#3', '+struct Params#2', '+binding params',
+        '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', '// fn sum_at',
+        '+fn sum_at#6', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5',
+        '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots', 'struct Stats',
         'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#6', 'ab#2',
+        'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
+        'ab#2',
     ),
     'skip-group-norm-fused.f16': (
-        'enable#9', '+bindings#103', 'alias FV#10', 'fn advance', 'fn half', 'fn skip_at', 'fn gather_skip',
-        'fn sum_at#12', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#5', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding gamma#3', '+binding y#4', '+struct Params#2',
+        '+binding params', '// alias FV#2', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#12',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// fn gather_beta',
+        '+fn gather_beta', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
+        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
+        '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.vec4f16': (
-        'enable#9', '+bindings#104', 'alias FV#11', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#4', 'fn sum_at#12', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#4',
-        'fn gather_beta#4', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#6', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#4', '+binding gamma#3', '+binding y#5', '+struct Params#2',
+        '+binding params', '// alias FV#2', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', '// fn sum_at', '+fn sum_at#12',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#4', '// fn gather_beta',
+        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.vec2f16': (
-        'enable#9', '+bindings#105', 'alias FV#12', 'fn advance', 'fn half', 'fn skip_at',
-        'fn gather_skip#5', 'fn sum_at#12', 'fn gamma_at', 'fn beta_at', 'fn gather_gamma#5',
-        'fn gather_beta#5', 'var slots#3', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#6', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#4', '+binding gamma#3', '+binding y#6', '+struct Params#2',
+        '+binding params', '// alias FV#2', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
+        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', '// fn sum_at', '+fn sum_at#12',
+        'fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#5', '// fn gather_beta',
+        '+fn gather_beta#5', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
+        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
+        'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.f16-skip-full': (
-        'enable#9', '+bindings#103', 'alias FV#10', 'fn advance', 'fn half', 'fn sum_at#8', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma', 'fn gather_beta', 'var slots#3', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn main#5', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#4', '+binding skip#4', '+binding gamma#3', '+binding y#4', '+struct Params#2',
+        '+binding params', '// alias FV#2', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
+        'fn half', '// fn sum_at', '+fn sum_at#8', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma', '// fn gather_beta', '+fn gather_beta', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', '+let row#2', '+let ab_step#3',
+        '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.vec4f16-skip-full': (
-        'enable#9', '+bindings#106', 'alias FV#11', 'fn advance', 'fn half', 'fn sum_at#8', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#4', 'fn gather_beta#4', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#6', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#5', '+binding skip#5', '+binding gamma#3', '+binding y#5', '+struct Params#2',
+        '+binding params', '// alias FV#2', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
+        'fn half', '// fn sum_at', '+fn sum_at#8', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#4', '// fn gather_beta', '+fn gather_beta#4', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main', '+let row#2', '+let ab_step#4',
+        '+// {', '+{#2', 'ab#2',
     ),
     'skip-group-norm-fused.vec2f16-skip-full': (
-        'enable#9', '+bindings#107', 'alias FV#12', 'fn advance', 'fn half', 'fn sum_at#8', 'fn gamma_at',
-        'fn beta_at', 'fn gather_gamma#5', 'fn gather_beta#5', 'var slots#3', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#6', 'ab#2',
+        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
+        '+binding x#6', '+binding skip#6', '+binding gamma#3', '+binding y#6', '+struct Params#2',
+        '+binding params', '// alias FV#2', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
+        'fn half', '// fn sum_at', '+fn sum_at#8', 'fn gamma_at', 'fn beta_at', '// fn gather_gamma',
+        '+fn gather_gamma#5', '// fn gather_beta', '+fn gather_beta#5', '// var slots#3', '+var slots',
+        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main', '+let row#2', '+let ab_step#4',
+        '+// {', '+{#2', 'ab#2',
     ),
 }
 # fmt: on

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, fold_width, make_pass, shader_table, vary
+from .._runtime import Binding, fold_dispatch, make_pass, shader_table
 from .shaders import wgsl
 
 ID = "split_sum"
@@ -181,38 +181,15 @@ def values(r, d) -> Values:
     lane_rows = d.sg_lane_rows
     # segmentLanes: sgSegmentLanes
     segment_lanes = d.sg_segment_lanes
+    # fmt: off
     return Values(
-        has_bias,
-        write_sum,
-        uses_f16,
-        vec_width,
-        io_element,
-        skip_element,
-        num_groups,
-        num_channels,
-        channels_per_group,
-        vector_width,
-        item_stride,
-        group_stride,
-        inner_vectors,
-        outer_stride,
-        channel_divisor,
-        lane_channel_step,
-        row_count,
-        row_vectors,
-        group_values,
-        params_f16,
-        layout_channels_last,
-        groups_per_block,
-        blocks_per_item,
-        tile_width,
-        tile_count,
-        slab_units,
-        slab_count,
-        lane_columns,
-        lane_rows,
-        segment_lanes,
+        has_bias, write_sum, uses_f16, vec_width, io_element, skip_element, num_groups, num_channels,
+        channels_per_group, vector_width, item_stride, group_stride, inner_vectors, outer_stride,
+        channel_divisor, lane_channel_step, row_count, row_vectors, group_values, params_f16,
+        layout_channels_last, groups_per_block, blocks_per_item, tile_width, tile_count, slab_units,
+        slab_count, lane_columns, lane_rows, segment_lanes,
     )
+    # fmt: on
 
 
 def intermediates(r, d, v) -> dict:
@@ -240,36 +217,15 @@ def _stats(r, d, v):
     # skipFull: sgSkipFull
     skip_full = d.sg_skip_full
     shader = STATS_SHADERS[(v.io_element, skip_full)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=sgTileCount, z=sgSlabCount
     dispatch = fold_dispatch(d.sg_tile_count, 1, d.sg_slab_count, r.caps, "SkipGroupNorm.SlabStats")
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
-    numbers = {
-        "numGroups": v.num_groups,
-        "numChannels": v.num_channels,
-        "channelsPerGroup": v.channels_per_group,
-        "itemStride": v.item_stride,
-        "groupStride": v.group_stride,
-        "outerStride": v.outer_stride,
-        "channelDivisor": v.channel_divisor,
-        "laneChannelStep": v.lane_channel_step,
-        "layoutChannelsLast": v.layout_channels_last,
-        "groupsPerBlock": v.groups_per_block,
-        "blocksPerItem": v.blocks_per_item,
-        "tileWidth": v.tile_width,
-        "tileCount": v.tile_count,
-        "slabUnits": v.slab_units,
-        "slabCount": v.slab_count,
-        "laneColumns": v.lane_columns,
-        "laneRows": v.lane_rows,
-        "segmentLanes": v.segment_lanes,
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "stats", "SkipGroupNorm.SlabStats", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": workgroup_size}
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "stats", "SkipGroupNorm.SlabStats", dispatch, uniforms, numbers, v=v)
 
 
 def _combine(r, d, v):
@@ -279,25 +235,15 @@ def _combine(r, d, v):
     # workgroupSize: sgCombineWorkgroupSize
     workgroup_size = d.sg_combine_workgroup_size
     shader = COMBINE_SHADERS[()]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=sgRows if sgNonEmpty else 0, z=1
     dispatch = fold_dispatch(d.sg_rows if d.sg_non_empty else 0, 1, 1, r.caps, "SkipGroupNorm.Combine")
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
-    numbers = {
-        "channelsPerGroup": v.channels_per_group,
-        "vectorWidth": v.vector_width,
-        "rowCount": v.row_count,
-        "groupValues": v.group_values,
-        "layoutChannelsLast": v.layout_channels_last,
-        "slabUnits": v.slab_units,
-        "slabCount": v.slab_count,
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "combine", "SkipGroupNorm.Combine", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": workgroup_size}
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "combine", "SkipGroupNorm.Combine", dispatch, uniforms, numbers, v=v)
 
 
 def _normalize(r, d, v):
@@ -307,101 +253,16 @@ def _normalize(r, d, v):
     # workgroupSize: sgSlabWorkgroupSize
     workgroup_size = d.sg_slab_workgroup_size
     shader = NORMALIZE_SHADERS[(v.io_element,)]
-    dispatch_fold_width = fold_width(r.caps)
     # dispatch: workgroups=sgTileCount, z=sgSlabCount
     dispatch = fold_dispatch(d.sg_tile_count, 1, d.sg_slab_count, r.caps, "SkipGroupNorm.SlabNormalize")
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
-    numbers = {
-        "numGroups": v.num_groups,
-        "channelsPerGroup": v.channels_per_group,
-        "itemStride": v.item_stride,
-        "groupStride": v.group_stride,
-        "outerStride": v.outer_stride,
-        "channelDivisor": v.channel_divisor,
-        "laneChannelStep": v.lane_channel_step,
-        "paramsF16": v.params_f16,
-        "layoutChannelsLast": v.layout_channels_last,
-        "groupsPerBlock": v.groups_per_block,
-        "blocksPerItem": v.blocks_per_item,
-        "tileWidth": v.tile_width,
-        "tileCount": v.tile_count,
-        "slabUnits": v.slab_units,
-        "slabCount": v.slab_count,
-        "laneColumns": v.lane_columns,
-        "laneRows": v.lane_rows,
-        "segmentLanes": v.segment_lanes,
-        "workgroupSize": workgroup_size,
-        "DISPATCH_FOLD_WIDTH": dispatch_fold_width,
-    }
-    return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": workgroup_size}
+    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers, v=v)
 
-
-STATS_OVERRIDES_1 = (
-    ("DISPATCH_FOLD_WIDTH", "u32"),
-    ("blocksPerItem", "u32"),
-    ("channelDivisor", "u32"),
-    ("channelsPerGroup", "u32"),
-    ("groupStride", "u32"),
-    ("groupsPerBlock", "u32"),
-    ("itemStride", "u32"),
-    ("laneColumns", "u32"),
-    ("laneRows", "u32"),
-    ("layoutChannelsLast", "u32"),
-    ("numChannels", "u32"),
-    ("numGroups", "u32"),
-    ("outerStride", "u32"),
-    ("segmentLanes", "u32"),
-    ("slabCount", "u32"),
-    ("slabUnits", "u32"),
-    ("tileCount", "u32"),
-    ("tileWidth", "u32"),
-    ("workgroupSize", "u32"),
-)
-STATS_OVERRIDES_2 = (
-    ("DISPATCH_FOLD_WIDTH", "u32"),
-    ("blocksPerItem", "u32"),
-    ("channelDivisor", "u32"),
-    ("channelsPerGroup", "u32"),
-    ("groupStride", "u32"),
-    ("groupsPerBlock", "u32"),
-    ("itemStride", "u32"),
-    ("laneChannelStep", "u32"),
-    ("laneColumns", "u32"),
-    ("laneRows", "u32"),
-    ("layoutChannelsLast", "u32"),
-    ("numChannels", "u32"),
-    ("numGroups", "u32"),
-    ("outerStride", "u32"),
-    ("segmentLanes", "u32"),
-    ("slabCount", "u32"),
-    ("slabUnits", "u32"),
-    ("tileCount", "u32"),
-    ("tileWidth", "u32"),
-    ("workgroupSize", "u32"),
-)
-STATS_OVERRIDES_3 = (
-    ("DISPATCH_FOLD_WIDTH", "u32"),
-    ("blocksPerItem", "u32"),
-    ("channelDivisor", "u32"),
-    ("channelsPerGroup", "u32"),
-    ("groupStride", "u32"),
-    ("groupsPerBlock", "u32"),
-    ("itemStride", "u32"),
-    ("laneColumns", "u32"),
-    ("laneRows", "u32"),
-    ("layoutChannelsLast", "u32"),
-    ("numGroups", "u32"),
-    ("outerStride", "u32"),
-    ("segmentLanes", "u32"),
-    ("slabCount", "u32"),
-    ("slabUnits", "u32"),
-    ("tileCount", "u32"),
-    ("tileWidth", "u32"),
-    ("workgroupSize", "u32"),
-)
 
 # Pass `stats`: its shaders by (ioElement, skipFull): the template values that
 # tell its specializations apart; the others are hasBias=False, slabStage='stats', writeSum=True, partials element type='vec4<f32>' or follow from these.
@@ -415,43 +276,19 @@ STATS_SHADERS = shader_table(
         Binding(3, "partials", "intermediate", "partials", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("epsilon", "f32"), ("activation", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
-        ("f32", False): vary("skip-group-norm-slab.f32-stats-write-sum", overrides=STATS_OVERRIDES_1),
-        ("vec4<f32>", False): vary(
-            "skip-group-norm-slab.vec4f32-stats-write-sum", overrides=STATS_OVERRIDES_2
-        ),
-        ("vec2<f32>", False): vary(
-            "skip-group-norm-slab.vec2f32-stats-write-sum", overrides=STATS_OVERRIDES_2
-        ),
-        ("f32", True): vary(
-            "skip-group-norm-slab.f32-skip-full-stats-write-sum", overrides=STATS_OVERRIDES_3
-        ),
-        ("vec4<f32>", True): vary(
-            "skip-group-norm-slab.vec4f32-skip-full-stats-write-sum", overrides=STATS_OVERRIDES_3
-        ),
-        ("vec2<f32>", True): vary(
-            "skip-group-norm-slab.vec2f32-skip-full-stats-write-sum", overrides=STATS_OVERRIDES_3
-        ),
-        ("f16", False): vary("skip-group-norm-slab.f16-stats-write-sum", overrides=STATS_OVERRIDES_1),
-        ("vec4<f16>", False): vary(
-            "skip-group-norm-slab.vec4f16-stats-write-sum", overrides=STATS_OVERRIDES_2
-        ),
-        ("vec2<f16>", False): vary(
-            "skip-group-norm-slab.vec2f16-stats-write-sum", overrides=STATS_OVERRIDES_2
-        ),
-        ("f16", True): vary(
-            "skip-group-norm-slab.f16-skip-full-stats-write-sum", overrides=STATS_OVERRIDES_3
-        ),
-        ("vec4<f16>", True): vary(
-            "skip-group-norm-slab.vec4f16-skip-full-stats-write-sum", overrides=STATS_OVERRIDES_3
-        ),
-        ("vec2<f16>", True): vary(
-            "skip-group-norm-slab.vec2f16-skip-full-stats-write-sum", overrides=STATS_OVERRIDES_3
-        ),
+        ("f32", False): "skip-group-norm-slab.f32-stats-write-sum",
+        ("vec4<f32>", False): "skip-group-norm-slab.vec4f32-stats-write-sum",
+        ("vec2<f32>", False): "skip-group-norm-slab.vec2f32-stats-write-sum",
+        ("f32", True): "skip-group-norm-slab.f32-skip-full-stats-write-sum",
+        ("vec4<f32>", True): "skip-group-norm-slab.vec4f32-skip-full-stats-write-sum",
+        ("vec2<f32>", True): "skip-group-norm-slab.vec2f32-skip-full-stats-write-sum",
+        ("f16", False): "skip-group-norm-slab.f16-stats-write-sum",
+        ("vec4<f16>", False): "skip-group-norm-slab.vec4f16-stats-write-sum",
+        ("vec2<f16>", False): "skip-group-norm-slab.vec2f16-stats-write-sum",
+        ("f16", True): "skip-group-norm-slab.f16-skip-full-stats-write-sum",
+        ("vec4<f16>", True): "skip-group-norm-slab.vec4f16-skip-full-stats-write-sum",
+        ("vec2<f16>", True): "skip-group-norm-slab.vec2f16-skip-full-stats-write-sum",
     },
 )
 
@@ -466,70 +303,11 @@ COMBINE_SHADERS = shader_table(
         Binding(1, "stats", "intermediate", "stats", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("epsilon", "f32"), ("activation", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
-    overrides=(
-        ("DISPATCH_FOLD_WIDTH", "u32"),
-        ("channelsPerGroup", "u32"),
-        ("groupValues", "u32"),
-        ("layoutChannelsLast", "u32"),
-        ("rowCount", "u32"),
-        ("slabCount", "u32"),
-        ("slabUnits", "u32"),
-        ("vectorWidth", "u32"),
-        ("workgroupSize", "u32"),
-    ),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=((16, ("workgroupSize",)),),
-    uses_subgroups=False,
     shaders={
         (): "skip-group-norm-combine.only",
     },
 )
 
-
-NORMALIZE_OVERRIDES_1 = (
-    ("DISPATCH_FOLD_WIDTH", "u32"),
-    ("blocksPerItem", "u32"),
-    ("channelDivisor", "u32"),
-    ("channelsPerGroup", "u32"),
-    ("groupStride", "u32"),
-    ("groupsPerBlock", "u32"),
-    ("itemStride", "u32"),
-    ("laneColumns", "u32"),
-    ("laneRows", "u32"),
-    ("layoutChannelsLast", "u32"),
-    ("numGroups", "u32"),
-    ("outerStride", "u32"),
-    ("paramsF16", "u32"),
-    ("segmentLanes", "u32"),
-    ("slabCount", "u32"),
-    ("slabUnits", "u32"),
-    ("tileCount", "u32"),
-    ("tileWidth", "u32"),
-    ("workgroupSize", "u32"),
-)
-NORMALIZE_OVERRIDES_2 = (
-    ("DISPATCH_FOLD_WIDTH", "u32"),
-    ("blocksPerItem", "u32"),
-    ("channelDivisor", "u32"),
-    ("channelsPerGroup", "u32"),
-    ("groupStride", "u32"),
-    ("groupsPerBlock", "u32"),
-    ("itemStride", "u32"),
-    ("laneChannelStep", "u32"),
-    ("laneColumns", "u32"),
-    ("laneRows", "u32"),
-    ("layoutChannelsLast", "u32"),
-    ("numGroups", "u32"),
-    ("outerStride", "u32"),
-    ("paramsF16", "u32"),
-    ("segmentLanes", "u32"),
-    ("slabCount", "u32"),
-    ("slabUnits", "u32"),
-    ("tileCount", "u32"),
-    ("tileWidth", "u32"),
-    ("workgroupSize", "u32"),
-)
 
 # Pass `normalize`: its shaders by (ioElement): the template values that
 # tell its specializations apart; the others are hasBias=False, slabStage='normalize', writeSum=True, gamma element type='u32', beta element type='u32', stats element type='vec4<f32>' or follow from these.
@@ -544,28 +322,12 @@ NORMALIZE_SHADERS = shader_table(
         Binding(4, "y", "output", "Y", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    uniform_types=(("epsilon", "f32"), ("activation", "u32"), ("_pad0", "u32"), ("_pad1", "u32")),
-    workgroup_size="workgroupSize",
-    workgroup_arrays=(),
-    uses_subgroups=False,
     shaders={
-        ("f32",): vary(
-            "skip-group-norm-slab.has-bias-f32-normalize-write-sum", overrides=NORMALIZE_OVERRIDES_1
-        ),
-        ("vec4<f32>",): vary(
-            "skip-group-norm-slab.has-bias-vec4f32-normalize-write-sum", overrides=NORMALIZE_OVERRIDES_2
-        ),
-        ("vec2<f32>",): vary(
-            "skip-group-norm-slab.has-bias-vec2f32-normalize-write-sum", overrides=NORMALIZE_OVERRIDES_2
-        ),
-        ("f16",): vary(
-            "skip-group-norm-slab.has-bias-f16-normalize-write-sum", overrides=NORMALIZE_OVERRIDES_1
-        ),
-        ("vec4<f16>",): vary(
-            "skip-group-norm-slab.has-bias-vec4f16-normalize-write-sum", overrides=NORMALIZE_OVERRIDES_2
-        ),
-        ("vec2<f16>",): vary(
-            "skip-group-norm-slab.has-bias-vec2f16-normalize-write-sum", overrides=NORMALIZE_OVERRIDES_2
-        ),
+        ("f32",): "skip-group-norm-slab.has-bias-f32-normalize-write-sum",
+        ("vec4<f32>",): "skip-group-norm-slab.has-bias-vec4f32-normalize-write-sum",
+        ("vec2<f32>",): "skip-group-norm-slab.has-bias-vec2f32-normalize-write-sum",
+        ("f16",): "skip-group-norm-slab.has-bias-f16-normalize-write-sum",
+        ("vec4<f16>",): "skip-group-norm-slab.has-bias-vec4f16-normalize-write-sum",
+        ("vec2<f16>",): "skip-group-norm-slab.has-bias-vec2f16-normalize-write-sum",
     },
 )

@@ -1,0 +1,62 @@
+"""The one reader: every source a build consumes, read from disk once into a Snapshot.
+
+Input: the MANIFESTS and templates folders, and the compiler's own files that are copied verbatim
+(the runtime package, the tools). Output: a Snapshot, {repository-relative path: bytes}, from
+which the stages take manifest texts, template texts, cases and the copied sources, and the
+banners their sha256; no later stage opens a source file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+CASE_FILES = ("test.json", "bench.json")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    files: Mapping[str, bytes]  # repository-relative posix path -> the bytes read
+    manifests: str  # the MANIFESTS folder, repository-relative ("manifests")
+    templates: str  # the templates folder, repository-relative where it can be ("templates")
+
+    def text(self, path: str) -> str:
+        return self.files[path].decode()
+
+    def sha256(self, path: str) -> str:
+        return hashlib.sha256(self.files[path]).hexdigest()
+
+    def has(self, path: str) -> bool:
+        return path in self.files
+
+    def template_texts(self) -> dict[str, str]:
+        """{template name as the Jinja loader knows it (`_lib/reduce.wgsl.jinja`): text}."""
+        prefix = f"{self.templates}/"
+        return {path[len(prefix) :]: data.decode() for path, data in self.files.items() if path.startswith(prefix)}
+
+
+def _relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root).as_posix()
+    except ValueError:
+        return path.resolve().as_posix()
+
+
+def read_snapshot(manifests: Path, templates: Path, copied: Mapping[str, Path]) -> Snapshot:
+    """Read every manifest with its cases, every template and the `copied` files ({path as the
+    banner names it: file}) once."""
+    root = manifests.resolve().parent
+    files: dict[str, bytes] = {}
+    for folder in sorted(p for p in manifests.glob("*") if (p / "manifest.json").is_file()):
+        for name in ("manifest.json", *CASE_FILES):
+            if (folder / name).is_file():
+                files[_relative(folder / name, root)] = (folder / name).read_bytes()
+    templates_at = _relative(templates, root)
+    if templates.is_dir():
+        for path in sorted(templates.rglob("*.jinja")):
+            files[f"{templates_at}/{path.relative_to(templates).as_posix()}"] = path.read_bytes()
+    for name, path in copied.items():
+        files[str(PurePosixPath(name))] = path.read_bytes()
+    return Snapshot(files, _relative(manifests, root), templates_at)
