@@ -120,19 +120,28 @@ def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, 
     assert_close(actual, reference(inputs, attrs), dtype, f"{variant} {shape} {attrs} {tunables} {seed_note(seed)}")
 
 
+# (shape, num_groups, {dtype: (variant, split or chunks)}): 65536, 66560, 65728 and 67596 values a row.
+# group_splitk_registers cuts rows into chunks of 128 x 8 f32 / 128 x 4 f16 units (4096 values):
+# 16 chunks, or 17 with a short last chunk; rows of whole vec4s but not whole f16 units take
+# group_splitk_vec4_pairs for f16, rows of odd spatial size group_splitk.
+NATURAL_SPLITK_CASES = [
+    ((1, 32, 64, 64), 2, {"float32": ("group_splitk_registers", 16), "float16": ("group_splitk_registers", 16)}),
+    ((2, 16, 32, 130), 1, {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_registers", 17)}),
+    ((1, 16, 4, 1027), 1, {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_vec4_pairs", 32)}),
+    ((2, 8, 129, 131), 2, {"float32": ("group_splitk", 32), "float16": ("group_splitk", 32)}),
+]
+
+
 @DTYPES
-@pytest.mark.parametrize(
-    "shape,num_groups,variant",
-    [((1, 32, 64, 64), 2, "group_splitk_vec4"), ((2, 16, 32, 130), 1, "group_splitk_vec4"), ((2, 8, 129, 131), 2, "group_splitk")],
-    ids=["1x32x64x64-g2", "2x16x32x130-g1", "2x8x129x131-g2"],
-)
-def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_groups, variant, dtype, request):
+@pytest.mark.parametrize("shape,num_groups,expected", NATURAL_SPLITK_CASES, ids=["1x32x64x64-g2", "2x16x32x130-g1", "1x16x4x1027-g1", "2x8x129x131-g2"])
+def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_groups, expected, dtype, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
     attrs = {"num_groups": num_groups}
     p = plan_for(inputs, attrs, caps=F16_CAPS)
-    assert p.variant == (variant + "_pairs" if variant == "group_splitk_vec4" and dtype == np.float16 else variant)
-    assert p.passes[0].values["split"] == (16 if shape[0] == 1 else 32)  # 65536, 66560 and 67596 values a row
+    variant, parts = expected[np.dtype(dtype).name]
+    assert p.variant == variant
+    assert p.passes[0].values["chunks" if variant == "group_splitk_registers" else "split"] == parts
     actual = run_poisoned(inputs, attrs=attrs)
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} vs float64 {seed_note(seed)}")
     ort = dict(zip(("X", "scale", "bias"), inputs.values()))
@@ -149,20 +158,28 @@ def test_selection_thresholds():
         attrs = {"num_groups": num_groups, "stash_type": stash_type}
         return gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs=attrs, caps=caps, **kwargs).variant
 
-    assert chosen((1, 32, 64, 64), 2) == "group_splitk_vec4"  # 65536 values a row
-    assert chosen((1, 32, 64, 64), 4) not in SPLIT_VARIANTS  # 32768
-    assert chosen((1, 2, 32767), 1) not in SPLIT_VARIANTS  # 65534
-    assert chosen((1, 1, 65536), 1) == "group_splitk_vec4"
+    registers = "group_splitk_registers"
+    assert chosen((1, 32, 64, 64), 2) == registers  # 65536 values a row
+    assert chosen((1, 32, 64, 64), 4) not in SPLIT_VARIANTS + (registers,)  # 32768
+    assert chosen((1, 2, 32767), 1) not in SPLIT_VARIANTS + (registers,)  # 65534
+    assert chosen((1, 1, 65536), 1) == registers
     assert chosen((1, 1, 65537), 1) == "group_splitk"  # spatial not a multiple of 4
-    assert chosen((256, 1, 65536), 1) == "group_splitk_vec4"
-    assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS  # more rows than SPLIT_STATS_MAX_ROWS
+    assert chosen((256, 1, 65536), 1) == registers
+    assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS + (registers,)  # more rows than SPLIT_STATS_MAX_ROWS
     assert chosen((2, 6, 5, 7), 3, tunables=SMALL_SPLITS) == "group_splitk"
-    assert chosen((2, 6, 5, 8), 3, tunables=SMALL_SPLITS) == "group_splitk_vec4"
-    # Two vectors an invocation for f16 (8-byte vec4<f16> loads); demoted for f32.
-    assert chosen((1, 32, 64, 64), 2, dtype="float16") == "group_splitk_vec4_pairs"
-    assert chosen((2, 6, 5, 8), 3, dtype="float16", tunables=SMALL_SPLITS) == "group_splitk_vec4_pairs"
+    assert chosen((2, 6, 5, 8), 3, tunables=SMALL_SPLITS) == registers
+    # Rows of whole 16-byte units: 8 f16 values a unit. Otherwise two vec4<f16> an invocation
+    # (8-byte loads; group_splitk_vec4_pairs, demoted for f32).
+    assert chosen((1, 32, 64, 64), 2, dtype="float16") == registers
+    assert chosen((2, 6, 5, 8), 3, dtype="float16", tunables=SMALL_SPLITS) == registers
+    assert chosen((1, 1, 65540), 1) == registers
+    assert chosen((1, 1, 65540), 1, dtype="float16") == "group_splitk_vec4_pairs"
+    assert chosen((2, 6, 5, 4), 3, dtype="float16", tunables=SMALL_SPLITS) == "group_splitk_vec4_pairs"
     assert chosen((1, 1, 65537), 1, dtype="float16") == "group_splitk"
-    assert chosen((257, 1, 65536), 1, dtype="float16") not in SPLIT_VARIANTS
+    assert chosen((257, 1, 65536), 1, dtype="float16") not in SPLIT_VARIANTS + (registers,)
+    # The old vec4 split-k where the registers variant's workgroup memory does not fit.
+    tiny = {**F16_CAPS, "limits": {"maxComputeWorkgroupStorageSize": 1024}}
+    assert chosen((1, 1, 65536), 1, caps=tiny, tunables={"WORKGROUP_SIZE": 64}) == "group_splitk_vec4"
     assert chosen((1, 32, 64, 64), 2, stash_type=10) == "group_stash_f16_serial"
     assert chosen((2, 6, 5, 7), 3, stash_type=10, caps=NO_F16_CAPS) == "group_stash_f16_serial"
 
@@ -179,10 +196,16 @@ def test_workgroup_defaults_per_variant_kind():
 
     assert workgroups((2, 320, 64, 64), big) == ("group_subgroup_vec4", [1024])
     assert workgroups((2, 320, 64, 64), F16_CAPS) == ("group_subgroup_vec4", [256])  # default limits
-    assert workgroups((1, 128, 512, 512), big) == ("group_splitk_vec4", [256, 256])
-    assert workgroups((1, 128, 512, 512), big, {"SPLIT_WORKGROUP_SIZE": 512}) == ("group_splitk_vec4", [512, 512])
-    assert workgroups((1, 128, 512, 512), big, {"WORKGROUP_SIZE": 64}) == ("group_splitk_vec4", [64, 64])
-    assert workgroups((1, 128, 512, 512), big, dtype="float16") == ("group_splitk_vec4_pairs", [256, 256])
+    registers = "group_splitk_registers"
+    assert workgroups((1, 128, 512, 512), big) == (registers, [128, 128])  # CHUNK_WORKGROUP_SIZE
+    assert workgroups((1, 128, 512, 512), big, {"CHUNK_WORKGROUP_SIZE": 512}) == (registers, [512, 512])
+    assert workgroups((1, 128, 512, 512), big, {"CHUNK_WORKGROUP_SIZE": 4096}) == (registers, [1024, 1024])
+    assert workgroups((1, 128, 512, 512), big, dtype="float16") == (registers, [128, 128])
+    # Rows of whole vec4s but not of whole 16-byte f16 units: the older split-k.
+    assert workgroups((1, 128, 510, 510), big) == (registers, [128, 128])
+    assert workgroups((1, 128, 510, 510), big, dtype="float16") == ("group_splitk_vec4_pairs", [256, 256])
+    assert workgroups((1, 128, 510, 510), big, {"SPLIT_WORKGROUP_SIZE": 512}, "float16") == ("group_splitk_vec4_pairs", [512, 512])
+    assert workgroups((1, 128, 510, 510), big, {"WORKGROUP_SIZE": 64}, "float16") == ("group_splitk_vec4_pairs", [64, 64])
 
 
 @pytest.mark.parametrize("variant", SPLIT_VARIANTS)
@@ -558,7 +581,7 @@ def test_row_registers_selection():
     assert chosen((4, 320, 64, 64)) == "group_subgroup_vec4"  # 128 rows: 256 workgroups at split 2
     assert chosen((4, 320, 64, 64), tunables={"SM_COUNT_PROXY": 256}) == (registers, 512, 2, "20")
     # Rows over the budget: VAE rows (split-k), f32 rows over 20 units at 512 invocations.
-    assert chosen((1, 128, 512, 512)) == "group_splitk_vec4"
+    assert chosen((1, 128, 512, 512)) == "group_splitk_registers"
     assert chosen((2, 640, 48, 48)) == "group_subgroup_vec4"  # 46080 values: 23 units
     assert chosen((2, 640, 48, 48), tunables={"REGISTER_MAX_UNITS": 24}) == (registers, 512, 2, "24")
     # WebGPU's default limits (256 invocations): f16 rows of 40960 values fit, f32 ones do not.

@@ -225,9 +225,11 @@ def test_repeated_runs_are_bit_identical(case, request):
     [
         # 262144 elements, 4 planes < 32; an f16 plane of 65536 values fits plane_row_registers'
         # registers (16 units an invocation): an SM proxy of 1 rules it out here.
-        ((1, 4, 256, 256), NO_ROW_REGISTERS, "plane_splitk_vec4"),
+        ((1, 4, 256, 256), NO_ROW_REGISTERS, "plane_splitk_registers"),
         ((1, 3, 257, 257), {}, "plane_splitk"),  # spatial 66049 is odd
-        ((2, 3, 40), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, "plane_splitk_vec4"),  # lowered thresholds
+        ((2, 3, 40), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, "plane_splitk_registers"),  # lowered thresholds
+        # 44 values a plane: whole f32 units only, so f16 falls back to plane_splitk_vec4.
+        ((2, 3, 44), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, {"float32": "plane_splitk_registers", "float16": "plane_splitk_vec4"}),
         ((2, 2, 3, 3, 5), SPLIT_SMALL, "plane_splitk"),
         ((5, 60, 4, 4), {}, "plane_batched_vec4"),  # no subgroup sizes reported: not demoted
         ((1, 70000, 4), {}, "plane_batched_vec4"),
@@ -240,6 +242,8 @@ def test_repeated_runs_are_bit_identical(case, request):
 def test_natural_selection_against_reference_and_onnxruntime(shape, tunables, expected, dtype, caps, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
+    if isinstance(expected, dict):
+        expected = expected[np.dtype(dtype).name]
     assert inn.plan(shapes_of(inputs), dtypes_of(inputs), caps=caps, tunables=tunables).variant == expected
     actual = run_poisoned(inputs, tunables=tunables)
     context = f"{expected} {shape} {np.dtype(dtype).name} {seed_note(seed)}"
@@ -259,18 +263,23 @@ def chosen(shape, dtype="float32", caps=None, tunables=None):
 
 def test_selection_thresholds():
     """Split-k is preferred for fewer planes than SPLIT_STATS_BELOW_PLANES (128, about a large GPU's
-    SM count) of at least SPLIT_STATS_MIN_SPATIAL values; the subgroup width plays no part."""
-    assert chosen((1, 4, 256, 256)) == "plane_splitk_vec4"
-    assert chosen((1, 4, 256, 256), "float16") == "plane_splitk_vec4"
-    assert chosen((1, 32, 256, 256)) == "plane_splitk_vec4"
-    assert chosen((1, 127, 256, 256)) == "plane_splitk_vec4"
-    assert chosen((1, 128, 256, 256)) != "plane_splitk_vec4"  # planes < SPLIT_STATS_BELOW_PLANES fails
+    SM count) of at least SPLIT_STATS_MIN_SPATIAL values; the subgroup width plays no part. Planes
+    of whole 16-byte units (4 f32 / 8 f16 values) take plane_splitk_registers, planes of whole
+    vec4s only plane_splitk_vec4, the others plane_splitk."""
+    registers = "plane_splitk_registers"
+    assert chosen((1, 4, 256, 256)) == registers
+    assert chosen((1, 4, 256, 256), "float16") == registers
+    assert chosen((1, 32, 256, 256)) == registers
+    assert chosen((1, 127, 256, 256)) == registers
+    assert chosen((1, 128, 256, 256)) not in (registers, "plane_splitk_vec4")  # planes < SPLIT_STATS_BELOW_PLANES fails
     assert chosen((1, 4, 256, 255)) != "plane_splitk"  # spatial 65280 < SPLIT_STATS_MIN_SPATIAL
     assert chosen((1, 4, 257, 257)) == "plane_splitk"
+    assert chosen((1, 4, 65540)) == registers  # 16385 f32 units
+    assert chosen((1, 4, 65540), "float16") == "plane_splitk_vec4"  # not whole f16 units
     wave64 = {"features": ["subgroups"], "adapterInfo": {"subgroupMinSize": 64, "subgroupMaxSize": 64}}
-    assert chosen((1, 40, 256, 256), caps=wave64) == "plane_splitk_vec4"
-    assert chosen((1, 40, 256, 256), tunables={"SPLIT_STATS_BELOW_PLANES": 40}) != "plane_splitk_vec4"
-    assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == "plane_splitk_vec4"
+    assert chosen((1, 40, 256, 256), caps=wave64) == registers
+    assert chosen((1, 40, 256, 256), tunables={"SPLIT_STATS_BELOW_PLANES": 40}) not in (registers, "plane_splitk_vec4")
+    assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == registers
 
 
 def test_workgroup_defaults_per_variant_kind():
@@ -285,9 +294,12 @@ def test_workgroup_defaults_per_variant_kind():
 
     assert workgroups((1, 32, 224, 224), big) == ("plane_subgroup_vec4", [1024])
     assert workgroups((1, 32, 224, 224), {"features": ["shader-f16"]}) == ("plane_subgroup_vec4", [256])  # default limits
-    assert workgroups((1, 4, 256, 256), big) == ("plane_splitk_vec4", [256, 64, 256])
-    assert workgroups((1, 4, 256, 256), big, {"SPLIT_WORKGROUP_SIZE": 1024}) == ("plane_splitk_vec4", [1024, 64, 1024])
-    assert workgroups((1, 4, 256, 256), big, {"WORKGROUP_SIZE": 128}) == ("plane_splitk_vec4", [128, 64, 128])
+    assert workgroups((1, 4, 65540), big) == ("plane_splitk_registers", [128, 128])  # CHUNK_WORKGROUP_SIZE
+    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 1024}) == ("plane_splitk_registers", [1024, 1024])
+    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 2048}) == ("plane_splitk_registers", [1024, 1024])
+    assert workgroups((1, 4, 65539), big) == ("plane_splitk", [256, 64, 256])
+    assert workgroups((1, 4, 65539), big, {"SPLIT_WORKGROUP_SIZE": 1024}) == ("plane_splitk", [1024, 64, 1024])
+    assert workgroups((1, 4, 65539), big, {"WORKGROUP_SIZE": 128}) == ("plane_splitk", [128, 64, 128])
     assert workgroups((5, 300, 4, 4), big) == ("plane_batched_vec4", [256])
     assert workgroups((5, 300, 4, 4), big, {"BATCHED_WORKGROUP_SIZE": 100}) == ("plane_batched_vec4", [64])
 
@@ -623,8 +635,8 @@ def test_row_registers_selection_on_the_bench_cases():
         ("style-conv3", "float16"): (REGISTERS, 256, 1, "2"),
         ("legacy-gn-unet-64", "float32"): (REGISTERS, 512, 2, "20"),
         ("legacy-gn-unet-64", "float16"): (REGISTERS, 512, 2, "10"),
-        ("legacy-gn-vae-512", "float32"): "plane_splitk_vec4",
-        ("legacy-gn-vae-512", "float16"): "plane_splitk_vec4",
+        ("legacy-gn-vae-512", "float32"): "plane_splitk_registers",
+        ("legacy-gn-vae-512", "float16"): "plane_splitk_registers",
     }
 
 
@@ -662,7 +674,7 @@ def test_row_registers_selection_thresholds():
     assert chosen((1, 4, 6, 10), "float16") == "plane_subgroup_vec4"
     assert chosen((1, 4, 7, 7)) == "plane_subgroup"
     # Few planes of 65536 values: f32 needs 32 units (split-k), f16 16 (registers, over split-k).
-    assert chosen((1, 4, 256, 256)) == "plane_splitk_vec4"
+    assert chosen((1, 4, 256, 256)) == "plane_splitk_registers"
     assert chosen((1, 4, 256, 256), "float16") == (REGISTERS, 512, 2, "16")
 
 
