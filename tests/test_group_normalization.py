@@ -710,7 +710,7 @@ def test_splitk_registers_fold_at_a_small_device_limit(dtype, request):
     assert p.passes[0].dispatch == (7, 5, 1) and p.passes[0].overrides["DISPATCH_FOLD_WIDTH"] == 7
     actual = run_poisoned(inputs, attrs=attrs, caps=caps, tunables=tunables, variant=CHUNKS)
     assert_close(actual, reference(inputs, attrs), dtype, f"folded at 7 {seed_note(seed)}")
-    with pytest.raises(ContractError, match="chunkWorkgroupRows"):
+    with pytest.raises(ContractError, match="chunkDispatchY"):
         plan_for(inputs, attrs, caps=caps, tunables={**tunables, "CHUNK_WORKGROUP_SIZE": units // 9}, variant=CHUNKS)
 
 

@@ -362,6 +362,8 @@ def test_dispatch_folds_past_65535_workgroups(variant, shape, tunables, folded_p
         ("plane_subgroup", (5, 6, 4, 4), {}),
         ("plane_splitk_vec4", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
         ("plane_splitk", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
+        # 6 planes x 4 chunks of one unit: 24 workgroups fold into (7, 4) in both passes.
+        ("plane_splitk_registers", (1, 6, 4, 4), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1}),
     ],
 )
 def test_dispatch_folds_at_a_small_device_limit(variant, shape, tunables, request):
