@@ -103,6 +103,11 @@ GN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 20}
 IN_SPLITS = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 8}
 IN_BATCHED = {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}
 IN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 20}
+# Split-k in registers: 96 f32 / 48 f16 units a row in chunks of 20 x 3 / 20 x 2 units (2 chunks,
+# the last one short), 20 invocations (a partial last subgroup at width 8).
+CHUNK_UNITS = {"CHUNK_WORKGROUP_SIZE": 20, "CHUNK_UNITS_F32": 3, "CHUNK_UNITS_F16": 2}
+GN_CHUNKS = {"SPLIT_STATS_MIN_HIDDEN": 1, **CHUNK_UNITS}
+IN_CHUNKS = {"SPLIT_STATS_MIN_SPATIAL": 1, **CHUNK_UNITS}
 
 # (op, variant, shapes, attrs, tunables, adapter_info): one small request each variant applies to.
 _BASE = [
@@ -121,6 +126,7 @@ _BASE = [
     # Two workgroups a row of 96 f32 / 48 f16 units, 20 invocations: a partial last subgroup at
     # width 8, a tail in the last unit row (5 and 3 units an invocation).
     ("group_normalization", "group_row_registers", _gn_shapes((2, 6, 12, 16)), {"num_groups": 3}, GN_REGISTERS, {}),
+    ("group_normalization", "group_splitk_registers", _gn_shapes((2, 6, 12, 16)), {"num_groups": 3}, GN_CHUNKS, {}),
     ("instance_normalization", "plane_batched_vec4", _in_shapes((2, 9, 12)), {}, IN_BATCHED, {}),
     ("instance_normalization", "plane_subgroup_vec4", _in_shapes((2, 3, 12, 12)), {}, {}, {}),
     ("instance_normalization", "plane_subgroup_vec4_scalar_io", _in_shapes((2, 3, 128)), {}, {}, WAVE32_ADAPTER),
@@ -130,6 +136,7 @@ _BASE = [
     # Two workgroups a plane of 96 f32 / 48 f16 units, 20 invocations: a partial last subgroup at
     # width 8, a tail in the last unit row (5 and 3 units an invocation).
     ("instance_normalization", "plane_row_registers", _in_shapes((2, 3, 16, 24)), {}, IN_REGISTERS, {}),
+    ("instance_normalization", "plane_splitk_registers", _in_shapes((2, 3, 16, 24)), {}, IN_CHUNKS, {}),
 ]
 
 

@@ -70,6 +70,7 @@ GN_CASES = [
     ("group_splitk", {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}, F16, 1),
     ("group_splitk_vec4", {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}, F16, 1),
     ("group_splitk_vec4_pairs", {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}, F16, 1),
+    ("group_splitk_registers", {"SPLIT_STATS_MIN_HIDDEN": 1, "CHUNK_WORKGROUP_SIZE": 16}, F16, 1),
     ("group_stash_f16_serial", {}, F16, 10),
 ]
 
@@ -103,6 +104,7 @@ IN_CASES = [
     ("plane_subgroup", (2, 3, 7, 9), {}, F16),
     ("plane_splitk_vec4", (2, 3, 8, 12), {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16}, SUBGROUP_ID),
     ("plane_splitk", (2, 3, 7, 9), {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16}, F16),
+    ("plane_splitk_registers", (2, 3, 8, 16), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 8}, F16),
     ("plane_batched_vec4", (2, 9, 16), {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, F16),
     ("plane_row_registers", (2, 3, 8, 16), {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 16}, SUBGROUP_ID),
 ]

@@ -75,6 +75,8 @@ def test_per_pass_times_each_dispatch_of_a_multi_pass_plan(tmp_path):
         "SPLIT_STATS_MIN_HIDDEN=4096",
         "--tunable",
         "SM_COUNT_PROXY=1",
+        "--tunable",
+        "CHUNK_MIN_HIDDEN=1",
         "--json",
         str(out),
         "--markdown",
@@ -83,7 +85,7 @@ def test_per_pass_times_each_dispatch_of_a_multi_pass_plan(tmp_path):
     run = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     (result,) = json.loads(out.read_text())["results"]
-    assert result["error"] is None and result["variant"] == "group_splitk_vec4"
+    assert result["error"] is None and result["variant"] == "group_splitk_registers"
     assert len(result["passes"]) == 2 and all(p["alone_us"] > 0 for p in result["passes"])
     table = markdown.read_text()
     assert "Per pass (--per-pass)" in table

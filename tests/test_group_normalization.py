@@ -1,5 +1,5 @@
 """GroupNormalization-21 through the generated kernels: variants group_splitk, group_splitk_vec4,
-group_splitk_vec4_pairs, group_stash_f16_serial and group_row_registers.
+group_splitk_vec4_pairs, group_stash_f16_serial, group_row_registers and group_splitk_registers.
 
 Every case runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per run
 (the seed is printed on failure) and NaN-poisoned outputs, against tests/oracles.py's
@@ -22,6 +22,12 @@ group_row_registers: rows x split workgroups, each loading its whole row into re
 of units an invocation: vec4<f32>, or 8 halves as vec4<u32>), two-pass statistics with subgroupAdd,
 and a share of the stores. Tunables shrink workgroups and rows, so lavapipe meets tails, spare
 bucket units, odd workgroup sizes, partial subgroups and 1-3 workgroups a row.
+
+group_splitk_registers: rows x chunks workgroups in two passes (templates norm-splitk-partials and
+-apply), a chunk CHUNK_WORKGROUP_SIZE x CHUNK_UNITS_F32 / _F16 16-byte units, loaded into registers
+before use; the apply pass walks the chunks in reverse. Tunables shrink chunks to a unit, so
+lavapipe meets rows shorter than a chunk, short last chunks, every unit bucket, folded dispatches
+(over 65535, and at a device limit of 7), f16 extremes and either walk order (the same bits).
 """
 
 from __future__ import annotations
@@ -120,20 +126,32 @@ def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, 
     assert_close(actual, reference(inputs, attrs), dtype, f"{variant} {shape} {attrs} {tunables} {seed_note(seed)}")
 
 
+# (shape, num_groups, {dtype: (variant, split or chunks)}): 65536, 66560, 65728 and 67596 values a row,
+# with group_splitk_registers preferred at any row length (CHUNK_MIN_HIDDEN 1; at its default,
+# rows under 512K values keep the older split-k, see test_selection_thresholds) and the design
+# spike's f16 chunks (CHUNK_UNITS_F16 4): chunks of 128 x 8 f32 / 128 x 4 f16 units (4096 values),
+# 16 chunks, or 17 with a short last chunk; rows of whole vec4s but not whole f16 units take
+# group_splitk_vec4_pairs for f16, rows of odd spatial size group_splitk.
+NATURAL_SPLITK_TUNABLES = {"CHUNK_MIN_HIDDEN": 1, "CHUNK_UNITS_F16": 4}
+NATURAL_SPLITK_CASES = [
+    ((1, 32, 64, 64), 2, {"float32": ("group_splitk_registers", 16), "float16": ("group_splitk_registers", 16)}),
+    ((2, 16, 32, 130), 1, {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_registers", 17)}),
+    ((1, 16, 4, 1027), 1, {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_vec4_pairs", 32)}),
+    ((2, 8, 129, 131), 2, {"float32": ("group_splitk", 32), "float16": ("group_splitk", 32)}),
+]
+
+
 @DTYPES
-@pytest.mark.parametrize(
-    "shape,num_groups,variant",
-    [((1, 32, 64, 64), 2, "group_splitk_vec4"), ((2, 16, 32, 130), 1, "group_splitk_vec4"), ((2, 8, 129, 131), 2, "group_splitk")],
-    ids=["1x32x64x64-g2", "2x16x32x130-g1", "2x8x129x131-g2"],
-)
-def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_groups, variant, dtype, request):
+@pytest.mark.parametrize("shape,num_groups,expected", NATURAL_SPLITK_CASES, ids=["1x32x64x64-g2", "2x16x32x130-g1", "1x16x4x1027-g1", "2x8x129x131-g2"])
+def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_groups, expected, dtype, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
     attrs = {"num_groups": num_groups}
-    p = plan_for(inputs, attrs, caps=F16_CAPS)
-    assert p.variant == (variant + "_pairs" if variant == "group_splitk_vec4" and dtype == np.float16 else variant)
-    assert p.passes[0].values["split"] == (16 if shape[0] == 1 else 32)  # 65536, 66560 and 67596 values a row
-    actual = run_poisoned(inputs, attrs=attrs)
+    p = plan_for(inputs, attrs, caps=F16_CAPS, tunables=NATURAL_SPLITK_TUNABLES)
+    variant, parts = expected[np.dtype(dtype).name]
+    assert p.variant == variant
+    assert p.passes[0].values["chunks" if variant == "group_splitk_registers" else "split"] == parts
+    actual = run_poisoned(inputs, attrs=attrs, tunables=NATURAL_SPLITK_TUNABLES)
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} vs float64 {seed_note(seed)}")
     ort = dict(zip(("X", "scale", "bias"), inputs.values()))
     (expected,) = onnxruntime_run("GroupNormalization", ort, attrs, opset=21)
@@ -144,25 +162,40 @@ def test_selection_thresholds():
     """group_splitk needs groupHidden >= 65536 and at most 256 rows; stash_type 10 always takes
     group_stash_f16_serial (priority 1000), on f32 tensors even without shader-f16."""
 
-    def chosen(shape, num_groups, stash_type=1, caps=F16_CAPS, dtype="float32", **kwargs):
+    def chosen(shape, num_groups, stash_type=1, caps=F16_CAPS, dtype="float32", tunables=None, **kwargs):
         c = shape[1]
         attrs = {"num_groups": num_groups, "stash_type": stash_type}
-        return gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs=attrs, caps=caps, **kwargs).variant
+        tunables = {"CHUNK_MIN_HIDDEN": 1} | (tunables or {})  # its own threshold is tested below
+        return gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs=attrs, caps=caps, tunables=tunables, **kwargs).variant
 
-    assert chosen((1, 32, 64, 64), 2) == "group_splitk_vec4"  # 65536 values a row
-    assert chosen((1, 32, 64, 64), 4) not in SPLIT_VARIANTS  # 32768
-    assert chosen((1, 2, 32767), 1) not in SPLIT_VARIANTS  # 65534
-    assert chosen((1, 1, 65536), 1) == "group_splitk_vec4"
+    registers = "group_splitk_registers"
+    # Rows under CHUNK_MIN_HIDDEN (512K values) put it behind the older split-k variants.
+    at_default = {"CHUNK_MIN_HIDDEN": 524288}
+    assert chosen((1, 1, 524284), 1, tunables=at_default) == "group_splitk_vec4"
+    assert chosen((1, 1, 524288), 1, tunables=at_default) == registers
+    assert chosen((1, 1, 524280), 1, dtype="float16", tunables=at_default) == "group_splitk_vec4_pairs"
+    assert chosen((1, 1, 524288), 1, dtype="float16", tunables=at_default) == registers
+    assert chosen((1, 32, 64, 64), 2) == registers  # 65536 values a row
+    assert chosen((1, 32, 64, 64), 4) not in SPLIT_VARIANTS + (registers,)  # 32768
+    assert chosen((1, 2, 32767), 1) not in SPLIT_VARIANTS + (registers,)  # 65534
+    assert chosen((1, 1, 65536), 1) == registers
     assert chosen((1, 1, 65537), 1) == "group_splitk"  # spatial not a multiple of 4
-    assert chosen((256, 1, 65536), 1) == "group_splitk_vec4"
-    assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS  # more rows than SPLIT_STATS_MAX_ROWS
+    assert chosen((256, 1, 65536), 1) == registers
+    assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS + (registers,)  # more rows than SPLIT_STATS_MAX_ROWS
     assert chosen((2, 6, 5, 7), 3, tunables=SMALL_SPLITS) == "group_splitk"
-    assert chosen((2, 6, 5, 8), 3, tunables=SMALL_SPLITS) == "group_splitk_vec4"
-    # Two vectors an invocation for f16 (8-byte vec4<f16> loads); demoted for f32.
-    assert chosen((1, 32, 64, 64), 2, dtype="float16") == "group_splitk_vec4_pairs"
-    assert chosen((2, 6, 5, 8), 3, dtype="float16", tunables=SMALL_SPLITS) == "group_splitk_vec4_pairs"
+    assert chosen((2, 6, 5, 8), 3, tunables=SMALL_SPLITS) == registers
+    # Rows of whole 16-byte units: 8 f16 values a unit. Otherwise two vec4<f16> an invocation
+    # (8-byte loads; group_splitk_vec4_pairs, demoted for f32).
+    assert chosen((1, 32, 64, 64), 2, dtype="float16") == registers
+    assert chosen((2, 6, 5, 8), 3, dtype="float16", tunables=SMALL_SPLITS) == registers
+    assert chosen((1, 1, 65540), 1) == registers
+    assert chosen((1, 1, 65540), 1, dtype="float16") == "group_splitk_vec4_pairs"
+    assert chosen((2, 6, 5, 4), 3, dtype="float16", tunables=SMALL_SPLITS) == "group_splitk_vec4_pairs"
     assert chosen((1, 1, 65537), 1, dtype="float16") == "group_splitk"
-    assert chosen((257, 1, 65536), 1, dtype="float16") not in SPLIT_VARIANTS
+    assert chosen((257, 1, 65536), 1, dtype="float16") not in SPLIT_VARIANTS + (registers,)
+    # The old vec4 split-k where the registers variant's workgroup memory does not fit.
+    tiny = {**F16_CAPS, "limits": {"maxComputeWorkgroupStorageSize": 1024}}
+    assert chosen((1, 1, 65536), 1, caps=tiny, tunables={"WORKGROUP_SIZE": 64}) == "group_splitk_vec4"
     assert chosen((1, 32, 64, 64), 2, stash_type=10) == "group_stash_f16_serial"
     assert chosen((2, 6, 5, 7), 3, stash_type=10, caps=NO_F16_CAPS) == "group_stash_f16_serial"
 
@@ -179,10 +212,16 @@ def test_workgroup_defaults_per_variant_kind():
 
     assert workgroups((2, 320, 64, 64), big) == ("group_subgroup_vec4", [1024])
     assert workgroups((2, 320, 64, 64), F16_CAPS) == ("group_subgroup_vec4", [256])  # default limits
-    assert workgroups((1, 128, 512, 512), big) == ("group_splitk_vec4", [256, 256])
-    assert workgroups((1, 128, 512, 512), big, {"SPLIT_WORKGROUP_SIZE": 512}) == ("group_splitk_vec4", [512, 512])
-    assert workgroups((1, 128, 512, 512), big, {"WORKGROUP_SIZE": 64}) == ("group_splitk_vec4", [64, 64])
-    assert workgroups((1, 128, 512, 512), big, dtype="float16") == ("group_splitk_vec4_pairs", [256, 256])
+    registers = "group_splitk_registers"
+    assert workgroups((1, 128, 512, 512), big) == (registers, [128, 128])  # CHUNK_WORKGROUP_SIZE
+    assert workgroups((1, 128, 512, 512), big, {"CHUNK_WORKGROUP_SIZE": 512}) == (registers, [512, 512])
+    assert workgroups((1, 128, 512, 512), big, {"CHUNK_WORKGROUP_SIZE": 4096}) == (registers, [1024, 1024])
+    assert workgroups((1, 128, 512, 512), big, dtype="float16") == (registers, [128, 128])
+    # Rows of whole vec4s but not of whole 16-byte f16 units: the older split-k.
+    assert workgroups((1, 128, 510, 510), big) == (registers, [128, 128])
+    assert workgroups((1, 128, 510, 510), big, dtype="float16") == ("group_splitk_vec4_pairs", [256, 256])
+    assert workgroups((1, 128, 510, 510), big, {"SPLIT_WORKGROUP_SIZE": 512}, "float16") == ("group_splitk_vec4_pairs", [512, 512])
+    assert workgroups((1, 128, 510, 510), big, {"WORKGROUP_SIZE": 64}, "float16") == ("group_splitk_vec4_pairs", [64, 64])
 
 
 @pytest.mark.parametrize("variant", SPLIT_VARIANTS)
@@ -558,7 +597,7 @@ def test_row_registers_selection():
     assert chosen((4, 320, 64, 64)) == "group_subgroup_vec4"  # 128 rows: 256 workgroups at split 2
     assert chosen((4, 320, 64, 64), tunables={"SM_COUNT_PROXY": 256}) == (registers, 512, 2, "20")
     # Rows over the budget: VAE rows (split-k), f32 rows over 20 units at 512 invocations.
-    assert chosen((1, 128, 512, 512)) == "group_splitk_vec4"
+    assert chosen((1, 128, 512, 512)) == "group_splitk_registers"
     assert chosen((2, 640, 48, 48)) == "group_subgroup_vec4"  # 46080 values: 23 units
     assert chosen((2, 640, 48, 48), tunables={"REGISTER_MAX_UNITS": 24}) == (registers, 512, 2, "24")
     # WebGPU's default limits (256 invocations): f16 rows of 40960 values fit, f32 ones do not.
@@ -585,6 +624,203 @@ def test_row_registers_refusals_say_why():
         assert words in str(caught.value), str(caught.value)
 
 
+# --- group_splitk_registers ---------------------------------------------------------------------------
+
+CHUNKS = "group_splitk_registers"
+# Split-k for any row length (SPLIT_STATS_MIN_HIDDEN 1): tunables shrink the chunks.
+CHUNK_MIN = {"SPLIT_STATS_MIN_HIDDEN": 1}
+
+
+def chunk_tunables(workgroup=None, f32=None, f16=None, **extra):
+    names = {"CHUNK_WORKGROUP_SIZE": workgroup, "CHUNK_UNITS_F32": f32, "CHUNK_UNITS_F16": f16}
+    return {**CHUNK_MIN, **{k: v for k, v in names.items() if v is not None}, **extra}
+
+
+def chunk_geometry(plan):
+    """(workgroup, units an invocation, chunks a row) of a group_splitk_registers plan, the same in both passes."""
+    partials, apply = plan.passes
+    geometry = [(p.workgroup_size, held_units(p), p.uniforms["chunks"]) for p in plan.passes]
+    assert geometry[0] == geometry[1] and partials.dispatch == apply.dispatch, geometry
+    return geometry[0]
+
+
+# (shape, num_groups, tunables, (workgroup, units, chunks) for f32, the same for f16): a unit is
+# 4 f32 or 8 f16 values, a chunk workgroup x units units, the last chunk of a row the rest.
+CHUNK_CASES = [
+    ((3, 5, 4, 8), 5, chunk_tunables(16), (16, "8", 1), (16, "8", 1)),  # rows of 8 / 4 units: one short chunk
+    ((2, 8, 10, 44), 2, chunk_tunables(33, 3, 2), (33, "3", 5), (33, "2", 4)),  # 440 / 220 units: tails of 44 / 22
+    ((2, 6, 7, 32), 3, chunk_tunables(8, 7, 5), (8, "6", 3), (8, "4", 2)),  # 7 -> 6, 5 -> 4: 112 = 48 + 48 + 16, 56 = 32 + 24
+    ((1, 8, 32, 40), 2, CHUNK_MIN, (128, "8", 2), (128, "8", 1)),  # defaults: 1280 / 640 units, a 256 / 640-unit tail
+    ((2, 4, 2, 8), 4, chunk_tunables(1, 1, 1), (1, "1", 4), (1, "1", 2)),  # one invocation holding one unit
+    ((1, 16, 2, 8), 2, chunk_tunables(8, 2, 2), (8, "2", 2), (8, "2", 1)),  # 8 channels of 4 / 2 units: a channel each 4 / 2 invocations
+    ((1, 12, 3, 8), 3, chunk_tunables(5, 3, 3), (5, "3", 2), (5, "3", 1)),  # channels of 6 / 3 units on 5 invocations
+    ((2, 4, 2, 4, 8), 2, chunk_tunables(4, 4, 4), (4, "4", 2), (4, "4", 1)),  # rank 5
+    ((1, 4, 9, 32), 1, chunk_tunables(8, 12, 13), (8, "12", 3), (8, "12", 2)),  # 288 / 144 units in chunks of 96
+    ((1, 2, 64, 64), 1, chunk_tunables(16, 16, 100), (16, "16", 8), (16, "16", 4)),  # the largest bucket (100 -> 16)
+]
+
+
+@DTYPES
+@pytest.mark.parametrize("shape,num_groups,tunables,f32_geometry,f16_geometry", CHUNK_CASES, ids=[f"{c[0]}-g{c[1]}" for c in CHUNK_CASES])
+def test_splitk_registers_against_float64_reference(shape, num_groups, tunables, f32_geometry, f16_geometry, dtype, request):
+    """Rows shorter than one chunk, tails in the last chunk and inside an invocation's units, one
+    invocation a workgroup, workgroups of 5 and 33, channels shorter than a workgroup's stride,
+    ranks 3 to 5, every kind of bucket; data far from zero (the mean travels as a pair)."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype, offset=3.0)
+    attrs = {"num_groups": num_groups, "epsilon": float(rng.choice([1e-5, 1e-3, 0.1]))}
+    p = plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)
+    workgroup, units, chunks = f32_geometry if dtype == np.float32 else f16_geometry
+    assert chunk_geometry(p) == (workgroup, units, chunks)
+    rows = shape[0] * num_groups
+    assert [q.dispatch for q in p.passes] == [(rows * chunks, 1, 1)] * 2
+    assert all(q.workgroup_storage_bytes == workgroup * 16 and not q.uses_subgroups for q in p.passes)
+    assert p.intermediates["partials"] == ((rows * chunks, 4), "float32")
+    actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS)
+    assert_close(actual, reference(inputs, attrs), dtype, f"{CHUNKS} {shape} {attrs} {tunables} {seed_note(seed)}")
+
+
+def test_splitk_registers_units_round_down_to_a_bucket():
+    """CHUNK_UNITS_F32 / _F16 go down to the nearest of 1, 2, 3, 4, 6, 8, 12, 16 (each a compiled
+    constant); the f16 tunable sets f16 tensors only."""
+    buckets = {1: "1", 2: "2", 3: "3", 4: "4", 5: "4", 6: "6", 7: "6", 8: "8", 11: "8", 12: "12", 15: "12", 16: "16", 17: "16", 1000: "16"}
+    shapes = {"x": (1, 4, 64, 64), "scale": (4,), "bias": (4,)}
+    for target, bucket in buckets.items():
+        for dtype, mine, other in (("float32", "CHUNK_UNITS_F32", "CHUNK_UNITS_F16"), ("float16", "CHUNK_UNITS_F16", "CHUNK_UNITS_F32")):
+            p = gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 1}, caps=F16_CAPS, tunables={**CHUNK_MIN, mine: target, other: 5}, variant=CHUNKS)
+            assert chunk_geometry(p)[1] == bucket, (dtype, target)
+
+
+@DTYPES
+def test_splitk_registers_folded_dispatch(dtype, request):
+    """4096 rows of 34 units, 17 chunks a row at 2 invocations x 1 unit: 69632 workgroups folded
+    into (65535, 2, 1); two channels a group, so the fold meets the channel walk."""
+    rng, seed = rng_for(request.node.name)
+    shape = (2, 4096, 68 if dtype == np.float32 else 136)
+    inputs = random_inputs(rng, shape, dtype)
+    attrs = {"num_groups": 2048}
+    tunables = chunk_tunables(2, 1, 1, SPLIT_STATS_MAX_ROWS=4096)
+    p = plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)
+    assert chunk_geometry(p) == (2, "1", 17) and p.passes[0].dispatch == (65535, 2, 1)
+    actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS)
+    assert_close(actual, reference(inputs, attrs), dtype, f"folded {seed_note(seed)}")
+
+
+@DTYPES
+def test_splitk_registers_fold_at_a_small_device_limit(dtype, request):
+    """7 workgroups a dimension: 6 rows x 5 chunks fold into (7, 5, 1) and the shaders rebuild the
+    flat index from DISPATCH_FOLD_WIDTH; 6 rows x 10 chunks (60 > 7 x 7) are refused by name."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 6, 10, 8), dtype)
+    attrs = {"num_groups": 3}
+    caps = {**F16_CAPS, "limits": {"maxComputeWorkgroupsPerDimension": 7}}
+    units = 2 * 80 // (4 if dtype == np.float32 else 8)  # 40 / 20 units a row
+    tunables = chunk_tunables(units // 5, 1, 1)  # 5 chunks a row
+    p = plan_for(inputs, attrs, caps=caps, tunables=tunables, variant=CHUNKS)
+    assert p.passes[0].dispatch == (7, 5, 1) and p.passes[0].overrides["DISPATCH_FOLD_WIDTH"] == 7
+    actual = run_poisoned(inputs, attrs=attrs, caps=caps, tunables=tunables, variant=CHUNKS)
+    assert_close(actual, reference(inputs, attrs), dtype, f"folded at 7 {seed_note(seed)}")
+    with pytest.raises(ContractError, match="chunkDispatchY"):
+        plan_for(inputs, attrs, caps=caps, tunables={**tunables, "CHUNK_WORKGROUP_SIZE": units // 9}, variant=CHUNKS)
+
+
+@DTYPES
+def test_splitk_registers_apply_order_does_not_change_a_bit(dtype, request):
+    """Every workgroup of a row merges the row's partials in the same order, whatever order the
+    apply pass walks the chunks in: reversed (CHUNK_APPLY_ORDER 1) and forward give the same bits."""
+    rng, _ = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 8, 16, 40), dtype, offset=3.0)
+    attrs = {"num_groups": 2}
+    runs = []
+    for order in (1, 2):
+        tunables = chunk_tunables(16, 3, 2, CHUNK_APPLY_ORDER=order)
+        assert plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS).passes[1].overrides["applyOrder"] == order
+        runs.append(run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS))
+    assert runs[0].tobytes() == runs[1].tobytes()
+
+
+def f16_extreme_rows(rng, rows, length):
+    """f16 rows at the edges of the format: the largest finite values with one of opposite sign,
+    +-65504 alternating, values near 6e4 with a spread of 32, and tiny normal values (a variance
+    far below epsilon; not subnormals, which WGSL lets a device flush to zero)."""
+    kinds = [
+        np.full(length, 65504.0),
+        np.where(np.arange(length) % 2 == 0, 65504.0, -65504.0),
+        6e4 + 32.0 * rng.uniform(-1, 1, length),
+        (1.0 + rng.uniform(0, 1, length)) * 2.0**-12,
+    ]
+    kinds[0][rng.integers(length)] = -65504.0
+    return np.stack([kinds[r % len(kinds)] for r in range(rows)])
+
+
+def test_splitk_registers_f16_extremes(request):
+    rng, seed = rng_for(request.node.name)
+    shape, num_groups = (2, 8, 16, 64), 4
+    rows = f16_extreme_rows(rng, shape[0] * num_groups, int(np.prod(shape[1:])) // num_groups)
+    inputs = random_inputs(rng, shape, np.float16)
+    inputs["x"] = rows.reshape(shape).astype(np.float16)
+    attrs = {"num_groups": num_groups}
+    tunables = chunk_tunables(16, f16=3)  # 256 units a row in 6 chunks of 48
+    assert chunk_geometry(plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)) == (16, "3", 6)
+    actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS)
+    assert np.isfinite(actual).all()
+    assert_close(actual, reference(inputs, attrs), np.float16, f"f16 extremes {seed_note(seed)}")
+
+
+@DTYPES
+def test_splitk_registers_large_common_offset_and_constant_rows(dtype, request):
+    """A mean 1000 (f32) or 100 (f16) spreads from zero costs nothing, and a constant row gives
+    its channels' bias exactly (zero variance)."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 8, 16, 40), dtype)
+    spread = 1.0 if dtype == np.float32 else 0.05
+    inputs["x"] = (rng.standard_normal(inputs["x"].shape) * spread + (1000 if dtype == np.float32 else 100) * spread).astype(dtype)
+    inputs["x"][1, 4:] = 7.25  # row 3 of 4 (two groups of four channels)
+    attrs = {"num_groups": 2}
+    tunables = chunk_tunables(16, 3, 2)
+    actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS)
+    assert_close(actual, reference(inputs, attrs), dtype, f"offset {seed_note(seed)}")
+    assert np.all(actual[1, 4:] == inputs["bias"][4:, None, None])
+
+
+def test_splitk_registers_selection_on_the_bench_cases():
+    """bench.json under H200-like caps: the VAE rows of 512K values or more (2-4 MB) take
+    group_splitk_registers (128 invocations, 8 units of 4 f32 or 8 f16 values); the UNet rows stay
+    on group_row_registers."""
+    from generated.group_normalization.cases import BENCH_CASES
+
+    caps = {**H200_CAPS, "limits": {**H200_CAPS["limits"], "maxStorageBufferBindingSize": 2**31, "maxBufferSize": 2**31}}
+    found = {}
+    for case in BENCH_CASES:
+        for dtype in case["dtypes"]["T"]:
+            shapes = {k: tuple(v) for k, v in case["inputs"].items()}
+            p = gn.plan(shapes, {"T": dtype}, attrs=case["attrs"], caps=caps)
+            found[case["name"], dtype] = (p.variant, *chunk_geometry(p)) if p.variant == CHUNKS else p.variant
+    # Chunks of 4096 f32 / 8192 f16 values; sd-vae-128's rows (256K values) are under CHUNK_MIN_HIDDEN.
+    vae = {"sd-vae-512": 256, "sd-vae-256": 128}
+    for (name, dtype), chosen in found.items():
+        if name in vae:
+            f32 = dtype == "float32"
+            assert chosen == (CHUNKS, 128, "8", vae[name] if f32 else vae[name] // 2), (name, dtype)
+        elif name == "sd-vae-128":
+            assert chosen == ("group_splitk_vec4" if dtype == "float32" else "group_splitk_vec4_pairs"), (name, dtype)
+        else:
+            assert chosen == "group_row_registers", (name, dtype, chosen)
+
+
+def test_splitk_registers_refusals_say_why():
+    shapes = {"x": (1, 8, 4, 5), "scale": (8,), "bias": (8,)}
+    for dtype, caps, tunables, words in [
+        ("float16", F16_CAPS, CHUNK_MIN, "groupSpatial % regUnitValues == 0"),  # channels of 20 values: 2.5 f16 units
+        ("float32", F16_CAPS, {}, "groupHidden >= tunables.SPLIT_STATS_MIN_HIDDEN"),
+        ("float32", {**F16_CAPS, "limits": {"maxComputeWorkgroupStorageSize": 1024}}, CHUNK_MIN, "chunkWorkgroupBytes"),
+        ("float32", F16_CAPS, {**CHUNK_MIN, "SPLIT_STATS_MAX_ROWS": 1}, "groupRows <= tunables.SPLIT_STATS_MAX_ROWS"),
+    ]:
+        with pytest.raises(ContractError, match="does not apply") as caught:
+            gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 4}, caps=caps, tunables=tunables, variant=CHUNKS)
+        assert words in str(caught.value), str(caught.value)
+
+
 # --- both variants ------------------------------------------------------------------------------------
 
 
@@ -596,8 +832,9 @@ def test_row_registers_refusals_say_why():
         ("group_splitk_vec4_pairs", {"num_groups": 3}, SMALL_SPLITS),
         ("group_stash_f16_serial", {"num_groups": 3, "stash_type": 10}, None),
         ("group_row_registers", {"num_groups": 3}, SPLIT_SHORT_ROWS),
+        ("group_splitk_registers", {"num_groups": 3}, {"SPLIT_STATS_MIN_HIDDEN": 1, "CHUNK_WORKGROUP_SIZE": 32}),
     ],
-    ids=["group_splitk", "group_splitk_vec4", "group_splitk_vec4_pairs", "group_stash_f16_serial", "group_row_registers"],
+    ids=["group_splitk", "group_splitk_vec4", "group_splitk_vec4_pairs", "group_stash_f16_serial", "group_row_registers", "group_splitk_registers"],
 )
 @DTYPES
 def test_repeated_runs_are_bit_identical(variant, attrs, tunables, dtype, request):

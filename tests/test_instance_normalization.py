@@ -1,6 +1,7 @@
 """InstanceNormalization-6 through the generated kernels: variants plane_batched_vec4,
-plane_splitk_vec4 and plane_splitk (their own templates) and plane_row_registers (GroupNorm's
-norm-row-registers template with one channel a group), against independent oracles.
+plane_splitk_vec4 and plane_splitk (their own templates), plane_row_registers (GroupNorm's
+norm-row-registers template with one channel a group) and plane_splitk_registers (GroupNorm's
+norm-splitk-partials / -apply templates, likewise), against independent oracles.
 
 Every case runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per run
 (the seed is printed on failure), outputs poisoned with NaN before the run, and is compared with a
@@ -225,9 +226,11 @@ def test_repeated_runs_are_bit_identical(case, request):
     [
         # 262144 elements, 4 planes < 32; an f16 plane of 65536 values fits plane_row_registers'
         # registers (16 units an invocation): an SM proxy of 1 rules it out here.
-        ((1, 4, 256, 256), NO_ROW_REGISTERS, "plane_splitk_vec4"),
+        ((1, 4, 256, 256), NO_ROW_REGISTERS, "plane_splitk_registers"),
         ((1, 3, 257, 257), {}, "plane_splitk"),  # spatial 66049 is odd
-        ((2, 3, 40), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, "plane_splitk_vec4"),  # lowered thresholds
+        ((2, 3, 40), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, "plane_splitk_registers"),  # lowered thresholds
+        # 44 values a plane: whole f32 units only, so f16 falls back to plane_splitk_vec4.
+        ((2, 3, 44), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, {"float32": "plane_splitk_registers", "float16": "plane_splitk_vec4"}),
         ((2, 2, 3, 3, 5), SPLIT_SMALL, "plane_splitk"),
         ((5, 60, 4, 4), {}, "plane_batched_vec4"),  # no subgroup sizes reported: not demoted
         ((1, 70000, 4), {}, "plane_batched_vec4"),
@@ -240,6 +243,8 @@ def test_repeated_runs_are_bit_identical(case, request):
 def test_natural_selection_against_reference_and_onnxruntime(shape, tunables, expected, dtype, caps, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
+    if isinstance(expected, dict):
+        expected = expected[np.dtype(dtype).name]
     assert inn.plan(shapes_of(inputs), dtypes_of(inputs), caps=caps, tunables=tunables).variant == expected
     actual = run_poisoned(inputs, tunables=tunables)
     context = f"{expected} {shape} {np.dtype(dtype).name} {seed_note(seed)}"
@@ -259,18 +264,23 @@ def chosen(shape, dtype="float32", caps=None, tunables=None):
 
 def test_selection_thresholds():
     """Split-k is preferred for fewer planes than SPLIT_STATS_BELOW_PLANES (128, about a large GPU's
-    SM count) of at least SPLIT_STATS_MIN_SPATIAL values; the subgroup width plays no part."""
-    assert chosen((1, 4, 256, 256)) == "plane_splitk_vec4"
-    assert chosen((1, 4, 256, 256), "float16") == "plane_splitk_vec4"
-    assert chosen((1, 32, 256, 256)) == "plane_splitk_vec4"
-    assert chosen((1, 127, 256, 256)) == "plane_splitk_vec4"
-    assert chosen((1, 128, 256, 256)) != "plane_splitk_vec4"  # planes < SPLIT_STATS_BELOW_PLANES fails
+    SM count) of at least SPLIT_STATS_MIN_SPATIAL values; the subgroup width plays no part. Planes
+    of whole 16-byte units (4 f32 / 8 f16 values) take plane_splitk_registers, planes of whole
+    vec4s only plane_splitk_vec4, the others plane_splitk."""
+    registers = "plane_splitk_registers"
+    assert chosen((1, 4, 256, 256)) == registers
+    assert chosen((1, 4, 256, 256), "float16") == registers
+    assert chosen((1, 32, 256, 256)) == registers
+    assert chosen((1, 127, 256, 256)) == registers
+    assert chosen((1, 128, 256, 256)) not in (registers, "plane_splitk_vec4")  # planes < SPLIT_STATS_BELOW_PLANES fails
     assert chosen((1, 4, 256, 255)) != "plane_splitk"  # spatial 65280 < SPLIT_STATS_MIN_SPATIAL
     assert chosen((1, 4, 257, 257)) == "plane_splitk"
+    assert chosen((1, 4, 65540)) == registers  # 16385 f32 units
+    assert chosen((1, 4, 65540), "float16") == "plane_splitk_vec4"  # not whole f16 units
     wave64 = {"features": ["subgroups"], "adapterInfo": {"subgroupMinSize": 64, "subgroupMaxSize": 64}}
-    assert chosen((1, 40, 256, 256), caps=wave64) == "plane_splitk_vec4"
-    assert chosen((1, 40, 256, 256), tunables={"SPLIT_STATS_BELOW_PLANES": 40}) != "plane_splitk_vec4"
-    assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == "plane_splitk_vec4"
+    assert chosen((1, 40, 256, 256), caps=wave64) == registers
+    assert chosen((1, 40, 256, 256), tunables={"SPLIT_STATS_BELOW_PLANES": 40}) not in (registers, "plane_splitk_vec4")
+    assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == registers
 
 
 def test_workgroup_defaults_per_variant_kind():
@@ -285,9 +295,12 @@ def test_workgroup_defaults_per_variant_kind():
 
     assert workgroups((1, 32, 224, 224), big) == ("plane_subgroup_vec4", [1024])
     assert workgroups((1, 32, 224, 224), {"features": ["shader-f16"]}) == ("plane_subgroup_vec4", [256])  # default limits
-    assert workgroups((1, 4, 256, 256), big) == ("plane_splitk_vec4", [256, 64, 256])
-    assert workgroups((1, 4, 256, 256), big, {"SPLIT_WORKGROUP_SIZE": 1024}) == ("plane_splitk_vec4", [1024, 64, 1024])
-    assert workgroups((1, 4, 256, 256), big, {"WORKGROUP_SIZE": 128}) == ("plane_splitk_vec4", [128, 64, 128])
+    assert workgroups((1, 4, 65540), big) == ("plane_splitk_registers", [128, 128])  # CHUNK_WORKGROUP_SIZE
+    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 1024}) == ("plane_splitk_registers", [1024, 1024])
+    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 2048}) == ("plane_splitk_registers", [1024, 1024])
+    assert workgroups((1, 4, 65539), big) == ("plane_splitk", [256, 64, 256])
+    assert workgroups((1, 4, 65539), big, {"SPLIT_WORKGROUP_SIZE": 1024}) == ("plane_splitk", [1024, 64, 1024])
+    assert workgroups((1, 4, 65539), big, {"WORKGROUP_SIZE": 128}) == ("plane_splitk", [128, 64, 128])
     assert workgroups((5, 300, 4, 4), big) == ("plane_batched_vec4", [256])
     assert workgroups((5, 300, 4, 4), big, {"BATCHED_WORKGROUP_SIZE": 100}) == ("plane_batched_vec4", [64])
 
@@ -349,6 +362,8 @@ def test_dispatch_folds_past_65535_workgroups(variant, shape, tunables, folded_p
         ("plane_subgroup", (5, 6, 4, 4), {}),
         ("plane_splitk_vec4", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
         ("plane_splitk", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
+        # 6 planes x 4 chunks of one unit: 24 workgroups fold into (7, 4) in both passes.
+        ("plane_splitk_registers", (1, 6, 4, 4), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1}),
     ],
 )
 def test_dispatch_folds_at_a_small_device_limit(variant, shape, tunables, request):
@@ -623,8 +638,8 @@ def test_row_registers_selection_on_the_bench_cases():
         ("style-conv3", "float16"): (REGISTERS, 256, 1, "2"),
         ("legacy-gn-unet-64", "float32"): (REGISTERS, 512, 2, "20"),
         ("legacy-gn-unet-64", "float16"): (REGISTERS, 512, 2, "10"),
-        ("legacy-gn-vae-512", "float32"): "plane_splitk_vec4",
-        ("legacy-gn-vae-512", "float16"): "plane_splitk_vec4",
+        ("legacy-gn-vae-512", "float32"): "plane_splitk_registers",
+        ("legacy-gn-vae-512", "float16"): "plane_splitk_registers",
     }
 
 
@@ -662,7 +677,7 @@ def test_row_registers_selection_thresholds():
     assert chosen((1, 4, 6, 10), "float16") == "plane_subgroup_vec4"
     assert chosen((1, 4, 7, 7)) == "plane_subgroup"
     # Few planes of 65536 values: f32 needs 32 units (split-k), f16 16 (registers, over split-k).
-    assert chosen((1, 4, 256, 256)) == "plane_splitk_vec4"
+    assert chosen((1, 4, 256, 256)) == "plane_splitk_registers"
     assert chosen((1, 4, 256, 256), "float16") == (REGISTERS, 512, 2, "16")
 
 
@@ -691,6 +706,108 @@ def test_row_registers_refusals_say_why():
         tunables = NO_ROW_REGISTERS if "SM_COUNT_PROXY" in words else None
         with pytest.raises(ContractError, match="does not apply") as caught:
             inn.plan(shapes, {"T": dtype}, caps=caps, tunables=tunables, variant=REGISTERS)
+        assert words in str(caught.value), str(caught.value)
+
+
+# --- plane_splitk_registers ---------------------------------------------------------------------------
+# GroupNorm's split-k in registers with a plane as the row (templates norm-splitk-partials and
+# norm-splitk-apply): planes x chunks workgroups in two passes, a chunk CHUNK_WORKGROUP_SIZE x
+# CHUNK_UNITS_F32 / _F16 16-byte units. Tunables shrink the chunks so lavapipe meets tails, one
+# invocation a workgroup, odd workgroup sizes and many chunks a plane.
+
+CHUNKS = "plane_splitk_registers"
+CHUNK_MIN = {"SPLIT_STATS_MIN_SPATIAL": 1}
+
+
+def chunk_geometry(plan):
+    """(workgroup, units an invocation, chunks a plane), the same in both passes."""
+    geometry = [(p.workgroup_size, held_units(p), p.uniforms["chunks"]) for p in plan.passes]
+    assert len(geometry) == 2 and geometry[0] == geometry[1] and plan.passes[0].dispatch == plan.passes[1].dispatch, geometry
+    return geometry[0]
+
+
+# (shape, tunables, (workgroup, units, chunks) for f32, the same for f16).
+CHUNK_CASES = [
+    ((3, 5, 32), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 16}, (16, "8", 1), (16, "8", 1)),  # planes of 8 / 4 units
+    ((2, 3, 40, 44), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 33, "CHUNK_UNITS_F32": 3, "CHUNK_UNITS_F16": 2}, (33, "3", 5), (33, "2", 4)),
+    ((2, 2, 3, 2, 16), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1, "CHUNK_UNITS_F16": 1}, (1, "1", 24), (1, "1", 12)),  # rank 5
+    ((1, 3, 64, 80), CHUNK_MIN, (128, "8", 2), (128, "8", 1)),  # defaults: 1280 / 640 units, tails of 256 / 640
+    ((2, 2, 64, 64), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 20, "CHUNK_UNITS_F32": 16, "CHUNK_UNITS_F16": 12}, (20, "16", 4), (20, "12", 3)),
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("shape,tunables,f32_geometry,f16_geometry", CHUNK_CASES, ids=[str(c[0]) for c in CHUNK_CASES])
+def test_splitk_registers_against_reference_and_onnxruntime(shape, tunables, f32_geometry, f16_geometry, dtype, request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, dtype, offset=3.0)
+    epsilon = float(rng.choice([1e-5, 1e-3, 0.1]))
+    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+    workgroup, units, chunks = f32_geometry if dtype == np.float32 else f16_geometry
+    assert chunk_geometry(plan) == (workgroup, units, chunks)
+    planes = shape[0] * shape[1]
+    assert plan.passes[0].dispatch == (planes * chunks, 1, 1)
+    assert (plan.passes[1].uniforms["numGroups"], plan.passes[1].overrides["channelsPerGroup"]) == (shape[1], 1)
+    actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, tunables=tunables, variant=CHUNKS)
+    context = f"{CHUNKS} {shape} eps={epsilon} {tunables} {seed_note(seed)}"
+    assert_close(actual, reference(inputs, epsilon), dtype, context)
+    assert_close(actual, ort_reference(inputs, epsilon), dtype, context + " vs onnxruntime")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_splitk_registers_large_common_offset_and_constant_planes(dtype, request):
+    """A mean 1000 (f32) or 100 (f16) times the spread costs nothing; a constant plane gives its
+    channel's bias exactly (zero variance), several chunks a plane."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 3, 16, 40), dtype, offset=1000.0 if dtype == np.float32 else 100.0)
+    inputs["input"][1, 2] = 7.25
+    inputs["input"][0, 1] = -3.0
+    tunables = {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 16, "CHUNK_UNITS_F32": 3, "CHUNK_UNITS_F16": 2}
+    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+    assert chunk_geometry(plan)[2] > 1
+    actual = run_poisoned(inputs, tunables=tunables, variant=CHUNKS)
+    assert_close(actual, reference(inputs, 1e-5), dtype, f"{CHUNKS} offset {seed_note(seed)}")
+    assert np.all(actual[1, 2] == inputs["b"][2]) and np.all(actual[0, 1] == inputs["b"][1])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_splitk_registers_folded_dispatch(dtype, request):
+    """8192 planes of 17 units, one unit a workgroup: 139264 workgroups fold into (65535, 3, 1)."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 4096, 68 if dtype == np.float32 else 136), dtype)
+    tunables = {
+        **CHUNK_MIN, "SPLIT_STATS_MAX_PLANES": 8192, "SPLIT_STATS_BELOW_PLANES": 8193,
+        "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1, "CHUNK_UNITS_F16": 1,
+    }
+    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+    assert chunk_geometry(plan) == (1, "1", 17) and plan.passes[0].dispatch == (65535, 3, 1)
+    actual = run_poisoned(inputs, tunables=tunables, variant=CHUNKS)
+    assert_close(actual, reference(inputs, 1e-5), dtype, f"{CHUNKS} folded {seed_note(seed)}")
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+def test_splitk_registers_repeated_runs_and_apply_order_are_bit_identical(dtype, request):
+    """The same bits on every run and in either walk order of the apply pass (every workgroup of a
+    plane merges the plane's partials in one fixed order)."""
+    rng, _ = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 3, 16, 40), dtype)
+    tunables = {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 16, "CHUNK_UNITS_F32": 3, "CHUNK_UNITS_F16": 2}
+    first = run_poisoned(inputs, tunables=tunables, variant=CHUNKS)
+    for order in (1, 2):
+        again = run_poisoned(inputs, tunables={**tunables, "CHUNK_APPLY_ORDER": order}, variant=CHUNKS)
+        assert again.tobytes() == first.tobytes(), order
+
+
+def test_splitk_registers_refusals_say_why():
+    shapes = {"input": (1, 3, 4, 5), "scale": (3,), "b": (3,)}
+    for dtype, caps, tunables, words in [
+        ("float16", {"features": ["shader-f16"]}, CHUNK_MIN, "instanceSpatial % regUnitValues == 0"),  # 20 values: 2.5 f16 units
+        ("float32", {"features": ["shader-f16"]}, {}, "instanceSpatial >= tunables.SPLIT_STATS_MIN_SPATIAL"),
+        ("float32", {"features": [], "limits": {"maxComputeWorkgroupStorageSize": 1024}}, CHUNK_MIN, "chunkWorkgroupBytes"),
+        ("float32", {"features": []}, {**CHUNK_MIN, "SPLIT_STATS_BELOW_PLANES": 3}, "instancePlanes < tunables.SPLIT_STATS_BELOW_PLANES"),
+    ]:
+        with pytest.raises(ContractError, match="does not apply") as caught:
+            inn.plan(shapes, {"T": dtype}, caps=caps, tunables=tunables, variant=CHUNKS)
         assert words in str(caught.value), str(caught.value)
 
 

@@ -6,9 +6,10 @@ offset with a small spread, and two far-apart clusters. The first case is the is
 -6e4 +- 32 with the first value of each group +6e4 (f16 holds every value of it).
 
 Tunables and caps make the rows span several invocations, subgroups and workgroups (split-k and
-slab variants run several splits / slabs a row, group_row_registers and plane_row_registers two workgroups a
-row), and the subgroup combines are planned both with
-and without the `subgroup_id` language feature. Fresh random data every run (seeded, the seed is
+slab variants run several splits / slabs a row, group_row_registers and plane_row_registers two
+workgroups a row, group_splitk_registers and plane_splitk_registers 8 or 11 chunks a row, the last
+one short), and the subgroup combines are planned both with and without the `subgroup_id`
+language feature. Fresh random data every run (seeded, the seed is
 printed on failure), NaN-poisoned outputs, float64 references from tests/oracles.py, and DESIGN
 §7's tolerances; stash_type 10 uses tests/test_group_normalization.py's f16-stage check, whose
 looser bound is the f16 arithmetic the spec prescribes.
@@ -79,6 +80,10 @@ GN_ROW = {"WORKGROUP_SIZE": 64}  # 64 invocations a row: 256 values (64 vectors)
 GN_SPLIT = {"STATS_VALUES_PER_SPLIT": 2048, "SPLIT_STATS_MIN_HIDDEN": 1, "SPLIT_WORKGROUP_SIZE": 64}  # 8 splits
 # Two workgroups a row of 256 invocations: 16 f32 / 8 f16 units an invocation in registers.
 GN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 256}
+# Split-k in registers: rows of 4096 f32 / 2048 f16 units in 8 chunks of 64 invocations x 8 / 4
+# units, or in 11 chunks of 64 x 6 / 3 units, the last one short (the outlier-last value in it).
+GN_CHUNKS = {"SPLIT_STATS_MIN_HIDDEN": 1, "CHUNK_WORKGROUP_SIZE": 64, "CHUNK_UNITS_F16": 4}
+GN_CHUNKS_TAIL = {**GN_CHUNKS, "CHUNK_UNITS_F32": 6, "CHUNK_UNITS_F16": 3}
 GN_CONFIGS = [
     ("group_subgroup_vec4", GN_ROW, SUBGROUP_ID),
     ("group_subgroup_vec4", GN_ROW, NO_SUBGROUP_ID),
@@ -88,12 +93,14 @@ GN_CONFIGS = [
     ("group_splitk_vec4", GN_SPLIT, NO_SUBGROUP_ID),
     ("group_splitk_vec4_pairs", GN_SPLIT, NO_SUBGROUP_ID),
     ("group_row_registers", GN_REGISTERS, NO_SUBGROUP_ID),
+    ("group_splitk_registers", GN_CHUNKS, NO_SUBGROUP_ID),
+    ("group_splitk_registers", GN_CHUNKS_TAIL, NO_SUBGROUP_ID),
 ]
 
 
 def config_id(config):
-    variant, _, caps = config
-    return variant + ("-subgroup_id" if "wgslLanguageFeatures" in caps else "")
+    variant, tunables, caps = config
+    return variant + ("-subgroup_id" if "wgslLanguageFeatures" in caps else "") + ("-tail" if "CHUNK_UNITS_F32" in tunables else "")
 
 
 @PATTERN_PARAM
@@ -111,7 +118,9 @@ def test_group_normalization(config, dtype, pattern, request):
     attrs = {"num_groups": GN_GROUPS}
     shapes = {k: v.shape for k, v in inputs.items()}
     p = gn.plan(shapes, {"T": np.dtype(dtype).name}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
-    if "split" in variant:
+    if variant == "group_splitk_registers":
+        assert p.passes[0].uniforms["chunks"] == (11 if "CHUNK_UNITS_F32" in tunables else 8)
+    elif "split" in variant:
         assert p.passes[0].values["split"] == 8
     elif variant == "group_row_registers":
         assert (p.passes[0].workgroup_size, p.passes[0].uniforms["split"]) == (256, 2)
@@ -153,6 +162,9 @@ IN_ROW = {"WORKGROUP_SIZE": 64}
 IN_SPLIT = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 2048, "WORKGROUP_SIZE": 64}  # 8 splits
 # Two workgroups a plane of 256 invocations: 16 f32 / 8 f16 units an invocation in registers.
 IN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 256}
+# Split-k in registers, as GN_CHUNKS / GN_CHUNKS_TAIL: 8 chunks a plane, or 11 with a short last one.
+IN_CHUNKS = {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 64, "CHUNK_UNITS_F16": 4}
+IN_CHUNKS_TAIL = {**IN_CHUNKS, "CHUNK_UNITS_F32": 6, "CHUNK_UNITS_F16": 3}
 IN_CONFIGS = [
     ("plane_subgroup_vec4", IN_ROW, SUBGROUP_ID),
     ("plane_subgroup_vec4", IN_ROW, NO_SUBGROUP_ID),
@@ -165,6 +177,8 @@ IN_CONFIGS = [
     ("plane_splitk", IN_SPLIT, NO_SUBGROUP_ID),
     ("plane_batched_vec4", {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, NO_SUBGROUP_ID),
     ("plane_row_registers", IN_REGISTERS, NO_SUBGROUP_ID),
+    ("plane_splitk_registers", IN_CHUNKS, NO_SUBGROUP_ID),
+    ("plane_splitk_registers", IN_CHUNKS_TAIL, NO_SUBGROUP_ID),
 ]
 
 
@@ -185,7 +199,9 @@ def test_instance_normalization(config, dtype, pattern, request):
     }
     shapes = {k: v.shape for k, v in inputs.items()}
     p = inn.plan(shapes, {"T": np.dtype(dtype).name}, caps=caps, tunables=tunables, variant=variant)
-    if "splitk" in variant:
+    if variant == "plane_splitk_registers":
+        assert p.passes[0].uniforms["chunks"] == (11 if "CHUNK_UNITS_F32" in tunables else 8)
+    elif "splitk" in variant:
         assert p.passes[0].values["split"] == 8
     elif variant == "plane_batched_vec4":
         assert p.passes[0].uniforms["lanesPerPlane"] == 16
