@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 ae71469bb1bf5f18)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 191ada34dd4a601f)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 26c9a7b855387de3)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 cc8c91fb3e618343)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 c68343b769a891d3)
 #   codegen/onnx_versions.py (sha256 a1568ccdcd8c1d86)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
