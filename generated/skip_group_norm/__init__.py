@@ -8,7 +8,7 @@
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
 #   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 1777e5c81d07ec0e)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 b12d4232dc7eb9a5)
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -3,7 +3,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 251f516a54b17fa0)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 1777e5c81d07ec0e)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 b12d4232dc7eb9a5)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `registers_sum` of com.microsoft SkipGroupNorm-1.
