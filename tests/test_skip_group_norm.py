@@ -14,8 +14,11 @@ a zero skip and no bias; Y bit-identical whether or not S is requested; bit-iden
 data far from zero; folded dispatches; natural selection (split for few large groups, fused
 otherwise); and every contract rule refused with a ContractError before any GPU work.
 ONNX Runtime's CPU provider has no SkipGroupNorm kernel, so there is no live onnxruntime comparison.
-No variant uses subgroups (every reduction is a fixed-order tree in workgroup memory), so there is no
-subgroup-width test here.
+The split and fused variants use no subgroups (every reduction is a fixed-order tree in workgroup
+memory). The registers_* variants (issue 12: a channels-last row in registers, subgroupAdd sums) are
+tested in their own section below, at lavapipe's subgroup width 8, including workgroups that are not
+a multiple of it; tests/profile_cases.py runs them at width 4 too. Tests that compare with natural
+selection pass caps without subgroups (F16_CAPS) where they mean the split / fused rule.
 """
 
 from __future__ import annotations
