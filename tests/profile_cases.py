@@ -141,7 +141,7 @@ _BASE = [
 
 
 def _sgn_base():
-    """The eight SkipGroupNorm variants, both layouts, both skip forms, SiLU on and off."""
+    """The twelve SkipGroupNorm variants, both layouts (registers_*: channels-last), both skip forms, SiLU on and off."""
     base = []
     for i, (family, member) in enumerate((f, m) for m in ("bias_sum", "bias_plain", "sum", "plain") for f in ("split", "fused")):
         channels_last = i % 2
@@ -151,6 +151,14 @@ def _sgn_base():
         outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
         tunables = {"WORKGROUP_SIZE": 16, "SLAB_VALUES": 64}
         base.append(("skip_group_norm", f"{family}_{member}", shapes, attrs, tunables, {}, outputs))
+    # registers_* (channels-last only): 10 channels a group, 5 x 4 = 20 invocations (a partial last
+    # subgroup at widths 8 and 16, full at 4), 30 positions (a tail), two workgroups a row.
+    for i, member in enumerate(("bias_sum", "bias_plain", "sum", "plain")):
+        shapes = _sgn_shapes((2, 5, 6, 40), 1, member.startswith("bias"), full_skip=i % 2 == 0)
+        attrs = {"groups": 4, "activation": i % 2, "channels_last": 1}
+        outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
+        tunables = {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_WORKGROUP_SIZE": 16, "REGISTER_MIN_POSITION_LANES": 4}
+        base.append(("skip_group_norm", f"registers_{member}", shapes, attrs, tunables, {}, outputs))
     return base
 
 
