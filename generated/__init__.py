@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 ae71469bb1bf5f18)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 cf03ff16d8a35439)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 46e4aae6a5ba3698)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 c68343b769a891d3)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 97640af2cb51fee4)
 #   codegen/onnx_versions.py (sha256 a1568ccdcd8c1d86)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

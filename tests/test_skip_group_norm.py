@@ -865,22 +865,25 @@ def test_registers_folded_dispatch_on_a_small_dispatch_limit(request):
 
 
 def test_registers_small_device_limits(request):
-    """32 invocations a workgroup, 512 bytes of workgroup memory: 32 lanes of two vec2 partials."""
+    """32 invocations a workgroup, 4612 bytes of workgroup memory: 32 invocation summaries, the 256
+    subgroup slots and the flag (_lib/row_stats)."""
     rng, seed = rng_for(request.node.name)
     shapes = {"X": (2, 6, 6, 80), "gamma": (80,), "beta": (80,), "skip": (2, 80), "bias": (80,)}
-    limits = {"maxComputeInvocationsPerWorkgroup": 32, "maxComputeWorkgroupSizeX": 32, "maxComputeWorkgroupStorageSize": 512}
+    limits = {"maxComputeInvocationsPerWorkgroup": 32, "maxComputeWorkgroupSizeX": 32, "maxComputeWorkgroupStorageSize": 4612}
     caps = {**SUBGROUP_CAPS, "limits": limits}
     attrs = {"groups": 4, "activation": 1}
     p = sgn.plan(shapes, {"T": "float16", "M": "float16"}, attrs=attrs, outputs=("Y", "S"), caps=caps, variant="registers_bias_sum")
     (main,) = p.passes
-    assert main.workgroup_size <= 32 and main.workgroup_storage_bytes <= 512
+    assert main.workgroup_size <= 32 and main.workgroup_storage_bytes <= 4612
     inputs = random_inputs(rng, shapes, "float16", "float16")
     result = run_poisoned(inputs, attrs, ("Y", "S"), caps=caps, variant="registers_bias_sum")
     check(result, inputs, attrs, f"small limits registers {seed_note(seed)}")
 
 
 def registers_choice(shape, t="float16", caps=H200_CAPS, groups=32, skip="full", bias=True, outputs=("Y", "S"), channels_last=1, **kwargs):
-    """(variant, workgroup, split, UNITS) for a registers_* plan, else the variant chosen."""
+    """(variant, workgroup, split, UNITS) for a registers_* plan, else the variant chosen; registers_*
+    are not demoted for narrow units unless `tunables` say so (test_registers_demoted_for_narrow_units)."""
+    kwargs["tunables"] = {"REGISTER_MIN_UNIT_BYTES": 1} | kwargs.get("tunables", {})
     c = shape[3] if channels_last else shape[1]
     shapes = {"X": shape, "gamma": (c,), "beta": (c,), "skip": shape if skip == "full" else (shape[0], c)}
     if bias:
@@ -896,13 +899,17 @@ def registers_choice(shape, t="float16", caps=H200_CAPS, groups=32, skip="full",
 def test_registers_take_the_sdxl_bench_cases():
     """bench.json's twelve SDXL cases, on the H200's facts: registers_*, with 640 invocations (5 x 128
     positions) and two workgroups a row for the 40960- and 20480-value rows, 320 (5 x 64) and one for
-    10240; without subgroups they keep their split / fused variants."""
+    10240; without subgroups they keep their split / fused variants. The 64x64x320 rows (10 f16
+    channels a group: 4-byte units) take split_* unless REGISTER_MIN_UNIT_BYTES allows them."""
     expected = {(2, 64, 64, 320): (640, 2, "32"), (2, 32, 32, 640): (640, 2, "8"), (2, 16, 16, 1280): (320, 1, "4")}
     for case in BENCH_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
         dtypes = {k: v[0] for k, v in case["dtypes"].items()}
         outputs = tuple(case["outputs"])
-        p = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS)
+        default = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS)
+        narrow = shapes["X"] == (2, 64, 64, 320)
+        assert default.variant == variant_for("split" if narrow else "registers", True, outputs), (case["name"], default.explanation)
+        p = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS, tunables={"REGISTER_MIN_UNIT_BYTES": 4})
         assert p.variant == variant_for("registers", True, outputs), (case["name"], p.explanation)
         (main,) = p.passes
         assert (main.workgroup_size, main.uniforms["split"], held_units(main)) == expected[shapes["X"]], case["name"]
@@ -913,13 +920,15 @@ def test_registers_take_the_sdxl_bench_cases():
 
 def test_registers_take_the_test_cases_that_fit():
     """test.json's channels-last cases with an even channel count a group take registers_* on a device
-    with subgroups; the NCHW ones, and odd groups (cpg 3, 1), keep their split / fused variant."""
+    with subgroups (f16: a multiple of 4, for units of 8 bytes or more); the NCHW ones, and odd groups
+    (cpg 3, 1), keep their split / fused variant."""
     for case in TEST_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
         n, c, hw = layout(shapes["X"], case["attrs"].get("channels_last", 1))
-        fits = case["attrs"].get("channels_last", 1) != 0 and (c // case["attrs"]["groups"]) % 2 == 0
+        cpg = c // case["attrs"]["groups"]
         outputs = tuple(case["outputs"])
         for t in case["dtypes"]["T"]:
+            fits = case["attrs"].get("channels_last", 1) != 0 and cpg % (2 if t == "float32" else 4) == 0
             p = sgn.plan(shapes, {"T": t, "M": "float32"}, attrs=case["attrs"], outputs=outputs, tunables=case.get("tunables"), caps=H200_CAPS)
             family = "registers" if fits else expected_family(case)
             assert p.variant == variant_for(family, "bias" in shapes, outputs), (case["name"], t, p.explanation)
@@ -951,6 +960,16 @@ def test_registers_selection_thresholds():
     # WebGPU's default 256 invocations: 5 x 32; 4096 positions would need 128 words, 1024 need 64.
     assert registers_choice((2, 64, 64, 320), caps=SUBGROUP_CAPS) == "split_bias_sum"
     assert registers_choice((2, 32, 32, 640), caps=SUBGROUP_CAPS) == (registers, 160, 2, "32")
+
+
+def test_registers_demoted_for_narrow_units():
+    """Units under REGISTER_MIN_UNIT_BYTES (8) put registers_* behind split_* / fused_*, which are
+    still taken over them only where they apply; forcing the variant still runs it."""
+    at_default = {"REGISTER_MIN_UNIT_BYTES": 8}
+    assert registers_choice((2, 64, 64, 320), tunables=at_default) == "split_bias_sum"  # 2 halves a unit
+    assert registers_choice((2, 64, 64, 320), "float32", tunables=at_default)[0] == "registers_bias_sum"  # vec2<f32>
+    assert registers_choice((2, 32, 32, 640), tunables=at_default)[0] == "registers_bias_sum"  # 4 halves
+    assert registers_choice((2, 64, 64, 320), tunables=at_default, variant="registers_bias_sum")[0] == "registers_bias_sum"
 
 
 def test_registers_refusals_say_why():

@@ -2,6 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 cf03ff16d8a35439)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 efc5a01e236c5afb)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/units.wgsl.jinja (sha256 4f4f04a4b6b5615a)
@@ -9,7 +10,7 @@
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
-#   templates/norm-row-registers.wgsl.jinja (sha256 aebbe89e6fd00b87)
+#   templates/norm-row-registers.wgsl.jinja (sha256 afc4e24f8bf4c370)
 #   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 cb5fab7b6c78d30c)
 #   templates/norm-splitk-partials.wgsl.jinja (sha256 3ee5003d9f78ce6d)
@@ -1844,8 +1845,8 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, rowUnits: u32, spatialU
     "const UNITS#9": """\
 const UNITS: u32 = 24u;""",
     "var wg_subgroups": """\
-// Summaries (n, mean, lo, M2): one per subgroup (slot k), and one per invocation for the
-// irregular-layout fallback; the flag says which the merge reads.
+// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
+// an irregular subgroup layout; the flag says which the merge reads.
 var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
 var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
 var<workgroup> wg_irregular: atomic<u32>;
@@ -1880,6 +1881,12 @@ fn held_count(lid: u32) -> u32 {
     }
     return min((params.rowUnits - 1u - lid) / workgroupSize + 1u, UNITS);
 }""",
+    "fn subgroup_mean": """\
+// (the subgroup's mean, its count of values) from this invocation's sum and count of values.
+fn subgroup_mean(own: f32, n: f32) -> vec2<f32> {
+    let totals = subgroupAdd(vec2<f32>(own, n));
+    return vec2<f32>(select(0.0, totals.x / totals.y, totals.y > 0.0), totals.y);
+}""",
     "fn summary": """\
 // The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
 // d = (sum of x - m, sum of (x - m)^2): the mean is m + lo.
@@ -1891,7 +1898,7 @@ fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
 // (n, shift, delta, M2) of the row from the subgroups' summaries: the mean is shift + delta. Lane
 // l of every subgroup takes slots l, l + width, ... in that order (one each where there are no
 // more slots than lanes) and subgroupAdd sums the lanes, so every subgroup gets the same bits.
-// Only called when every subgroup is full and regular (see the header).
+// Only called when every subgroup is full and regular.
 fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
     let count = workgroupSize / width;
     let shift = wg_subgroups[0].y;
@@ -1932,10 +1939,13 @@ fn merged_invocations() -> vec4<f32> {
     return vec4<f32>(n, shift, delta, m2);
 }""",
     "fn row_stats": """\
-// The row's statistics from this invocation's summary and its subgroup's, the same bits in every
-// invocation of every workgroup of the row (see the header); call in uniform control flow.
-fn row_stats(lid: u32, lane: u32, width: u32, regular: bool, mine: vec4<f32>, subgroup: vec4<f32>) -> vec4<f32> {
-    wg_invocations[lid] = mine;
+// The row's (n, shift, delta, M2) from this invocation's n values, its subgroup's mean (and count)
+// and its deviations from that mean: the same bits in every invocation of every workgroup of the
+// row. Call in uniform control flow, once.
+fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> vec4<f32> {
+    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    let subgroup = summary(mean.y, mean.x, subgroupAdd(deviations));
+    wg_invocations[lid] = summary(n, mean.x, deviations);
     if (regular && lane == 0u) {
         wg_subgroups[lid / width] = subgroup;
     }
@@ -1998,7 +2008,6 @@ fn main(
     let row = w / params.split;
     let share = w % params.split;
     let base = row * params.rowUnits;
-    // Cleared before any subgroup can raise it (see the header).
     if (lid == 0u) {
         atomicStore(&wg_irregular, 0u);
     }
@@ -2035,10 +2044,9 @@ fn main(
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "// let regular": """\
+    "// var own#2": """\
     // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup""",
-    "let regular": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#3": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2065,35 +2073,33 @@ fn main(
     own += select(0.0, unit_sum(u22), held(22u, lid));
     own += select(0.0, unit_sum(u23), held(23u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, m), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, m), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, m), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, m), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, m), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, m), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, m), held(11u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u12, m), held(12u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u13, m), held(13u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u14, m), held(14u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, m), held(15u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u16, m), held(16u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u17, m), held(17u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u18, m), held(18u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u19, m), held(19u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u20, m), held(20u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u21, m), held(21u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u22, m), held(22u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u23, m), held(23u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u16, mean.x), held(16u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u17, mean.x), held(17u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u18, mean.x), held(18u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u19, mean.x), held(19u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u20, mean.x), held(20u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u21, mean.x), held(21u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u22, mean.x), held(22u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u23, mean.x), held(23u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "// let step#3": """\
@@ -2142,8 +2148,7 @@ fn main(
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#2": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#4": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2154,19 +2159,17 @@ fn main(
     own += select(0.0, unit_sum(u6), held(6u, lid));
     own += select(0.0, unit_sum(u7), held(7u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, m), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, m), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, m), held(7u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#8": """\
@@ -2195,8 +2198,7 @@ fn main(
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#3": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#5": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2205,17 +2207,15 @@ fn main(
     own += select(0.0, unit_sum(u4), held(4u, lid));
     own += select(0.0, unit_sum(u5), held(5u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, m), held(5u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#9": """\
@@ -2243,8 +2243,7 @@ const UNITS: u32 = 5u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#4": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#6": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2252,16 +2251,14 @@ const UNITS: u32 = 5u;""",
     own += select(0.0, unit_sum(u3), held(3u, lid));
     own += select(0.0, unit_sum(u4), held(4u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#10": """\
@@ -2285,23 +2282,20 @@ const UNITS: u32 = 5u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#5": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#7": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
     own += select(0.0, unit_sum(u2), held(2u, lid));
     own += select(0.0, unit_sum(u3), held(3u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#11": """\
@@ -2323,21 +2317,18 @@ const UNITS: u32 = 5u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#6": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#8": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
     own += select(0.0, unit_sum(u2), held(2u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#12": """\
@@ -2377,8 +2368,7 @@ const UNITS: u32 = 20u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#7": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#9": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2401,31 +2391,29 @@ const UNITS: u32 = 20u;""",
     own += select(0.0, unit_sum(u18), held(18u, lid));
     own += select(0.0, unit_sum(u19), held(19u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, m), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, m), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, m), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, m), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, m), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, m), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, m), held(11u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u12, m), held(12u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u13, m), held(13u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u14, m), held(14u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, m), held(15u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u16, m), held(16u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u17, m), held(17u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u18, m), held(18u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u19, m), held(19u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u16, mean.x), held(16u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u17, mean.x), held(17u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u18, mean.x), held(18u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u19, mean.x), held(19u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#13": """\
@@ -2462,19 +2450,16 @@ const UNITS: u32 = 20u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#8": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#10": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#14": """\
@@ -2507,8 +2492,7 @@ const UNITS: u32 = 20u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#9": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#11": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2527,27 +2511,25 @@ const UNITS: u32 = 20u;""",
     own += select(0.0, unit_sum(u14), held(14u, lid));
     own += select(0.0, unit_sum(u15), held(15u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, m), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, m), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, m), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, m), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, m), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, m), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, m), held(11u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u12, m), held(12u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u13, m), held(13u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u14, m), held(14u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, m), held(15u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#15": """\
@@ -2590,8 +2572,7 @@ const UNITS: u32 = 20u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#10": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#12": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2606,23 +2587,21 @@ const UNITS: u32 = 20u;""",
     own += select(0.0, unit_sum(u10), held(10u, lid));
     own += select(0.0, unit_sum(u11), held(11u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, m), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, m), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, m), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, m), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, m), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, m), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, m), held(11u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#16": """\
@@ -2661,8 +2640,7 @@ const UNITS: u32 = 10u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#11": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#13": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
@@ -2675,21 +2653,19 @@ const UNITS: u32 = 10u;""",
     own += select(0.0, unit_sum(u8), held(8u, lid));
     own += select(0.0, unit_sum(u9), held(9u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, m), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, m), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, m), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, m), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, m), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, m), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, m), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, m), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, m), held(9u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#17": """\
@@ -2715,17 +2691,14 @@ const UNITS: u32 = 10u;""",
     for (var c = lid; c < params.channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
     }""",
-    "let regular#12": """\
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    "var own#14": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     let n = f32(held_count(lid)) * UNIT_VALUES;
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    let m = select(0.0, totals.x / totals.y, totals.y > 0.0);
+    let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, m), held(0u, lid));
-    let mine = summary(n, m, deviations);
-    let stats = row_stats(lid, lane, width, regular, mine, summary(totals.y, m, subgroupAdd(deviations)));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "let step#18": """\
@@ -3231,240 +3204,240 @@ SHADERS = {
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last', '// let regular',
-        '+let regular', '// let step#3', '+let step#7',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last',
+        '// var own#2', '+var own#3', '// let step#3', '+let step#7',
     ),
     'norm-row-registers.units8': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#2', '// let regular',
-        '+let regular#2', '// let step#3', '+let step#8',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#2',
+        '// var own#2', '+var own#4', '// let step#3', '+let step#8',
     ),
     'norm-row-registers.units6': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#3', '// let regular',
-        '+let regular#3', '// let step#3', '+let step#9',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#3',
+        '// var own#2', '+var own#5', '// let step#3', '+let step#9',
     ),
     'norm-row-registers.units5': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#4', '// let regular',
-        '+let regular#4', '// let step#3', '+let step#10',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#4',
+        '// var own#2', '+var own#6', '// let step#3', '+let step#10',
     ),
     'norm-row-registers.units4': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#5', '// let regular',
-        '+let regular#5', '// let step#3', '+let step#11',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#5',
+        '// var own#2', '+var own#7', '// let step#3', '+let step#11',
     ),
     'norm-row-registers.units3': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#6', '// let regular',
-        '+let regular#6', '// let step#3', '+let step#12',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#6',
+        '// var own#2', '+var own#8', '// let step#3', '+let step#12',
     ),
     'norm-row-registers.units20': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#7', '// let regular',
-        '+let regular#7', '// let step#3', '+let step#13',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#7',
+        '// var own#2', '+var own#9', '// let step#3', '+let step#13',
     ),
     'norm-row-registers.units2': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#8', '// let regular',
-        '+let regular#8', '// let step#3', '+let step#14',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#8',
+        '// var own#2', '+var own#10', '// let step#3', '+let step#14',
     ),
     'norm-row-registers.units16': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#9', '// let regular',
-        '+let regular#9', '// let step#3', '+let step#15',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#9',
+        '// var own#2', '+var own#11', '// let step#3', '+let step#15',
     ),
     'norm-row-registers.units12': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#10', '// let regular',
-        '+let regular#10', '// let step#3', '+let step#16',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#10',
+        '// var own#2', '+var own#12', '// let step#3', '+let step#16',
     ),
     'norm-row-registers.units10': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#11', '// let regular',
-        '+let regular#11', '// let step#3', '+let step#17',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#11',
+        '// var own#2', '+var own#13', '// let step#3', '+let step#17',
     ),
     'norm-row-registers.units1': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
         '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
         '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store', '+struct Store#2',
-        'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#12', '// let regular',
-        '+let regular#12', '// let step#3', '+let step#18',
+        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#12',
+        '// var own#2', '+var own#14', '// let step#3', '+let step#18',
     ),
     'norm-row-registers.packed-halves-units24': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last',
-        '// let regular', '+let regular', '// let step#3', '+let step#7',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last', '// var own#2', '+var own#3', '// let step#3', '+let step#7',
     ),
     'norm-row-registers.packed-halves-units8': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#2',
-        '// let regular', '+let regular#2', '// let step#3', '+let step#8',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#2', '// var own#2', '+var own#4', '// let step#3', '+let step#8',
     ),
     'norm-row-registers.packed-halves-units6': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#3',
-        '// let regular', '+let regular#3', '// let step#3', '+let step#9',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#3', '// var own#2', '+var own#5', '// let step#3', '+let step#9',
     ),
     'norm-row-registers.packed-halves-units5': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#4',
-        '// let regular', '+let regular#4', '// let step#3', '+let step#10',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#4', '// var own#2', '+var own#6', '// let step#3', '+let step#10',
     ),
     'norm-row-registers.packed-halves-units4': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#5',
-        '// let regular', '+let regular#5', '// let step#3', '+let step#11',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#5', '// var own#2', '+var own#7', '// let step#3', '+let step#11',
     ),
     'norm-row-registers.packed-halves-units3': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#6',
-        '// let regular', '+let regular#6', '// let step#3', '+let step#12',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#6', '// var own#2', '+var own#8', '// let step#3', '+let step#12',
     ),
     'norm-row-registers.packed-halves-units20': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#7',
-        '// let regular', '+let regular#7', '// let step#3', '+let step#13',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#7', '// var own#2', '+var own#9', '// let step#3', '+let step#13',
     ),
     'norm-row-registers.packed-halves-units2': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#8',
-        '// let regular', '+let regular#8', '// let step#3', '+let step#14',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#8', '// var own#2', '+var own#10', '// let step#3', '+let step#14',
     ),
     'norm-row-registers.packed-halves-units16': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#9',
-        '// let regular', '+let regular#9', '// let step#3', '+let step#15',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#9', '// var own#2', '+var own#11', '// let step#3', '+let step#15',
     ),
     'norm-row-registers.packed-halves-units12': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#10',
-        '// let regular', '+let regular#10', '// let step#3', '+let step#16',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#10', '// var own#2', '+var own#12', '// let step#3', '+let step#16',
     ),
     'norm-row-registers.packed-halves-units10': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#11',
-        '// let regular', '+let regular#11', '// let step#3', '+let step#17',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#11', '// var own#2', '+var own#13', '// let step#3', '+let step#17',
     ),
     'norm-row-registers.packed-halves-units1': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
         '// const UNITS#3', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
         'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#12',
-        '// let regular', '+let regular#12', '// let step#3', '+let step#18',
+        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
+        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
+        '+let last#12', '// var own#2', '+var own#14', '// let step#3', '+let step#18',
     ),
 }
 # fmt: on
