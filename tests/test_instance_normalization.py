@@ -632,10 +632,10 @@ def test_row_registers_selection_on_the_bench_cases():
     assert found == {
         ("style-conv1", "float32"): "plane_subgroup_vec4",
         ("style-conv1", "float16"): (REGISTERS, 512, 2, "16"),
-        ("style-conv2", "float32"): (REGISTERS, 256, 1, "16"),
-        ("style-conv2", "float16"): (REGISTERS, 256, 1, "8"),
-        ("style-conv3", "float32"): (REGISTERS, 256, 1, "4"),
-        ("style-conv3", "float16"): (REGISTERS, 256, 1, "2"),
+        ("style-conv2", "float32"): (REGISTERS, 512, 1, "8"),
+        ("style-conv2", "float16"): (REGISTERS, 512, 1, "4"),
+        ("style-conv3", "float32"): (REGISTERS, 512, 1, "2"),
+        ("style-conv3", "float16"): (REGISTERS, 512, 1, "1"),
         ("legacy-gn-unet-64", "float32"): (REGISTERS, 512, 2, "20"),
         ("legacy-gn-unet-64", "float16"): (REGISTERS, 512, 2, "10"),
         ("legacy-gn-vae-512", "float32"): "plane_splitk_registers",
@@ -649,13 +649,14 @@ def test_row_registers_selection_thresholds():
     values; needs subgroups (without them the other variants run)."""
     chosen = registers_chosen
     # Planes of 40960 values: 66 planes at two workgroups each still fit SM_COUNT_PROXY (132); 67
-    # planes would take one workgroup a plane, where a plane needs 40 units of 256 invocations.
+    # planes take one workgroup a plane (REGISTER_SINGLE_WORKGROUP_SIZE 512: 20 units each).
     assert chosen((2, 33, 40960)) == (REGISTERS, 512, 2, "20")
-    assert chosen((1, 67, 40960)) == "plane_subgroup_vec4"
-    assert chosen((4, 32, 40960)) == "plane_subgroup_vec4"  # 128 planes: 256 workgroups at split 2
+    assert chosen((1, 67, 40960)) == (REGISTERS, 512, 1, "20")
+    assert chosen((4, 32, 40960)) == (REGISTERS, 512, 1, "20")  # 128 planes: 256 workgroups at split 2
+    assert chosen((1, 67, 40960), tunables={"REGISTER_SINGLE_WORKGROUP_SIZE": 256}) == "plane_subgroup_vec4"  # 40 units
     assert chosen((4, 32, 40960), tunables={"SM_COUNT_PROXY": 256}) == (REGISTERS, 512, 2, "20")
     # One workgroup a plane: 132 planes fit, 133 do not.
-    assert chosen((1, 132, 56, 56)) == (REGISTERS, 256, 1, "4")
+    assert chosen((1, 132, 56, 56)) == (REGISTERS, 512, 1, "2")
     assert chosen((1, 133, 56, 56)) == "plane_subgroup_vec4"
     # The f32 224x224 plane: over the budget even at the largest bucket. 1024 invocations a
     # workgroup (a tunable) would hold it in 16 units each, with 16392 bytes of workgroup memory:
