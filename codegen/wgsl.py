@@ -19,6 +19,7 @@ import itertools
 import math
 import re
 import traceback
+import weakref
 from typing import NamedTuple
 from collections import defaultdict
 from dataclasses import dataclass
@@ -374,6 +375,19 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries)
 
 
+_TREES: "weakref.WeakKeyDictionary[jinja2.Environment, dict[str, jinja2.nodes.Template]]" = weakref.WeakKeyDictionary()
+
+
+def _tree(env: jinja2.Environment, name: str) -> jinja2.nodes.Template:
+    """A template's syntax tree, parsed once per environment however many passes read it (a
+    failure is not kept: it is raised again, and reported where it is found)."""
+    trees = _TREES.setdefault(env, {})
+    if name not in trees:
+        source, filename, _ = env.loader.get_source(env, name)
+        trees[name] = env.parse(source, name, filename)
+    return trees[name]
+
+
 def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tuple[str, ...]:
     """The library templates a pass's template imports, directly or through another, sorted; a
     library named as the pass's own template is refused."""
@@ -384,8 +398,7 @@ def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tup
     pending = [name]
     while pending:
         try:
-            source, _, _ = env.loader.get_source(env, pending.pop())
-            referenced = jinja2.meta.find_referenced_templates(env.parse(source))
+            referenced = jinja2.meta.find_referenced_templates(_tree(env, pending.pop()))
         except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError):
             continue  # reported where the template is parsed for rendering
         for library in referenced:
@@ -403,8 +416,7 @@ def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) 
     """
     origin, name = pass_.ir.origin, pass_.ir.template
     try:
-        source, filename, _ = env.loader.get_source(env, name)
-        tree = env.parse(source, name, filename)
+        tree = _tree(env, name)
     except jinja2.TemplateNotFound:
         known = env.loader.list_templates()
         suggestion = closest(name, known)
