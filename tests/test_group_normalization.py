@@ -175,6 +175,11 @@ def test_selection_thresholds():
     assert chosen((1, 1, 524288), 1, tunables=at_default) == registers
     assert chosen((1, 1, 524280), 1, dtype="float16", tunables=at_default) == "group_splitk_vec4_pairs"
     assert chosen((1, 1, 524288), 1, dtype="float16", tunables=at_default) == registers
+    # Where no older split-k applies (8 rows over a device's 7 workgroups a dimension), it is not
+    # demoted: the one-workgroup-a-row variants do not go ahead of it.
+    narrow = {"features": ["shader-f16"], "limits": {"maxComputeWorkgroupsPerDimension": 7}}
+    big_chunks = {**at_default, "CHUNK_UNITS_F32": 16, "CHUNK_WORKGROUP_SIZE": 256}
+    assert chosen((8, 1, 65536), 1, caps=narrow, tunables=big_chunks) == registers
     assert chosen((1, 32, 64, 64), 2) == registers  # 65536 values a row
     assert chosen((1, 32, 64, 64), 4) not in SPLIT_VARIANTS + (registers,)  # 32768
     assert chosen((1, 2, 32767), 1) not in SPLIT_VARIANTS + (registers,)  # 65534

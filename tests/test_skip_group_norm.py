@@ -963,8 +963,8 @@ def test_registers_selection_thresholds():
 
 
 def test_registers_demoted_for_narrow_units():
-    """Units under REGISTER_MIN_UNIT_BYTES (8) put registers_* behind split_* / fused_*, which are
-    still taken over them only where they apply; forcing the variant still runs it."""
+    """Units under REGISTER_MIN_UNIT_BYTES (8) put registers_* behind split_* / fused_*; wider units
+    keep them first; a caller can still force them."""
     at_default = {"REGISTER_MIN_UNIT_BYTES": 8}
     assert registers_choice((2, 64, 64, 320), tunables=at_default) == "split_bias_sum"  # 2 halves a unit
     assert registers_choice((2, 64, 64, 320), "float32", tunables=at_default)[0] == "registers_bias_sum"  # vec2<f32>

@@ -2,7 +2,7 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 97640af2cb51fee4)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 efc5a01e236c5afb)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 75e58b007dc38524)
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 251f516a54b17fa0)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
@@ -289,9 +289,9 @@ fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
 // (n, shift, delta, M2) of the row from the subgroups' summaries: the mean is shift + delta. Lane
 // l of every subgroup takes slots l, l + width, ... in that order (one each where there are no
 // more slots than lanes) and subgroupAdd sums the lanes, so every subgroup gets the same bits.
-// Only called when every subgroup is full and regular.
+// Meaningful only when every subgroup is full and regular (row_stats says which result it takes).
 fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
-    let count = workgroupSize / width;
+    let count = min(workgroupSize / width, 256u);
     let shift = wg_subgroups[0].y;
     var n_offset = vec2<f32>(0.0);
     for (var i = lane; i < count; i += width) {
@@ -334,7 +334,10 @@ fn merged_invocations() -> vec4<f32> {
 // and its deviations from that mean: the same bits in every invocation of every workgroup of the
 // row. Call in uniform control flow, once.
 fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> vec4<f32> {
-    let regular = subgroupAll(lane == lid % width) && subgroupAdd(1u) == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
+    // Every subgroup operation runs in uniform control flow: none under `&&` or under the flag.
+    let numbered = subgroupAll(lane == lid % width);
+    let lanes = subgroupAdd(1u);
+    let regular = numbered && lanes == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
     let subgroup = summary(mean.y, mean.x, subgroupAdd(deviations));
     wg_invocations[lid] = summary(n, mean.x, deviations);
     if (regular && lane == 0u) {
@@ -344,10 +347,13 @@ fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviation
         atomicStore(&wg_irregular, 1u);
     }
     workgroupBarrier();
-    if (atomicLoad(&wg_irregular) == 0u) {
-        return merged_subgroups(lane, width);
+    // Merged from the slots whatever the flag (its subgroupAdds need every invocation); where the
+    // flag is raised the slots are not all written, and the one-by-one merge is taken instead.
+    let by_subgroups = merged_subgroups(lane, width);
+    if (atomicLoad(&wg_irregular) != 0u) {
+        return merged_invocations();
     }
-    return merged_invocations();
+    return by_subgroups;
 }""",
     "fn main": """\
 @compute @workgroup_size(workgroupSize)
