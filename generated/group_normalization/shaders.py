@@ -10,7 +10,7 @@
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
-#   templates/norm-row-registers.wgsl.jinja (sha256 afc4e24f8bf4c370)
+#   templates/norm-row-registers.wgsl.jinja (sha256 770c47c206707de6)
 #   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 cb5fab7b6c78d30c)
 #   templates/norm-splitk-partials.wgsl.jinja (sha256 3ee5003d9f78ce6d)
@@ -1852,22 +1852,6 @@ var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
 var<workgroup> wg_irregular: atomic<u32>;
 // (scale, bias) of the row's channels as f32, read by every store.
 var<workgroup> wg_affine: array<vec2<f32>, maxChannels>;""",
-    "alias Unit#3": """\
-alias Unit = vec4<f32>;
-const UNIT_VALUES: f32 = 4.0;""",
-    "// fn unit_deviations#2": """\
-// (sum of x - m, sum of (x - m)^2) over a unit.""",
-    "fn unit_deviations#3": """\
-fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
-    let d = u - m;
-    return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}""",
-    "// fn normalized_unit": """\
-// (x - shift) * k + b over a unit.""",
-    "fn normalized_unit#3": """\
-fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
-    return (u - shift) * k + b;
-}""",
     "fn held#2": """\
 // Whether unit j of invocation lid lies in the row.
 fn held(j: u32, lid: u32) -> bool {
@@ -1994,7 +1978,8 @@ fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
     if (walk.owner == s.share && held(j, s.lid)) {
         let affine = wg_affine[walk.at.x];
         let k = s.inv_std * affine.x;
-        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, k, affine.y - s.delta * k);
+        // delta is folded into the bias, so the unit's lo is 0 (x - 0.0 is exact: no bit changes).
+        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, 0.0, k, affine.y - s.delta * k);
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == params.split), advance(walk.at, s.step, params.spatialUnits));
 }""",
@@ -2078,7 +2063,7 @@ fn main(
     own += select(0.0, unit_sum(u21), held(21u, lid));
     own += select(0.0, unit_sum(u22), held(22u, lid));
     own += select(0.0, unit_sum(u23), held(23u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2164,7 +2149,7 @@ fn main(
     own += select(0.0, unit_sum(u5), held(5u, lid));
     own += select(0.0, unit_sum(u6), held(6u, lid));
     own += select(0.0, unit_sum(u7), held(7u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2212,7 +2197,7 @@ fn main(
     own += select(0.0, unit_sum(u3), held(3u, lid));
     own += select(0.0, unit_sum(u4), held(4u, lid));
     own += select(0.0, unit_sum(u5), held(5u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2256,7 +2241,7 @@ const UNITS: u32 = 5u;""",
     own += select(0.0, unit_sum(u2), held(2u, lid));
     own += select(0.0, unit_sum(u3), held(3u, lid));
     own += select(0.0, unit_sum(u4), held(4u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2294,7 +2279,7 @@ const UNITS: u32 = 5u;""",
     own += select(0.0, unit_sum(u1), held(1u, lid));
     own += select(0.0, unit_sum(u2), held(2u, lid));
     own += select(0.0, unit_sum(u3), held(3u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2328,7 +2313,7 @@ const UNITS: u32 = 5u;""",
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
     own += select(0.0, unit_sum(u2), held(2u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2396,7 +2381,7 @@ const UNITS: u32 = 20u;""",
     own += select(0.0, unit_sum(u17), held(17u, lid));
     own += select(0.0, unit_sum(u18), held(18u, lid));
     own += select(0.0, unit_sum(u19), held(19u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2460,7 +2445,7 @@ const UNITS: u32 = 20u;""",
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2516,7 +2501,7 @@ const UNITS: u32 = 20u;""",
     own += select(0.0, unit_sum(u13), held(13u, lid));
     own += select(0.0, unit_sum(u14), held(14u, lid));
     own += select(0.0, unit_sum(u15), held(15u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2592,7 +2577,7 @@ const UNITS: u32 = 20u;""",
     own += select(0.0, unit_sum(u9), held(9u, lid));
     own += select(0.0, unit_sum(u10), held(10u, lid));
     own += select(0.0, unit_sum(u11), held(11u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2658,7 +2643,7 @@ const UNITS: u32 = 10u;""",
     own += select(0.0, unit_sum(u7), held(7u, lid));
     own += select(0.0, unit_sum(u8), held(8u, lid));
     own += select(0.0, unit_sum(u9), held(9u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2700,7 +2685,7 @@ const UNITS: u32 = 10u;""",
     "var own#14": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -2716,21 +2701,6 @@ const UNITS: u32 = 10u;""",
 """,
     "binding y#10": """\
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;""",
-    "alias Unit#4": """\
-alias Unit = vec4<u32>;
-const UNIT_VALUES: f32 = 8.0;""",
-    "fn unit_deviations#4": """\
-fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
-    let a = low_half(u) - m;
-    let b = high_half(u) - m;
-    return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
-}""",
-    "fn normalized_unit#4": """\
-fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
-    let first = (low_half(u) - shift) * k + b;
-    let second = (high_half(u) - shift) * k + b;
-    return vec4<u32>(pack2x16float(first.xy), pack2x16float(first.zw), pack2x16float(second.xy), pack2x16float(second.zw));
-}""",
 }
 
 # fmt: off
@@ -3208,242 +3178,230 @@ SHADERS = {
     'norm-row-registers.units24': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last',
-        '// var own#2', '+var own#3', '// let step#3', '+let step#7',
+        '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last', '// var own#2', '+var own#3', '// let step#3', '+let step#7',
     ),
     'norm-row-registers.units8': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#2',
-        '// var own#2', '+var own#4', '// let step#3', '+let step#8',
+        '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#2', '// var own#2', '+var own#4', '// let step#3', '+let step#8',
     ),
     'norm-row-registers.units6': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#3',
-        '// var own#2', '+var own#5', '// let step#3', '+let step#9',
+        '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#3', '// var own#2', '+var own#5', '// let step#3', '+let step#9',
     ),
     'norm-row-registers.units5': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#4',
-        '// var own#2', '+var own#6', '// let step#3', '+let step#10',
+        '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#4', '// var own#2', '+var own#6', '// let step#3', '+let step#10',
     ),
     'norm-row-registers.units4': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#5',
-        '// var own#2', '+var own#7', '// let step#3', '+let step#11',
+        '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#5', '// var own#2', '+var own#7', '// let step#3', '+let step#11',
     ),
     'norm-row-registers.units3': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#6',
-        '// var own#2', '+var own#8', '// let step#3', '+let step#12',
+        '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#6', '// var own#2', '+var own#8', '// let step#3', '+let step#12',
     ),
     'norm-row-registers.units20': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#7',
-        '// var own#2', '+var own#9', '// let step#3', '+let step#13',
+        '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#7', '// var own#2', '+var own#9', '// let step#3', '+let step#13',
     ),
     'norm-row-registers.units2': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#8',
-        '// var own#2', '+var own#10', '// let step#3', '+let step#14',
+        '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#8', '// var own#2', '+var own#10', '// let step#3', '+let step#14',
     ),
     'norm-row-registers.units16': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#9',
-        '// var own#2', '+var own#11', '// let step#3', '+let step#15',
+        '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#9', '// var own#2', '+var own#11', '// let step#3', '+let step#15',
     ),
     'norm-row-registers.units12': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#10',
-        '// var own#2', '+var own#12', '// let step#3', '+let step#16',
+        '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#10', '// var own#2', '+var own#12', '// let step#3', '+let step#16',
     ),
     'norm-row-registers.units10': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#11',
-        '// var own#2', '+var own#13', '// let step#3', '+let step#17',
+        '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#11', '// var own#2', '+var own#13', '// let step#3', '+let step#17',
     ),
     'norm-row-registers.units1': (
         'override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize', '+binding x#3',
         '+binding scale', '+binding y#8', '+struct Params#12', '+binding params', '// const UNITS#3',
-        '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', '// fn normalized_unit',
-        '+fn normalized_unit#3', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
-        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#12',
-        '// var own#2', '+var own#14', '// let step#3', '+let step#18',
+        '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn held_count',
+        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
+        'fn advance#2', '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3',
+        '// let last', '+let last#12', '// var own#2', '+var own#14', '// let step#3', '+let step#18',
     ),
     'norm-row-registers.packed-halves-units24': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last', '// var own#2', '+var own#3', '// let step#3', '+let step#7',
+        '// const UNITS#3', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last',
+        '// var own#2', '+var own#3', '// let step#3', '+let step#7',
     ),
     'norm-row-registers.packed-halves-units8': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#2', '// var own#2', '+var own#4', '// let step#3', '+let step#8',
+        '// const UNITS#3', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#2',
+        '// var own#2', '+var own#4', '// let step#3', '+let step#8',
     ),
     'norm-row-registers.packed-halves-units6': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#3', '// var own#2', '+var own#5', '// let step#3', '+let step#9',
+        '// const UNITS#3', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#3',
+        '// var own#2', '+var own#5', '// let step#3', '+let step#9',
     ),
     'norm-row-registers.packed-halves-units5': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#4', '// var own#2', '+var own#6', '// let step#3', '+let step#10',
+        '// const UNITS#3', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#4',
+        '// var own#2', '+var own#6', '// let step#3', '+let step#10',
     ),
     'norm-row-registers.packed-halves-units4': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#5', '// var own#2', '+var own#7', '// let step#3', '+let step#11',
+        '// const UNITS#3', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#5',
+        '// var own#2', '+var own#7', '// let step#3', '+let step#11',
     ),
     'norm-row-registers.packed-halves-units3': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#6', '// var own#2', '+var own#8', '// let step#3', '+let step#12',
+        '// const UNITS#3', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#6',
+        '// var own#2', '+var own#8', '// let step#3', '+let step#12',
     ),
     'norm-row-registers.packed-halves-units20': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#7', '// var own#2', '+var own#9', '// let step#3', '+let step#13',
+        '// const UNITS#3', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#7',
+        '// var own#2', '+var own#9', '// let step#3', '+let step#13',
     ),
     'norm-row-registers.packed-halves-units2': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#8', '// var own#2', '+var own#10', '// let step#3', '+let step#14',
+        '// const UNITS#3', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#8',
+        '// var own#2', '+var own#10', '// let step#3', '+let step#14',
     ),
     'norm-row-registers.packed-halves-units16': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#9', '// var own#2', '+var own#11', '// let step#3', '+let step#15',
+        '// const UNITS#3', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#9',
+        '// var own#2', '+var own#11', '// let step#3', '+let step#15',
     ),
     'norm-row-registers.packed-halves-units12': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#10', '// var own#2', '+var own#12', '// let step#3', '+let step#16',
+        '// const UNITS#3', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#10',
+        '// var own#2', '+var own#12', '// let step#3', '+let step#16',
     ),
     'norm-row-registers.packed-halves-units10': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#11', '// var own#2', '+var own#13', '// let step#3', '+let step#17',
+        '// const UNITS#3', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#11',
+        '// var own#2', '+var own#13', '// let step#3', '+let step#17',
     ),
     'norm-row-registers.packed-halves-units1': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override maxChannels', '+override workgroupSize',
         '+binding x#5', '+binding scale#2', '+binding y#10', '+struct Params#12', '+binding params',
-        '// const UNITS#3', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        '// fn normalized_unit', '+fn normalized_unit#4', 'fn held#2', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last',
-        '+let last#12', '// var own#2', '+var own#14', '// let step#3', '+let step#18',
+        '// const UNITS#3', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn held#2', 'fn held_count', 'fn subgroup_mean', 'fn summary',
+        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance#2', '// struct Store',
+        '+struct Store#2', 'struct Walk', 'fn store_unit#2', 'fn main#3', '// let last', '+let last#12',
+        '// var own#2', '+var own#14', '// let step#3', '+let step#18',
     ),
 }
 # fmt: on

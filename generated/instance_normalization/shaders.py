@@ -11,7 +11,7 @@
 #   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 9bedc38798186b19)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 aac5781d5c04db8f)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 9e31b8ef390d6f94)
-#   templates/norm-row-registers.wgsl.jinja (sha256 afc4e24f8bf4c370)
+#   templates/norm-row-registers.wgsl.jinja (sha256 770c47c206707de6)
 #   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 cb5fab7b6c78d30c)
 #   templates/norm-splitk-partials.wgsl.jinja (sha256 3ee5003d9f78ce6d)
@@ -999,24 +999,24 @@ var<workgroup> wg_irregular: atomic<u32>;
 // (scale, bias) of the row's channels as f32, read by every store.
 var<workgroup> wg_affine: array<vec2<f32>, maxChannels>;""",
     "alias Unit": """\
+// A unit is one 16-byte load: a vec4<f32>.
 alias Unit = vec4<f32>;
-const UNIT_VALUES: f32 = 4.0;""",
+const UNIT_VALUES: u32 = 4u;""",
     "fn unit_sum": """\
 fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(u);
 }""",
     "// fn unit_deviations": """\
-// (sum of x - m, sum of (x - m)^2) over a unit.""",
+// (sum of x - mean0, sum of (x - mean0)^2) over a unit.""",
     "fn unit_deviations": """\
-fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
-    let d = u - m;
+fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
+    let d = u - mean0;
     return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
 }""",
-    "// fn normalized_unit": """\
-// (x - shift) * k + b over a unit.""",
     "fn normalized_unit": """\
-fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
-    return (u - shift) * k + b;
+// ((x - hi) - lo) * k + b.
+fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
+    return ((u - hi) - lo) * k + b;
 }""",
     "fn held": """\
 // Whether unit j of invocation lid lies in the row.
@@ -1146,7 +1146,8 @@ fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
     if (walk.owner == s.share && held(j, s.lid)) {
         let affine = wg_affine[walk.at.x];
         let k = s.inv_std * affine.x;
-        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, k, affine.y - s.delta * k);
+        // delta is folded into the bias, so the unit's lo is 0 (x - 0.0 is exact: no bit changes).
+        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, 0.0, k, affine.y - s.delta * k);
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == params.split), advance(walk.at, s.step, params.spatialUnits));
 }""",
@@ -1230,7 +1231,7 @@ fn main(
     own += select(0.0, unit_sum(u21), held(21u, lid));
     own += select(0.0, unit_sum(u22), held(22u, lid));
     own += select(0.0, unit_sum(u23), held(23u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1318,7 +1319,7 @@ const UNITS: u32 = 8u;""",
     own += select(0.0, unit_sum(u5), held(5u, lid));
     own += select(0.0, unit_sum(u6), held(6u, lid));
     own += select(0.0, unit_sum(u7), held(7u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1368,7 +1369,7 @@ const UNITS: u32 = 6u;""",
     own += select(0.0, unit_sum(u3), held(3u, lid));
     own += select(0.0, unit_sum(u4), held(4u, lid));
     own += select(0.0, unit_sum(u5), held(5u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1412,7 +1413,7 @@ const UNITS: u32 = 5u;""",
     own += select(0.0, unit_sum(u2), held(2u, lid));
     own += select(0.0, unit_sum(u3), held(3u, lid));
     own += select(0.0, unit_sum(u4), held(4u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1452,7 +1453,7 @@ const UNITS: u32 = 4u;""",
     own += select(0.0, unit_sum(u1), held(1u, lid));
     own += select(0.0, unit_sum(u2), held(2u, lid));
     own += select(0.0, unit_sum(u3), held(3u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1488,7 +1489,7 @@ const UNITS: u32 = 3u;""",
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
     own += select(0.0, unit_sum(u2), held(2u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1556,7 +1557,7 @@ const UNITS: u32 = 20u;""",
     own += select(0.0, unit_sum(u17), held(17u, lid));
     own += select(0.0, unit_sum(u18), held(18u, lid));
     own += select(0.0, unit_sum(u19), held(19u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1622,7 +1623,7 @@ const UNITS: u32 = 2u;""",
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
     own += select(0.0, unit_sum(u1), held(1u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1680,7 +1681,7 @@ const UNITS: u32 = 16u;""",
     own += select(0.0, unit_sum(u13), held(13u, lid));
     own += select(0.0, unit_sum(u14), held(14u, lid));
     own += select(0.0, unit_sum(u15), held(15u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1758,7 +1759,7 @@ const UNITS: u32 = 12u;""",
     own += select(0.0, unit_sum(u9), held(9u, lid));
     own += select(0.0, unit_sum(u10), held(10u, lid));
     own += select(0.0, unit_sum(u11), held(11u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1824,7 +1825,7 @@ const UNITS: u32 = 10u;""",
     own += select(0.0, unit_sum(u7), held(7u, lid));
     own += select(0.0, unit_sum(u8), held(8u, lid));
     own += select(0.0, unit_sum(u9), held(9u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1868,7 +1869,7 @@ const UNITS: u32 = 1u;""",
     "var own#14": """\
     var own = 0.0;
     own += select(0.0, unit_sum(u0), held(0u, lid));
-    let n = f32(held_count(lid)) * UNIT_VALUES;
+    let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
@@ -1887,8 +1888,10 @@ const UNITS: u32 = 1u;""",
     "binding y#5": """\
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;""",
     "alias Unit#2": """\
+// A unit is one 16-byte load: 8 halves packed in a vec4<u32>, widened to f32 (no f16 arithmetic,
+// no `enable f16` needed for it); rounded once to f16 at the store (pack2x16float).
 alias Unit = vec4<u32>;
-const UNIT_VALUES: f32 = 8.0;""",
+const UNIT_VALUES: u32 = 8u;""",
     "fn low_half": """\
 // Values 0-3 and 4-7 of a unit of 8 halves.
 fn low_half(u: Unit) -> vec4<f32> {
@@ -1903,15 +1906,16 @@ fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(low_half(u)) + lanes_sum(high_half(u));
 }""",
     "fn unit_deviations#2": """\
-fn unit_deviations(u: Unit, m: f32) -> vec2<f32> {
-    let a = low_half(u) - m;
-    let b = high_half(u) - m;
+fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
+    let a = low_half(u) - mean0;
+    let b = high_half(u) - mean0;
     return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
 }""",
     "fn normalized_unit#2": """\
-fn normalized_unit(u: Unit, shift: f32, k: f32, b: f32) -> Unit {
-    let first = (low_half(u) - shift) * k + b;
-    let second = (high_half(u) - shift) * k + b;
+// ((x - hi) - lo) * k + b, rounded to f16 and packed again.
+fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
+    let first = ((low_half(u) - hi) - lo) * k + b;
+    let second = ((high_half(u) - hi) - lo) * k + b;
     return vec4<u32>(pack2x16float(first.xy), pack2x16float(first.zw), pack2x16float(second.xy), pack2x16float(second.zw));
 }""",
     "binding partials#3": """\
@@ -1966,22 +1970,6 @@ fn chunk_units(row_units: u32, chunk: u32) -> u32 {
 }""",
     "// var slots#4": """\
 // One summary per invocation, merged in place by the tree.""",
-    "alias Unit#3": """\
-// A unit is one 16-byte load: a vec4<f32>.
-alias Unit = vec4<f32>;
-const UNIT_VALUES: u32 = 4u;""",
-    "// fn unit_deviations#2": """\
-// (sum of x - mean0, sum of (x - mean0)^2) over a unit.""",
-    "fn unit_deviations#3": """\
-fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
-    let d = u - mean0;
-    return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}""",
-    "fn normalized_unit#3": """\
-// ((x - hi) - lo) * k + b.
-fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
-    return ((u - hi) - lo) * k + b;
-}""",
     "fn held#2": """\
 // Whether register j of invocation lid holds a unit of the row, for a chunk starting at unit `first`.
 fn held(first: u32, j: u32, lid: u32) -> bool {
@@ -2353,24 +2341,6 @@ fn held(first: u32, j: u32, lid: u32) -> bool {
     deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean0), h11);
     let lo = deviations.x / n;
     let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "alias Unit#4": """\
-// A unit is one 16-byte load: 8 halves packed in a vec4<u32>, widened to f32 (no f16 arithmetic,
-// no `enable f16` needed for it); rounded once to f16 at the store (pack2x16float).
-alias Unit = vec4<u32>;
-const UNIT_VALUES: u32 = 8u;""",
-    "fn unit_deviations#4": """\
-fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
-    let a = low_half(u) - mean0;
-    let b = high_half(u) - mean0;
-    return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
-}""",
-    "fn normalized_unit#4": """\
-// ((x - hi) - lo) * k + b, rounded to f16 and packed again.
-fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
-    let first = ((low_half(u) - hi) - lo) * k + b;
-    let second = ((high_half(u) - hi) - lo) * k + b;
-    return vec4<u32>(pack2x16float(first.xy), pack2x16float(first.zw), pack2x16float(second.xy), pack2x16float(second.zw));
-}""",
     "override applyOrder": """\
 override applyOrder: u32;""",
     "binding partials#4": """\
@@ -2847,396 +2817,385 @@ SHADERS = {
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last', '// var own', '+var own#3', '// let step', '+let step',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last', '// var own',
+        '+var own#3', '// let step', '+let step',
     ),
     'norm-row-registers.units8': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#2', '// var own', '+var own#4', '// let step', '+let step#2',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#2', '// var own',
+        '+var own#4', '// let step', '+let step#2',
     ),
     'norm-row-registers.units6': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#3', '// var own', '+var own#5', '// let step', '+let step#3',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#3', '// var own',
+        '+var own#5', '// let step', '+let step#3',
     ),
     'norm-row-registers.units5': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#4', '// var own', '+var own#6', '// let step', '+let step#4',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#4', '// var own',
+        '+var own#6', '// let step', '+let step#4',
     ),
     'norm-row-registers.units4': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#5', '// var own', '+var own#7', '// let step', '+let step#5',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#5', '// var own',
+        '+var own#7', '// let step', '+let step#5',
     ),
     'norm-row-registers.units3': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#6', '// var own', '+var own#8', '// let step', '+let step#6',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#6', '// var own',
+        '+var own#8', '// let step', '+let step#6',
     ),
     'norm-row-registers.units20': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#7', '// var own', '+var own#9', '// let step', '+let step#7',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#7', '// var own',
+        '+var own#9', '// let step', '+let step#7',
     ),
     'norm-row-registers.units2': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#8', '// var own', '+var own#10', '// let step', '+let step#8',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#8', '// var own',
+        '+var own#10', '// let step', '+let step#8',
     ),
     'norm-row-registers.units16': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#9', '// var own', '+var own#11', '// let step', '+let step#9',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#9', '// var own',
+        '+var own#11', '// let step', '+let step#9',
     ),
     'norm-row-registers.units12': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#10', '// var own', '+var own#12', '// let step', '+let step#10',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#10', '// var own',
+        '+var own#12', '// let step', '+let step#10',
     ),
     'norm-row-registers.units10': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#11', '// var own', '+var own#13', '// let step', '+let step#11',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#11', '// var own',
+        '+var own#13', '// let step', '+let step#11',
     ),
     'norm-row-registers.units1': (
         'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations',
-        '// fn normalized_unit', '+fn normalized_unit', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#12', '// var own', '+var own#14', '// let step', '+let step#12',
+        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
+        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
+        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
+        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#12', '// var own',
+        '+var own#14', '// let step', '+let step#12',
     ),
     'norm-row-registers.packed-halves-units24': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last', '// var own', '+var own#3', '// let step', '+let step',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last', '// var own', '+var own#3', '// let step', '+let step',
     ),
     'norm-row-registers.packed-halves-units8': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#2', '// var own', '+var own#4', '// let step',
-        '+let step#2',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#2', '// var own', '+var own#4', '// let step', '+let step#2',
     ),
     'norm-row-registers.packed-halves-units6': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#3', '// var own', '+var own#5', '// let step',
-        '+let step#3',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#3', '// var own', '+var own#5', '// let step', '+let step#3',
     ),
     'norm-row-registers.packed-halves-units5': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#4', '// var own', '+var own#6', '// let step',
-        '+let step#4',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#4', '// var own', '+var own#6', '// let step', '+let step#4',
     ),
     'norm-row-registers.packed-halves-units4': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#5', '// var own', '+var own#7', '// let step',
-        '+let step#5',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#5', '// var own', '+var own#7', '// let step', '+let step#5',
     ),
     'norm-row-registers.packed-halves-units3': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#6', '// var own', '+var own#8', '// let step',
-        '+let step#6',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#6', '// var own', '+var own#8', '// let step', '+let step#6',
     ),
     'norm-row-registers.packed-halves-units20': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#7', '// var own', '+var own#9', '// let step',
-        '+let step#7',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#7', '// var own', '+var own#9', '// let step', '+let step#7',
     ),
     'norm-row-registers.packed-halves-units2': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#8', '// var own', '+var own#10', '// let step',
-        '+let step#8',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#8', '// var own', '+var own#10', '// let step', '+let step#8',
     ),
     'norm-row-registers.packed-halves-units16': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#9', '// var own', '+var own#11', '// let step',
-        '+let step#9',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#9', '// var own', '+var own#11', '// let step', '+let step#9',
     ),
     'norm-row-registers.packed-halves-units12': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#10', '// var own', '+var own#12', '// let step',
-        '+let step#10',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#10', '// var own', '+var own#12', '// let step', '+let step#10',
     ),
     'norm-row-registers.packed-halves-units10': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#11', '// var own', '+var own#13', '// let step',
-        '+let step#11',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#11', '// var own', '+var own#13', '// let step', '+let step#11',
     ),
     'norm-row-registers.packed-halves-units1': (
         'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
         '+binding params', '// const UNITS', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum',
         'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', '// fn normalized_unit', '+fn normalized_unit#2', 'fn held',
-        'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn advance', '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit',
-        'fn main#10', '// let last', '+let last#12', '// var own', '+var own#14', '// let step',
-        '+let step#12',
+        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
+        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
+        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
+        '+let last#12', '// var own', '+var own#14', '// let step', '+let step#12',
     ),
     'norm-splitk-partials.units1': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#12', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0', '// var count', '+var count', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.units8': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#2', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0#2', '// var count', '+var count#2', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.units6': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#3', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0#3', '// var count', '+var count#3', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.units4': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#5', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0#4', '// var count', '+var count#4', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.units3': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#6', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0#5', '// var count', '+var count#5', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.units2': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#8', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0#6', '// var count', '+var count#6', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.units16': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#9', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0#7', '// var count', '+var count#7', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.units12': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#10', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum', '// fn unit_deviations#2',
-        '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn held#2', 'fn main#2', '+// let row', '+let w',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
+        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
         '// let u0', '+let u0#8', '// var count', '+var count#8', '// slots#2', '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units1': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#12', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0', '// var count', '+var count',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0', '// var count', '+var count', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units8': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#2', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0#2', '// var count', '+var count#2',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0#2', '// var count', '+var count#2', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units6': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#3', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0#3', '// var count', '+var count#3',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0#3', '// var count', '+var count#3', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units4': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#5', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0#4', '// var count', '+var count#4',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0#4', '// var count', '+var count#4', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units3': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#6', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0#5', '// var count', '+var count#5',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0#5', '// var count', '+var count#5', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units2': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#8', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0#6', '// var count', '+var count#6',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0#6', '// var count', '+var count#6', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units16': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#9', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0#7', '// var count', '+var count#7',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0#7', '// var count', '+var count#7', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-partials.packed-halves-units12': (
         'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
         '+binding params#2', '// const UNITS#2', '+const UNITS#10', 'fn chunk_units', '// var slots#4',
         '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations#2', '+fn unit_deviations#4', 'fn normalized_unit#4', 'fn held#2',
-        'fn main#2', '+// let row', '+let w', '// let u0', '+let u0#8', '// var count', '+var count#8',
-        '// slots#2', '+slots', '+// {', '+{#3',
+        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
+        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
+        '+// let row', '+let w', '// let u0', '+let u0#8', '// var count', '+var count#8', '// slots#2',
+        '+slots', '+// {', '+{#3',
     ),
     'norm-splitk-apply.units1': (
         'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#12', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#9', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4', '// let store',
         '+let store',
@@ -3246,8 +3205,8 @@ SHADERS = {
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#2', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#10', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
         '// let store', '+let store#2',
@@ -3257,8 +3216,8 @@ SHADERS = {
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#3', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#11', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
         '// let store', '+let store#3',
@@ -3268,8 +3227,8 @@ SHADERS = {
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#5', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#12', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
         '// let store', '+let store#4',
@@ -3279,8 +3238,8 @@ SHADERS = {
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#6', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#13', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
         '// let store', '+let store#5',
@@ -3290,8 +3249,8 @@ SHADERS = {
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#8', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#14', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
         '// let store', '+let store#6',
@@ -3301,8 +3260,8 @@ SHADERS = {
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#9', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#15', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
         '// let store', '+let store#7',
@@ -3312,8 +3271,8 @@ SHADERS = {
         '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
         '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#10', 'fn chunk_units',
         '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#3', 'fn unit_sum',
-        '// fn unit_deviations#2', '+fn unit_deviations#3', 'fn normalized_unit#3', 'fn advance#2',
+        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
+        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
         '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
         '// let u0#2', '+let u0#16', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
         '// let store', '+let store#8',
@@ -3323,9 +3282,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#12',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#9', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store',
     ),
@@ -3334,9 +3293,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#2',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#10', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store#2',
     ),
@@ -3345,9 +3304,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#3',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#11', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store#3',
     ),
@@ -3356,9 +3315,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#5',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#12', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store#4',
     ),
@@ -3367,9 +3326,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#6',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#13', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store#5',
     ),
@@ -3378,9 +3337,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#8',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#14', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store#6',
     ),
@@ -3389,9 +3348,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#9',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#15', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store#7',
     ),
@@ -3400,9 +3359,9 @@ SHADERS = {
         '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
         '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#10',
         'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#4',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations#2', '+fn unit_deviations#4',
-        'fn normalized_unit#4', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
+        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
+        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
+        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
         'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#16', '// var own#2', '+var own#2',
         '+for#5', '+// {', '+{#4', '// let store', '+let store#8',
     ),
