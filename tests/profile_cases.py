@@ -39,6 +39,12 @@ from tests.oracles import (
 )
 
 PACKAGES = {"batch_normalization": bn, "group_normalization": gn, "instance_normalization": inn, "skip_group_norm": sgn}
+# Variants whose `when` takes one dtype of T: the 8-halves BatchNorm loads are float16 only,
+# plane_subgroup_vec4_scalar_io float32 only.
+ONE_DTYPE = {
+    "plane_subgroup_vec4_scalar_io": "float32",
+    "flat_inference_halves8": "float16",
+}
 WAVE32_ADAPTER = {"subgroupMinSize": 32, "subgroupMaxSize": 32}
 
 
@@ -68,9 +74,9 @@ class Case:
         return self.dtypes["T"] == "float16"
 
     @property
-    def f32_only(self):
-        """plane_subgroup_vec4_scalar_io's `when` takes only float32 tensors."""
-        return self.variant == "plane_subgroup_vec4_scalar_io"
+    def only_dtype(self):
+        """The one dtype of T the variant's `when` takes (ONE_DTYPE), else None."""
+        return ONE_DTYPE.get(self.variant)
 
     @property
     def required_features(self):
@@ -117,6 +123,8 @@ _BASE = [
     ("batch_normalization", "nchw_inference_vec4_pairs", _bn_shapes((3, 7, 10, 8)), {}, {}, {}),
     ("batch_normalization", "flat_inference_vec4", _bn_shapes((4, 5, 5)), {}, {}, {}),
     ("batch_normalization", "flat_inference_vec4_pairs", _bn_shapes((2, 4, 7)), {}, {"WORKGROUP_SIZE": 4}, {}),
+    # 8 halves a load: 9-value planes, so loads straddle channels and batch items.
+    ("batch_normalization", "flat_inference_halves8", _bn_shapes((8, 3, 3, 3)), {}, {"WORKGROUP_SIZE": 4}, {}),
     ("group_normalization", "group_stash_f16_serial", _gn_shapes((2, 6, 5, 7)), {"num_groups": 3, "stash_type": 10}, {}, {}),
     ("group_normalization", "group_splitk", _gn_shapes((2, 6, 5, 7)), {"num_groups": 3}, GN_SPLITS, {}),
     ("group_normalization", "group_splitk_vec4", _gn_shapes((2, 6, 4, 24)), {"num_groups": 2}, GN_SPLITS, {}),

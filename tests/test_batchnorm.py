@@ -27,23 +27,33 @@ F16_CAPS = {"features": ["shader-f16"]}
 # two-channel one).
 NCHW4 = {"nchw_inference_vec4", "nchw_inference_vec4_pairs"}
 FLAT4 = {"flat_inference_vec4", "flat_inference_vec4_pairs"}
+# 8 halves a load: float16 only, element counts a multiple of 8, planes of at least 8 values.
+HALVES8 = {"flat_inference_halves8"}
 SHAPES = [
     ((3, 8), {"nc_inference_vec4", "inference_scalar"} | FLAT4),
     ((5, 6), {"inference_scalar"}),
     ((2, 6), FLAT4 | {"inference_scalar"}),
-    ((2, 3, 12), NCHW4 | FLAT4 | {"inference_scalar"}),
+    ((2, 3, 12), NCHW4 | FLAT4 | HALVES8 | {"inference_scalar"}),
     ((2, 4, 7), FLAT4 | {"inference_scalar"}),
     ((4, 5, 5), FLAT4 | {"inference_scalar"}),
     ((4, 3, 3), FLAT4 | {"inference_scalar"}),
     ((4, 3, 2), FLAT4 | {"inference_scalar"}),
-    ((2, 5, 4, 6), NCHW4 | FLAT4 | {"inference_scalar"}),
+    ((2, 5, 4, 6), NCHW4 | FLAT4 | HALVES8 | {"inference_scalar"}),
     ((1, 3, 5, 3), {"inference_scalar"}),
     ((4, 3, 1, 1), FLAT4 | {"inference_scalar"}),
-    ((2, 3, 2, 3, 4), NCHW4 | FLAT4 | {"inference_scalar"}),
+    ((2, 3, 2, 3, 4), NCHW4 | FLAT4 | HALVES8 | {"inference_scalar"}),
     ((1, 2, 3, 3, 3), {"inference_scalar"}),
     # pairs: 2 * WORKGROUP_SIZE = 512 vectors per workgroup; 3 * 7 * 100 = 2100 vectors leave a
     # last workgroup whose second halves are partly and wholly out of range.
-    ((3, 7, 10, 40), NCHW4 | FLAT4 | {"inference_scalar"}),
+    ((3, 7, 10, 40), NCHW4 | FLAT4 | HALVES8 | {"inference_scalar"}),
+    # 8 halves a load straddling channels and batch items (the last channel wraps to channel 0),
+    # with planes of 8 (never straddling), 9, 10 and 49 values (ResNet-50 layer4's 7 x 7).
+    ((3, 5, 8), NCHW4 | FLAT4 | HALVES8 | {"inference_scalar"}),
+    ((8, 3, 3, 3), FLAT4 | HALVES8 | {"inference_scalar"}),
+    ((4, 3, 10), FLAT4 | HALVES8 | {"inference_scalar"}),
+    ((2, 16, 7, 7), FLAT4 | HALVES8 | {"inference_scalar"}),
+    # element count a multiple of 8 but planes of 7 values: not the 8-halves variants.
+    ((8, 3, 7), FLAT4 | {"inference_scalar"}),
 ]
 VARIANTS = (
     "inference_scalar",
@@ -52,6 +62,7 @@ VARIANTS = (
     "nchw_inference_vec4_pairs",
     "flat_inference_vec4",
     "flat_inference_vec4_pairs",
+    "flat_inference_halves8",
 )
 
 
@@ -81,7 +92,7 @@ def test_every_variant_against_float64_reference(variant, shape, runs, dtype, re
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
     epsilon = float(rng.choice([1e-5, 1e-3, 0.1]))
-    applies = variant in runs
+    applies = variant in runs and (variant not in HALVES8 or dtype == np.float16)
     if not applies:
         with pytest.raises(ContractError, match="does not apply"):
             bn.kernel(inputs, attrs={"epsilon": epsilon}, variant=variant)
@@ -115,7 +126,9 @@ def test_selection_prefers_vector_variants():
     assert chosen((2, 3, 8, 8), "float16") == "nchw_inference_vec4_pairs"
     assert chosen((2, 3, 8, 8)) == "nchw_inference_vec4"  # demoted for f32
     # The flat pairs follow the nchw pairs: f16 only, and never ahead of the nc or nchw variants.
-    assert chosen((32, 2048, 7, 7), "float16") == "flat_inference_vec4_pairs"
+    # ResNet-50 layer4 in float16: 8 halves a load, ahead of the flat vec4 pairs.
+    assert chosen((32, 2048, 7, 7), "float16") == "flat_inference_halves8"
+    assert chosen((8, 3, 7), "float16") == "flat_inference_vec4_pairs"  # planes under 8 values
     assert chosen((32, 2048, 7, 7)) == "flat_inference_vec4"  # demoted for f32
     assert chosen((4, 6), "float16") == "flat_inference_vec4_pairs"
     for dtype in ("float32", "float16"):
@@ -167,6 +180,38 @@ def test_flat_pairs_cover_a_partial_last_block(shape, workgroup_size, dtype, req
     assert p.passes[0].dispatch == (-(-count4 // (2 * workgroup_size)), 1, 1)
     actual = run_poisoned(inputs, variant="flat_inference_vec4_pairs", tunables=tunables)
     assert_close(actual, reference(inputs, 1e-5), dtype, f"flat pairs {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}")
+
+
+def test_halves8_dispatch_folds_past_65535_workgroups(request):
+    # 70000 loads of 8 halves, one a workgroup: folded into y.
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 4, 70000), np.float16)
+    tunables = {"WORKGROUP_SIZE": 1}
+    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float16"}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_halves8")
+    assert p.passes[0].dispatch[:2] == (65535, 2)
+    actual = run_poisoned(inputs, variant="flat_inference_halves8", tunables=tunables)
+    assert_close(actual, reference(inputs, 1e-5), np.float16, f"halves8 folded dispatch {seed_note(seed)}")
+
+
+@pytest.mark.parametrize(
+    "shape,workgroup_size",
+    [
+        # count8 loads in workgroups of WORKGROUP_SIZE; the last one is partly out of range:
+        ((8, 3, 3, 3), 4),  # 27 = 4 * 6 + 3
+        ((4, 3, 10), 7),  # 15 = 7 * 2 + 1, a workgroup size that is not a power of two
+        ((5, 8, 9), 16),  # 45 = 16 * 2 + 13
+    ],
+)
+def test_halves8_covers_a_partial_last_workgroup(shape, workgroup_size, request):
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, shape, np.float16)
+    tunables = {"WORKGROUP_SIZE": workgroup_size}
+    count8 = int(np.prod(shape)) // 8
+    assert count8 % workgroup_size != 0
+    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float16"}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_halves8")
+    assert p.passes[0].dispatch == (-(-count8 // workgroup_size), 1, 1)
+    actual = run_poisoned(inputs, variant="flat_inference_halves8", tunables=tunables)
+    assert_close(actual, reference(inputs, 1e-5), np.float16, f"halves8 {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}")
 
 
 def test_fold_width_stays_65535_on_devices_reporting_more():

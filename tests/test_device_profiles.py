@@ -89,8 +89,8 @@ def expected(case, features):
     missing = [f for f in case.required_features if f not in features]
     if missing:
         return "refused", f"needs device feature {', '.join(missing)}"
-    if case.f32_only and case.dtypes["T"] != "float32":
-        return "refused", 'dtypes.T == "f32"'
+    if case.only_dtype and case.dtypes["T"] != case.only_dtype:
+        return "refused", f'dtypes.T == "{case.only_dtype.replace("float", "f")}"'
     return "right", None
 
 

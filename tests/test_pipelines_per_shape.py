@@ -118,6 +118,19 @@ def test_batch_normalization_second_shape_reuses_pipelines(variant, first, secon
     run_two_shapes(bn, variant, cases, bn_inputs, bn_check, dtype, rng, seed, caps=F16, type_keys={"T": "x"})
 
 
+# 8 halves a load: float16 only.
+BN_HALVES8_CASES = [
+    ("flat_inference_halves8", (8, 3, 7, 7), (2, 5, 4, 4)),
+]
+
+
+@pytest.mark.parametrize("variant,first,second", BN_HALVES8_CASES, ids=[c[0] for c in BN_HALVES8_CASES])
+def test_batch_normalization_halves8_second_shape_reuses_pipelines(variant, first, second, request):
+    rng, seed = rng_for(request.node.name)
+    cases = [(first, {"epsilon": 1e-5}), (second, {"epsilon": 1e-3})]
+    run_two_shapes(bn, variant, cases, bn_inputs, bn_check, np.float16, rng, seed, caps=F16, type_keys={"T": "x"})
+
+
 # --- GroupNormalization ---------------------------------------------------------------------------
 
 SPLIT_TUNABLES = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
