@@ -587,24 +587,26 @@ def test_row_registers_selection():
         return p.variant, main.workgroup_size, main.uniforms["split"], held_units(main)
 
     registers = "group_row_registers"
-    # The SD UNet rows of bench.json: 40960, 20480 and 10240 values, 64 rows.
-    assert chosen((2, 320, 64, 64)) == (registers, 512, 2, "20")
-    assert chosen((2, 320, 64, 64), "float16") == (registers, 512, 2, "10")
-    assert chosen((2, 640, 32, 32)) == (registers, 512, 2, "10")
-    assert chosen((2, 640, 32, 32), "float16") == (registers, 512, 2, "5")
-    assert chosen((2, 1280, 16, 16)) == (registers, 256, 1, "10")
-    assert chosen((2, 1280, 16, 16), "float16") == (registers, 256, 1, "5")
-    assert chosen((2, 320, 32, 32)) == (registers, 256, 1, "10")
+    # The SD UNet rows of bench.json: 40960, 20480 and 10240 values, 64 rows; 640 invocations a
+    # split row, 512 a whole one (REGISTER_WORKGROUP_SIZE, REGISTER_SINGLE_WORKGROUP_SIZE).
+    assert chosen((2, 320, 64, 64)) == (registers, 640, 2, "16")
+    assert chosen((2, 320, 64, 64), "float16") == (registers, 640, 2, "8")
+    assert chosen((2, 640, 32, 32)) == (registers, 640, 2, "8")
+    assert chosen((2, 640, 32, 32), "float16") == (registers, 640, 2, "4")
+    assert chosen((2, 1280, 16, 16)) == (registers, 512, 1, "5")
+    assert chosen((2, 1280, 16, 16), "float16") == (registers, 512, 1, "3")
+    assert chosen((2, 320, 32, 32)) == (registers, 512, 1, "5")
     # Rows of 40960 values: 66 rows at two workgroups each still fit SM_COUNT_PROXY (132); 67 rows
-    # would take one workgroup a row, where a row needs 40 units of 256 invocations: over the budget.
-    assert chosen((2, 330, 64, 64), num_groups=33) == (registers, 512, 2, "20")
-    assert chosen((1, 670, 64, 64), num_groups=67) == "group_subgroup_vec4"
-    assert chosen((4, 320, 64, 64)) == "group_subgroup_vec4"  # 128 rows: 256 workgroups at split 2
-    assert chosen((4, 320, 64, 64), tunables={"SM_COUNT_PROXY": 256}) == (registers, 512, 2, "20")
-    # Rows over the budget: VAE rows (split-k), f32 rows over 20 units at 512 invocations.
+    # take one workgroup a row, 20 units of 512 invocations: at the budget.
+    assert chosen((2, 330, 64, 64), num_groups=33) == (registers, 640, 2, "16")
+    assert chosen((1, 670, 64, 64), num_groups=67) == (registers, 512, 1, "20")
+    assert chosen((4, 320, 64, 64)) == (registers, 512, 1, "20")  # 128 rows: 256 workgroups at split 2
+    assert chosen((4, 320, 64, 64), tunables={"SM_COUNT_PROXY": 256}) == (registers, 640, 2, "16")
+    assert chosen((6, 320, 64, 64)) == "group_subgroup_vec4"  # 192 rows: over SM_COUNT_PROXY at split 1
+    # Rows over the budget: VAE rows (split-k), f32 rows over 20 units at 640 invocations.
     assert chosen((1, 128, 512, 512)) == "group_splitk_registers"
-    assert chosen((2, 640, 48, 48)) == "group_subgroup_vec4"  # 46080 values: 23 units
-    assert chosen((2, 640, 48, 48), tunables={"REGISTER_MAX_UNITS": 24}) == (registers, 512, 2, "24")
+    assert chosen((2, 640, 52, 52)) == "group_subgroup_vec4"  # 54080 values: 21.1 units
+    assert chosen((2, 640, 52, 52), tunables={"REGISTER_MAX_UNITS": 24}) == (registers, 640, 2, "24")
     # WebGPU's default limits (256 invocations): f16 rows of 40960 values fit, f32 ones do not.
     assert chosen((2, 320, 64, 64), "float16", caps=SUBGROUP_CAPS) == (registers, 256, 2, "20")
     assert chosen((2, 320, 64, 64), caps=SUBGROUP_CAPS) == "group_subgroup_vec4"

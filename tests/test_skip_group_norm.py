@@ -898,10 +898,9 @@ def registers_choice(shape, t="float16", caps=H200_CAPS, groups=32, skip="full",
 
 def test_registers_take_the_sdxl_bench_cases():
     """bench.json's twelve SDXL cases, on the H200's facts: registers_*, with 640 invocations (5 x 128
-    positions) and two workgroups a row for the 40960- and 20480-value rows, 320 (5 x 64) and one for
-    10240; without subgroups they keep their split / fused variants. The 64x64x320 rows (10 f16
+    positions) and two workgroups a row for the 40960- and 20480-value rows, one for 10240; without subgroups they keep their split / fused variants. The 64x64x320 rows (10 f16
     channels a group: 4-byte units) take split_* unless REGISTER_MIN_UNIT_BYTES allows them."""
-    expected = {(2, 64, 64, 320): (640, 2, "32"), (2, 32, 32, 640): (640, 2, "8"), (2, 16, 16, 1280): (320, 1, "4")}
+    expected = {(2, 64, 64, 320): (640, 2, "32"), (2, 32, 32, 640): (640, 2, "8"), (2, 16, 16, 1280): (640, 1, "2")}
     for case in BENCH_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
         dtypes = {k: v[0] for k, v in case["dtypes"].items()}
@@ -940,13 +939,13 @@ def test_registers_selection_thresholds():
     registers = "registers_bias_sum"
     assert registers_choice((2, 64, 64, 320), "float32") == (registers, 640, 2, "32")  # 32 vec2<f32> units
     assert registers_choice((2, 32, 32, 640), "float32") == (registers, 640, 2, "8")
-    assert registers_choice((2, 16, 16, 1280), "float32") == (registers, 320, 1, "8")  # cpg 40: 10 vec4<f32>
+    assert registers_choice((2, 16, 16, 1280), "float32") == (registers, 640, 1, "4")  # cpg 40: 10 vec4<f32>
     assert registers_choice((2, 64, 64, 320), skip="NC", bias=False, outputs=("Y",)) == ("registers_plain", 640, 2, "32")
     # 66 rows x 2 workgroups fit SM_COUNT_PROXY (132); 67 or 96 rows take one workgroup a row, of
-    # 5 x 64 invocations holding 64 f16 words each (f32: 5 x 128 holding 32 vec2 units).
+    # 5 x 128 invocations holding 32 units each (f16 words, f32 vec2 units).
     assert registers_choice((2, 64, 64, 330), groups=33)[2] == 2
     assert registers_choice((1, 64, 64, 670), groups=67)[2] == 1
-    assert registers_choice((3, 64, 64, 320)) == (registers, 320, 1, "64")
+    assert registers_choice((3, 64, 64, 320)) == (registers, 640, 1, "32")
     assert registers_choice((3, 64, 64, 320), "float32") == (registers, 640, 1, "32")
     assert registers_choice((3, 64, 64, 320), tunables={"SM_COUNT_PROXY": 192})[:3] == (registers, 640, 2)
     assert registers_choice((5, 64, 64, 320)) == "split_bias_sum"  # 160 rows: more than one wave
