@@ -1218,6 +1218,58 @@ def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
         assert "\ue000" not in spec.wgsl
 
 
+def test_fill_lines_packs_whole_statements_up_to_the_width():
+    """The `fill_lines` filter (unrolled statements): whole lines joined by a space, greedily, never
+    past the width, never split; a comment, a blank line or a change of indentation breaks the fill."""
+    from codegen.wgsl import fill_lines
+
+    text = "".join(f"    s{j} += a[{j}u];\n" for j in range(12)) + "    // note\n    t = 1;\n        u = 2;\n    v = 3;\n"
+    assert fill_lines(text, width=40) == (
+        "    s0 += a[0u]; s1 += a[1u];\n"  # 29 columns: a third statement would make 42
+        "    s2 += a[2u]; s3 += a[3u];\n"
+        "    s4 += a[4u]; s5 += a[5u];\n"
+        "    s6 += a[6u]; s7 += a[7u];\n"
+        "    s8 += a[8u]; s9 += a[9u];\n"
+        "    s10 += a[10u]; s11 += a[11u];\n"
+        "    // note\n"
+        "    t = 1;\n"
+        "        u = 2;\n"
+        "    v = 3;\n"
+    )
+    assert fill_lines("    a = 1;\n    b = 2;") == "    a = 1;\n    b = 2;"  # a last line without newline stays as it is
+    long = "    x = " + "1 + " * 30 + "1;\n"
+    assert fill_lines(long + long) == long + long  # a line is never split, and two long ones stay apart
+
+
+def test_filled_lines_map_to_their_first_statement(tiny):
+    """A filled line keeps the template line of its first statement: naga's errors still point there."""
+    _f16_tiny(tiny)
+    (tiny.templates / "tiny.wgsl.jinja").write_text(
+        "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 1
+        "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 2
+        "    var s = 0.0;\n"  # 3
+        "{% filter fill_lines %}\n"  # 4
+        "{% for j in range(30) %}\n"  # 5
+        "    s += x[gid.x + {{ j }}u];\n"  # 6
+        "{% endfor %}\n"  # 7
+        "{% endfilter %}\n"  # 8
+        "    y[gid.x] = s * params.alpha;\n"  # 9
+        "}\n"  # 10
+    )
+    from codegen.wgsl import render_op
+
+    (item, *_) = render_op(_resolved_tiny(tiny), tiny.templates)
+    spec = item.specializations[0]
+    body = spec.wgsl.splitlines()[spec.body_first_line - 1 :]
+    filled = [line for line in body if line.startswith("    s += ")]
+    assert len(filled) == 8 and all(len(line) <= 100 for line in filled)
+    assert " ".join(line.strip() for line in filled) == " ".join(f"s += x[gid.x + {j}u];" for j in range(30))
+    lines = [str(where) for where in spec.line_map[: len(body)]]
+    assert lines == ["templates/tiny.wgsl.jinja:1", "templates/tiny.wgsl.jinja:2", "templates/tiny.wgsl.jinja:3"] + [
+        "templates/tiny.wgsl.jinja:6"
+    ] * 8 + ["templates/tiny.wgsl.jinja:9", "templates/tiny.wgsl.jinja:10"]
+
+
 def _files_opened_under(folder: Path, monkeypatch) -> list[str]:
     """Record, from now on, every file under `folder` that is opened (Path.read_text and Jinja's
     loader both come through one of the two)."""

@@ -10,10 +10,10 @@
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
-#   templates/norm-row-registers.wgsl.jinja (sha256 770c47c206707de6)
+#   templates/norm-row-registers.wgsl.jinja (sha256 a1c8adc6c24d28b6)
 #   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
-#   templates/norm-splitk-apply.wgsl.jinja (sha256 cb5fab7b6c78d30c)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 3ee5003d9f78ce6d)
+#   templates/norm-splitk-apply.wgsl.jinja (sha256 81b1cc6944515100)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 1fe09a233ada6c87)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """ai.onnx GroupNormalization-21: the contract, derived values, selection and the public calls.

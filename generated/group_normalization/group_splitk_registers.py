@@ -6,8 +6,8 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/units.wgsl.jinja (sha256 4f4f04a4b6b5615a)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/norm-splitk-apply.wgsl.jinja (sha256 cb5fab7b6c78d30c)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 3ee5003d9f78ce6d)
+#   templates/norm-splitk-apply.wgsl.jinja (sha256 81b1cc6944515100)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 1fe09a233ada6c87)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `group_splitk_registers` of ai.onnx GroupNormalization-21.

@@ -10,10 +10,10 @@
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
-#   templates/norm-row-registers.wgsl.jinja (sha256 770c47c206707de6)
+#   templates/norm-row-registers.wgsl.jinja (sha256 a1c8adc6c24d28b6)
 #   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
-#   templates/norm-splitk-apply.wgsl.jinja (sha256 cb5fab7b6c78d30c)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 3ee5003d9f78ce6d)
+#   templates/norm-splitk-apply.wgsl.jinja (sha256 81b1cc6944515100)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 1fe09a233ada6c87)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Every shader of ai.onnx GroupNormalization-21, each distinct WGSL text stored once.
@@ -781,8 +781,7 @@ fn held(first: u32, j: u32, lid: u32) -> bool {
     "var count": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -820,33 +819,20 @@ const UNITS: u32 = 8u;""",
     let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
     let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
     let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid);
-    let h1 = held(first, 1u, lid);
-    let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid);
-    let h4 = held(first, 4u, lid);
-    let h5 = held(first, 5u, lid);
-    let h6 = held(first, 6u, lid);
-    let h7 = held(first, 7u, lid);""",
+    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
+    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);
+    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid);""",
     "var count#2": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1);
-    total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2);
-    total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3);
-    total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4);
-    total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5);
-    total += select(0.0, unit_sum(u5), h5);
-    count += select(0u, UNIT_VALUES, h6);
-    total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7);
-    total += select(0.0, unit_sum(u7), h7);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
+    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
+    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
+    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
+    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
+    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
+    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -869,27 +855,17 @@ const UNITS: u32 = 6u;""",
     let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
     let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
     let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid);
-    let h1 = held(first, 1u, lid);
-    let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid);
-    let h4 = held(first, 4u, lid);
-    let h5 = held(first, 5u, lid);""",
+    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
+    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);""",
     "var count#3": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1);
-    total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2);
-    total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3);
-    total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4);
-    total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5);
-    total += select(0.0, unit_sum(u5), h5);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
+    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
+    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
+    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
+    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -908,21 +884,15 @@ const UNITS: u32 = 4u;""",
     let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
     let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
     let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid);
-    let h1 = held(first, 1u, lid);
-    let h2 = held(first, 2u, lid);
+    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
     let h3 = held(first, 3u, lid);""",
     "var count#4": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1);
-    total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2);
-    total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3);
-    total += select(0.0, unit_sum(u3), h3);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
+    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
+    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -938,18 +908,13 @@ const UNITS: u32 = 3u;""",
     let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
     let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
     let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid);
-    let h1 = held(first, 1u, lid);
-    let h2 = held(first, 2u, lid);""",
+    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);""",
     "var count#5": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1);
-    total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2);
-    total += select(0.0, unit_sum(u2), h2);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
+    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -963,15 +928,12 @@ const UNITS: u32 = 2u;""",
     "let u0#6": """\
     let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
     let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid);
-    let h1 = held(first, 1u, lid);""",
+    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid);""",
     "var count#6": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1);
-    total += select(0.0, unit_sum(u1), h1);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -998,57 +960,31 @@ const UNITS: u32 = 16u;""",
     let u13 = x[base + min(first + 13u * workgroupSize + lid, last)];
     let u14 = x[base + min(first + 14u * workgroupSize + lid, last)];
     let u15 = x[base + min(first + 15u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid);
-    let h1 = held(first, 1u, lid);
-    let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid);
-    let h4 = held(first, 4u, lid);
-    let h5 = held(first, 5u, lid);
-    let h6 = held(first, 6u, lid);
-    let h7 = held(first, 7u, lid);
-    let h8 = held(first, 8u, lid);
-    let h9 = held(first, 9u, lid);
-    let h10 = held(first, 10u, lid);
-    let h11 = held(first, 11u, lid);
-    let h12 = held(first, 12u, lid);
-    let h13 = held(first, 13u, lid);
-    let h14 = held(first, 14u, lid);
-    let h15 = held(first, 15u, lid);""",
+    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
+    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);
+    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid); let h8 = held(first, 8u, lid);
+    let h9 = held(first, 9u, lid); let h10 = held(first, 10u, lid); let h11 = held(first, 11u, lid);
+    let h12 = held(first, 12u, lid); let h13 = held(first, 13u, lid);
+    let h14 = held(first, 14u, lid); let h15 = held(first, 15u, lid);""",
     "var count#7": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1);
-    total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2);
-    total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3);
-    total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4);
-    total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5);
-    total += select(0.0, unit_sum(u5), h5);
-    count += select(0u, UNIT_VALUES, h6);
-    total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7);
-    total += select(0.0, unit_sum(u7), h7);
-    count += select(0u, UNIT_VALUES, h8);
-    total += select(0.0, unit_sum(u8), h8);
-    count += select(0u, UNIT_VALUES, h9);
-    total += select(0.0, unit_sum(u9), h9);
-    count += select(0u, UNIT_VALUES, h10);
-    total += select(0.0, unit_sum(u10), h10);
-    count += select(0u, UNIT_VALUES, h11);
-    total += select(0.0, unit_sum(u11), h11);
-    count += select(0u, UNIT_VALUES, h12);
-    total += select(0.0, unit_sum(u12), h12);
-    count += select(0u, UNIT_VALUES, h13);
-    total += select(0.0, unit_sum(u13), h13);
-    count += select(0u, UNIT_VALUES, h14);
-    total += select(0.0, unit_sum(u14), h14);
-    count += select(0u, UNIT_VALUES, h15);
-    total += select(0.0, unit_sum(u15), h15);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
+    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
+    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
+    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
+    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
+    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
+    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);
+    count += select(0u, UNIT_VALUES, h8); total += select(0.0, unit_sum(u8), h8);
+    count += select(0u, UNIT_VALUES, h9); total += select(0.0, unit_sum(u9), h9);
+    count += select(0u, UNIT_VALUES, h10); total += select(0.0, unit_sum(u10), h10);
+    count += select(0u, UNIT_VALUES, h11); total += select(0.0, unit_sum(u11), h11);
+    count += select(0u, UNIT_VALUES, h12); total += select(0.0, unit_sum(u12), h12);
+    count += select(0u, UNIT_VALUES, h13); total += select(0.0, unit_sum(u13), h13);
+    count += select(0u, UNIT_VALUES, h14); total += select(0.0, unit_sum(u14), h14);
+    count += select(0u, UNIT_VALUES, h15); total += select(0.0, unit_sum(u15), h15);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -1085,45 +1021,25 @@ const UNITS: u32 = 12u;""",
     let u9 = x[base + min(first + 9u * workgroupSize + lid, last)];
     let u10 = x[base + min(first + 10u * workgroupSize + lid, last)];
     let u11 = x[base + min(first + 11u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid);
-    let h1 = held(first, 1u, lid);
-    let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid);
-    let h4 = held(first, 4u, lid);
-    let h5 = held(first, 5u, lid);
-    let h6 = held(first, 6u, lid);
-    let h7 = held(first, 7u, lid);
-    let h8 = held(first, 8u, lid);
-    let h9 = held(first, 9u, lid);
-    let h10 = held(first, 10u, lid);
-    let h11 = held(first, 11u, lid);""",
+    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
+    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);
+    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid); let h8 = held(first, 8u, lid);
+    let h9 = held(first, 9u, lid); let h10 = held(first, 10u, lid); let h11 = held(first, 11u, lid);""",
     "var count#8": """\
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0);
-    total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1);
-    total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2);
-    total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3);
-    total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4);
-    total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5);
-    total += select(0.0, unit_sum(u5), h5);
-    count += select(0u, UNIT_VALUES, h6);
-    total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7);
-    total += select(0.0, unit_sum(u7), h7);
-    count += select(0u, UNIT_VALUES, h8);
-    total += select(0.0, unit_sum(u8), h8);
-    count += select(0u, UNIT_VALUES, h9);
-    total += select(0.0, unit_sum(u9), h9);
-    count += select(0u, UNIT_VALUES, h10);
-    total += select(0.0, unit_sum(u10), h10);
-    count += select(0u, UNIT_VALUES, h11);
-    total += select(0.0, unit_sum(u11), h11);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
+    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
+    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
+    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
+    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
+    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
+    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);
+    count += select(0u, UNIT_VALUES, h8); total += select(0.0, unit_sum(u8), h8);
+    count += select(0u, UNIT_VALUES, h9); total += select(0.0, unit_sum(u9), h9);
+    count += select(0u, UNIT_VALUES, h10); total += select(0.0, unit_sum(u10), h10);
+    count += select(0u, UNIT_VALUES, h11); total += select(0.0, unit_sum(u11), h11);
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
@@ -2099,30 +2015,18 @@ fn main(
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-    walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6);
-    walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8);
-    walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10);
-    walk = store_unit(store, walk, 11u, u11);
-    walk = store_unit(store, walk, 12u, u12);
-    walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14);
-    walk = store_unit(store, walk, 15u, u15);
-    walk = store_unit(store, walk, 16u, u16);
-    walk = store_unit(store, walk, 17u, u17);
-    walk = store_unit(store, walk, 18u, u18);
-    walk = store_unit(store, walk, 19u, u19);
-    walk = store_unit(store, walk, 20u, u20);
-    walk = store_unit(store, walk, 21u, u21);
-    walk = store_unit(store, walk, 22u, u22);
-    walk = store_unit(store, walk, 23u, u23);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
+    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
+    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
+    walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
+    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
+    walk = store_unit(store, walk, 16u, u16); walk = store_unit(store, walk, 17u, u17);
+    walk = store_unit(store, walk, 18u, u18); walk = store_unit(store, walk, 19u, u19);
+    walk = store_unit(store, walk, 20u, u20); walk = store_unit(store, walk, 21u, u21);
+    walk = store_unit(store, walk, 22u, u22); walk = store_unit(store, walk, 23u, u23);
 }
 """,
     "let last#2": """\
@@ -2167,14 +2071,10 @@ fn main(
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-    walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6);
-    walk = store_unit(store, walk, 7u, u7);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
 }
 """,
     "let last#3": """\
@@ -2213,12 +2113,9 @@ fn main(
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-    walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
 }
 """,
     "const UNITS#10": """\
@@ -2256,10 +2153,8 @@ const UNITS: u32 = 5u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
     walk = store_unit(store, walk, 4u, u4);
 }
 """,
@@ -2293,10 +2188,8 @@ const UNITS: u32 = 5u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
 }
 """,
     "let last#6": """\
@@ -2326,8 +2219,7 @@ const UNITS: u32 = 5u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
     walk = store_unit(store, walk, 2u, u2);
 }
 """,
@@ -2411,26 +2303,16 @@ const UNITS: u32 = 20u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-    walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6);
-    walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8);
-    walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10);
-    walk = store_unit(store, walk, 11u, u11);
-    walk = store_unit(store, walk, 12u, u12);
-    walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14);
-    walk = store_unit(store, walk, 15u, u15);
-    walk = store_unit(store, walk, 16u, u16);
-    walk = store_unit(store, walk, 17u, u17);
-    walk = store_unit(store, walk, 18u, u18);
-    walk = store_unit(store, walk, 19u, u19);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
+    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
+    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
+    walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
+    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
+    walk = store_unit(store, walk, 16u, u16); walk = store_unit(store, walk, 17u, u17);
+    walk = store_unit(store, walk, 18u, u18); walk = store_unit(store, walk, 19u, u19);
 }
 """,
     "let last#8": """\
@@ -2457,8 +2339,7 @@ const UNITS: u32 = 20u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
 }
 """,
     "let last#9": """\
@@ -2527,22 +2408,14 @@ const UNITS: u32 = 20u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-    walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6);
-    walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8);
-    walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10);
-    walk = store_unit(store, walk, 11u, u11);
-    walk = store_unit(store, walk, 12u, u12);
-    walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14);
-    walk = store_unit(store, walk, 15u, u15);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
+    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
+    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
+    walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
+    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
 }
 """,
     "let last#10": """\
@@ -2599,18 +2472,12 @@ const UNITS: u32 = 20u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-    walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6);
-    walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8);
-    walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10);
-    walk = store_unit(store, walk, 11u, u11);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
+    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
+    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
 }
 """,
     "const UNITS#12": """\
@@ -2663,16 +2530,11 @@ const UNITS: u32 = 10u;""",
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-    walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-    walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-    walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6);
-    walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8);
-    walk = store_unit(store, walk, 9u, u9);
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
+    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
 }
 """,
     "let last#12": """\

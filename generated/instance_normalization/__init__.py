@@ -11,10 +11,10 @@
 #   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 9bedc38798186b19)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 aac5781d5c04db8f)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 9e31b8ef390d6f94)
-#   templates/norm-row-registers.wgsl.jinja (sha256 770c47c206707de6)
+#   templates/norm-row-registers.wgsl.jinja (sha256 a1c8adc6c24d28b6)
 #   templates/norm-row-stats.wgsl.jinja (sha256 795bbb4caa390347)
-#   templates/norm-splitk-apply.wgsl.jinja (sha256 cb5fab7b6c78d30c)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 3ee5003d9f78ce6d)
+#   templates/norm-splitk-apply.wgsl.jinja (sha256 81b1cc6944515100)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 1fe09a233ada6c87)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """ai.onnx InstanceNormalization-6: the contract, derived values, selection and the public calls.

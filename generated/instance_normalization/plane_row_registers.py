@@ -3,7 +3,7 @@
 #   templates/_lib/row_stats.wgsl.jinja (sha256 75e58b007dc38524)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/units.wgsl.jinja (sha256 4f4f04a4b6b5615a)
-#   templates/norm-row-registers.wgsl.jinja (sha256 770c47c206707de6)
+#   templates/norm-row-registers.wgsl.jinja (sha256 a1c8adc6c24d28b6)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `plane_row_registers` of ai.onnx InstanceNormalization-6.

@@ -9,7 +9,7 @@
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
 #   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 836d5ce376cc94da)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 6e2e788b58e50218)
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

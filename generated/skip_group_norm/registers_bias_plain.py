@@ -4,7 +4,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 251f516a54b17fa0)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 836d5ce376cc94da)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 6e2e788b58e50218)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `registers_bias_plain` of com.microsoft SkipGroupNorm-1.
