@@ -722,9 +722,10 @@ def emit_shaders_module(op: ResolvedOp, store: ShaderStore, header: str) -> Pyth
     for line in textwrap.wrap(
         "A shader is the parts it names in SHADERS, joined by blank lines; a name starting with "
         f"`{CONTINUED}` continues the previous part on the next line instead. Parts are runs of WGSL "
-        "lines that always occur together (notes apart from code, the declarations a line each "
-        "where specializations differ), each stored once in PARTS under what it declares (`// x`: "
-        "the note before x). `wgsl(name)` gives back the exact text naga validated, which "
+        "lines, cut where specializations differ and joined again where storing a run inside each "
+        "of its neighbours takes fewer lines than naming it in every shader; each is stored once in "
+        "PARTS under what it declares first (`main: let s0`: a run inside fn main, `// x`: the note "
+        "before x). `wgsl(name)` gives back the exact text naga validated, which "
         "`plan().passes[i].wgsl` shows whole; a shader's name is its template's stem and the "
         'template values that tell its specializations apart."""',
         width=96,

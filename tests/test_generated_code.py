@@ -58,8 +58,8 @@ def test_no_compiler_or_runtime_function_is_over_60_lines():
 
 def test_no_generated_module_but_a_shader_store_is_over_1000_lines():
     """Issue 11 asks for no module over 1,000 lines. The shader stores (`<op>/shaders.py`, 300 to
-    2,600 lines) still are: the parts are cut where specializations differ, but the row-in-registers
-    buckets unroll UNITS lines each and the code runs that differ in one line (an f16 cast, an
-    element type) are stored once per variant (docs/ARCHITECTURE.md, "Shader storage")."""
+    4,300 lines) still are: the parts are cut where specializations differ and joined where that is
+    shorter, but SkipGroupNorm has 287 shaders naming some 20 parts each, and every op a few hundred
+    distinct runs of code (docs/ARCHITECTURE.md, "Shader storage")."""
     over = [f"{p.relative_to(GENERATED)}: {n}" for p in MODULES if (n := len(p.read_text().splitlines())) > 1000]
     assert [entry for entry in over if not entry.split(":")[0].endswith("/shaders.py")] == []

@@ -10,12 +10,12 @@
 """Every shader of ai.onnx BatchNormalization-15, each distinct WGSL text stored once.
 
 A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are runs of WGSL lines that always
-occur together (notes apart from code, the declarations a line each where specializations
-differ), each stored once in PARTS under what it declares (`// x`: the note before x).
-`wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl` shows
-whole; a shader's name is its template's stem and the template values that tell its
-specializations apart."""
+continues the previous part on the next line instead. Parts are runs of WGSL lines, cut where
+specializations differ and joined again where storing a run inside each of its neighbours takes
+fewer lines than naming it in every shader; each is stored once in PARTS under what it declares
+first (`main: let s0`: a run inside fn main, `// x`: the note before x). `wgsl(name)` gives back
+the exact text naga validated, which `plan().passes[i].wgsl` shows whole; a shader's name is its
+template's stem and the template values that tell its specializations apart."""
 
 from __future__ import annotations
 
@@ -31,34 +31,41 @@ override WORKGROUP_SIZE: u32;""",
 @group(0) @binding(3) var<storage, read> input_mean: array<f32>;
 @group(0) @binding(4) var<storage, read> input_var: array<f32>;""",
     "binding y": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;""",
-    "struct Params": """\
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;
 struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
     "binding params": """\
 @group(0) @binding(6) var<uniform> params: Params;""",
-    "// fn normalize_value": """\
+    "fn normalize_value": """\
 // BatchNormalization-15, inference, one element per invocation, any rank >= 2.
 // The compiler prepends overrides, bindings and Params (binding set inferenceScalar).
 // Arithmetic stays in f32 for f16 tensors too: only loads and the store
-// change type, so both dtypes round once, at the store.""",
-    "fn normalize_value": """\
+// change type, so both dtypes round once, at the store.
+
 fn normalize_value(i: u32, v: f32) {
     let c = (i / (params.height * params.width)) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
-    y[i] = f32((v - f32(input_mean[c])) * k + f32(bias[c]));
+    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);""",
+    "normalize_value: y": """\
+    y[i] = f32((v - f32(input_mean[c])) * k + f32(bias[c]));""",
+    "normalize_value: }": """\
 }""",
     "fn main": """\
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
-    if (i >= params.count) {
+    let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);""",
+    "main: if": """\
+    if (i >= params.count) {""",
+    "main: return": """\
         return;
-    }
-    normalize_value(i, f32(x[i]));
+    }""",
+    "main: normalize_value": """\
+    normalize_value(i, f32(x[i]));""",
+    "main: }": """\
 }
 """,
     "enable": """\
-enable f16;""",
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override WORKGROUP_SIZE: u32;""",
     "binding x#2": """\
 @group(0) @binding(0) var<storage, read> x: array<f16>;""",
     "binding scale#2": """\
@@ -67,13 +74,10 @@ enable f16;""",
 @group(0) @binding(3) var<storage, read> input_mean: array<f16>;
 @group(0) @binding(4) var<storage, read> input_var: array<f16>;""",
     "binding y#2": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;""",
-    "fn normalize_value#2": """\
-fn normalize_value(i: u32, v: f32) {
-    let c = (i / (params.height * params.width)) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
-    y[i] = f16((v - f32(input_mean[c])) * k + f32(bias[c]));
-}""",
+@group(0) @binding(5) var<storage, read_write> y: array<f16>;
+struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
+    "normalize_value: y#2": """\
+    y[i] = f16((v - f32(input_mean[c])) * k + f32(bias[c]));""",
     "binding x#3": """\
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
     "binding scale#3": """\
@@ -83,29 +87,23 @@ fn normalize_value(i: u32, v: f32) {
 @group(0) @binding(4) var<storage, read> input_var: array<vec4<f32>>;""",
     "binding y#3": """\
 @group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;""",
-    "struct Params#2": """\
+    "struct Params": """\
 struct Params { count4: u32, channels4: u32, epsilon: f32, _pad0: u32 }""",
-    "// fn normalize_vector": """\
+    "fn normalize_vector": """\
 // BatchNormalization-15, inference, rank-2 X with C % 4 == 0: four channels per
 // invocation, so X and the per-channel tensors are all read as vecType (vec4<f32> or
 // vec4<f16>). Arithmetic is f32 for f16 tensors too: f16 rounds once, at the store.
-// The compiler prepends overrides, bindings and Params (binding set ncInferenceVec4).""",
-    "fn normalize_vector": """\
+// The compiler prepends overrides, bindings and Params (binding set ncInferenceVec4).
+
 fn normalize_vector(i4: u32, v: vec4<f32>) {
     let c4 = i4 % params.channels4;
-    let k = inverseSqrt(vec4<f32>(input_var[c4]) + params.epsilon) * vec4<f32>(scale[c4]);
-    y[i4] = vec4<f32>((v - vec4<f32>(input_mean[c4])) * k + vec4<f32>(bias[c4]));
-}""",
-    "fn main#2": """\
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
-    if (i >= params.count4) {
-        return;
-    }
-    normalize_vector(i, vec4<f32>(x[i]));
-}
-""",
+    let k = inverseSqrt(vec4<f32>(input_var[c4]) + params.epsilon) * vec4<f32>(scale[c4]);""",
+    "normalize_vector: y": """\
+    y[i4] = vec4<f32>((v - vec4<f32>(input_mean[c4])) * k + vec4<f32>(bias[c4]));""",
+    "main: if#2": """\
+    if (i >= params.count4) {""",
+    "main: normalize_vector": """\
+    normalize_vector(i, vec4<f32>(x[i]));""",
     "binding x#4": """\
 @group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
     "binding scale#4": """\
@@ -115,15 +113,12 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
 @group(0) @binding(4) var<storage, read> input_var: array<vec4<f16>>;""",
     "binding y#4": """\
 @group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;""",
-    "fn normalize_vector#2": """\
-fn normalize_vector(i4: u32, v: vec4<f32>) {
-    let c4 = i4 % params.channels4;
-    let k = inverseSqrt(vec4<f32>(input_var[c4]) + params.epsilon) * vec4<f32>(scale[c4]);
-    y[i4] = vec4<f16>((v - vec4<f32>(input_mean[c4])) * k + vec4<f32>(bias[c4]));
-}""",
-    "struct Params#3": """\
-struct Params { count4: u32, spatial4: u32, channels: u32, epsilon: f32 }""",
-    "// fn normalize_vector#2": """\
+    "normalize_vector: y#2": """\
+    y[i4] = vec4<f16>((v - vec4<f32>(input_mean[c4])) * k + vec4<f32>(bias[c4]));""",
+    "struct Params#2": """\
+struct Params { count4: u32, spatial4: u32, channels: u32, epsilon: f32 }
+@group(0) @binding(6) var<uniform> params: Params;
+
 // BatchNormalization-15, inference, X of rank >= 3 whose spatial size is a multiple
 // of 4: a vector never straddles two channels, so one scalar channel transform applies
 // to all four lanes. X and Y are vecType (vec4<f32>, or vec4<f16>: 8-byte loads);
@@ -132,20 +127,16 @@ struct Params { count4: u32, spatial4: u32, channels: u32, epsilon: f32 }""",
 // WORKGROUP_SIZE apart (both loads stay coalesced across the workgroup, and both are
 // issued before either result is stored): the workgroup covers 2 * WORKGROUP_SIZE
 // consecutive vectors, and the dispatch has half as many threads.
-// The compiler prepends overrides, bindings and Params (binding set spatialInferenceVec4).""",
-    "fn normalize_vector#3": """\
+// The compiler prepends overrides, bindings and Params (binding set spatialInferenceVec4).
+
 fn normalize_vector(i4: u32, v: vec4<f32>) {
     let c = (i4 / params.spatial4) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
-    y[i4] = vec4<f32>((v - f32(input_mean[c])) * k + f32(bias[c]));
-}""",
-    "fn normalize_vector#4": """\
-fn normalize_vector(i4: u32, v: vec4<f32>) {
-    let c = (i4 / params.spatial4) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);
-    y[i4] = vec4<f16>((v - f32(input_mean[c])) * k + f32(bias[c]));
-}""",
-    "fn main#3": """\
+    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);""",
+    "normalize_vector: y#3": """\
+    y[i4] = vec4<f32>((v - f32(input_mean[c])) * k + f32(bias[c]));""",
+    "normalize_vector: y#4": """\
+    y[i4] = vec4<f16>((v - f32(input_mean[c])) * k + f32(bias[c]));""",
+    "fn main#2": """\
 // Two elements an invocation, WORKGROUP_SIZE apart: both loads stay coalesced across the
 // workgroup, and both are issued before either result is stored.
 @compute @workgroup_size(WORKGROUP_SIZE)
@@ -162,9 +153,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }
 """,
-    "struct Params#4": """\
-struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }""",
-    "// fn channel_transform": """\
+    "struct Params#3": """\
+struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "fn channel_transform": """\
 // BatchNormalization-15, inference, any X of rank >= 2 whose element count is a multiple
 // of 4 (ResNet layer4: 7x7 planes): X and Y are read and written as vecType (vec4<f32> or
 // vec4<f16>) over the flat index, and a vector may straddle channels (and batches).
@@ -178,17 +170,17 @@ struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }""",
 // WORKGROUP_SIZE apart (both loads stay coalesced across the workgroup, and both are
 // issued before either result is stored): the workgroup covers 2 * WORKGROUP_SIZE
 // consecutive vectors, and the dispatch has half as many threads.
-// The compiler prepends overrides, bindings and Params (binding set flatInferenceVec4).""",
-    "fn channel_transform": """\
+// The compiler prepends overrides, bindings and Params (binding set flatInferenceVec4).
+
 // (input_mean, scale / sqrt(input_var + epsilon), bias) of channel c.
 fn channel_transform(c: u32) -> vec3<f32> {
     return vec3<f32>(f32(input_mean[c]), inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]), f32(bias[c]));
-}""",
-    "fn next_channel": """\
+}
+
 fn next_channel(c: u32) -> u32 {
     return select(c + 1u, 0u, c + 1u == params.channels);
 }""",
-    "fn normalize_vector#5": """\
+    "fn normalize_vector#2": """\
 fn normalize_vector(i4: u32, v: vec4<f32>) {
     let e = i4 * 4u;
     let plane = e / params.spatial;
@@ -200,8 +192,7 @@ fn normalize_vector(i4: u32, v: vec4<f32>) {
     var b = vec4<f32>(t.z);
     if (s + 3u >= params.spatial) {
         if (params.spatial >= 4u) {
-            // Lanes s + j >= spatial are in the next channel, and no lane is further on.""",
-    "let n": """\
+            // Lanes s + j >= spatial are in the next channel, and no lane is further on.
             let n = channel_transform(next_channel(c));
             let later = vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.spatial - s);
             mean = select(mean, vec4<f32>(n.x), later);
@@ -223,34 +214,11 @@ fn normalize_vector(i4: u32, v: vec4<f32>) {
                 b[j] = lane_t.z;
             }
         }
-    }
-    y[i4] = vec4<f32>((v - mean) * k + b);
-}""",
-    "let n#2": """\
-            let n = channel_transform(next_channel(c));
-            let later = vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.spatial - s);
-            mean = select(mean, vec4<f32>(n.x), later);
-            k = select(k, vec4<f32>(n.y), later);
-            b = select(b, vec4<f32>(n.z), later);
-        } else {
-            var lane_s = s;
-            var lane_c = c;
-            var lane_t = t;
-            for (var j = 1u; j < 4u; j++) {
-                lane_s += 1u;
-                if (lane_s == params.spatial) {
-                    lane_s = 0u;
-                    lane_c = next_channel(lane_c);
-                    lane_t = channel_transform(lane_c);
-                }
-                mean[j] = lane_t.x;
-                k[j] = lane_t.y;
-                b[j] = lane_t.z;
-            }
-        }
-    }
-    y[i4] = vec4<f16>((v - mean) * k + b);
-}""",
+    }""",
+    "normalize_vector: y#5": """\
+    y[i4] = vec4<f32>((v - mean) * k + b);""",
+    "normalize_vector: y#6": """\
+    y[i4] = vec4<f16>((v - mean) * k + b);""",
     "binding x#5": """\
 @group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
     "binding y#5": """\
@@ -264,8 +232,8 @@ fn normalized_lanes(v: vec4<f32>, t: vec3<f32>, n: vec3<f32>, later: vec4<bool>)
     let k = select(vec4<f32>(t.y), vec4<f32>(n.y), later);
     let b = select(vec4<f32>(t.z), vec4<f32>(n.z), later);
     return (v - mean) * k + b;
-}""",
-    "fn normalize_halves": """\
+}
+
 // packedHalves (f16 tensors whose element count is a multiple of 8, planes of at least 8
 // values): X and Y are bound as vec4<u32>, 8 halves a load, widened with unpack2x16float and
 // narrowed with pack2x16float, so an invocation moves 16 bytes with one load and one store and
@@ -287,81 +255,78 @@ fn normalize_halves(i8: u32, v: vec4<u32>) {
     let hi = normalized_lanes(vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)), t, n, vec4<u32>(4u, 5u, 6u, 7u) >= left);
     y[i8] = vec4<u32>(pack2x16float(lo.xy), pack2x16float(lo.zw), pack2x16float(hi.xy), pack2x16float(hi.zw));
 }""",
-    "fn main#4": """\
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
-    if (i >= params.count8) {
-        return;
-    }
-    normalize_halves(i, vec4<u32>(x[i]));
-}
-""",
+    "main: if#3": """\
+    if (i >= params.count8) {""",
+    "main: normalize_halves": """\
+    normalize_halves(i, vec4<u32>(x[i]));""",
 }
 
 # fmt: off
 SHADERS = {
     'batch-normalization-nchw.f32': (
-        'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding scale', '+binding y', '+struct Params',
-        '+binding params', '// fn normalize_value', 'fn normalize_value', 'fn main',
+        'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding scale', '+binding y', '+binding params',
+        'fn normalize_value', '+normalize_value: y', '+normalize_value: }', 'fn main', '+main: if',
+        '+main: return', '+main: normalize_value', '+main: }',
     ),
     'batch-normalization-nchw.f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#2', '+binding scale#2', '+binding y#2',
-        '+struct Params', '+binding params', '// fn normalize_value', 'fn normalize_value#2', 'fn main',
+        'enable', '+binding x#2', '+binding scale#2', '+binding y#2', '+binding params',
+        'fn normalize_value', '+normalize_value: y#2', '+normalize_value: }', 'fn main', '+main: if',
+        '+main: return', '+main: normalize_value', '+main: }',
     ),
     'batch-normalization-nc-vec4.vec4f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale#3', '+binding y#3',
-        '+struct Params#2', '+binding params', '// fn normalize_vector', 'fn normalize_vector', 'fn main#2',
+        '+struct Params', '+binding params', 'fn normalize_vector', '+normalize_vector: y',
+        '+normalize_value: }', 'fn main', '+main: if#2', '+main: return', '+main: normalize_vector',
+        '+main: }',
     ),
     'batch-normalization-nc-vec4.vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#4', '+binding y#4',
-        '+struct Params#2', '+binding params', '// fn normalize_vector', 'fn normalize_vector#2',
-        'fn main#2',
+        'enable', '+binding x#4', '+binding scale#4', '+binding y#4', '+struct Params', '+binding params',
+        'fn normalize_vector', '+normalize_vector: y#2', '+normalize_value: }', 'fn main', '+main: if#2',
+        '+main: return', '+main: normalize_vector', '+main: }',
     ),
     'batch-normalization-nchw-vec4.vec4f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
-        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#3',
-        'fn main#2',
+        '+struct Params#2', '+normalize_vector: y#3', '+normalize_value: }', 'fn main', '+main: if#2',
+        '+main: return', '+main: normalize_vector', '+main: }',
     ),
     'batch-normalization-nchw-vec4.vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
-        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#4',
-        'fn main#2',
+        'enable', '+binding x#4', '+binding scale#2', '+binding y#4', '+struct Params#2',
+        '+normalize_vector: y#4', '+normalize_value: }', 'fn main', '+main: if#2', '+main: return',
+        '+main: normalize_vector', '+main: }',
     ),
     'batch-normalization-nchw-vec4.pairs-vec4f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
-        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#3',
-        'fn main#3',
+        '+struct Params#2', '+normalize_vector: y#3', '+normalize_value: }', 'fn main#2',
     ),
     'batch-normalization-nchw-vec4.pairs-vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
-        '+struct Params#3', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector#4',
-        'fn main#3',
+        'enable', '+binding x#4', '+binding scale#2', '+binding y#4', '+struct Params#2',
+        '+normalize_vector: y#4', '+normalize_value: }', 'fn main#2',
     ),
     'batch-normalization-flat-vec4.vec4f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
-        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
-        'fn next_channel', 'fn normalize_vector#5', '+let n', 'fn main#2',
+        '+struct Params#3', 'fn channel_transform', 'fn normalize_vector#2', '+normalize_vector: y#5',
+        '+normalize_value: }', 'fn main', '+main: if#2', '+main: return', '+main: normalize_vector',
+        '+main: }',
     ),
     'batch-normalization-flat-vec4.vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
-        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
-        'fn next_channel', 'fn normalize_vector#5', '+let n#2', 'fn main#2',
+        'enable', '+binding x#4', '+binding scale#2', '+binding y#4', '+struct Params#3',
+        'fn channel_transform', 'fn normalize_vector#2', '+normalize_vector: y#6', '+normalize_value: }',
+        'fn main', '+main: if#2', '+main: return', '+main: normalize_vector', '+main: }',
     ),
     'batch-normalization-flat-vec4.pairs-vec4f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
-        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
-        'fn next_channel', 'fn normalize_vector#5', '+let n', 'fn main#3',
+        '+struct Params#3', 'fn channel_transform', 'fn normalize_vector#2', '+normalize_vector: y#5',
+        '+normalize_value: }', 'fn main#2',
     ),
     'batch-normalization-flat-vec4.pairs-vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding scale#2', '+binding y#4',
-        '+struct Params#4', '+binding params', '// fn channel_transform', 'fn channel_transform',
-        'fn next_channel', 'fn normalize_vector#5', '+let n#2', 'fn main#3',
+        'enable', '+binding x#4', '+binding scale#2', '+binding y#4', '+struct Params#3',
+        'fn channel_transform', 'fn normalize_vector#2', '+normalize_vector: y#6', '+normalize_value: }',
+        'fn main#2',
     ),
     'batch-normalization-flat-vec4.packed-halves': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+binding x#5', '+binding scale#2', '+binding y#5',
-        '+binding params', '// fn channel_transform', 'fn channel_transform', 'fn next_channel',
-        'fn normalized_lanes', 'fn normalize_halves', 'fn main#4',
+        'enable', '+binding x#5', '+binding scale#2', '+binding y#5', '+binding params',
+        'fn channel_transform', 'fn normalized_lanes', 'fn main', '+main: if#3', '+main: return',
+        '+main: normalize_halves', '+main: }',
     ),
 }
 # fmt: on

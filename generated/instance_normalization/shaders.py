@@ -20,21 +20,19 @@
 """Every shader of ai.onnx InstanceNormalization-6, each distinct WGSL text stored once.
 
 A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are runs of WGSL lines that always
-occur together (notes apart from code, the declarations a line each where specializations
-differ), each stored once in PARTS under what it declares (`// x`: the note before x).
-`wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl` shows
-whole; a shader's name is its template's stem and the template values that tell its
-specializations apart."""
+continues the previous part on the next line instead. Parts are runs of WGSL lines, cut where
+specializations differ and joined again where storing a run inside each of its neighbours takes
+fewer lines than naming it in every shader; each is stored once in PARTS under what it declares
+first (`main: let s0`: a run inside fn main, `// x`: the note before x). `wgsl(name)` gives back
+the exact text naga validated, which `plan().passes[i].wgsl` shows whole; a shader's name is its
+template's stem and the template values that tell its specializations apart."""
 
 from __future__ import annotations
 
 PARTS = {
     "override DISPATCH_FOLD_WIDTH": """\
-override DISPATCH_FOLD_WIDTH: u32;""",
-    "override workgroupSize": """\
-override workgroupSize: u32;""",
-    "binding x": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
     "binding scale": """\
 @group(0) @binding(1) var<storage, read> scale: array<f32>;
@@ -42,10 +40,9 @@ override workgroupSize: u32;""",
     "binding y": """\
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;""",
     "struct Params": """\
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }""",
-    "binding params": """\
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "// var slots": """\
+struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
+@group(0) @binding(4) var<uniform> params: Params;
+
 // InstanceNormalization-6, variant plane_batched_vec4: several small planes per workgroup.
 //
 // The workgroup holds planesPerWorkgroup planes of lanesPerPlane lanes each (workgroupSize lanes
@@ -68,12 +65,10 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channe
 // The dispatch is explicit x/y, folded at DISPATCH_FOLD_WIDTH:
 // group = wid.x + wid.y * DISPATCH_FOLD_WIDTH.
 // The compiler prepends overrides, bindings (x, scale, bias, y) and Params (rows, epsilon).
-// One summary per lane (workgroupSize * 16 bytes, within the manifest's bound instanceBatchedVec4StorageBytes), merged in place by the tree.""",
-    "var slots": """\
+// One summary per lane (workgroupSize * 16 bytes, within the manifest's bound instanceBatchedVec4StorageBytes), merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "// struct Stats": """\
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.""",
     "struct Stats": """\
+// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
 struct Stats {
     n: u32,
     hi: f32,
@@ -88,8 +83,8 @@ struct Stats {
 fn split_sum(a: f32, b: f32) -> vec2<f32> {
     let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
     return vec2<f32>(hi, (a - hi) + b);
-}""",
-    "fn chan_merge": """\
+}
+
 // Chan's merge. The larger side is the base, so its mean moves by at most half the distance
 // between the two means; an empty side leaves the other unchanged, bit for bit.
 fn chan_merge(a: Stats, b: Stats) -> Stats {
@@ -113,8 +108,8 @@ fn chan_merge(a: Stats, b: Stats) -> Stats {
 }""",
     "const STATS_BLOCK": """\
 // A statistics block holds at most STATS_BLOCK loop steps of one invocation's walk.
-const STATS_BLOCK: u32 = 16u;""",
-    "fn add_block": """\
+const STATS_BLOCK: u32 = 16u;
+
 // A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
 // converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
 fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
@@ -126,8 +121,8 @@ fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
 // Workgroup memory holds a summary as four 32-bit words.
 fn pack_stats(s: Stats) -> vec4<u32> {
     return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}""",
-    "fn unpack_stats": """\
+}
+
 fn unpack_stats(v: vec4<u32>) -> Stats {
     return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
 }""",
@@ -137,7 +132,8 @@ fn lanes_sum(v: vec4<f32>) -> f32 {
 }""",
     "fn main": """\
 @compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {""",
+    "main: let group": """\
     let group = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     let slot = lid / params.lanesPerPlane;
     let lane = lid - slot * params.lanesPerPlane;
@@ -146,8 +142,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // barrier but load and store nothing.
     let valid = slot < params.planesPerWorkgroup && plane < params.rows;
     let base = plane * params.hiddenVec;""",
-    "var own": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
+    "main: var own": """\
+    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    "main: if": """\
     if (valid) {
         // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
         for (var i = lane; i < params.hiddenVec;) {
@@ -161,11 +158,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                 s2 += d * d;
                 i += params.lanesPerPlane;
             }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-        }
-    }
-    let n = f32(params.hiddenSize);""",
-    "let head": """\
+            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));""",
+    "main: }": """\
+        }""",
+    "main: }#2": """\
+    }""",
+    "main: let n": """\
+    let n = f32(params.hiddenSize);
+
     // One tree over the lanes of each plane; right for any lanesPerPlane (the manifest's is a power
     // of two).
     let head = slot * params.lanesPerPlane;
@@ -183,8 +183,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             }
             workgroupBarrier();
         }
-    }""",
-    "if": """\
+    }
+
     if (!valid) {
         return;
     }
@@ -197,41 +197,31 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let k = inv_std * f32(scale[channel]);
     let b = f32(bias[channel]);
     for (var i = lane; i < params.hiddenVec; i += params.lanesPerPlane) {
-        let d = (vec4<f32>(x[base + i]) - hi) - lo;
-        y[base + i] = vec4<f32>(d * k + b);
+        let d = (vec4<f32>(x[base + i]) - hi) - lo;""",
+    "main: y": """\
+        y[base + i] = vec4<f32>(d * k + b);""",
+    "main: }#3": """\
     }
 }
 """,
     "enable": """\
-enable f16;""",
-    "binding x#2": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override workgroupSize: u32;""",
+    "binding x": """\
 @group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
     "binding scale#2": """\
 @group(0) @binding(1) var<storage, read> scale: array<f16>;
 @group(0) @binding(2) var<storage, read> bias: array<f16>;""",
     "binding y#2": """\
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;""",
-    "if#2": """\
-    if (!valid) {
-        return;
-    }
-    let total = unpack_stats(slots[head]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);
-    let channel = plane % params.channels;
-    let k = inv_std * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    for (var i = lane; i < params.hiddenVec; i += params.lanesPerPlane) {
-        let d = (vec4<f32>(x[base + i]) - hi) - lo;
-        y[base + i] = vec4<f16>(d * k + b);
-    }
-}
-""",
+    "main: y#2": """\
+        y[base + i] = vec4<f16>(d * k + b);""",
     "struct Params#2": """\
 struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, hiddenVec: u32, _pad0: u32, _pad1: u32 }""",
-    "// var slots#2": """\
+    "binding params": """\
+@group(0) @binding(4) var<uniform> params: Params;
+
 // norm-row-stats: one workgroup normalizes one row in a single dispatch.
 //
 // Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
@@ -288,58 +278,59 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channe
 // rows, rowStride, epsilon and, read as params.<name>, the shape-dependent values hiddenSize,
 // hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
 // pipeline).
-// The normalize walk of group mode finds channels without a division per element (see advance).
-// One summary per invocation, merged in place by the tree.""",
-    "// fn load_row": """\
-// Element i (in vec4 units) of the row starting at `base`, widened to f32.""",
+// The normalize walk of group mode finds channels without a division per element (see advance).""",
+    "var slots": """\
+// One summary per invocation, merged in place by the tree.
+var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
     "fn load_row": """\
-fn load_row(base: u32, i: u32) -> vec4<f32> {
-    return vec4<f32>(x[base + i]);
-}""",
+// Element i (in vec4 units) of the row starting at `base`, widened to f32.
+fn load_row(base: u32, i: u32) -> vec4<f32> {""",
+    "load_row: return": """\
+    return vec4<f32>(x[base + i]);""",
     "fn store_row": """\
-fn store_row(base: u32, i: u32, v: vec4<f32>) {
-    y[base + i] = vec4<f32>(v);
+}
+
+fn store_row(base: u32, i: u32, v: vec4<f32>) {""",
+    "store_row: y": """\
+    y[base + i] = vec4<f32>(v);""",
+    "store_row: }": """\
 }""",
-    "fn main#2": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {""",
-    "// let row": """\
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.""",
-    "let row": """\
+    "main: let row": """\
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rows) {
         return;
     }""",
-    "// let base": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation""",
-    "let base": """\
-    let base = row * params.hiddenVec;
-    var own = Stats(0u, 0.0, 0.0, 0.0);""",
-    "// for": """\
+    "main: let base": """\
+    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    let base = row * params.hiddenVec;""",
+    "main: var own#2": """\
+    var own = Stats(0u, 0.0, 0.0, 0.0);
     // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.""",
-    "for": """\
+    "main: for": """\
     for (var i = lid; i < params.hiddenVec;) {
         let shift = load_row(base, i).x;
         var s1 = vec4<f32>(0.0);
         var s2 = vec4<f32>(0.0);
-        var m = 0u;
+        var m = 0u;""",
+    "main: for#2": """\
         for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
-            let d = load_row(base, i) - shift;
+            let d = load_row(base, i) - shift;""",
+    "main: s1": """\
             s1 += d;
             s2 += d * d;
             i += workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
+        }""",
+    "main: own": """\
+        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));""",
+    "main: let count": """\
     }
     let count = f32(params.hiddenSize);""",
-    "// slots": """\
-    // ---- combine: one tree of Chan merges over workgroup memory.""",
-    "slots": """\
+    "main: slots": """\
+    // ---- combine: one tree of Chan merges over workgroup memory.
     slots[lid] = pack_stats(own);
-    workgroupBarrier();""",
-    "// {": """\
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.""",
-    "{": """\
+    workgroupBarrier();
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -357,78 +348,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let lo = total.lo;
     let variance = max(total.m2 / count, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "// let c": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store""",
-    "let c": """\
+    "main: let c": """\
+    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
     let c = row % params.channels;
     let k = inv_std * f32(scale[c]);
-    let b = f32(bias[c]);
+    let b = f32(bias[c]);""",
+    "main: for#3": """\
     for (var i = lid; i < params.hiddenVec; i += workgroupSize) {
-        store_row(base, i, ((load_row(base, i) - hi) - lo) * k + b);
+        store_row(base, i, ((load_row(base, i) - hi) - lo) * k + b);""",
+    "main: }#4": """\
     }
 }""",
-    "// var subgroup_stats": """\
-// norm-row-stats: one workgroup normalizes one row in a single dispatch.
-//
-// Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
-// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to
-// channel g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
-// (plane_subgroup_vec4, plane_subgroup_vec4_scalar_io, plane_subgroup; `mode` == "instance":
-// a row is one (n, c) plane, channel = row % channels).
-//
-// Forms: scalar (x/y are array<T>), vec4 (x/y are array<vec4<T>>; spatial % 4 == 0, so a vec4
-// never straddles two channels), vec4 with `scalarIo` (vec4 math, x/y bound as array<f32>).
-// vec4 with `pairs` (the manifests set it for f16): each step of both walks loads vectors i and
-// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in
-// flight, not one; past the row's end the second load repeats the last vector and its value is dropped by a
-// select (statistics) or not stored (normalize).
-//
-// Statistics: the row is read once, in blocks. Invocation lid takes the units lid,
-// lid + workgroupSize, ... and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
-// vectors, or 16 values). A block's shift is its own first value (a cache hit: the block loads it
-// first); the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2 (per
-// lane for vec4), no division. At the block's end they are converted once: n_b,
-// mean_b = shift + q (q = s1 / n_b) as a pair of f32 (hi = fl(shift + q) with its last 4 bits
-// cleared, lo = (shift - hi) + q; see split_sum), M2_b = max(s2 - s1 q, 0), Chan-merged into
-// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a
-// row of up to 16 * workgroupSize units is one block an invocation, which covers the models' rows
-// at workgroupSize 1024.
-// Why this is robust: with k <= 16 terms per accumulator, the rounding error of M2_b is at most
-// about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block. The block
-// holds both the shift and that value, so its own M2 >= D_b^2 / 2, and the row's M2 is at least the
-// sum of its blocks' M2: the row's M2 is off by at most 2 (k + 3) n_b eps relative (n_b <= 128
-// values; typically far less, the errors being random), bounded by the block, not by the row
-// length nor the workgroup size, wherever outliers sit.
-// Across invocations, summaries (n, hi, lo, M2) with n a u32 merge by Chan's formula: the larger
-// side A's mean moves by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into
-// (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing
-// cancels. Taking the larger side as the base keeps |t| <= |delta| / 2, so the few eps |t| that a
-// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n).
-// The combine is either
-// - combineSubgroups: two steps inside each subgroup, subgroupAdd of (n_i, n_i hi_i) for a value
-//   mean0 near the mean, then of (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i (all
-//   of Q's terms non-negative); lane 0 of each subgroup stores (n, mean0, c / n, Q - c^2 / n) at
-//   [subgroup_id]; after one barrier every invocation merges the
-//   ceil(workgroupSize / subgroup_size) entries in the same order with the same two steps (right
-//   for any subgroup size, for a partial last subgroup and for workgroupSize smaller than a
-//   subgroup; every invocation gets the very same bits, so no broadcast is needed; a subgroup's
-//   count is an f32 sum, exact below 2^24 values), or
-// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only
-//   powers of two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every
-//   invocation reads the root.
-// A second pass over the row writes y = ((x - hi) - lo) * (inv_std * scale) + bias, computed in f32
-// and rounded to T once, at the store. No atomics: results are bit-identical from run to run.
-//
-// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup
-// arrays, and DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
-// rows, rowStride, epsilon and, read as params.<name>, the shape-dependent values hiddenSize,
-// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
-// pipeline).
-// The normalize walk of group mode finds channels without a division per element (see advance).
-// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].""",
     "var subgroup_stats": """\
+// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
 var<workgroup> subgroup_stats: array<vec4<f32>, workgroupSize>;""",
-    "fn main#3": """\
+    "fn main#2": """\
 @compute @workgroup_size(workgroupSize)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -437,7 +371,7 @@ fn main(
     @builtin(subgroup_invocation_id) sg_lane: u32,
     @builtin(subgroup_size) sg_size: u32,
 ) {""",
-    "let own_n": """\
+    "main: let own_n": """\
     // ---- combine: the two steps inside each subgroup, then over the subgroups' entries.
     // Inside each subgroup: subgroupAdd of (n_i, n_i hi_i) gives a mean0 near the mean, then of
     // (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i; lane 0 stores the subgroup's
@@ -472,18 +406,9 @@ fn main(
     let lo = devs.x / count;
     let variance = max((devs.y - devs.x * lo) / count, 0.0);
     let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "fn store_row#2": """\
-fn store_row(base: u32, i: u32, v: vec4<f32>) {
-    y[base + i] = vec4<f16>(v);
-}""",
-    "let base#2": """\
-    let base = row * params.hiddenVec;
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var i = lid; i < params.hiddenVec;) {
-        let shift = load_row(base, i).x;
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
+    "store_row: y#2": """\
+    y[base + i] = vec4<f16>(v);""",
+    "main: for#4": """\
         for (var t = 0u; t < STATS_BLOCK && i < params.hiddenVec; t++) {
             let j = i + workgroupSize;
             let a = load_row(base, i) - shift;
@@ -491,15 +416,8 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
             s1 += a + b;
             s2 += a * a + b * b;
             m += select(4u, 8u, j < params.hiddenVec);
-            i += 2u * workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-    let count = f32(params.hiddenSize);""",
-    "let c#2": """\
-    let c = row % params.channels;
-    let k = inv_std * f32(scale[c]);
-    let b = f32(bias[c]);
+            i += 2u * workgroupSize;""",
+    "main: for#5": """\
     for (var i = lid; i < params.hiddenVec; i += 2u * workgroupSize) {
         let j = i + workgroupSize;
         let first = load_row(base, i);
@@ -507,74 +425,56 @@ fn store_row(base: u32, i: u32, v: vec4<f32>) {
         store_row(base, i, ((first - hi) - lo) * k + b);
         if (j < params.hiddenVec) {
             store_row(base, j, ((second - hi) - lo) * k + b);
-        }
-    }
-}""",
-    "binding x#3": """\
+        }""",
+    "override DISPATCH_FOLD_WIDTH#2": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override workgroupSize: u32;""",
+    "binding x#2": """\
 @group(0) @binding(0) var<storage, read> x: array<f32>;""",
     "binding y#3": """\
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;""",
-    "fn load_row#2": """\
-fn load_row(base: u32, i: u32) -> vec4<f32> {
+    "load_row: let at": """\
     let at = base + 4u * i;
-    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);
-}""",
-    "fn store_row#3": """\
-fn store_row(base: u32, i: u32, v: vec4<f32>) {
+    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);""",
+    "store_row: let at": """\
     let at = base + 4u * i;
     y[at] = v.x;
     y[at + 1u] = v.y;
     y[at + 2u] = v.z;
-    y[at + 3u] = v.w;
-}""",
-    "let base#3": """\
-    let base = row * params.hiddenSize;
-    var own = Stats(0u, 0.0, 0.0, 0.0);""",
+    y[at + 3u] = v.w;""",
+    "main: let base#2": """\
+    // ---- statistics: one read of the row, (count, mean, M2) per invocation
+    let base = row * params.hiddenSize;""",
     "struct Params#3": """\
 struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
-    "for#2": """\
+    "main: for#6": """\
     for (var i = lid; i < params.hiddenSize;) {
         let shift = f32(x[base + i]);
         var s1 = 0.0;
         var s2 = 0.0;
         var m = 0u;
         for (; m < STATS_BLOCK && i < params.hiddenSize; m++) {
-            let d = f32(x[base + i]) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, s1, s2);
-    }
-    let count = f32(params.hiddenSize);""",
-    "let c#3": """\
-    let c = row % params.channels;
-    let k = inv_std * f32(scale[c]);
-    let b = f32(bias[c]);
-    for (var i = lid; i < params.hiddenSize; i += workgroupSize) {
-        y[base + i] = f32(((f32(x[base + i]) - hi) - lo) * k + b);
-    }
-}""",
-    "binding x#4": """\
+            let d = f32(x[base + i]) - shift;""",
+    "main: own#2": """\
+        own = add_block(own, m, shift, s1, s2);""",
+    "main: for#7": """\
+    for (var i = lid; i < params.hiddenSize; i += workgroupSize) {""",
+    "main: y#3": """\
+        y[base + i] = f32(((f32(x[base + i]) - hi) - lo) * k + b);""",
+    "binding x#3": """\
 @group(0) @binding(0) var<storage, read> x: array<f16>;""",
     "binding y#4": """\
-@group(0) @binding(3) var<storage, read_write> y: array<f16>;""",
-    "let c#4": """\
-    let c = row % params.channels;
-    let k = inv_std * f32(scale[c]);
-    let b = f32(bias[c]);
-    for (var i = lid; i < params.hiddenSize; i += workgroupSize) {
-        y[base + i] = f16(((f32(x[base + i]) - hi) - lo) * k + b);
-    }
-}""",
+@group(0) @binding(3) var<storage, read_write> y: array<f16>;
+struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
+    "main: y#4": """\
+        y[base + i] = f16(((f32(x[base + i]) - hi) - lo) * k + b);""",
     "binding input": """\
 @group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;""",
     "binding partials": """\
 @group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }""",
-    "binding params#2": """\
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "// var slots#3": """\
+struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
+@group(0) @binding(2) var<uniform> params: Params;
+
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `partials`.
 //
 // One workgroup per (plane, split): plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH, split = wid.z.
@@ -606,8 +506,7 @@ struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }""",
 // ceil(workgroupSize / subgroup_size) summaries in order with the same two steps after one
 // barrier (a subgroup's count is an f32 sum, exact below 2^24 values). Either way the order is
 // fixed: bit-identical on every run. No atomics.
-// The compiler prepends overrides, bindings (input, partials) and Params (planes, spatial).
-// One summary per invocation, merged in place by the tree.""",
+// The compiler prepends overrides, bindings (input, partials) and Params (planes, spatial).""",
     "fn ceil_chunk": """\
 // Chunk k of `units` units cut into chunks of ceil(units / parts) units: the last chunks may be
 // short or empty. (first unit, unit count).
@@ -616,35 +515,39 @@ fn ceil_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
     let begin = min(k * size, units);
     return vec2<u32>(begin, min(begin + size, units) - begin);
 }""",
-    "let plane": """\
+    "main: let plane": """\
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
     let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {
+    if (plane >= params.planes) {""",
+    "main: return": """\
         return;
-    }
-    let k = wid.z;
-    let units = params.spatial / 4u;
+    }""",
+    "main: let k": """\
+    let k = wid.z;""",
+    "main: let units": """\
+    let units = params.spatial / 4u;""",
+    "main: let chunk": """\
     let chunk = ceil_chunk(units, params.split, k);
     let begin = chunk.x;
     let end = chunk.x + chunk.y;
-    let base = plane * units;
+    let base = plane * units;""",
+    "main: let n#2": """\
     let n = f32(chunk.y * 4u);""",
-    "var own#2": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);""",
-    "for#3": """\
-    for (var i = begin + lid; i < end;) {
+    "main: var own#3": """\
+    var own = Stats(0u, 0.0, 0.0, 0.0);
+    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
+    for (var i = begin + lid; i < end;) {""",
+    "main: let shift": """\
         let shift = f32(input[base + i].x);
         var s1 = vec4<f32>(0.0);
         var s2 = vec4<f32>(0.0);
         var m = 0u;
         for (; m < 4u * STATS_BLOCK && i < end; m += 4u) {
-            let d = vec4<f32>(input[base + i]) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }""",
-    "{#2": """\
+            let d = vec4<f32>(input[base + i]) - shift;""",
+    "main: slots#2": """\
+    slots[lid] = pack_stats(own);
+    workgroupBarrier();
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -668,41 +571,7 @@ fn ceil_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
         partials[entry + 3u] = 0.0;
     }
 }""",
-    "// var subgroup_stats#2": """\
-// InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `partials`.
-//
-// One workgroup per (plane, split): plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH, split = wid.z.
-// A plane of `units` elements (vec4s with `vec4`) is cut into `split` chunks of
-// ceil(units / split) units; the last chunks may be short or empty. Every invocation cuts its
-// walk into blocks of at most STATS_BLOCK = 16 loop steps; a block's shift is its own first value
-// (a cache hit), the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2
-// (per lane with `vec4`), no division, and the block is converted once: n_b,
-// mean_b = shift + s1 / n_b as a pair of f32 (split_sum: hi = fl(shift + q) with its last 4 bits
-// cleared, lo = (shift - hi) + q, a split no compiler can fold away), M2_b = max(s2 - s1^2 / n_b, 0),
-// Chan-merged into the invocation's summary (n, hi, lo, M2). Two divisions a block; a chunk of up
-// to 16 * workgroupSize units is one block an invocation.
-// Why this is robust: with k <= 16 terms per accumulator the rounding error of M2_b is at most
-// about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block; the
-// block holds the shift and that value, so its own M2 >= D_b^2 / 2, and the chunk's M2 is at
-// least the sum of its blocks' M2: it is off by at most 2 (k + 3) n_b eps relative (n_b <= 64
-// values, typically far less), whatever the chunk length and wherever outliers sit.
-// It writes partials[4 * (plane * split + s) ..] = (hi, lo, M2, 0): the chunk's mean as the pair
-// hi + lo and its M2. The chunk's count is not stored: the combine pass derives it from the same
-// arithmetic. An empty chunk writes zeros.
-//
-// The merge across invocations is one fixed-order tree of pairwise Chan merges in workgroup
-// memory (1 + log2(pow2ceil(workgroupSize)) barriers; the larger side's mean moves by
-// t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized by split_sum;
-// M2 = M2A + M2B + delta^2 nA (nB / n), every term non-negative), or (combineSubgroups) two steps
-// inside each subgroup (subgroupAdd of (n_i, n_i hi_i) for a value mean0 near the mean, then of
-// (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i), lane 0 of each subgroup storing
-// its summary (n, mean0, lo, M2) at [subgroup_id], and invocation 0 merging the
-// ceil(workgroupSize / subgroup_size) summaries in order with the same two steps after one
-// barrier (a subgroup's count is an f32 sum, exact below 2^24 values). Either way the order is
-// fixed: bit-identical on every run. No atomics.
-// The compiler prepends overrides, bindings (input, partials) and Params (planes, spatial).
-// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].""",
-    "let own_n#2": """\
+    "main: let own_n#2": """\
     // Inside each subgroup: subgroupAdd of (n_i, n_i hi_i) gives a mean0 near the mean, then of
     // (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i; lane 0 stores the subgroup's
     // (n, mean0, c / n, Q - c^2 / n) at [subgroup_id].
@@ -749,40 +618,25 @@ fn ceil_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
 @group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;""",
     "binding input#3": """\
 @group(0) @binding(0) var<storage, read> input: array<f32>;""",
-    "let plane#2": """\
-    let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {
-        return;
-    }
-    let k = wid.z;
-    let units = params.spatial;
-    let chunk = ceil_chunk(units, params.split, k);
-    let begin = chunk.x;
-    let end = chunk.x + chunk.y;
-    let base = plane * units;
+    "main: let units#2": """\
+    let units = params.spatial;""",
+    "main: let n#3": """\
     let n = f32(chunk.y);""",
-    "for#4": """\
-    for (var i = begin + lid; i < end;) {
+    "main: let shift#2": """\
         let shift = f32(input[base + i]);
         var s1 = 0.0;
         var s2 = 0.0;
         var m = 0u;
         for (; m < STATS_BLOCK && i < end; m++) {
-            let d = f32(input[base + i]) - shift;
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }
-        own = add_block(own, m, shift, s1, s2);
-    }""",
+            let d = f32(input[base + i]) - shift;""",
     "binding input#4": """\
 @group(0) @binding(0) var<storage, read> input: array<f16>;""",
     "binding partials#2": """\
 @group(0) @binding(1) var<storage, read> partials: array<f32>;
 @group(0) @binding(2) var<storage, read_write> stats: array<f32>;
 struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "// struct Stats#2": """\
+@group(0) @binding(3) var<uniform> params: Params;
+
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `combine`.
 //
 // One invocation per plane: plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
@@ -798,23 +652,26 @@ struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
 // stats[4 * plane ..] = (hi, lo, 1 / sqrt(variance + epsilon), 0), all in f32.
 // `input` is bound by the manifest but not read here.
 // The compiler prepends overrides, bindings (input, partials, stats) and Params (planes, spatial, epsilon).
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.""",
+// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
+struct Stats {
+    n: u32,
+    hi: f32,
+    lo: f32,
+    m2: f32,
+}""",
     "fn partial_at": """\
 // Partial summary e: (hi, lo, M2), four f32 words an entry.
 fn partial_at(e: u32) -> vec3<f32> {
     return vec3<f32>(partials[4u * e], partials[4u * e + 1u], partials[4u * e + 2u]);
 }""",
-    "fn main#4": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    "main: let plane#2": """\
     let plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
-    if (plane >= params.planes) {
-        return;
-    }
-    let units = params.spatial / 4u;
-    let unit_values = 4u;
-    let n = f32(units * unit_values);""",
-    "var total": """\
+    if (plane >= params.planes) {""",
+    "main: let unit_values": """\
+    let unit_values = 4u;""",
+    "main: let n#4": """\
+    let n = f32(units * unit_values);
+
     var total = Stats(0u, 0.0, 0.0, 0.0);
     // Partials 0u, 0u + 1u, ... in order: (hi, lo, M2) each, the count
     // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
@@ -831,28 +688,18 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     stats[4u * plane + 2u] = inverseSqrt(variance + params.epsilon);
     stats[4u * plane + 3u] = 0.0;
 }""",
-    "fn main#5": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
-    if (plane >= params.planes) {
-        return;
-    }
-    let units = params.spatial;
-    let unit_values = 1u;
-    let n = f32(units * unit_values);""",
+    "main: let unit_values#2": """\
+    let unit_values = 1u;""",
     "binding stats": """\
-@group(0) @binding(1) var<storage, read> stats: array<f32>;""",
-    "binding scale#3": """\
+@group(0) @binding(1) var<storage, read> stats: array<f32>;
 @group(0) @binding(2) var<storage, read> scale: array<f32>;
 @group(0) @binding(3) var<storage, read> bias: array<f32>;""",
     "binding output": """\
 @group(0) @binding(4) var<storage, read_write> output: array<vec4<f32>>;""",
     "struct Params#4": """\
-struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }""",
-    "binding params#3": """\
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "// fn main": """\
+struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
+@group(0) @binding(5) var<uniform> params: Params;
+
 // InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
 //
 // One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
@@ -863,85 +710,55 @@ struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }""",
 // (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact
 // for values near it, so a large common offset costs no accuracy.
 // The compiler prepends overrides, bindings (input, stats, scale, bias, output) and Params
-// (count, channels, spatial).""",
-    "fn main#6": """\
+// (count, channels, spatial).
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
     let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
     if (i >= params.count) {
         return;
-    }
+    }""",
+    "main: let units#3": """\
     let units = params.spatial / 4u;
-    let plane = i / units;
+    let plane = i / units;""",
+    "main: let channel": """\
     let channel = plane % params.channels;
     let hi = stats[4u * plane];
     let lo = stats[4u * plane + 1u];
     let k = stats[4u * plane + 2u] * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    output[i] = vec4<f32>(((vec4<f32>(input[i]) - hi) - lo) * k + b);
-}""",
-    "binding scale#4": """\
+    let b = f32(bias[channel]);""",
+    "main: output": """\
+    output[i] = vec4<f32>(((vec4<f32>(input[i]) - hi) - lo) * k + b);""",
+    "binding stats#2": """\
+@group(0) @binding(1) var<storage, read> stats: array<f32>;
 @group(0) @binding(2) var<storage, read> scale: array<f16>;
 @group(0) @binding(3) var<storage, read> bias: array<f16>;""",
     "binding output#2": """\
 @group(0) @binding(4) var<storage, read_write> output: array<vec4<f16>>;""",
-    "fn main#7": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
-    if (i >= params.count) {
-        return;
-    }
-    let units = params.spatial / 4u;
-    let plane = i / units;
-    let channel = plane % params.channels;
-    let hi = stats[4u * plane];
-    let lo = stats[4u * plane + 1u];
-    let k = stats[4u * plane + 2u] * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    output[i] = vec4<f16>(((vec4<f32>(input[i]) - hi) - lo) * k + b);
-}""",
+    "main: output#2": """\
+    output[i] = vec4<f16>(((vec4<f32>(input[i]) - hi) - lo) * k + b);""",
     "binding output#3": """\
 @group(0) @binding(4) var<storage, read_write> output: array<f32>;""",
-    "fn main#8": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
-    if (i >= params.count) {
-        return;
-    }
-    let plane = i / params.spatial;
-    let channel = plane % params.channels;
-    let hi = stats[4u * plane];
-    let lo = stats[4u * plane + 1u];
-    let k = stats[4u * plane + 2u] * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    output[i] = f32(((f32(input[i]) - hi) - lo) * k + b);
-}""",
+    "main: let plane#3": """\
+    let plane = i / params.spatial;""",
+    "main: output#3": """\
+    output[i] = f32(((f32(input[i]) - hi) - lo) * k + b);""",
     "binding output#4": """\
 @group(0) @binding(4) var<storage, read_write> output: array<f16>;""",
-    "fn main#9": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
-    if (i >= params.count) {
-        return;
-    }
-    let plane = i / params.spatial;
-    let channel = plane % params.channels;
-    let hi = stats[4u * plane];
-    let lo = stats[4u * plane + 1u];
-    let k = stats[4u * plane + 2u] * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    output[i] = f16(((f32(input[i]) - hi) - lo) * k + b);
-}""",
-    "override channelsPerGroup": """\
-override channelsPerGroup: u32;""",
-    "override maxChannels": """\
-override maxChannels: u32;""",
-    "struct Params#5": """\
+    "main: output#4": """\
+    output[i] = f16(((f32(input[i]) - hi) - lo) * k + b);""",
+    "override DISPATCH_FOLD_WIDTH#3": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override channelsPerGroup: u32;
+override maxChannels: u32;
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> scale: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
 struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, numGroups: u32, split: u32, _pad0: u32 }""",
-    "// const UNITS": """\
+    "binding params#2": """\
+@group(0) @binding(4) var<uniform> params: Params;
+
 // norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
 // InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
 // Every (batch item, group) row is read from memory once per workgroup and kept in registers.
@@ -998,22 +815,25 @@ var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
 var<workgroup> wg_irregular: atomic<u32>;
 // (scale, bias) of the row's channels as f32, read by every store.
 var<workgroup> wg_affine: array<vec2<f32>, maxChannels>;""",
-    "alias Unit": """\
+    "fn lanes_sum#2": """\
+fn lanes_sum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
+}
+
 // A unit is one 16-byte load: a vec4<f32>.
 alias Unit = vec4<f32>;
-const UNIT_VALUES: u32 = 4u;""",
-    "fn unit_sum": """\
+const UNIT_VALUES: u32 = 4u;
+
 fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(u);
-}""",
-    "// fn unit_deviations": """\
-// (sum of x - mean0, sum of (x - mean0)^2) over a unit.""",
-    "fn unit_deviations": """\
+}
+
+// (sum of x - mean0, sum of (x - mean0)^2) over a unit.
 fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
     let d = u - mean0;
     return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}""",
-    "fn normalized_unit": """\
+}
+
 // ((x - hi) - lo) * k + b.
 fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
     return ((u - hi) - lo) * k + b;
@@ -1022,29 +842,29 @@ fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
 // Whether unit j of invocation lid lies in the row.
 fn held(j: u32, lid: u32) -> bool {
     return j * workgroupSize + lid < params.rowUnits;
-}""",
-    "fn held_count": """\
+}
+
 // How many of invocation lid's UNITS units lie in the row.
 fn held_count(lid: u32) -> u32 {
     if (lid >= params.rowUnits) {
         return 0u;
     }
     return min((params.rowUnits - 1u - lid) / workgroupSize + 1u, UNITS);
-}""",
-    "fn subgroup_mean": """\
+}
+
 // (the subgroup's mean, its count of values) from this invocation's sum and count of values.
 fn subgroup_mean(own: f32, n: f32) -> vec2<f32> {
     let totals = subgroupAdd(vec2<f32>(own, n));
     return vec2<f32>(select(0.0, totals.x / totals.y, totals.y > 0.0), totals.y);
-}""",
-    "fn summary": """\
+}
+
 // The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
 // d = (sum of x - m, sum of (x - m)^2): the mean is m + lo.
 fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
     let lo = select(0.0, d.x / n, n > 0.0);
     return vec4<f32>(n, m, lo, max(d.y - d.x * lo, 0.0));
-}""",
-    "fn merged_subgroups": """\
+}
+
 // (n, shift, delta, M2) of the row from the subgroups' summaries: the mean is shift + delta. Lane
 // l of every subgroup takes slots l, l + width, ... in that order (one each where there are no
 // more slots than lanes) and subgroupAdd sums the lanes, so every subgroup gets the same bits.
@@ -1066,8 +886,8 @@ fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
         m2 += s.w + s.x * d * d;
     }
     return vec4<f32>(totals.x, shift, delta, subgroupAdd(m2));
-}""",
-    "fn merged_invocations": """\
+}
+
 // The same from every invocation's summary, one by one in order: no subgroup operation, so any
 // subgroup layout gets the same bits everywhere.
 fn merged_invocations() -> vec4<f32> {
@@ -1087,8 +907,8 @@ fn merged_invocations() -> vec4<f32> {
         m2 += s.w + s.x * d * d;
     }
     return vec4<f32>(n, shift, delta, m2);
-}""",
-    "fn row_stats": """\
+}
+
 // The row's (n, shift, delta, M2) from this invocation's n values, its subgroup's mean (and count)
 // and its deviations from that mean: the same bits in every invocation of every workgroup of the
 // row. Call in uniform control flow, once.
@@ -1113,17 +933,16 @@ fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviation
         return merged_invocations();
     }
     return by_subgroups;
-}""",
-    "fn advance": """\
+}
+
 // (channel within the group, unit within the channel) moved on by `step` = (whole channels,
 // remainder units) of workgroupSize units: p.y < 2 per_channel, so one correction suffices.
 fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
     let p = at + step;
     return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}""",
-    "// struct Store": """\
-// What the stores of one invocation share.""",
-    "struct Store": """\
+}
+
+// What the stores of one invocation share.
 struct Store {
     base: u32,  // the row's first unit
     lid: u32,
@@ -1132,15 +951,15 @@ struct Store {
     delta: f32,
     inv_std: f32,
     step: vec2<u32>,  // (whole channels, remainder units) of workgroupSize units
-}""",
-    "struct Walk": """\
+}
+
 // Where the walk over an invocation's units stands: unit j's owner (j % split) and its
 // (channel within the group, unit within the channel); no division per unit.
 struct Walk {
     owner: u32,
     at: vec2<u32>,
-}""",
-    "fn store_unit": """\
+}
+
 // Normalizes and stores unit j if this workgroup owns it and it lies in the row; the walk moves on.
 fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
     if (walk.owner == s.share && held(j, s.lid)) {
@@ -1150,8 +969,8 @@ fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
         y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, 0.0, k, affine.y - s.delta * k);
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == params.split), advance(walk.at, s.step, params.spatialUnits));
-}""",
-    "fn main#10": """\
+}
+
 @compute @workgroup_size(workgroupSize)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -1170,67 +989,79 @@ fn main(
     if (lid == 0u) {
         atomicStore(&wg_irregular, 0u);
     }
-    workgroupBarrier();""",
-    "// let last": """\
-    // ---- the row into registers: every load issued before any value is used""",
-    "let last": """\
+    workgroupBarrier();
+
+    // ---- the row into registers: every load issued before any value is used
     let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
+    let u0 = x[base + min(0u * workgroupSize + lid, last)];""",
+    "main: let u1": """\
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
     let u2 = x[base + min(2u * workgroupSize + lid, last)];
     let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
+    let u4 = x[base + min(4u * workgroupSize + lid, last)];""",
+    "main: let u5": """\
     let u5 = x[base + min(5u * workgroupSize + lid, last)];
     let u6 = x[base + min(6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
+    let u7 = x[base + min(7u * workgroupSize + lid, last)];""",
+    "main: let u8": """\
     let u8 = x[base + min(8u * workgroupSize + lid, last)];
     let u9 = x[base + min(9u * workgroupSize + lid, last)];
     let u10 = x[base + min(10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(11u * workgroupSize + lid, last)];
+    let u11 = x[base + min(11u * workgroupSize + lid, last)];""",
+    "main: let u12": """\
     let u12 = x[base + min(12u * workgroupSize + lid, last)];
     let u13 = x[base + min(13u * workgroupSize + lid, last)];
     let u14 = x[base + min(14u * workgroupSize + lid, last)];
-    let u15 = x[base + min(15u * workgroupSize + lid, last)];
+    let u15 = x[base + min(15u * workgroupSize + lid, last)];""",
+    "main: let u16": """\
     let u16 = x[base + min(16u * workgroupSize + lid, last)];
     let u17 = x[base + min(17u * workgroupSize + lid, last)];
     let u18 = x[base + min(18u * workgroupSize + lid, last)];
-    let u19 = x[base + min(19u * workgroupSize + lid, last)];
+    let u19 = x[base + min(19u * workgroupSize + lid, last)];""",
+    "main: let u20": """\
     let u20 = x[base + min(20u * workgroupSize + lid, last)];
     let u21 = x[base + min(21u * workgroupSize + lid, last)];
     let u22 = x[base + min(22u * workgroupSize + lid, last)];
-    let u23 = x[base + min(23u * workgroupSize + lid, last)];
+    let u23 = x[base + min(23u * workgroupSize + lid, last)];""",
+    "main: let first_channel": """\
     let first_channel = (row % params.numGroups) * channelsPerGroup;
     for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
         wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "// var own": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup""",
-    "var own#3": """\
+    }
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
     var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
+    own += select(0.0, unit_sum(u0), held(0u, lid));""",
+    "main: own#3": """\
     own += select(0.0, unit_sum(u1), held(1u, lid));
     own += select(0.0, unit_sum(u2), held(2u, lid));
     own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
+    own += select(0.0, unit_sum(u4), held(4u, lid));""",
+    "main: own#4": """\
     own += select(0.0, unit_sum(u5), held(5u, lid));
     own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));
+    own += select(0.0, unit_sum(u7), held(7u, lid));""",
+    "main: own#5": """\
     own += select(0.0, unit_sum(u8), held(8u, lid));
     own += select(0.0, unit_sum(u9), held(9u, lid));
     own += select(0.0, unit_sum(u10), held(10u, lid));
-    own += select(0.0, unit_sum(u11), held(11u, lid));
+    own += select(0.0, unit_sum(u11), held(11u, lid));""",
+    "main: own#6": """\
     own += select(0.0, unit_sum(u12), held(12u, lid));
     own += select(0.0, unit_sum(u13), held(13u, lid));
     own += select(0.0, unit_sum(u14), held(14u, lid));
-    own += select(0.0, unit_sum(u15), held(15u, lid));
+    own += select(0.0, unit_sum(u15), held(15u, lid));""",
+    "main: own#7": """\
     own += select(0.0, unit_sum(u16), held(16u, lid));
     own += select(0.0, unit_sum(u17), held(17u, lid));
     own += select(0.0, unit_sum(u18), held(18u, lid));
-    own += select(0.0, unit_sum(u19), held(19u, lid));
+    own += select(0.0, unit_sum(u19), held(19u, lid));""",
+    "main: own#8": """\
     own += select(0.0, unit_sum(u20), held(20u, lid));
     own += select(0.0, unit_sum(u21), held(21u, lid));
     own += select(0.0, unit_sum(u22), held(22u, lid));
-    own += select(0.0, unit_sum(u23), held(23u, lid));
+    own += select(0.0, unit_sum(u23), held(23u, lid));""",
+    "main: let n#5": """\
     let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
@@ -1238,626 +1069,181 @@ fn main(
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));""",
+    "main: deviations": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));""",
+    "main: deviations#2": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));""",
+    "main: deviations#3": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));""",
+    "main: deviations#4": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u16, mean.x), held(16u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u17, mean.x), held(17u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u18, mean.x), held(18u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u19, mean.x), held(19u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u19, mean.x), held(19u, lid));""",
+    "main: deviations#5": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u20, mean.x), held(20u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u21, mean.x), held(21u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u22, mean.x), held(22u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u23, mean.x), held(23u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u23, mean.x), held(23u, lid));""",
+    "main: let stats": """\
     let stats = row_stats(lid, lane, width, n, mean, deviations);
     let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "// let step": """\
-    // ---- normalize and store this workgroup's share""",
-    "let step": """\
+    let inv_std = inverseSqrt(variance + params.epsilon);
+
+    // ---- normalize and store this workgroup's share
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
+    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));""",
+    "main: walk": """\
     walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
     walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
     walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);""",
+    "main: walk#2": """\
     walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
+    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);""",
+    "main: walk#3": """\
     walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
+    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);""",
+    "main: walk#4": """\
     walk = store_unit(store, walk, 16u, u16); walk = store_unit(store, walk, 17u, u17);
-    walk = store_unit(store, walk, 18u, u18); walk = store_unit(store, walk, 19u, u19);
+    walk = store_unit(store, walk, 18u, u18); walk = store_unit(store, walk, 19u, u19);""",
+    "main: walk#5": """\
     walk = store_unit(store, walk, 20u, u20); walk = store_unit(store, walk, 21u, u21);
-    walk = store_unit(store, walk, 22u, u22); walk = store_unit(store, walk, 23u, u23);
+    walk = store_unit(store, walk, 22u, u22); walk = store_unit(store, walk, 23u, u23);""",
+    "main: }#5": """\
 }
 """,
     "const UNITS#2": """\
 const UNITS: u32 = 8u;""",
-    "let last#2": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#4": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#2": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
-}
-""",
     "const UNITS#3": """\
 const UNITS: u32 = 6u;""",
-    "let last#3": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#5": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#3": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
+    "main: let u5#2": """\
+    let u5 = x[base + min(5u * workgroupSize + lid, last)];""",
+    "main: own#9": """\
+    own += select(0.0, unit_sum(u5), held(5u, lid));""",
+    "main: deviations#6": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));""",
+    "main: walk#6": """\
     walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-}
-""",
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);""",
+    "main: walk#7": """\
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);""",
     "const UNITS#4": """\
 const UNITS: u32 = 5u;""",
-    "let last#4": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#6": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#4": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4);
-}
-""",
+    "main: walk#8": """\
+    walk = store_unit(store, walk, 4u, u4);""",
     "const UNITS#5": """\
 const UNITS: u32 = 4u;""",
-    "let last#5": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
+    "main: let u1#2": """\
     let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#7": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
+    let u2 = x[base + min(2u * workgroupSize + lid, last)];""",
+    "main: let u3": """\
+    let u3 = x[base + min(3u * workgroupSize + lid, last)];""",
+    "main: own#10": """\
     own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
+    own += select(0.0, unit_sum(u2), held(2u, lid));""",
+    "main: own#11": """\
+    own += select(0.0, unit_sum(u3), held(3u, lid));""",
+    "main: let n#6": """\
     let n = f32(held_count(lid) * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));""",
+    "main: deviations#7": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#5": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-}
-""",
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));""",
+    "main: deviations#8": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));""",
     "const UNITS#6": """\
 const UNITS: u32 = 3u;""",
-    "let last#6": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#8": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#6": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);
-}
-""",
+    "main: walk#9": """\
+    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);""",
+    "main: walk#10": """\
+    walk = store_unit(store, walk, 2u, u2);""",
     "const UNITS#7": """\
 const UNITS: u32 = 20u;""",
-    "let last#7": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(11u * workgroupSize + lid, last)];
-    let u12 = x[base + min(12u * workgroupSize + lid, last)];
-    let u13 = x[base + min(13u * workgroupSize + lid, last)];
-    let u14 = x[base + min(14u * workgroupSize + lid, last)];
-    let u15 = x[base + min(15u * workgroupSize + lid, last)];
-    let u16 = x[base + min(16u * workgroupSize + lid, last)];
-    let u17 = x[base + min(17u * workgroupSize + lid, last)];
-    let u18 = x[base + min(18u * workgroupSize + lid, last)];
-    let u19 = x[base + min(19u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#9": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));
-    own += select(0.0, unit_sum(u8), held(8u, lid));
-    own += select(0.0, unit_sum(u9), held(9u, lid));
-    own += select(0.0, unit_sum(u10), held(10u, lid));
-    own += select(0.0, unit_sum(u11), held(11u, lid));
-    own += select(0.0, unit_sum(u12), held(12u, lid));
-    own += select(0.0, unit_sum(u13), held(13u, lid));
-    own += select(0.0, unit_sum(u14), held(14u, lid));
-    own += select(0.0, unit_sum(u15), held(15u, lid));
-    own += select(0.0, unit_sum(u16), held(16u, lid));
-    own += select(0.0, unit_sum(u17), held(17u, lid));
-    own += select(0.0, unit_sum(u18), held(18u, lid));
-    own += select(0.0, unit_sum(u19), held(19u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u16, mean.x), held(16u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u17, mean.x), held(17u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u18, mean.x), held(18u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u19, mean.x), held(19u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#7": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
-    walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
-    walk = store_unit(store, walk, 16u, u16); walk = store_unit(store, walk, 17u, u17);
-    walk = store_unit(store, walk, 18u, u18); walk = store_unit(store, walk, 19u, u19);
-}
-""",
     "const UNITS#8": """\
 const UNITS: u32 = 2u;""",
-    "let last#8": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#10": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#8": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-}
-""",
+    "main: let u1#3": """\
+    let u1 = x[base + min(1u * workgroupSize + lid, last)];""",
+    "main: own#12": """\
+    own += select(0.0, unit_sum(u1), held(1u, lid));""",
+    "main: deviations#9": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));""",
     "const UNITS#9": """\
 const UNITS: u32 = 16u;""",
-    "let last#9": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(11u * workgroupSize + lid, last)];
-    let u12 = x[base + min(12u * workgroupSize + lid, last)];
-    let u13 = x[base + min(13u * workgroupSize + lid, last)];
-    let u14 = x[base + min(14u * workgroupSize + lid, last)];
-    let u15 = x[base + min(15u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#11": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));
-    own += select(0.0, unit_sum(u8), held(8u, lid));
-    own += select(0.0, unit_sum(u9), held(9u, lid));
-    own += select(0.0, unit_sum(u10), held(10u, lid));
-    own += select(0.0, unit_sum(u11), held(11u, lid));
-    own += select(0.0, unit_sum(u12), held(12u, lid));
-    own += select(0.0, unit_sum(u13), held(13u, lid));
-    own += select(0.0, unit_sum(u14), held(14u, lid));
-    own += select(0.0, unit_sum(u15), held(15u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#9": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
-    walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
-}
-""",
     "const UNITS#10": """\
 const UNITS: u32 = 12u;""",
-    "let last#10": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(11u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#12": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));
-    own += select(0.0, unit_sum(u8), held(8u, lid));
-    own += select(0.0, unit_sum(u9), held(9u, lid));
-    own += select(0.0, unit_sum(u10), held(10u, lid));
-    own += select(0.0, unit_sum(u11), held(11u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#10": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
-}
-""",
     "const UNITS#11": """\
 const UNITS: u32 = 10u;""",
-    "let last#11": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
+    "main: let u8#2": """\
     let u8 = x[base + min(8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(9u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#13": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));
+    let u9 = x[base + min(9u * workgroupSize + lid, last)];""",
+    "main: own#13": """\
     own += select(0.0, unit_sum(u8), held(8u, lid));
-    own += select(0.0, unit_sum(u9), held(9u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
+    own += select(0.0, unit_sum(u9), held(9u, lid));""",
+    "main: deviations#10": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#11": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-}
-""",
+    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));""",
+    "main: walk#11": """\
+    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);""",
     "const UNITS#12": """\
 const UNITS: u32 = 1u;""",
-    "let last#12": """\
-    let last = params.rowUnits - 1u;
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }""",
-    "var own#14": """\
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "let step#12": """\
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0);
-}
-""",
-    "binding x#5": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
+    "main: walk#12": """\
+    walk = store_unit(store, walk, 0u, u0);""",
+    "enable#2": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override channelsPerGroup: u32;
+override maxChannels: u32;""",
+    "override workgroupSize": """\
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> scale: array<f16>;
+@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
     "binding y#5": """\
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;""",
-    "alias Unit#2": """\
+@group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;
+struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, numGroups: u32, split: u32, _pad0: u32 }""",
+    "fn lanes_sum#3": """\
+fn lanes_sum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
+}
+
 // A unit is one 16-byte load: 8 halves packed in a vec4<u32>, widened to f32 (no f16 arithmetic,
 // no `enable f16` needed for it); rounded once to f16 at the store (pack2x16float).
 alias Unit = vec4<u32>;
-const UNIT_VALUES: u32 = 8u;""",
-    "fn low_half": """\
+const UNIT_VALUES: u32 = 8u;
+
 // Values 0-3 and 4-7 of a unit of 8 halves.
 fn low_half(u: Unit) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
-}""",
-    "fn high_half": """\
+}
+
 fn high_half(u: Unit) -> vec4<f32> {
     return vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w));
-}""",
-    "fn unit_sum#2": """\
+}
+
 fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(low_half(u)) + lanes_sum(high_half(u));
-}""",
-    "fn unit_deviations#2": """\
+}
+
+// (sum of x - mean0, sum of (x - mean0)^2) over a unit.
 fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
     let a = low_half(u) - mean0;
     let b = high_half(u) - mean0;
     return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
-}""",
-    "fn normalized_unit#2": """\
+}
+
 // ((x - hi) - lo) * k + b, rounded to f16 and packed again.
 fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
     let first = ((low_half(u) - hi) - lo) * k + b;
@@ -1866,8 +1252,9 @@ fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
 }""",
     "binding partials#3": """\
 @group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, rowUnits: u32, chunks: u32, _pad0: u32 }""",
-    "// const UNITS#2": """\
+struct Params { rows: u32, rowUnits: u32, chunks: u32, _pad0: u32 }
+@group(0) @binding(2) var<uniform> params: Params;
+
 // norm-splitk-partials: split-k in registers, pass 1 of 2 (partial statistics of chunks).
 // GroupNormalization-21 (stash_type 1), variant group_splitk_registers, and
 // InstanceNormalization-6, variant plane_splitk_registers (a plane is a row: numGroups = C,
@@ -1913,15 +1300,27 @@ struct Params { rows: u32, rowUnits: u32, chunks: u32, _pad0: u32 }""",
 // units: a whole chunk, or for the last chunk the rest.
 fn chunk_units(row_units: u32, chunk: u32) -> u32 {
     return min(workgroupSize * UNITS, row_units - chunk * (workgroupSize * UNITS));
+}
+
+// One summary per invocation, merged in place by the tree.
+var<workgroup> slots: array<vec4<u32>, workgroupSize>;
+
+// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
+struct Stats {
+    n: u32,
+    hi: f32,
+    lo: f32,
+    m2: f32,
 }""",
-    "// var slots#4": """\
-// One summary per invocation, merged in place by the tree.""",
     "fn held#2": """\
 // Whether register j of invocation lid holds a unit of the row, for a chunk starting at unit `first`.
 fn held(first: u32, j: u32, lid: u32) -> bool {
     return first + j * workgroupSize + lid < params.rowUnits;
-}""",
-    "let w": """\
+}
+
+@compute @workgroup_size(workgroupSize)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
     let w = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (w >= params.rows * params.chunks) {
         return;
@@ -1930,27 +1329,30 @@ fn held(first: u32, j: u32, lid: u32) -> bool {
     let chunk = w % params.chunks;
     let first = chunk * (workgroupSize * UNITS);
     let base = row * params.rowUnits;
-    let last = params.rowUnits - 1u;""",
-    "// let u0": """\
-    // ---- the chunk into registers: every load issued before any value is used""",
-    "let u0": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
+    let last = params.rowUnits - 1u;
+
+    // ---- the chunk into registers: every load issued before any value is used
+    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];""",
+    "main: let h0": """\
     let h0 = held(first, 0u, lid);""",
-    "// var count": """\
-    // ---- this invocation's statistics: the mean, then the deviations from it""",
-    "var count": """\
+    "main: var count": """\
+    // ---- this invocation's statistics: the mean, then the deviations from it
     var count = 0u;
     var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);""",
+    "main: let n#7": """\
     let n = f32(max(count, 1u));
     let mean0 = total / n;
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);""",
+    "main: let lo": """\
     let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "// slots#2": """\
-    // ---- the chunk's statistics: a fixed-order tree of Chan merges over the invocations""",
-    "{#3": """\
+    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));
+
+    // ---- the chunk's statistics: a fixed-order tree of Chan merges over the invocations
+    slots[lid] = pack_stats(own);
+    workgroupBarrier();
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -1968,250 +1370,121 @@ fn held(first: u32, j: u32, lid: u32) -> bool {
         partials[w] = vec4<f32>(merged.hi, merged.lo, merged.m2, 0.0);
     }
 }""",
-    "let u0#2": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
+    "main: let u1#4": """\
     let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
     let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
     let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
     let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
+    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];""",
+    "main: let u6": """\
     let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);
-    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid);""",
-    "var count#2": """\
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
-    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);
-    let n = f32(max(count, 1u));
-    let mean0 = total / n;
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean0), h3);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean0), h4);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean0), h5);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean0), h6);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean0), h7);
-    let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "let u0#3": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
+    let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];""",
+    "main: let h0#2": """\
     let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
     let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);""",
-    "var count#3": """\
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    "main: let h6": """\
+    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid);""",
+    "main: count": """\
     count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
     count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
     count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
     count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
-    let n = f32(max(count, 1u));
-    let mean0 = total / n;
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
+    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);""",
+    "main: count#2": """\
+    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
+    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);""",
+    "main: deviations#11": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
     deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
     deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean0), h3);
     deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean0), h4);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean0), h5);
-    let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "let u0#4": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean0), h5);""",
+    "main: deviations#12": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean0), h6);
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean0), h7);""",
+    "main: let u1#5": """\
     let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid);""",
-    "var count#4": """\
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
-    let n = f32(max(count, 1u));
-    let mean0 = total / n;
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean0), h3);
-    let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "let u0#5": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
+    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];""",
+    "main: let u3#2": """\
+    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];""",
+    "main: let h0#3": """\
     let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);""",
-    "var count#5": """\
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
+    "main: let h3": """\
+    let h3 = held(first, 3u, lid);""",
+    "main: count#3": """\
     count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
-    let n = f32(max(count, 1u));
-    let mean0 = total / n;
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
+    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);""",
+    "main: count#4": """\
+    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);""",
+    "main: deviations#13": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
-    let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "let u0#6": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);""",
+    "main: deviations#14": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean0), h3);""",
+    "main: let u1#6": """\
+    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];""",
+    "main: let h0#4": """\
     let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid);""",
-    "var count#6": """\
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
-    let n = f32(max(count, 1u));
-    let mean0 = total / n;
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
-    let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "let u0#7": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
+    "main: count#5": """\
+    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);""",
+    "main: deviations#15": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);""",
+    "main: let u6#2": """\
     let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
     let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];
     let u8 = x[base + min(first + 8u * workgroupSize + lid, last)];
     let u9 = x[base + min(first + 9u * workgroupSize + lid, last)];
     let u10 = x[base + min(first + 10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(first + 11u * workgroupSize + lid, last)];
+    let u11 = x[base + min(first + 11u * workgroupSize + lid, last)];""",
+    "main: let u12#2": """\
     let u12 = x[base + min(first + 12u * workgroupSize + lid, last)];
     let u13 = x[base + min(first + 13u * workgroupSize + lid, last)];
     let u14 = x[base + min(first + 14u * workgroupSize + lid, last)];
-    let u15 = x[base + min(first + 15u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);
+    let u15 = x[base + min(first + 15u * workgroupSize + lid, last)];""",
+    "main: let h6#2": """\
     let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid); let h8 = held(first, 8u, lid);
-    let h9 = held(first, 9u, lid); let h10 = held(first, 10u, lid); let h11 = held(first, 11u, lid);
+    let h9 = held(first, 9u, lid); let h10 = held(first, 10u, lid); let h11 = held(first, 11u, lid);""",
+    "main: let h12": """\
     let h12 = held(first, 12u, lid); let h13 = held(first, 13u, lid);
     let h14 = held(first, 14u, lid); let h15 = held(first, 15u, lid);""",
-    "var count#7": """\
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
-    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);
+    "main: count#6": """\
     count += select(0u, UNIT_VALUES, h8); total += select(0.0, unit_sum(u8), h8);
     count += select(0u, UNIT_VALUES, h9); total += select(0.0, unit_sum(u9), h9);
     count += select(0u, UNIT_VALUES, h10); total += select(0.0, unit_sum(u10), h10);
-    count += select(0u, UNIT_VALUES, h11); total += select(0.0, unit_sum(u11), h11);
+    count += select(0u, UNIT_VALUES, h11); total += select(0.0, unit_sum(u11), h11);""",
+    "main: count#7": """\
     count += select(0u, UNIT_VALUES, h12); total += select(0.0, unit_sum(u12), h12);
     count += select(0u, UNIT_VALUES, h13); total += select(0.0, unit_sum(u13), h13);
     count += select(0u, UNIT_VALUES, h14); total += select(0.0, unit_sum(u14), h14);
-    count += select(0u, UNIT_VALUES, h15); total += select(0.0, unit_sum(u15), h15);
-    let n = f32(max(count, 1u));
-    let mean0 = total / n;
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean0), h3);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean0), h4);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean0), h5);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean0), h6);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean0), h7);
+    count += select(0u, UNIT_VALUES, h15); total += select(0.0, unit_sum(u15), h15);""",
+    "main: deviations#16": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean0), h8);
     deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean0), h9);
     deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean0), h10);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean0), h11);
+    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean0), h11);""",
+    "main: deviations#17": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean0), h12);
     deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean0), h13);
     deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean0), h14);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean0), h15);
-    let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "let u0#8": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(first + 8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(first + 9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(first + 10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(first + 11u * workgroupSize + lid, last)];
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);
-    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid); let h8 = held(first, 8u, lid);
-    let h9 = held(first, 9u, lid); let h10 = held(first, 10u, lid); let h11 = held(first, 11u, lid);""",
-    "var count#8": """\
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);
-    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);
-    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);
-    count += select(0u, UNIT_VALUES, h8); total += select(0.0, unit_sum(u8), h8);
-    count += select(0u, UNIT_VALUES, h9); total += select(0.0, unit_sum(u9), h9);
-    count += select(0u, UNIT_VALUES, h10); total += select(0.0, unit_sum(u10), h10);
-    count += select(0u, UNIT_VALUES, h11); total += select(0.0, unit_sum(u11), h11);
-    let n = f32(max(count, 1u));
-    let mean0 = total / n;
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean0), h3);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean0), h4);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean0), h5);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean0), h6);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean0), h7);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean0), h8);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean0), h9);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean0), h10);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean0), h11);
-    let lo = deviations.x / n;
-    let own = Stats(count, mean0, lo, max(deviations.y - deviations.x * lo, 0.0));""",
-    "override applyOrder": """\
-override applyOrder: u32;""",
-    "binding partials#4": """\
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;""",
-    "binding y#6": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;""",
-    "struct Params#6": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean0), h15);""",
+    "override DISPATCH_FOLD_WIDTH#4": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
+    "override DISPATCH_FOLD_WIDTH#5": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override applyOrder: u32;
+override channelsPerGroup: u32;
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> scale: array<f32>;
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
+@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
 struct Params { rows: u32, epsilon: f32, rowUnits: u32, chunks: u32, spatialUnits: u32, numGroups: u32, _pad0: u32, _pad1: u32 }""",
-    "// const UNITS#3": """\
+    "binding params#3": """\
+@group(0) @binding(5) var<uniform> params: Params;
+
 // norm-splitk-apply: split-k in registers, pass 2 of 2 (merge the partials, normalize).
 // GroupNormalization-21 (stash_type 1), variant group_splitk_registers, and
 // InstanceNormalization-6, variant plane_splitk_registers. The design is in the notes of pass 1
@@ -2242,23 +1515,24 @@ struct Params { rows: u32, epsilon: f32, rowUnits: u32, chunks: u32, spatialUnit
 // The units each invocation holds in registers: a constant of this specialization, so the loads
 // are straight-line code (a private array sized by an override is not WGSL, and one under a loop
 // bounded by an override spilled on the H200).""",
-    "fn advance#2": """\
+    "fn advance": """\
 // (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
 // inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
 // one correction suffices and no division is needed.
 fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
     let p = at + step;
     return select(p, vec2<u32>(p.x + 1u, p.y - divisor), p.y >= divisor);
-}""",
-    "struct Store#2": """\
+}
+
+// What the stores of one invocation share.
 struct Store {
     base: u32,  // the row's first unit
     channel0: u32,  // the row's first channel
     hi: f32,
     lo: f32,
     inv_std: f32,
-}""",
-    "fn store_unit#2": """\
+}
+
 // Normalizes and stores unit `unit` of the row (walk position `at`: channel within the group,
 // unit within the channel) if it lies in the row.
 fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
@@ -2266,8 +1540,11 @@ fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
         let c = s.channel0 + at.x;
         y[s.base + unit] = normalized_unit(u, s.hi, s.lo, s.inv_std * f32(scale[c]), f32(bias[c]));
     }
-}""",
-    "let w#2": """\
+}
+
+@compute @workgroup_size(workgroupSize)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
     let w = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (w >= params.rows * params.chunks) {
         return;
@@ -2277,14 +1554,13 @@ fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
     let chunk = flat % params.chunks;
     let first = chunk * (workgroupSize * UNITS);
     let base = row * params.rowUnits;
-    let last = params.rowUnits - 1u;""",
-    "// let u0#2": """\
-    // ---- the chunk into registers: every load issued before the merge""",
-    "let u0#9": """\
+    let last = params.rowUnits - 1u;
+
+    // ---- the chunk into registers: every load issued before the merge
     let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];""",
-    "// var own#2": """\
-    // ---- the row's statistics from its chunks' partials, in one fixed order""",
-    "for#5": """\
+    "main: var own#4": """\
+    // ---- the row's statistics from its chunks' partials, in one fixed order
+    var own = Stats(0u, 0.0, 0.0, 0.0);
     // Partials lid, lid + workgroupSize, ... in order: (hi, lo, M2) each, the count
     // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
     for (var part = lid; part < params.chunks; part += workgroupSize) {
@@ -2292,8 +1568,8 @@ fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
         own = chan_merge(own, Stats(chunk_units(params.rowUnits, part) * UNIT_VALUES, p.x, p.y, p.z));
     }
     slots[lid] = pack_stats(own);
-    workgroupBarrier();""",
-    "{#4": """\
+    workgroupBarrier();
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -2307,145 +1583,37 @@ fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
         }
     }
     let merged = unpack_stats(slots[0]);
-    let inv_std = inverseSqrt(max(merged.m2 / f32(params.rowUnits * UNIT_VALUES), 0.0) + params.epsilon);""",
-    "// let store": """\
-    // ---- normalize and store""",
-    "let store": """\
+    let inv_std = inverseSqrt(max(merged.m2 / f32(params.rowUnits * UNIT_VALUES), 0.0) + params.epsilon);
+
+    // ---- normalize and store
     let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
     var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
-}""",
-    "let u0#10": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];""",
-    "let store#2": """\
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
+    store_unit(store, first + 0u * workgroupSize + lid, at, u0);""",
+    "main: at": """\
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 1u * workgroupSize + lid, at, u1);
     at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);
+    store_unit(store, first + 2u * workgroupSize + lid, at, u2);""",
+    "main: at#2": """\
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 3u * workgroupSize + lid, at, u3);
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 4u * workgroupSize + lid, at, u4);
     at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 5u * workgroupSize + lid, at, u5);
+    store_unit(store, first + 5u * workgroupSize + lid, at, u5);""",
+    "main: at#3": """\
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 6u * workgroupSize + lid, at, u6);
     at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 7u * workgroupSize + lid, at, u7);
-}""",
-    "let u0#11": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];""",
-    "let store#3": """\
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
+    store_unit(store, first + 7u * workgroupSize + lid, at, u7);""",
+    "main: at#4": """\
     at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
+    store_unit(store, first + 3u * workgroupSize + lid, at, u3);""",
+    "main: at#5": """\
     at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 3u * workgroupSize + lid, at, u3);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 4u * workgroupSize + lid, at, u4);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 5u * workgroupSize + lid, at, u5);
-}""",
-    "let u0#12": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];""",
-    "let store#4": """\
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 3u * workgroupSize + lid, at, u3);
-}""",
-    "let u0#13": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];""",
-    "let store#5": """\
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);
-}""",
-    "let u0#14": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];""",
-    "let store#6": """\
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-}""",
-    "let u0#15": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(first + 8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(first + 9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(first + 10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(first + 11u * workgroupSize + lid, last)];
-    let u12 = x[base + min(first + 12u * workgroupSize + lid, last)];
-    let u13 = x[base + min(first + 13u * workgroupSize + lid, last)];
-    let u14 = x[base + min(first + 14u * workgroupSize + lid, last)];
-    let u15 = x[base + min(first + 15u * workgroupSize + lid, last)];""",
-    "let store#7": """\
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 3u * workgroupSize + lid, at, u3);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 4u * workgroupSize + lid, at, u4);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 5u * workgroupSize + lid, at, u5);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 6u * workgroupSize + lid, at, u6);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 7u * workgroupSize + lid, at, u7);
+    store_unit(store, first + 1u * workgroupSize + lid, at, u1);""",
+    "main: at#6": """\
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 8u * workgroupSize + lid, at, u8);
     at = advance(at, step, params.spatialUnits);
@@ -2453,7 +1621,8 @@ fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 10u * workgroupSize + lid, at, u10);
     at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 11u * workgroupSize + lid, at, u11);
+    store_unit(store, first + 11u * workgroupSize + lid, at, u11);""",
+    "main: at#7": """\
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 12u * workgroupSize + lid, at, u12);
     at = advance(at, step, params.spatialUnits);
@@ -2461,771 +1630,513 @@ fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
     at = advance(at, step, params.spatialUnits);
     store_unit(store, first + 14u * workgroupSize + lid, at, u14);
     at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 15u * workgroupSize + lid, at, u15);
-}""",
-    "let u0#16": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(first + 8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(first + 9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(first + 10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(first + 11u * workgroupSize + lid, last)];""",
-    "let store#8": """\
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 3u * workgroupSize + lid, at, u3);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 4u * workgroupSize + lid, at, u4);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 5u * workgroupSize + lid, at, u5);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 6u * workgroupSize + lid, at, u6);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 7u * workgroupSize + lid, at, u7);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 8u * workgroupSize + lid, at, u8);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 9u * workgroupSize + lid, at, u9);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 10u * workgroupSize + lid, at, u10);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 11u * workgroupSize + lid, at, u11);
-}""",
-    "binding y#7": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;""",
+    store_unit(store, first + 15u * workgroupSize + lid, at, u15);""",
+    "enable#3": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override applyOrder: u32;
+override channelsPerGroup: u32;""",
+    "binding partials#4": """\
+@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;
+struct Params { rows: u32, epsilon: f32, rowUnits: u32, chunks: u32, spatialUnits: u32, numGroups: u32, _pad0: u32, _pad1: u32 }""",
 }
 
 # fmt: off
 SHADERS = {
     'instance-normalization-batched-planes-vec4.only': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
-        '+binding y', '+struct Params', '+binding params', '// var slots', '+var slots', '// struct Stats',
-        '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main', 'var own', 'let head', 'if',
+        'override DISPATCH_FOLD_WIDTH', '+binding scale', '+binding y', '+struct Params', 'struct Stats',
+        'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum', 'fn main', '+main: let group',
+        'main: var own', '+main: if', '+main: }', '+main: }#2', '+main: let n', '+main: y', '+main: }#3',
     ),
     'instance-normalization-batched-planes-vec4.uses-f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
-        '+binding scale#2', '+binding y#2', '+struct Params', '+binding params', '// var slots',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main',
-        'var own', 'let head', 'if#2',
+        'enable', '+binding x', '+binding scale#2', '+binding y#2', '+struct Params', 'struct Stats',
+        'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum', 'fn main', '+main: let group',
+        'main: var own', '+main: if', '+main: }', '+main: }#2', '+main: let n', '+main: y#2', '+main: }#3',
     ),
     'norm-row-stats.f32-vec4': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
-        '+binding y', '+struct Params#2', '+binding params', '// var slots#2', '+var slots',
-        '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', '// fn load_row',
-        '+fn load_row', 'fn store_row', 'fn main#2', '+// let row', '+let row', '// let base', '+let base',
-        '+// for', '+for', '// slots', '+slots', '+// {', '+{', '// let c', '+let c',
+        'override DISPATCH_FOLD_WIDTH', '+binding scale', '+binding y', '+struct Params#2',
+        '+binding params', '+var slots', 'struct Stats', 'fn split_sum', 'const STATS_BLOCK',
+        'fn pack_stats', 'fn lanes_sum', 'fn load_row', '+load_row: return', '+fn store_row',
+        '+store_row: y', '+store_row: }', 'fn main', '+main: let row', 'main: let base', '+main: var own#2',
+        '+main: for', '+main: for#2', '+main: s1', '+main: own', '+main: let count', 'main: slots',
+        'main: let c', '+main: for#3', '+main: }#4',
     ),
     'norm-row-stats.combine-subgroups-f32-vec4': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding scale',
-        '+binding y', '+struct Params#2', '+binding params', '// var subgroup_stats', '+var subgroup_stats',
-        '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', '// fn load_row',
-        '+fn load_row', 'fn store_row', 'fn main#3', '+// let row', '+let row', '// let base', '+let base',
-        '+// for', '+for', 'let own_n', '// let c', '+let c',
+        'override DISPATCH_FOLD_WIDTH', '+binding scale', '+binding y', '+struct Params#2',
+        '+binding params', '+var subgroup_stats', 'struct Stats', 'fn split_sum', 'const STATS_BLOCK',
+        'fn pack_stats', 'fn lanes_sum', 'fn load_row', '+load_row: return', '+fn store_row',
+        '+store_row: y', '+store_row: }', 'fn main#2', '+main: let row', 'main: let base',
+        '+main: var own#2', '+main: for', '+main: for#2', '+main: s1', '+main: own', '+main: let count',
+        'main: let own_n', 'main: let c', '+main: for#3', '+main: }#4',
     ),
     'norm-row-stats.pairs-f16-vec4': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
-        '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params', '// var slots#2',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        '// fn load_row', '+fn load_row', 'fn store_row#2', 'fn main#2', '+// let row', '+let row',
-        '// let base', '+let base#2', '// slots', '+slots', '+// {', '+{', '// let c', '+let c#2',
+        'enable', '+binding x', '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params',
+        '+var slots', 'struct Stats', 'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum',
+        'fn load_row', '+load_row: return', '+fn store_row', '+store_row: y#2', '+store_row: }', 'fn main',
+        '+main: let row', 'main: let base', '+main: var own', '+main: for', '+main: for#4', '+main: }',
+        '+main: own', '+main: let count', 'main: slots', 'main: let c', '+main: for#5', '+main: }#4',
     ),
     'norm-row-stats.combine-subgroups-pairs-f16-vec4': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#2',
-        '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params', '// var subgroup_stats',
-        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        '// fn load_row', '+fn load_row', 'fn store_row#2', 'fn main#3', '+// let row', '+let row',
-        '// let base', '+let base#2', 'let own_n', '// let c', '+let c#2',
+        'enable', '+binding x', '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params',
+        '+var subgroup_stats', 'struct Stats', 'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats',
+        'fn lanes_sum', 'fn load_row', '+load_row: return', '+fn store_row', '+store_row: y#2',
+        '+store_row: }', 'fn main#2', '+main: let row', 'main: let base', '+main: var own', '+main: for',
+        '+main: for#4', '+main: }', '+main: own', '+main: let count', 'main: let own_n', 'main: let c',
+        '+main: for#5', '+main: }#4',
     ),
     'norm-row-stats.combine-subgroups-f32-vec4#2': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
-        '+binding y#3', '+struct Params#2', '+binding params', '// var subgroup_stats',
-        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        '// fn load_row', '+fn load_row#2', 'fn store_row#3', 'fn main#3', '+// let row', '+let row',
-        '// let base', '+let base#3', '+// for', '+for', 'let own_n', '// let c', '+let c',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding x#2', '+binding scale', '+binding y#3',
+        '+struct Params#2', '+binding params', '+var subgroup_stats', 'struct Stats', 'fn split_sum',
+        'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum', 'fn load_row', '+load_row: let at',
+        '+fn store_row', '+store_row: let at', '+store_row: }', 'fn main#2', '+main: let row',
+        'main: let base#2', '+main: var own#2', '+main: for', '+main: for#2', '+main: s1', '+main: own',
+        '+main: let count', 'main: let own_n', 'main: let c', '+main: for#3', '+main: }#4',
     ),
     'norm-row-stats.f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
-        '+binding y#3', '+struct Params#3', '+binding params', '// var slots#2', '+var slots',
-        '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#2', '+// let row', '+let row',
-        '// let base', '+let base#3', '+// for', '+for#2', '// slots', '+slots', '+// {', '+{', '// let c',
-        '+let c#3',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding x#2', '+binding scale', '+binding y#3',
+        '+struct Params#3', '+binding params', '+var slots', 'struct Stats', 'fn split_sum',
+        'const STATS_BLOCK', 'fn pack_stats', 'fn main', '+main: let row', 'main: let base#2',
+        '+main: var own#2', '+main: for#6', '+main: s1', '+main: own#2', '+main: let count', 'main: slots',
+        'main: let c', '+main: for#7', '+main: y#3', '+main: }#4',
     ),
     'norm-row-stats.combine-subgroups-f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#3', '+binding scale',
-        '+binding y#3', '+struct Params#3', '+binding params', '// var subgroup_stats',
-        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#3', '+// let row',
-        '+let row', '// let base', '+let base#3', '+// for', '+for#2', 'let own_n', '// let c', '+let c#3',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding x#2', '+binding scale', '+binding y#3',
+        '+struct Params#3', '+binding params', '+var subgroup_stats', 'struct Stats', 'fn split_sum',
+        'const STATS_BLOCK', 'fn pack_stats', 'fn main#2', '+main: let row', 'main: let base#2',
+        '+main: var own#2', '+main: for#6', '+main: s1', '+main: own#2', '+main: let count',
+        'main: let own_n', 'main: let c', '+main: for#7', '+main: y#3', '+main: }#4',
     ),
     'norm-row-stats.f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
-        '+binding scale#2', '+binding y#4', '+struct Params#3', '+binding params', '// var slots#2',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#2', '+// let row',
-        '+let row', '// let base', '+let base#3', '+// for', '+for#2', '// slots', '+slots', '+// {', '+{',
-        '// let c', '+let c#4',
+        'enable', '+binding x#3', '+binding scale#2', '+binding y#4', '+binding params', '+var slots',
+        'struct Stats', 'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn main', '+main: let row',
+        'main: let base#2', '+main: var own#2', '+main: for#6', '+main: s1', '+main: own#2',
+        '+main: let count', 'main: slots', 'main: let c', '+main: for#7', '+main: y#4', '+main: }#4',
     ),
     'norm-row-stats.combine-subgroups-f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#4',
-        '+binding scale#2', '+binding y#4', '+struct Params#3', '+binding params', '// var subgroup_stats',
-        '+var subgroup_stats', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn main#3', '+// let row',
-        '+let row', '// let base', '+let base#3', '+// for', '+for#2', 'let own_n', '// let c', '+let c#4',
+        'enable', '+binding x#3', '+binding scale#2', '+binding y#4', '+binding params',
+        '+var subgroup_stats', 'struct Stats', 'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats',
+        'fn main#2', '+main: let row', 'main: let base#2', '+main: var own#2', '+main: for#6', '+main: s1',
+        '+main: own#2', '+main: let count', 'main: let own_n', 'main: let c', '+main: for#7', '+main: y#4',
+        '+main: }#4',
     ),
     'instance-normalization-splitk-partials.vec4-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding partials',
-        '+binding params#2', '// var slots#3', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#2', '+// let row', '+let plane',
-        'var own#2', '+// for', '+for#3', 'slots', '+// {', '+{#2',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding partials', '+var slots',
+        'struct Stats', 'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum',
+        'fn ceil_chunk', 'fn main', '+main: let plane', '+main: return', '+main: let k', '+main: let units',
+        '+main: let chunk', '+main: let n#2', 'main: var own#3', '+main: let shift', '+main: s1',
+        '+main: own', '+main: }#2', 'main: slots#2',
     ),
     'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding partials',
-        '+binding params#2', '// var subgroup_stats#2', '+var subgroup_stats', '// struct Stats',
-        '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#3', '+// let row',
-        '+let plane', 'var own#2', '+// for', '+for#3', 'let own_n#2',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding partials', '+var subgroup_stats',
+        'struct Stats', 'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum',
+        'fn ceil_chunk', 'fn main#2', '+main: let plane', '+main: return', '+main: let k',
+        '+main: let units', '+main: let chunk', '+main: let n#2', 'main: var own#3', '+main: let shift',
+        '+main: s1', '+main: own', '+main: }#2', 'main: let own_n#2',
     ),
     'instance-normalization-splitk-partials.vec4-vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
-        '+binding partials', '+binding params#2', '// var slots#3', '+var slots', '// struct Stats',
-        '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#2', '+// let row',
-        '+let plane', 'var own#2', '+// for', '+for#3', 'slots', '+// {', '+{#2',
+        'enable', '+binding input#2', '+binding partials', '+var slots', 'struct Stats', 'fn split_sum',
+        'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main',
+        '+main: let plane', '+main: return', '+main: let k', '+main: let units', '+main: let chunk',
+        '+main: let n#2', 'main: var own#3', '+main: let shift', '+main: s1', '+main: own', '+main: }#2',
+        'main: slots#2',
     ),
     'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
-        '+binding partials', '+binding params#2', '// var subgroup_stats#2', '+var subgroup_stats',
-        '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#3',
-        '+// let row', '+let plane', 'var own#2', '+// for', '+for#3', 'let own_n#2',
+        'enable', '+binding input#2', '+binding partials', '+var subgroup_stats', 'struct Stats',
+        'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn lanes_sum', 'fn ceil_chunk', 'fn main#2',
+        '+main: let plane', '+main: return', '+main: let k', '+main: let units', '+main: let chunk',
+        '+main: let n#2', 'main: var own#3', '+main: let shift', '+main: s1', '+main: own', '+main: }#2',
+        'main: let own_n#2',
     ),
     'instance-normalization-splitk-partials.f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#3', '+binding partials',
-        '+binding params#2', '// var slots#3', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn ceil_chunk', 'fn main#2', '+// let row', '+let plane#2', 'var own#2',
-        '+// for', '+for#4', 'slots', '+// {', '+{#2',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding input#3', '+binding partials', '+var slots',
+        'struct Stats', 'fn split_sum', 'const STATS_BLOCK', 'fn pack_stats', 'fn ceil_chunk', 'fn main',
+        '+main: let plane', '+main: return', '+main: let k', '+main: let units#2', '+main: let chunk',
+        '+main: let n#3', 'main: var own#3', '+main: let shift#2', '+main: s1', '+main: own#2',
+        '+main: }#2', 'main: slots#2',
     ),
     'instance-normalization-splitk-partials.f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#4',
-        '+binding partials', '+binding params#2', '// var slots#3', '+var slots', '// struct Stats',
-        '+struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn ceil_chunk', 'fn main#2', '+// let row', '+let plane#2',
-        'var own#2', '+// for', '+for#4', 'slots', '+// {', '+{#2',
+        'enable', '+binding input#4', '+binding partials', '+var slots', 'struct Stats', 'fn split_sum',
+        'const STATS_BLOCK', 'fn pack_stats', 'fn ceil_chunk', 'fn main', '+main: let plane',
+        '+main: return', '+main: let k', '+main: let units#2', '+main: let chunk', '+main: let n#3',
+        'main: var own#3', '+main: let shift#2', '+main: s1', '+main: own#2', '+main: }#2', 'main: slots#2',
     ),
     'instance-normalization-splitk-combine.vec4-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding partials#2',
-        '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn ceil_chunk',
-        'fn partial_at', 'fn main#4', 'var total',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding partials#2', 'fn split_sum',
+        'fn ceil_chunk', 'fn partial_at', 'fn main', '+main: let plane#2', '+main: return',
+        '+main: let units', '+main: let unit_values', '+main: let n#4',
     ),
     'instance-normalization-splitk-combine.vec4-vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
-        '+binding partials#2', '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn ceil_chunk', 'fn partial_at', 'fn main#4', 'var total',
+        'enable', '+binding input#2', '+binding partials#2', 'fn split_sum', 'fn ceil_chunk',
+        'fn partial_at', 'fn main', '+main: let plane#2', '+main: return', '+main: let units',
+        '+main: let unit_values', '+main: let n#4',
     ),
     'instance-normalization-splitk-combine.f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#3',
-        '+binding partials#2', '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn ceil_chunk', 'fn partial_at', 'fn main#5', 'var total',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding input#3', '+binding partials#2', 'fn split_sum',
+        'fn ceil_chunk', 'fn partial_at', 'fn main', '+main: let plane#2', '+main: return',
+        '+main: let units#2', '+main: let unit_values#2', '+main: let n#4',
     ),
     'instance-normalization-splitk-combine.f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#4',
-        '+binding partials#2', '// struct Stats#2', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn ceil_chunk', 'fn partial_at', 'fn main#5', 'var total',
+        'enable', '+binding input#4', '+binding partials#2', 'fn split_sum', 'fn ceil_chunk',
+        'fn partial_at', 'fn main', '+main: let plane#2', '+main: return', '+main: let units#2',
+        '+main: let unit_values#2', '+main: let n#4',
     ),
     'instance-normalization-splitk-apply.vec4': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input', '+binding stats',
-        '+binding scale#3', '+binding output', '+struct Params#4', '+binding params#3', '// fn main',
-        '+fn main#6',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding stats', '+binding output',
+        '+struct Params#4', '+main: let units#3', '+main: let channel', '+main: output', '+store_row: }',
     ),
     'instance-normalization-splitk-apply.uses-f16-vec4': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#2',
-        '+binding stats', '+binding scale#4', '+binding output#2', '+struct Params#4', '+binding params#3',
-        '// fn main', '+fn main#7',
+        'enable', '+binding input#2', '+binding stats#2', '+binding output#2', '+struct Params#4',
+        '+main: let units#3', '+main: let channel', '+main: output#2', '+store_row: }',
     ),
     'instance-normalization-splitk-apply.only': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#3', '+binding stats',
-        '+binding scale#3', '+binding output#3', '+struct Params#4', '+binding params#3', '// fn main',
-        '+fn main#8',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding input#3', '+binding stats', '+binding output#3',
+        '+struct Params#4', '+main: let plane#3', '+main: let channel', '+main: output#3', '+store_row: }',
     ),
     'instance-normalization-splitk-apply.uses-f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding input#4',
-        '+binding stats', '+binding scale#4', '+binding output#4', '+struct Params#4', '+binding params#3',
-        '// fn main', '+fn main#9',
+        'enable', '+binding input#4', '+binding stats#2', '+binding output#4', '+struct Params#4',
+        '+main: let plane#3', '+main: let channel', '+main: output#4', '+store_row: }',
     ),
     'norm-row-registers.units24': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last', '// var own',
-        '+var own#3', '// let step', '+let step',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8', '+main: let u12',
+        '+main: let u16', '+main: let u20', '+main: let first_channel', '+main: own#3', '+main: own#4',
+        '+main: own#5', '+main: own#6', '+main: own#7', '+main: own#8', '+main: let n#5',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#3', '+main: deviations#4',
+        '+main: deviations#5', '+main: let stats', '+main: walk', '+main: walk#2', '+main: walk#3',
+        '+main: walk#4', '+main: walk#5', '+main: }#5',
     ),
     'norm-row-registers.units8': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#2', '// var own',
-        '+var own#4', '// let step', '+let step#2',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#2', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let u5', '+main: let first_channel',
+        '+main: own#3', '+main: own#4', '+main: let n#5', '+main: deviations', '+main: let stats',
+        '+main: walk', '+main: }#5',
     ),
     'norm-row-registers.units6': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#3', '// var own',
-        '+var own#5', '// let step', '+let step#3',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#3', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let u5#2', '+main: let first_channel',
+        '+main: own#3', '+main: own#9', '+main: let n#5', '+main: deviations#6', '+main: let stats',
+        '+main: walk#6', '+main: walk#7', '+main: }#5',
     ),
     'norm-row-registers.units5': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#4', '// var own',
-        '+var own#6', '// let step', '+let step#4',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#4', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let first_channel', '+main: own#3',
+        '+main: let n#5', '+main: let stats', '+main: walk#6', '+main: walk#8', '+main: }#5',
     ),
     'norm-row-registers.units4': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#5', '// var own',
-        '+var own#7', '// let step', '+let step#5',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#5', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1#2', '+main: let u3', '+main: let first_channel',
+        '+main: own#10', '+main: own#11', '+main: let n#6', '+main: deviations#7', '+main: deviations#8',
+        '+main: let stats', '+main: walk#6', '+main: }#5',
     ),
     'norm-row-registers.units3': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#6', '// var own',
-        '+var own#8', '// let step', '+let step#6',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#6', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1#2', '+main: let first_channel', '+main: own#10',
+        '+main: let n#6', '+main: deviations#7', '+main: let stats', '+main: walk#9', '+main: walk#10',
+        '+main: }#5',
     ),
     'norm-row-registers.units20': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#7', '// var own',
-        '+var own#9', '// let step', '+let step#7',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#7', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8', '+main: let u12',
+        '+main: let u16', '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5',
+        '+main: own#6', '+main: own#7', '+main: let n#5', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#3', '+main: deviations#4', '+main: let stats', '+main: walk', '+main: walk#2',
+        '+main: walk#3', '+main: walk#4', '+main: }#5',
     ),
     'norm-row-registers.units2': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#8', '// var own',
-        '+var own#10', '// let step', '+let step#8',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#8', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1#3', '+main: let first_channel', '+main: own#12',
+        '+main: let n#6', '+main: deviations#9', '+main: let stats', '+main: walk#9', '+main: }#5',
     ),
     'norm-row-registers.units16': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#9', '// var own',
-        '+var own#11', '// let step', '+let step#9',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#9', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8', '+main: let u12',
+        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
+        '+main: let n#5', '+main: deviations', '+main: deviations#2', '+main: deviations#3',
+        '+main: let stats', '+main: walk', '+main: walk#2', '+main: walk#3', '+main: }#5',
     ),
     'norm-row-registers.units12': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#10', '// var own',
-        '+var own#12', '// let step', '+let step#10',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#10', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8',
+        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5', '+main: let n#5',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: walk', '+main: walk#2',
+        '+main: }#5',
     ),
     'norm-row-registers.units10': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#11', '// var own',
-        '+var own#13', '// let step', '+let step#11',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#11', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8#2',
+        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#13', '+main: let n#5',
+        '+main: deviations', '+main: deviations#10', '+main: let stats', '+main: walk', '+main: walk#11',
+        '+main: }#5',
     ),
     'norm-row-registers.units1': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding y', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit', 'fn unit_sum', '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit',
-        'fn held', 'fn held_count', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn advance', '// struct Store', '+struct Store',
-        'struct Walk', 'fn store_unit', 'fn main#10', '// let last', '+let last#12', '// var own',
-        '+var own#14', '// let step', '+let step#12',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#12', 'var wg_subgroups',
+        'fn lanes_sum#2', 'fn held', '+main: let first_channel', '+main: let n#6', '+main: let stats',
+        '+main: walk#12', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units24': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last', '// var own', '+var own#3', '// let step', '+let step',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8',
+        '+main: let u12', '+main: let u16', '+main: let u20', '+main: let first_channel', '+main: own#3',
+        '+main: own#4', '+main: own#5', '+main: own#6', '+main: own#7', '+main: own#8', '+main: let n#5',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#3', '+main: deviations#4',
+        '+main: deviations#5', '+main: let stats', '+main: walk', '+main: walk#2', '+main: walk#3',
+        '+main: walk#4', '+main: walk#5', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units8': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#2', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#2', '// var own', '+var own#4', '// let step', '+let step#2',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#2',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let u5',
+        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: let n#5', '+main: deviations',
+        '+main: let stats', '+main: walk', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units6': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#3', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#3', '// var own', '+var own#5', '// let step', '+let step#3',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#3',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let u5#2',
+        '+main: let first_channel', '+main: own#3', '+main: own#9', '+main: let n#5', '+main: deviations#6',
+        '+main: let stats', '+main: walk#6', '+main: walk#7', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units5': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#4', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#4', '// var own', '+var own#6', '// let step', '+let step#4',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#4',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let first_channel',
+        '+main: own#3', '+main: let n#5', '+main: let stats', '+main: walk#6', '+main: walk#8',
+        '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units4': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#5', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#5', '// var own', '+var own#7', '// let step', '+let step#5',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#5',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1#2', '+main: let u3',
+        '+main: let first_channel', '+main: own#10', '+main: own#11', '+main: let n#6',
+        '+main: deviations#7', '+main: deviations#8', '+main: let stats', '+main: walk#6', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units3': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#6', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#6', '// var own', '+var own#8', '// let step', '+let step#6',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#6',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1#2', '+main: let first_channel',
+        '+main: own#10', '+main: let n#6', '+main: deviations#7', '+main: let stats', '+main: walk#9',
+        '+main: walk#10', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units20': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#7', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#7', '// var own', '+var own#9', '// let step', '+let step#7',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#7',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8',
+        '+main: let u12', '+main: let u16', '+main: let first_channel', '+main: own#3', '+main: own#4',
+        '+main: own#5', '+main: own#6', '+main: own#7', '+main: let n#5', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#3', '+main: deviations#4', '+main: let stats',
+        '+main: walk', '+main: walk#2', '+main: walk#3', '+main: walk#4', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units2': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#8', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#8', '// var own', '+var own#10', '// let step', '+let step#8',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#8',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1#3', '+main: let first_channel',
+        '+main: own#12', '+main: let n#6', '+main: deviations#9', '+main: let stats', '+main: walk#9',
+        '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#9', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#9', '// var own', '+var own#11', '// let step', '+let step#9',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#9',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8',
+        '+main: let u12', '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5',
+        '+main: own#6', '+main: let n#5', '+main: deviations', '+main: deviations#2', '+main: deviations#3',
+        '+main: let stats', '+main: walk', '+main: walk#2', '+main: walk#3', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units12': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#10', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#10', '// var own', '+var own#12', '// let step', '+let step#10',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#10',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let u5', '+main: let u8',
+        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5', '+main: let n#5',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: walk', '+main: walk#2',
+        '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units10': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#11', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#11', '// var own', '+var own#13', '// let step', '+let step#11',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#11',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let u1', '+main: let u5',
+        '+main: let u8#2', '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#13',
+        '+main: let n#5', '+main: deviations', '+main: deviations#10', '+main: let stats', '+main: walk',
+        '+main: walk#11', '+main: }#5',
     ),
     'norm-row-registers.packed-halves-units1': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override maxChannels',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding y#5', '+struct Params#5',
-        '+binding params', '// const UNITS', '+const UNITS#12', 'var wg_subgroups', 'fn lanes_sum',
-        'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations',
-        '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held', 'fn held_count', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn advance',
-        '// struct Store', '+struct Store', 'struct Walk', 'fn store_unit', 'fn main#10', '// let last',
-        '+let last#12', '// var own', '+var own#14', '// let step', '+let step#12',
+        'enable#2', '+override workgroupSize', '+binding y#5', '+binding params#2', '+const UNITS#12',
+        'var wg_subgroups', 'fn lanes_sum#3', 'fn held', '+main: let first_channel', '+main: let n#6',
+        '+main: let stats', '+main: walk#12', '+main: }#5',
     ),
     'norm-splitk-partials.units1': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#12', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0', '// var count', '+var count', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#12', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let h0', 'main: var count',
+        '+main: let n#7', '+main: let lo',
     ),
     'norm-splitk-partials.units8': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#2', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0#2', '// var count', '+var count#2', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#2', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let u1#4', '+main: let u6',
+        '+main: let h0#2', '+main: let h6', 'main: var count', '+main: count', '+main: count#2',
+        '+main: let n#7', '+main: deviations#11', '+main: deviations#12', '+main: let lo',
     ),
     'norm-splitk-partials.units6': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#3', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0#3', '// var count', '+var count#3', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#3', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let u1#4',
+        '+main: let h0#2', 'main: var count', '+main: count', '+main: let n#7', '+main: deviations#11',
+        '+main: let lo',
     ),
     'norm-splitk-partials.units4': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#5', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0#4', '// var count', '+var count#4', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#5', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let u1#5',
+        '+main: let u3#2', '+main: let h0#3', '+main: let h3', 'main: var count', '+main: count#3',
+        '+main: count#4', '+main: let n#7', '+main: deviations#13', '+main: deviations#14', '+main: let lo',
     ),
     'norm-splitk-partials.units3': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#6', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0#5', '// var count', '+var count#5', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#6', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let u1#5',
+        '+main: let h0#3', 'main: var count', '+main: count#3', '+main: let n#7', '+main: deviations#13',
+        '+main: let lo',
     ),
     'norm-splitk-partials.units2': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#8', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0#6', '// var count', '+var count#6', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#8', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let u1#6',
+        '+main: let h0#4', 'main: var count', '+main: count#5', '+main: let n#7', '+main: deviations#15',
+        '+main: let lo',
     ),
     'norm-splitk-partials.units16': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#9', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0#7', '// var count', '+var count#7', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#9', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let u1#4',
+        '+main: let u6#2', '+main: let u12#2', '+main: let h0#2', '+main: let h6#2', '+main: let h12',
+        'main: var count', '+main: count', '+main: count#2', '+main: count#6', '+main: count#7',
+        '+main: let n#7', '+main: deviations#11', '+main: deviations#12', '+main: deviations#16',
+        '+main: deviations#17', '+main: let lo',
     ),
     'norm-splitk-partials.units12': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#10', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum', '// fn unit_deviations',
-        '+fn unit_deviations', 'fn normalized_unit', 'fn held#2', 'fn main#2', '+// let row', '+let w',
-        '// let u0', '+let u0#8', '// var count', '+var count#8', '// slots#2', '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#10', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn held#2', '+main: let u1#4',
+        '+main: let u6#2', '+main: let h0#2', '+main: let h6#2', 'main: var count', '+main: count',
+        '+main: count#2', '+main: count#6', '+main: let n#7', '+main: deviations#11',
+        '+main: deviations#12', '+main: deviations#16', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units1': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#12', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0', '// var count', '+var count', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#12', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let h0', 'main: var count',
+        '+main: let n#7', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units8': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#2', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0#2', '// var count', '+var count#2', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#2', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let u1#4', '+main: let u6',
+        '+main: let h0#2', '+main: let h6', 'main: var count', '+main: count', '+main: count#2',
+        '+main: let n#7', '+main: deviations#11', '+main: deviations#12', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units6': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#3', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0#3', '// var count', '+var count#3', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#3', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let u1#4',
+        '+main: let h0#2', 'main: var count', '+main: count', '+main: let n#7', '+main: deviations#11',
+        '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units4': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#5', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0#4', '// var count', '+var count#4', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#5', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let u1#5',
+        '+main: let u3#2', '+main: let h0#3', '+main: let h3', 'main: var count', '+main: count#3',
+        '+main: count#4', '+main: let n#7', '+main: deviations#13', '+main: deviations#14', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units3': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#6', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0#5', '// var count', '+var count#5', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#6', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let u1#5',
+        '+main: let h0#3', 'main: var count', '+main: count#3', '+main: let n#7', '+main: deviations#13',
+        '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units2': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#8', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0#6', '// var count', '+var count#6', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#8', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let u1#6',
+        '+main: let h0#4', 'main: var count', '+main: count#5', '+main: let n#7', '+main: deviations#15',
+        '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units16': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#9', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0#7', '// var count', '+var count#7', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#9', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let u1#4',
+        '+main: let u6#2', '+main: let u12#2', '+main: let h0#2', '+main: let h6#2', '+main: let h12',
+        'main: var count', '+main: count', '+main: count#2', '+main: count#6', '+main: count#7',
+        '+main: let n#7', '+main: deviations#11', '+main: deviations#12', '+main: deviations#16',
+        '+main: deviations#17', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units12': (
-        'override DISPATCH_FOLD_WIDTH', '+override workgroupSize', '+binding x#5', '+binding partials#3',
-        '+binding params#2', '// const UNITS#2', '+const UNITS#10', 'fn chunk_units', '// var slots#4',
-        '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2', 'fn low_half', 'fn high_half', 'fn unit_sum#2',
-        '// fn unit_deviations', '+fn unit_deviations#2', 'fn normalized_unit#2', 'fn held#2', 'fn main#2',
-        '+// let row', '+let w', '// let u0', '+let u0#8', '// var count', '+var count#8', '// slots#2',
-        '+slots', '+// {', '+{#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#10', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn held#2', '+main: let u1#4',
+        '+main: let u6#2', '+main: let h0#2', '+main: let h6#2', 'main: var count', '+main: count',
+        '+main: count#2', '+main: count#6', '+main: let n#7', '+main: deviations#11',
+        '+main: deviations#12', '+main: deviations#16', '+main: let lo',
     ),
     'norm-splitk-apply.units1': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#12', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#9', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4', '// let store',
-        '+let store',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#12', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', 'main: var own#4', '+store_row: }',
     ),
     'norm-splitk-apply.units8': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#2', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#10', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
-        '// let store', '+let store#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#2', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', '+main: let u1#4', '+main: let u6',
+        'main: var own#4', '+main: at', '+main: at#2', '+main: at#3', '+store_row: }',
     ),
     'norm-splitk-apply.units6': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#3', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#11', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
-        '// let store', '+let store#3',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#3', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', '+main: let u1#4',
+        'main: var own#4', '+main: at', '+main: at#2', '+store_row: }',
     ),
     'norm-splitk-apply.units4': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#5', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#12', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
-        '// let store', '+let store#4',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#5', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', '+main: let u1#5',
+        '+main: let u3#2', 'main: var own#4', '+main: at', '+main: at#4', '+store_row: }',
     ),
     'norm-splitk-apply.units3': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#6', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#13', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
-        '// let store', '+let store#5',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#6', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', '+main: let u1#5',
+        'main: var own#4', '+main: at', '+store_row: }',
     ),
     'norm-splitk-apply.units2': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#8', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#14', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
-        '// let store', '+let store#6',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#8', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', '+main: let u1#6',
+        'main: var own#4', '+main: at#5', '+store_row: }',
     ),
     'norm-splitk-apply.units16': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#9', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#15', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
-        '// let store', '+let store#7',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#9', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', '+main: let u1#4',
+        '+main: let u6#2', '+main: let u12#2', 'main: var own#4', '+main: at', '+main: at#2', '+main: at#3',
+        '+main: at#6', '+main: at#7', '+store_row: }',
     ),
     'norm-splitk-apply.units12': (
-        'override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x', '+binding scale', '+binding partials#4', '+binding y#6',
-        '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#10', 'fn chunk_units',
-        '// var slots#4', '+var slots', '// struct Stats', '+struct Stats', 'fn split_sum', 'fn chan_merge',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit', 'fn unit_sum',
-        '// fn unit_deviations', '+fn unit_deviations', 'fn normalized_unit', 'fn advance#2',
-        '// struct Store', '+struct Store#2', 'fn store_unit#2', 'fn main#2', '+// let row', '+let w#2',
-        '// let u0#2', '+let u0#16', '// var own#2', '+var own#2', '+for#5', '+// {', '+{#4',
-        '// let store', '+let store#8',
+        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#10', 'fn chunk_units',
+        'fn split_sum', 'fn pack_stats', 'fn lanes_sum#2', 'fn advance', '+main: let u1#4',
+        '+main: let u6#2', 'main: var own#4', '+main: at', '+main: at#2', '+main: at#3', '+main: at#6',
+        '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units1': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#12',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#9', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3',
+        '+const UNITS#12', 'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3',
+        'fn advance', 'main: var own#4', '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units8': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#2',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#10', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store#2',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3', '+const UNITS#2',
+        'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn advance',
+        '+main: let u1#4', '+main: let u6', 'main: var own#4', '+main: at', '+main: at#2', '+main: at#3',
+        '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units6': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#3',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#11', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store#3',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3', '+const UNITS#3',
+        'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn advance',
+        '+main: let u1#4', 'main: var own#4', '+main: at', '+main: at#2', '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units4': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#5',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#12', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store#4',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3', '+const UNITS#5',
+        'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn advance',
+        '+main: let u1#5', '+main: let u3#2', 'main: var own#4', '+main: at', '+main: at#4',
+        '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units3': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#6',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#13', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store#5',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3', '+const UNITS#6',
+        'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn advance',
+        '+main: let u1#5', 'main: var own#4', '+main: at', '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units2': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#8',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#14', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store#6',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3', '+const UNITS#8',
+        'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn advance',
+        '+main: let u1#6', 'main: var own#4', '+main: at#5', '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#9',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#15', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store#7',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3', '+const UNITS#9',
+        'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3', 'fn advance',
+        '+main: let u1#4', '+main: let u6#2', '+main: let u12#2', 'main: var own#4', '+main: at',
+        '+main: at#2', '+main: at#3', '+main: at#6', '+main: at#7', '+store_row: }',
     ),
     'norm-splitk-apply.packed-halves-units12': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override applyOrder', '+override channelsPerGroup',
-        '+override workgroupSize', '+binding x#5', '+binding scale#2', '+binding partials#4',
-        '+binding y#7', '+struct Params#6', '+binding params#3', '// const UNITS#3', '+const UNITS#10',
-        'fn chunk_units', '// var slots#4', '+var slots', '// struct Stats', '+struct Stats',
-        'fn split_sum', 'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'alias Unit#2',
-        'fn low_half', 'fn high_half', 'fn unit_sum#2', '// fn unit_deviations', '+fn unit_deviations#2',
-        'fn normalized_unit#2', 'fn advance#2', '// struct Store', '+struct Store#2', 'fn store_unit#2',
-        'fn main#2', '+// let row', '+let w#2', '// let u0#2', '+let u0#16', '// var own#2', '+var own#2',
-        '+for#5', '+// {', '+{#4', '// let store', '+let store#8',
+        'enable#3', '+override workgroupSize', '+binding partials#4', '+binding params#3',
+        '+const UNITS#10', 'fn chunk_units', 'fn split_sum', 'fn pack_stats', 'fn lanes_sum#3',
+        'fn advance', '+main: let u1#4', '+main: let u6#2', 'main: var own#4', '+main: at', '+main: at#2',
+        '+main: at#3', '+main: at#6', '+store_row: }',
     ),
 }
 # fmt: on

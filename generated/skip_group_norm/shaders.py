@@ -16,40 +16,33 @@
 """Every shader of com.microsoft SkipGroupNorm-1, each distinct WGSL text stored once.
 
 A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are runs of WGSL lines that always
-occur together (notes apart from code, the declarations a line each where specializations
-differ), each stored once in PARTS under what it declares (`// x`: the note before x).
-`wgsl(name)` gives back the exact text naga validated, which `plan().passes[i].wgsl` shows
-whole; a shader's name is its template's stem and the template values that tell its
-specializations apart."""
+continues the previous part on the next line instead. Parts are runs of WGSL lines, cut where
+specializations differ and joined again where storing a run inside each of its neighbours takes
+fewer lines than naming it in every shader; each is stored once in PARTS under what it declares
+first (`main: let s0`: a run inside fn main, `// x`: the note before x). `wgsl(name)` gives back
+the exact text naga validated, which `plan().passes[i].wgsl` shows whole; a shader's name is its
+template's stem and the template values that tell its specializations apart."""
 
 from __future__ import annotations
 
 PARTS = {
     "override DISPATCH_FOLD_WIDTH": """\
-override DISPATCH_FOLD_WIDTH: u32;""",
-    "override paramsF16": """\
-override paramsF16: u32;""",
-    "override workgroupSize": """\
-override workgroupSize: u32;""",
-    "binding x": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;""",
-    "binding skip": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
 @group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;""",
     "binding bias": """\
-@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
-    "binding gamma": """\
+@group(0) @binding(2) var<storage, read> bias: array<f32>;
 @group(0) @binding(3) var<storage, read> gamma: array<u32>;
 @group(0) @binding(4) var<storage, read> beta: array<u32>;""",
     "binding y": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;""",
-    "binding sumOut": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
 @group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f32>>;""",
     "struct Params": """\
-struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
-    "binding params": """\
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
 @group(0) @binding(7) var<uniform> params: Params;""",
-    "// comment": """\
+    "// const UNITS": """\
 // com.microsoft SkipGroupNorm, row-in-registers variants (registers_bias_sum, registers_bias_plain,
 // registers_sum, registers_plain), channels-last (N, H, W, C) only: every (batch item, group) row
 // is read from memory once per workgroup, S = (X + skip) + bias is formed on load and kept in
@@ -112,79 +105,77 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGro
 // The compiler prepends the overrides (workgroupSize, paramsF16, DISPATCH_FOLD_WIDTH), the
 // bindings and Params: epsilon, activation and, as params.<name>, the shape-dependent rowCount,
 // split, numGroups, channelsPerGroup, spatial, groupUnits, positionUnits,
-// positionLanes, groupValues, skipItemUnits and skipPositionUnits.""",
-    "// const UNITS": """\
+// positionLanes, groupValues, skipItemUnits and skipPositionUnits.
+
 // The units of the row each invocation holds: the bucket of this specialization.""",
     "const UNITS": """\
 const UNITS: u32 = 48u;""",
-    "// const UNIT_VALUES": """\
-// Values a unit: channels of one position.""",
     "const UNIT_VALUES": """\
-const UNIT_VALUES: u32 = 2u;""",
-    "var wg_subgroups": """\
+// Values a unit: channels of one position.
+const UNIT_VALUES: u32 = 2u;
+
 // Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
 // an irregular subgroup layout; the flag says which the merge reads.
 var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
 var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
-var<workgroup> wg_irregular: atomic<u32>;""",
-    "// alias Unit": """\
+var<workgroup> wg_irregular: atomic<u32>;
+
 // A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).""",
     "alias Unit": """\
 alias Unit = vec2<f32>;
 alias FV = vec2<f32>;
 alias FU = vec2<u32>;
-alias Wide = FV;""",
-    "fn lanes_sum": """\
+alias Wide = FV;
+
 fn lanes_sum(v: vec2<f32>) -> f32 {
     return v.x + v.y;
-}""",
-    "fn wide": """\
+}
+
 fn wide(u: Unit) -> Wide {
-    return u;
-}""",
+    return u;""",
     "fn narrow": """\
+}
+
 fn narrow(w: Wide) -> Unit {
     return w;
-}""",
-    "fn wide_add": """\
+}
+
 fn wide_add(a: Wide, b: Wide) -> Wide {
     return a + b;
-}""",
-    "fn wide_sum": """\
+}
+
 fn wide_sum(w: Wide) -> f32 {
     return lanes_sum(w);
-}""",
-    "// fn wide_deviations": """\
-// (sum of w - mean0, sum of (w - mean0)^2).""",
-    "fn wide_deviations": """\
+}
+
+// (sum of w - mean0, sum of (w - mean0)^2).
 fn wide_deviations(w: Wide, mean0: f32) -> vec2<f32> {
     let d = w - mean0;
     return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}""",
-    "fn wide_affine": """\
+}
+
 fn wide_affine(w: Wide, mean0: f32, lo: f32, k: Wide, b: Wide) -> Wide {
     return ((w - mean0) - lo) * k + b;
-}""",
-    "fn wide_silu": """\
+}
+
 fn wide_silu(w: Wide) -> Wide {
     return w / (1.0 + exp(-w));
-}""",
-    "fn wide_scaled": """\
+}
+
 fn wide_scaled(s: f32, w: Wide) -> Wide {
     return s * w;
-}""",
-    "// fn gamma_at": """\
+}
+
 // gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
 // shader serves both M types.
-// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).""",
-    "fn gamma_at": """\
+// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
 fn gamma_at(c: u32) -> f32 {
     if (paramsF16 != 0u) {
         return unpack2x16float(gamma[c >> 1u])[c & 1u];
     }
     return bitcast<f32>(gamma[c]);
-}""",
-    "fn beta_at": """\
+}
+
 // beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
 fn beta_at(c: u32) -> f32 {
     if (paramsF16 != 0u) {
@@ -195,30 +186,28 @@ fn beta_at(c: u32) -> f32 {
     "fn bias_at": """\
 fn bias_at(c: u32) -> f32 {
     return f32(bias[c]);
-}""",
-    "// fn gather_gamma": """\
-// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.""",
-    "fn gather_gamma": """\
+}
+
+// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
 fn gather_gamma(c: u32) -> Wide {
     return Wide(gamma_at(c), gamma_at(c + 1u));
-}""",
-    "// comment#2": """\
-""",
-    "// fn gather_beta": """\
-// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.""",
-    "fn gather_beta": """\
+}
+
+
+// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
 fn gather_beta(c: u32) -> Wide {
     return Wide(beta_at(c), beta_at(c + 1u));
-}""",
-    "// fn gather_bias": """\
-// bias_at(c), bias_at(c + 1), ... for the UNIT_VALUES channels of a unit.""",
-    "fn gather_bias": """\
+}
+
+
+// bias_at(c), bias_at(c + 1), ... for the UNIT_VALUES channels of a unit.
 fn gather_bias(c: u32) -> Wide {
-    return Wide(bias_at(c), bias_at(c + 1u));
-}""",
-    "// struct Lane": """\
-// Where an invocation's units are (in X, Y and S, and in skip), and its bias.""",
+    return Wide(bias_at(c), bias_at(c + 1u));""",
     "struct Lane": """\
+}
+
+
+// Where an invocation's units are (in X, Y and S, and in skip), and its bias.
 struct Lane {
     first: u32,  // unit index of its unit 0
     stride: u32,  // units between its consecutive units: positionLanes positions
@@ -228,8 +217,8 @@ struct Lane {
     skip_stride: u32,  // 0 for an (N, C) skip
     skip_last: u32,
     bias: Wide,  // the bias of its channels
-}""",
-    "struct Norm": """\
+}
+
 // What the stores need besides the Lane.
 struct Norm {
     mean0: f32,
@@ -238,54 +227,55 @@ struct Norm {
     shift: Wide,  // beta
     own_first: u32,  // this workgroup stores units own_first <= j < own_end
     own_end: u32,
-}""",
-    "// fn formed": """\
+}
+
 // S of unit j: (X + skip) + bias in f32, rounded to T; zero for a unit past the row (its load
-// clamped to the row's last unit, no branch).""",
-    "fn formed": """\
+// clamped to the row's last unit, no branch).
 fn formed(l: Lane, j: u32) -> Unit {
     let i = min(l.first + j * l.stride, l.last);
     var v = wide_add(wide(x[i]), wide(skip[min(l.skip_first + j * l.skip_stride, l.skip_last)]));
-    v = wide_add(v, l.bias);
-    return select(Unit(), narrow(v), j < l.count);
-}""",
+    v = wide_add(v, l.bias);""",
     "fn unit_sum": """\
+    return select(Unit(), narrow(v), j < l.count);
+}
+
 fn unit_sum(s: Unit) -> f32 {
     return wide_sum(wide(s));
-}""",
-    "fn unit_deviations": """\
+}
+
 // (sum of s - mean0, sum of (s - mean0)^2) over unit j, zero past the row.
 fn unit_deviations(l: Lane, j: u32, s: Unit, mean0: f32) -> vec2<f32> {
     return select(vec2<f32>(0.0), wide_deviations(wide(s), mean0), j < l.count);
-}""",
-    "// fn store_unit": """\
-// Stores unit j (S with writeSum, and Y) if this workgroup owns it and it lies in the row.""",
-    "fn store_unit": """\
+}
+
+// Stores unit j (S with writeSum, and Y) if this workgroup owns it and it lies in the row.
 fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     if (j >= n.own_first && j < n.own_end && j < l.count) {
-        let i = l.first + j * l.stride;
-        sumOut[i] = s;
+        let i = l.first + j * l.stride;""",
+    "store_unit: sumOut": """\
+        sumOut[i] = s;""",
+    "fn subgroup_mean": """\
         var v = wide_affine(wide(s), n.mean0, n.lo, n.scale, n.shift);
         if (params.activation != 0u) {
             v = wide_silu(v);
         }
         y[i] = narrow(v);
     }
-}""",
-    "fn subgroup_mean": """\
+}
+
 // (the subgroup's mean, its count of values) from this invocation's sum and count of values.
 fn subgroup_mean(own: f32, n: f32) -> vec2<f32> {
     let totals = subgroupAdd(vec2<f32>(own, n));
     return vec2<f32>(select(0.0, totals.x / totals.y, totals.y > 0.0), totals.y);
-}""",
-    "fn summary": """\
+}
+
 // The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
 // d = (sum of x - m, sum of (x - m)^2): the mean is m + lo.
 fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
     let lo = select(0.0, d.x / n, n > 0.0);
     return vec4<f32>(n, m, lo, max(d.y - d.x * lo, 0.0));
-}""",
-    "fn merged_subgroups": """\
+}
+
 // (n, shift, delta, M2) of the row from the subgroups' summaries: the mean is shift + delta. Lane
 // l of every subgroup takes slots l, l + width, ... in that order (one each where there are no
 // more slots than lanes) and subgroupAdd sums the lanes, so every subgroup gets the same bits.
@@ -307,8 +297,8 @@ fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
         m2 += s.w + s.x * d * d;
     }
     return vec4<f32>(totals.x, shift, delta, subgroupAdd(m2));
-}""",
-    "fn merged_invocations": """\
+}
+
 // The same from every invocation's summary, one by one in order: no subgroup operation, so any
 // subgroup layout gets the same bits everywhere.
 fn merged_invocations() -> vec4<f32> {
@@ -328,8 +318,8 @@ fn merged_invocations() -> vec4<f32> {
         m2 += s.w + s.x * d * d;
     }
     return vec4<f32>(n, shift, delta, m2);
-}""",
-    "fn row_stats": """\
+}
+
 // The row's (n, shift, delta, M2) from this invocation's n values, its subgroup's mean (and count)
 // and its deviations from that mean: the same bits in every invocation of every workgroup of the
 // row. Call in uniform control flow, once.
@@ -354,8 +344,8 @@ fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviation
         return merged_invocations();
     }
     return by_subgroups;
-}""",
-    "fn main": """\
+}
+
 @compute @workgroup_size(workgroupSize)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -372,11 +362,11 @@ fn main(
         atomicStore(&wg_irregular, 0u);
     }
     workgroupBarrier();
-    let row = w / params.split;
+    let row = w / params.split;""",
+    "main: let item": """\
     let item = row / params.numGroups;
     let group = row % params.numGroups;
-    // This invocation's unit of a position, and its first position (< positionLanes).""",
-    "let unit_in_group": """\
+    // This invocation's unit of a position, and its first position (< positionLanes).
     let unit_in_group = lid % params.groupUnits;
     let position = lid / params.groupUnits;
     let c0 = group * params.channelsPerGroup + unit_in_group * UNIT_VALUES;
@@ -388,241 +378,8 @@ fn main(
     let skip_last = item * params.skipItemUnits + (params.spatial - 1u) * params.skipPositionUnits + group * params.groupUnits + params.groupUnits - 1u;
     let skip_stride = params.positionLanes * params.skipPositionUnits;
     let l = Lane(first, params.positionLanes * params.positionUnits, last, held, skip_first, skip_stride, skip_last, gather_bias(c0));""",
-    "// let s0": """\
-    // ---- the row into registers: S formed on load""",
-    "let s0": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u); let s24 = formed(l, 24u); let s25 = formed(l, 25u);
-    let s26 = formed(l, 26u); let s27 = formed(l, 27u); let s28 = formed(l, 28u);
-    let s29 = formed(l, 29u); let s30 = formed(l, 30u); let s31 = formed(l, 31u);
-    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
-    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
-    let s38 = formed(l, 38u); let s39 = formed(l, 39u); let s40 = formed(l, 40u);
-    let s41 = formed(l, 41u); let s42 = formed(l, 42u); let s43 = formed(l, 43u);
-    let s44 = formed(l, 44u); let s45 = formed(l, 45u); let s46 = formed(l, 46u);
-    let s47 = formed(l, 47u);""",
-    "// var own": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup""",
-    "var own": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
-    own += unit_sum(s24); own += unit_sum(s25); own += unit_sum(s26); own += unit_sum(s27);
-    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);
-    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
-    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
-    own += unit_sum(s40); own += unit_sum(s41); own += unit_sum(s42); own += unit_sum(s43);
-    own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
-    deviations += unit_deviations(l, 24u, s24, mean.x);
-    deviations += unit_deviations(l, 25u, s25, mean.x);
-    deviations += unit_deviations(l, 26u, s26, mean.x);
-    deviations += unit_deviations(l, 27u, s27, mean.x);
-    deviations += unit_deviations(l, 28u, s28, mean.x);
-    deviations += unit_deviations(l, 29u, s29, mean.x);
-    deviations += unit_deviations(l, 30u, s30, mean.x);
-    deviations += unit_deviations(l, 31u, s31, mean.x);
-    deviations += unit_deviations(l, 32u, s32, mean.x);
-    deviations += unit_deviations(l, 33u, s33, mean.x);
-    deviations += unit_deviations(l, 34u, s34, mean.x);
-    deviations += unit_deviations(l, 35u, s35, mean.x);
-    deviations += unit_deviations(l, 36u, s36, mean.x);
-    deviations += unit_deviations(l, 37u, s37, mean.x);
-    deviations += unit_deviations(l, 38u, s38, mean.x);
-    deviations += unit_deviations(l, 39u, s39, mean.x);
-    deviations += unit_deviations(l, 40u, s40, mean.x);
-    deviations += unit_deviations(l, 41u, s41, mean.x);
-    deviations += unit_deviations(l, 42u, s42, mean.x);
-    deviations += unit_deviations(l, 43u, s43, mean.x);
-    deviations += unit_deviations(l, 44u, s44, mean.x);
-    deviations += unit_deviations(l, 45u, s45, mean.x);
-    deviations += unit_deviations(l, 46u, s46, mean.x);
-    deviations += unit_deviations(l, 47u, s47, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "// let row_units": """\
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions""",
-    "let row_units": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
-    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
-    store_unit(l, norm, 39u, s39); store_unit(l, norm, 40u, s40); store_unit(l, norm, 41u, s41);
-    store_unit(l, norm, 42u, s42); store_unit(l, norm, 43u, s43); store_unit(l, norm, 44u, s44);
-    store_unit(l, norm, 45u, s45); store_unit(l, norm, 46u, s46); store_unit(l, norm, 47u, s47);
-}
-""",
-    "const UNITS#2": """\
-const UNITS: u32 = 40u;""",
-    "let s0#2": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u); let s24 = formed(l, 24u); let s25 = formed(l, 25u);
-    let s26 = formed(l, 26u); let s27 = formed(l, 27u); let s28 = formed(l, 28u);
-    let s29 = formed(l, 29u); let s30 = formed(l, 30u); let s31 = formed(l, 31u);
-    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
-    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
-    let s38 = formed(l, 38u); let s39 = formed(l, 39u);""",
-    "var own#2": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
-    own += unit_sum(s24); own += unit_sum(s25); own += unit_sum(s26); own += unit_sum(s27);
-    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);
-    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
-    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
-    deviations += unit_deviations(l, 24u, s24, mean.x);
-    deviations += unit_deviations(l, 25u, s25, mean.x);
-    deviations += unit_deviations(l, 26u, s26, mean.x);
-    deviations += unit_deviations(l, 27u, s27, mean.x);
-    deviations += unit_deviations(l, 28u, s28, mean.x);
-    deviations += unit_deviations(l, 29u, s29, mean.x);
-    deviations += unit_deviations(l, 30u, s30, mean.x);
-    deviations += unit_deviations(l, 31u, s31, mean.x);
-    deviations += unit_deviations(l, 32u, s32, mean.x);
-    deviations += unit_deviations(l, 33u, s33, mean.x);
-    deviations += unit_deviations(l, 34u, s34, mean.x);
-    deviations += unit_deviations(l, 35u, s35, mean.x);
-    deviations += unit_deviations(l, 36u, s36, mean.x);
-    deviations += unit_deviations(l, 37u, s37, mean.x);
-    deviations += unit_deviations(l, 38u, s38, mean.x);
-    deviations += unit_deviations(l, 39u, s39, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#2": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
-    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
-    store_unit(l, norm, 39u, s39);
-}
-""",
-    "const UNITS#3": """\
-const UNITS: u32 = 4u;""",
-    "let s0#3": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);""",
-    "var own#3": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#3": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3);
-}
-""",
-    "const UNITS#4": """\
-const UNITS: u32 = 32u;""",
-    "let s0#4": """\
+    "main: let s0": """\
+    // ---- the row into registers: S formed on load
     let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
     let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
     let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
@@ -633,475 +390,16 @@ const UNITS: u32 = 32u;""",
     let s23 = formed(l, 23u); let s24 = formed(l, 24u); let s25 = formed(l, 25u);
     let s26 = formed(l, 26u); let s27 = formed(l, 27u); let s28 = formed(l, 28u);
     let s29 = formed(l, 29u); let s30 = formed(l, 30u); let s31 = formed(l, 31u);""",
-    "var own#4": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
-    own += unit_sum(s24); own += unit_sum(s25); own += unit_sum(s26); own += unit_sum(s27);
-    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
-    deviations += unit_deviations(l, 24u, s24, mean.x);
-    deviations += unit_deviations(l, 25u, s25, mean.x);
-    deviations += unit_deviations(l, 26u, s26, mean.x);
-    deviations += unit_deviations(l, 27u, s27, mean.x);
-    deviations += unit_deviations(l, 28u, s28, mean.x);
-    deviations += unit_deviations(l, 29u, s29, mean.x);
-    deviations += unit_deviations(l, 30u, s30, mean.x);
-    deviations += unit_deviations(l, 31u, s31, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#4": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
-    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31);
-}
-""",
-    "const UNITS#5": """\
-const UNITS: u32 = 24u;""",
-    "let s0#5": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u);""",
-    "var own#5": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#5": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-}
-""",
-    "const UNITS#6": """\
-const UNITS: u32 = 16u;""",
-    "let s0#6": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u);""",
-    "var own#6": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#6": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15);
-}
-""",
-    "const UNITS#7": """\
-const UNITS: u32 = 12u;""",
-    "let s0#7": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u);""",
-    "var own#7": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#7": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-}
-""",
-    "const UNITS#8": """\
-const UNITS: u32 = 8u;""",
-    "let s0#8": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);""",
-    "var own#8": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#8": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7);
-}
-""",
-    "binding x#2": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
-    "binding skip#2": """\
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;""",
-    "binding y#2": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;""",
-    "binding sumOut#2": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f32>>;""",
-    "const UNIT_VALUES#2": """\
-const UNIT_VALUES: u32 = 4u;""",
-    "alias Unit#2": """\
-alias Unit = vec4<f32>;
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-alias Wide = FV;""",
-    "fn lanes_sum#2": """\
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}""",
-    "fn gather_gamma#2": """\
-fn gather_gamma(c: u32) -> Wide {
-    return Wide(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
-}""",
-    "fn gather_beta#2": """\
-fn gather_beta(c: u32) -> Wide {
-    return Wide(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));
-}""",
-    "fn gather_bias#2": """\
-fn gather_bias(c: u32) -> Wide {
-    return Wide(bias_at(c), bias_at(c + 1u), bias_at(c + 2u), bias_at(c + 3u));
-}""",
-    "const UNITS#9": """\
-const UNITS: u32 = 20u;""",
-    "let s0#9": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);""",
-    "var own#9": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#9": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19);
-}
-""",
-    "const UNITS#10": """\
-const UNITS: u32 = 2u;""",
-    "let s0#10": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u);""",
-    "var own#10": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#10": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1);
-}
-""",
-    "const UNITS#11": """\
-const UNITS: u32 = 6u;""",
-    "let s0#11": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u);""",
-    "var own#11": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#11": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-}
-""",
-    "enable": """\
-enable f16;""",
-    "binding x#3": """\
-@group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> skip: array<u32>;""",
-    "binding bias#2": """\
-@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
-    "binding y#3": """\
-@group(0) @binding(5) var<storage, read_write> y: array<u32>;""",
-    "binding sumOut#3": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<u32>;""",
-    "const UNITS#12": """\
-const UNITS: u32 = 96u;""",
-    "alias Unit#3": """\
-alias Unit = u32;
-alias FV = vec2<f32>;
-alias FU = vec2<u32>;
-alias Wide = FV;""",
-    "fn half": """\
-// Nearest binary16 value (ties to even), exactly, in f32, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in
-// [2^e, 2^(e+1)), 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver
-// can fold the rounding away (NVIDIA folds f32(f16(v)) and pack/unpack round trips).
-fn half(v: FV) -> FV {
-    let a = abs(v);
-    let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
-    return select(round(v / q) * q, v, a >= FV(65520.0));
-}""",
-    "fn wide#2": """\
-fn wide(u: Unit) -> Wide {
-    return unpack2x16float(u);
-}""",
-    "// fn narrow": """\
-// Each value to the nearest binary16 (S: exactly, it is rounded already).""",
-    "fn narrow#2": """\
-fn narrow(w: Wide) -> Unit {
-    return pack2x16float(w);
-}""",
-    "fn wide_half": """\
-fn wide_half(w: Wide) -> Wide {
-    return half(w);
-}""",
-    "fn formed#2": """\
-fn formed(l: Lane, j: u32) -> Unit {
-    let i = min(l.first + j * l.stride, l.last);
-    var v = wide_add(wide(x[i]), wide(skip[min(l.skip_first + j * l.skip_stride, l.skip_last)]));
-    v = wide_add(v, l.bias);
-    v = wide_half(v);
-    return select(Unit(), narrow(v), j < l.count);
-}""",
-    "let s0#12": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u); let s24 = formed(l, 24u); let s25 = formed(l, 25u);
-    let s26 = formed(l, 26u); let s27 = formed(l, 27u); let s28 = formed(l, 28u);
-    let s29 = formed(l, 29u); let s30 = formed(l, 30u); let s31 = formed(l, 31u);
+    "main: let s32": """\
     let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
     let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
     let s38 = formed(l, 38u); let s39 = formed(l, 39u); let s40 = formed(l, 40u);
     let s41 = formed(l, 41u); let s42 = formed(l, 42u); let s43 = formed(l, 43u);
-    let s44 = formed(l, 44u); let s45 = formed(l, 45u); let s46 = formed(l, 46u);
-    let s47 = formed(l, 47u); let s48 = formed(l, 48u); let s49 = formed(l, 49u);
-    let s50 = formed(l, 50u); let s51 = formed(l, 51u); let s52 = formed(l, 52u);
-    let s53 = formed(l, 53u); let s54 = formed(l, 54u); let s55 = formed(l, 55u);
-    let s56 = formed(l, 56u); let s57 = formed(l, 57u); let s58 = formed(l, 58u);
-    let s59 = formed(l, 59u); let s60 = formed(l, 60u); let s61 = formed(l, 61u);
-    let s62 = formed(l, 62u); let s63 = formed(l, 63u); let s64 = formed(l, 64u);
-    let s65 = formed(l, 65u); let s66 = formed(l, 66u); let s67 = formed(l, 67u);
-    let s68 = formed(l, 68u); let s69 = formed(l, 69u); let s70 = formed(l, 70u);
-    let s71 = formed(l, 71u); let s72 = formed(l, 72u); let s73 = formed(l, 73u);
-    let s74 = formed(l, 74u); let s75 = formed(l, 75u); let s76 = formed(l, 76u);
-    let s77 = formed(l, 77u); let s78 = formed(l, 78u); let s79 = formed(l, 79u);
-    let s80 = formed(l, 80u); let s81 = formed(l, 81u); let s82 = formed(l, 82u);
-    let s83 = formed(l, 83u); let s84 = formed(l, 84u); let s85 = formed(l, 85u);
-    let s86 = formed(l, 86u); let s87 = formed(l, 87u); let s88 = formed(l, 88u);
-    let s89 = formed(l, 89u); let s90 = formed(l, 90u); let s91 = formed(l, 91u);
-    let s92 = formed(l, 92u); let s93 = formed(l, 93u); let s94 = formed(l, 94u);
-    let s95 = formed(l, 95u);""",
-    "var own#12": """\
+    let s44 = formed(l, 44u); let s45 = formed(l, 45u); let s46 = formed(l, 46u);""",
+    "main: let s47": """\
+    let s47 = formed(l, 47u);""",
+    "main: var own": """\
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
     var own = 0.0;
     own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
     own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
@@ -1110,23 +408,13 @@ fn formed(l: Lane, j: u32) -> Unit {
     own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
     own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
     own += unit_sum(s24); own += unit_sum(s25); own += unit_sum(s26); own += unit_sum(s27);
-    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);
+    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);""",
+    "main: own": """\
     own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
     own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
     own += unit_sum(s40); own += unit_sum(s41); own += unit_sum(s42); own += unit_sum(s43);
-    own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);
-    own += unit_sum(s48); own += unit_sum(s49); own += unit_sum(s50); own += unit_sum(s51);
-    own += unit_sum(s52); own += unit_sum(s53); own += unit_sum(s54); own += unit_sum(s55);
-    own += unit_sum(s56); own += unit_sum(s57); own += unit_sum(s58); own += unit_sum(s59);
-    own += unit_sum(s60); own += unit_sum(s61); own += unit_sum(s62); own += unit_sum(s63);
-    own += unit_sum(s64); own += unit_sum(s65); own += unit_sum(s66); own += unit_sum(s67);
-    own += unit_sum(s68); own += unit_sum(s69); own += unit_sum(s70); own += unit_sum(s71);
-    own += unit_sum(s72); own += unit_sum(s73); own += unit_sum(s74); own += unit_sum(s75);
-    own += unit_sum(s76); own += unit_sum(s77); own += unit_sum(s78); own += unit_sum(s79);
-    own += unit_sum(s80); own += unit_sum(s81); own += unit_sum(s82); own += unit_sum(s83);
-    own += unit_sum(s84); own += unit_sum(s85); own += unit_sum(s86); own += unit_sum(s87);
-    own += unit_sum(s88); own += unit_sum(s89); own += unit_sum(s90); own += unit_sum(s91);
-    own += unit_sum(s92); own += unit_sum(s93); own += unit_sum(s94); own += unit_sum(s95);
+    own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);""",
+    "main: let n": """\
     let n = f32(held * UNIT_VALUES);
     let mean = subgroup_mean(own, n);
     var deviations = vec2<f32>(0.0);
@@ -1153,7 +441,8 @@ fn formed(l: Lane, j: u32) -> Unit {
     deviations += unit_deviations(l, 20u, s20, mean.x);
     deviations += unit_deviations(l, 21u, s21, mean.x);
     deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
+    deviations += unit_deviations(l, 23u, s23, mean.x);""",
+    "main: deviations": """\
     deviations += unit_deviations(l, 24u, s24, mean.x);
     deviations += unit_deviations(l, 25u, s25, mean.x);
     deviations += unit_deviations(l, 26u, s26, mean.x);
@@ -1169,7 +458,8 @@ fn formed(l: Lane, j: u32) -> Unit {
     deviations += unit_deviations(l, 36u, s36, mean.x);
     deviations += unit_deviations(l, 37u, s37, mean.x);
     deviations += unit_deviations(l, 38u, s38, mean.x);
-    deviations += unit_deviations(l, 39u, s39, mean.x);
+    deviations += unit_deviations(l, 39u, s39, mean.x);""",
+    "main: deviations#2": """\
     deviations += unit_deviations(l, 40u, s40, mean.x);
     deviations += unit_deviations(l, 41u, s41, mean.x);
     deviations += unit_deviations(l, 42u, s42, mean.x);
@@ -1177,7 +467,474 @@ fn formed(l: Lane, j: u32) -> Unit {
     deviations += unit_deviations(l, 44u, s44, mean.x);
     deviations += unit_deviations(l, 45u, s45, mean.x);
     deviations += unit_deviations(l, 46u, s46, mean.x);
-    deviations += unit_deviations(l, 47u, s47, mean.x);
+    deviations += unit_deviations(l, 47u, s47, mean.x);""",
+    "main: let stats": """\
+    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
+    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+
+    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
+    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
+    let per_share = (row_units + params.split - 1u) / params.split;
+    let own_first = (w % params.split) * per_share;
+    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
+    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
+    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
+    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
+    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
+    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
+    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
+    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);""",
+    "main: store_unit": """\
+    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
+    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
+    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
+    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
+    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);""",
+    "main: store_unit#2": """\
+    store_unit(l, norm, 39u, s39); store_unit(l, norm, 40u, s40); store_unit(l, norm, 41u, s41);
+    store_unit(l, norm, 42u, s42); store_unit(l, norm, 43u, s43); store_unit(l, norm, 44u, s44);
+    store_unit(l, norm, 45u, s45); store_unit(l, norm, 46u, s46); store_unit(l, norm, 47u, s47);
+}
+""",
+    "const UNITS#2": """\
+const UNITS: u32 = 40u;""",
+    "main: let s32#2": """\
+    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
+    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
+    let s38 = formed(l, 38u); let s39 = formed(l, 39u);""",
+    "main: own#2": """\
+    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
+    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);""",
+    "main: store_unit#3": """\
+    store_unit(l, norm, 39u, s39);
+}
+""",
+    "const UNITS#3": """\
+const UNITS: u32 = 4u;""",
+    "main: let s0#2": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);""",
+    "main: let n#2": """\
+    let n = f32(held * UNIT_VALUES);
+    let mean = subgroup_mean(own, n);
+    var deviations = vec2<f32>(0.0);
+    deviations += unit_deviations(l, 0u, s0, mean.x);
+    deviations += unit_deviations(l, 1u, s1, mean.x);
+    deviations += unit_deviations(l, 2u, s2, mean.x);
+    deviations += unit_deviations(l, 3u, s3, mean.x);""",
+    "main: let stats#2": """\
+    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
+    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+
+    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
+    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
+    let per_share = (row_units + params.split - 1u) / params.split;
+    let own_first = (w % params.split) * per_share;
+    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);""",
+    "main: store_unit#4": """\
+    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
+    store_unit(l, norm, 3u, s3);
+}
+""",
+    "const UNITS#4": """\
+const UNITS: u32 = 32u;""",
+    "main: deviations#3": """\
+    deviations += unit_deviations(l, 24u, s24, mean.x);
+    deviations += unit_deviations(l, 25u, s25, mean.x);
+    deviations += unit_deviations(l, 26u, s26, mean.x);
+    deviations += unit_deviations(l, 27u, s27, mean.x);
+    deviations += unit_deviations(l, 28u, s28, mean.x);
+    deviations += unit_deviations(l, 29u, s29, mean.x);
+    deviations += unit_deviations(l, 30u, s30, mean.x);
+    deviations += unit_deviations(l, 31u, s31, mean.x);""",
+    "main: store_unit#5": """\
+    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
+    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
+    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31);
+}
+""",
+    "const UNITS#5": """\
+const UNITS: u32 = 24u;""",
+    "main: let s0#3": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
+    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
+    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
+    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
+    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
+    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
+    let s23 = formed(l, 23u);
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
+    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
+    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
+    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
+    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
+    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);""",
+    "main: }": """\
+}
+""",
+    "const UNITS#6": """\
+const UNITS: u32 = 16u;""",
+    "main: let s0#4": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
+    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
+    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
+    let s14 = formed(l, 14u); let s15 = formed(l, 15u);
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
+    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
+    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
+    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);""",
+    "main: let n#3": """\
+    let n = f32(held * UNIT_VALUES);
+    let mean = subgroup_mean(own, n);
+    var deviations = vec2<f32>(0.0);
+    deviations += unit_deviations(l, 0u, s0, mean.x);
+    deviations += unit_deviations(l, 1u, s1, mean.x);
+    deviations += unit_deviations(l, 2u, s2, mean.x);
+    deviations += unit_deviations(l, 3u, s3, mean.x);
+    deviations += unit_deviations(l, 4u, s4, mean.x);
+    deviations += unit_deviations(l, 5u, s5, mean.x);
+    deviations += unit_deviations(l, 6u, s6, mean.x);
+    deviations += unit_deviations(l, 7u, s7, mean.x);""",
+    "main: deviations#4": """\
+    deviations += unit_deviations(l, 8u, s8, mean.x);
+    deviations += unit_deviations(l, 9u, s9, mean.x);
+    deviations += unit_deviations(l, 10u, s10, mean.x);
+    deviations += unit_deviations(l, 11u, s11, mean.x);
+    deviations += unit_deviations(l, 12u, s12, mean.x);
+    deviations += unit_deviations(l, 13u, s13, mean.x);
+    deviations += unit_deviations(l, 14u, s14, mean.x);
+    deviations += unit_deviations(l, 15u, s15, mean.x);""",
+    "main: let stats#3": """\
+    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
+    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+
+    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
+    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
+    let per_share = (row_units + params.split - 1u) / params.split;
+    let own_first = (w % params.split) * per_share;
+    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
+    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);""",
+    "main: store_unit#6": """\
+    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
+    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
+    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
+    store_unit(l, norm, 15u, s15);
+}
+""",
+    "const UNITS#7": """\
+const UNITS: u32 = 12u;""",
+    "main: let s0#5": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
+    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
+    let s11 = formed(l, 11u);""",
+    "main: var own#2": """\
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
+    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
+    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);""",
+    "main: deviations#5": """\
+    deviations += unit_deviations(l, 8u, s8, mean.x);
+    deviations += unit_deviations(l, 9u, s9, mean.x);
+    deviations += unit_deviations(l, 10u, s10, mean.x);
+    deviations += unit_deviations(l, 11u, s11, mean.x);""",
+    "main: store_unit#7": """\
+    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
+    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
+}
+""",
+    "const UNITS#8": """\
+const UNITS: u32 = 8u;""",
+    "main: let s0#6": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
+    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);""",
+    "main: store_unit#8": """\
+    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7);
+}
+""",
+    "override DISPATCH_FOLD_WIDTH#2": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;""",
+    "binding y#2": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
+@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f32>>;""",
+    "const UNIT_VALUES#2": """\
+// Values a unit: channels of one position.
+const UNIT_VALUES: u32 = 4u;
+
+// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
+// an irregular subgroup layout; the flag says which the merge reads.
+var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
+var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
+var<workgroup> wg_irregular: atomic<u32>;
+
+// A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).""",
+    "alias Unit#2": """\
+alias Unit = vec4<f32>;
+alias FV = vec4<f32>;
+alias FU = vec4<u32>;
+alias Wide = FV;
+
+fn lanes_sum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
+}
+
+fn wide(u: Unit) -> Wide {
+    return u;""",
+    "fn bias_at#2": """\
+fn bias_at(c: u32) -> f32 {
+    return f32(bias[c]);
+}
+
+// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
+fn gather_gamma(c: u32) -> Wide {
+    return Wide(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
+}
+
+
+// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
+fn gather_beta(c: u32) -> Wide {
+    return Wide(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));
+}
+
+
+// bias_at(c), bias_at(c + 1), ... for the UNIT_VALUES channels of a unit.
+fn gather_bias(c: u32) -> Wide {
+    return Wide(bias_at(c), bias_at(c + 1u), bias_at(c + 2u), bias_at(c + 3u));""",
+    "const UNITS#9": """\
+const UNITS: u32 = 20u;""",
+    "main: let s0#7": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
+    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
+    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
+    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
+    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);""",
+    "main: own#3": """\
+    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
+    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);""",
+    "main: deviations#6": """\
+    deviations += unit_deviations(l, 16u, s16, mean.x);
+    deviations += unit_deviations(l, 17u, s17, mean.x);
+    deviations += unit_deviations(l, 18u, s18, mean.x);
+    deviations += unit_deviations(l, 19u, s19, mean.x);""",
+    "main: store_unit#9": """\
+    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
+    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
+    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
+    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
+    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19);
+}
+""",
+    "const UNITS#10": """\
+const UNITS: u32 = 2u;""",
+    "main: let s0#8": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u);
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1);
+    let n = f32(held * UNIT_VALUES);
+    let mean = subgroup_mean(own, n);
+    var deviations = vec2<f32>(0.0);
+    deviations += unit_deviations(l, 0u, s0, mean.x);
+    deviations += unit_deviations(l, 1u, s1, mean.x);""",
+    "main: store_unit#10": """\
+    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1);
+}
+""",
+    "const UNITS#11": """\
+const UNITS: u32 = 6u;""",
+    "main: let s0#9": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+    let s4 = formed(l, 4u); let s5 = formed(l, 5u);
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
+    own += unit_sum(s4); own += unit_sum(s5);""",
+    "main: deviations#7": """\
+    deviations += unit_deviations(l, 4u, s4, mean.x);
+    deviations += unit_deviations(l, 5u, s5, mean.x);""",
+    "enable": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<u32>;
+@group(0) @binding(1) var<storage, read> skip: array<u32>;
+@group(0) @binding(2) var<storage, read> bias: array<f16>;
+@group(0) @binding(3) var<storage, read> gamma: array<u32>;
+@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
+    "binding y#3": """\
+@group(0) @binding(5) var<storage, read_write> y: array<u32>;
+@group(0) @binding(6) var<storage, read_write> sumOut: array<u32>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(7) var<uniform> params: Params;""",
+    "const UNITS#12": """\
+const UNITS: u32 = 96u;""",
+    "alias Unit#3": """\
+alias Unit = u32;
+alias FV = vec2<f32>;
+alias FU = vec2<u32>;
+alias Wide = FV;
+
+fn lanes_sum(v: vec2<f32>) -> f32 {
+    return v.x + v.y;
+}""",
+    "fn half": """\
+// Nearest binary16 value (ties to even), exactly, in f32, leaving values binary16 cannot hold
+// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in
+// [2^e, 2^(e+1)), 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver
+// can fold the rounding away (NVIDIA folds f32(f16(v)) and pack/unpack round trips).
+fn half(v: FV) -> FV {
+    let a = abs(v);
+    let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
+    return select(round(v / q) * q, v, a >= FV(65520.0));
+}
+
+fn wide(u: Unit) -> Wide {""",
+    "fn narrow#2": """\
+    return unpack2x16float(u);
+}
+
+// Each value to the nearest binary16 (S: exactly, it is rounded already).
+fn narrow(w: Wide) -> Unit {
+    return pack2x16float(w);""",
+    "fn wide_add": """\
+}
+
+fn wide_add(a: Wide, b: Wide) -> Wide {
+    return a + b;
+}
+
+fn wide_sum(w: Wide) -> f32 {
+    return lanes_sum(w);
+}
+
+// (sum of w - mean0, sum of (w - mean0)^2).
+fn wide_deviations(w: Wide, mean0: f32) -> vec2<f32> {
+    let d = w - mean0;
+    return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
+}
+
+fn wide_affine(w: Wide, mean0: f32, lo: f32, k: Wide, b: Wide) -> Wide {
+    return ((w - mean0) - lo) * k + b;
+}
+
+fn wide_silu(w: Wide) -> Wide {
+    return w / (1.0 + exp(-w));
+}
+
+fn wide_scaled(s: f32, w: Wide) -> Wide {
+    return s * w;
+}
+
+fn wide_half(w: Wide) -> Wide {
+    return half(w);
+}
+
+// gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
+// shader serves both M types.
+// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
+fn gamma_at(c: u32) -> f32 {
+    if (paramsF16 != 0u) {
+        return unpack2x16float(gamma[c >> 1u])[c & 1u];
+    }
+    return bitcast<f32>(gamma[c]);
+}
+
+// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
+fn beta_at(c: u32) -> f32 {
+    if (paramsF16 != 0u) {
+        return unpack2x16float(beta[c >> 1u])[c & 1u];
+    }
+    return bitcast<f32>(beta[c]);
+}""",
+    "fn unit_sum#2": """\
+    v = wide_half(v);
+    return select(Unit(), narrow(v), j < l.count);
+}
+
+fn unit_sum(s: Unit) -> f32 {
+    return wide_sum(wide(s));
+}
+
+// (sum of s - mean0, sum of (s - mean0)^2) over unit j, zero past the row.
+fn unit_deviations(l: Lane, j: u32, s: Unit, mean0: f32) -> vec2<f32> {
+    return select(vec2<f32>(0.0), wide_deviations(wide(s), mean0), j < l.count);
+}
+
+// Stores unit j (S with writeSum, and Y) if this workgroup owns it and it lies in the row.
+fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
+    if (j >= n.own_first && j < n.own_end && j < l.count) {
+        let i = l.first + j * l.stride;""",
+    "main: let s47#2": """\
+    let s47 = formed(l, 47u); let s48 = formed(l, 48u); let s49 = formed(l, 49u);
+    let s50 = formed(l, 50u); let s51 = formed(l, 51u); let s52 = formed(l, 52u);
+    let s53 = formed(l, 53u); let s54 = formed(l, 54u); let s55 = formed(l, 55u);
+    let s56 = formed(l, 56u); let s57 = formed(l, 57u); let s58 = formed(l, 58u);
+    let s59 = formed(l, 59u); let s60 = formed(l, 60u); let s61 = formed(l, 61u);""",
+    "main: let s62": """\
+    let s62 = formed(l, 62u); let s63 = formed(l, 63u); let s64 = formed(l, 64u);
+    let s65 = formed(l, 65u); let s66 = formed(l, 66u); let s67 = formed(l, 67u);
+    let s68 = formed(l, 68u); let s69 = formed(l, 69u); let s70 = formed(l, 70u);
+    let s71 = formed(l, 71u); let s72 = formed(l, 72u); let s73 = formed(l, 73u);
+    let s74 = formed(l, 74u); let s75 = formed(l, 75u); let s76 = formed(l, 76u);
+    let s77 = formed(l, 77u); let s78 = formed(l, 78u); let s79 = formed(l, 79u);""",
+    "main: let s80": """\
+    let s80 = formed(l, 80u); let s81 = formed(l, 81u); let s82 = formed(l, 82u);
+    let s83 = formed(l, 83u); let s84 = formed(l, 84u); let s85 = formed(l, 85u);
+    let s86 = formed(l, 86u); let s87 = formed(l, 87u); let s88 = formed(l, 88u);
+    let s89 = formed(l, 89u); let s90 = formed(l, 90u); let s91 = formed(l, 91u);
+    let s92 = formed(l, 92u); let s93 = formed(l, 93u); let s94 = formed(l, 94u);
+    let s95 = formed(l, 95u);""",
+    "main: own#4": """\
+    own += unit_sum(s48); own += unit_sum(s49); own += unit_sum(s50); own += unit_sum(s51);
+    own += unit_sum(s52); own += unit_sum(s53); own += unit_sum(s54); own += unit_sum(s55);
+    own += unit_sum(s56); own += unit_sum(s57); own += unit_sum(s58); own += unit_sum(s59);
+    own += unit_sum(s60); own += unit_sum(s61); own += unit_sum(s62); own += unit_sum(s63);""",
+    "main: own#5": """\
+    own += unit_sum(s64); own += unit_sum(s65); own += unit_sum(s66); own += unit_sum(s67);
+    own += unit_sum(s68); own += unit_sum(s69); own += unit_sum(s70); own += unit_sum(s71);
+    own += unit_sum(s72); own += unit_sum(s73); own += unit_sum(s74); own += unit_sum(s75);
+    own += unit_sum(s76); own += unit_sum(s77); own += unit_sum(s78); own += unit_sum(s79);""",
+    "main: own#6": """\
+    own += unit_sum(s80); own += unit_sum(s81); own += unit_sum(s82); own += unit_sum(s83);
+    own += unit_sum(s84); own += unit_sum(s85); own += unit_sum(s86); own += unit_sum(s87);
+    own += unit_sum(s88); own += unit_sum(s89); own += unit_sum(s90); own += unit_sum(s91);
+    own += unit_sum(s92); own += unit_sum(s93); own += unit_sum(s94); own += unit_sum(s95);""",
+    "main: deviations#8": """\
     deviations += unit_deviations(l, 48u, s48, mean.x);
     deviations += unit_deviations(l, 49u, s49, mean.x);
     deviations += unit_deviations(l, 50u, s50, mean.x);
@@ -1193,7 +950,8 @@ fn formed(l: Lane, j: u32) -> Unit {
     deviations += unit_deviations(l, 60u, s60, mean.x);
     deviations += unit_deviations(l, 61u, s61, mean.x);
     deviations += unit_deviations(l, 62u, s62, mean.x);
-    deviations += unit_deviations(l, 63u, s63, mean.x);
+    deviations += unit_deviations(l, 63u, s63, mean.x);""",
+    "main: deviations#9": """\
     deviations += unit_deviations(l, 64u, s64, mean.x);
     deviations += unit_deviations(l, 65u, s65, mean.x);
     deviations += unit_deviations(l, 66u, s66, mean.x);
@@ -1209,7 +967,8 @@ fn formed(l: Lane, j: u32) -> Unit {
     deviations += unit_deviations(l, 76u, s76, mean.x);
     deviations += unit_deviations(l, 77u, s77, mean.x);
     deviations += unit_deviations(l, 78u, s78, mean.x);
-    deviations += unit_deviations(l, 79u, s79, mean.x);
+    deviations += unit_deviations(l, 79u, s79, mean.x);""",
+    "main: deviations#10": """\
     deviations += unit_deviations(l, 80u, s80, mean.x);
     deviations += unit_deviations(l, 81u, s81, mean.x);
     deviations += unit_deviations(l, 82u, s82, mean.x);
@@ -1225,27 +984,8 @@ fn formed(l: Lane, j: u32) -> Unit {
     deviations += unit_deviations(l, 92u, s92, mean.x);
     deviations += unit_deviations(l, 93u, s93, mean.x);
     deviations += unit_deviations(l, 94u, s94, mean.x);
-    deviations += unit_deviations(l, 95u, s95, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#12": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
-    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
+    deviations += unit_deviations(l, 95u, s95, mean.x);""",
+    "main: store_unit#11": """\
     store_unit(l, norm, 39u, s39); store_unit(l, norm, 40u, s40); store_unit(l, norm, 41u, s41);
     store_unit(l, norm, 42u, s42); store_unit(l, norm, 43u, s43); store_unit(l, norm, 44u, s44);
     store_unit(l, norm, 45u, s45); store_unit(l, norm, 46u, s46); store_unit(l, norm, 47u, s47);
@@ -1253,340 +993,56 @@ fn formed(l: Lane, j: u32) -> Unit {
     store_unit(l, norm, 51u, s51); store_unit(l, norm, 52u, s52); store_unit(l, norm, 53u, s53);
     store_unit(l, norm, 54u, s54); store_unit(l, norm, 55u, s55); store_unit(l, norm, 56u, s56);
     store_unit(l, norm, 57u, s57); store_unit(l, norm, 58u, s58); store_unit(l, norm, 59u, s59);
-    store_unit(l, norm, 60u, s60); store_unit(l, norm, 61u, s61); store_unit(l, norm, 62u, s62);
+    store_unit(l, norm, 60u, s60); store_unit(l, norm, 61u, s61); store_unit(l, norm, 62u, s62);""",
+    "main: store_unit#12": """\
     store_unit(l, norm, 63u, s63); store_unit(l, norm, 64u, s64); store_unit(l, norm, 65u, s65);
     store_unit(l, norm, 66u, s66); store_unit(l, norm, 67u, s67); store_unit(l, norm, 68u, s68);
     store_unit(l, norm, 69u, s69); store_unit(l, norm, 70u, s70); store_unit(l, norm, 71u, s71);
     store_unit(l, norm, 72u, s72); store_unit(l, norm, 73u, s73); store_unit(l, norm, 74u, s74);
-    store_unit(l, norm, 75u, s75); store_unit(l, norm, 76u, s76); store_unit(l, norm, 77u, s77);
+    store_unit(l, norm, 75u, s75); store_unit(l, norm, 76u, s76); store_unit(l, norm, 77u, s77);""",
+    "main: store_unit#13": """\
     store_unit(l, norm, 78u, s78); store_unit(l, norm, 79u, s79); store_unit(l, norm, 80u, s80);
     store_unit(l, norm, 81u, s81); store_unit(l, norm, 82u, s82); store_unit(l, norm, 83u, s83);
     store_unit(l, norm, 84u, s84); store_unit(l, norm, 85u, s85); store_unit(l, norm, 86u, s86);
     store_unit(l, norm, 87u, s87); store_unit(l, norm, 88u, s88); store_unit(l, norm, 89u, s89);
     store_unit(l, norm, 90u, s90); store_unit(l, norm, 91u, s91); store_unit(l, norm, 92u, s92);
-    store_unit(l, norm, 93u, s93); store_unit(l, norm, 94u, s94); store_unit(l, norm, 95u, s95);
-}
-""",
+    store_unit(l, norm, 93u, s93); store_unit(l, norm, 94u, s94); store_unit(l, norm, 95u, s95);""",
     "const UNITS#13": """\
 const UNITS: u32 = 80u;""",
-    "let s0#13": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u); let s24 = formed(l, 24u); let s25 = formed(l, 25u);
-    let s26 = formed(l, 26u); let s27 = formed(l, 27u); let s28 = formed(l, 28u);
-    let s29 = formed(l, 29u); let s30 = formed(l, 30u); let s31 = formed(l, 31u);
-    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
-    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
-    let s38 = formed(l, 38u); let s39 = formed(l, 39u); let s40 = formed(l, 40u);
-    let s41 = formed(l, 41u); let s42 = formed(l, 42u); let s43 = formed(l, 43u);
-    let s44 = formed(l, 44u); let s45 = formed(l, 45u); let s46 = formed(l, 46u);
-    let s47 = formed(l, 47u); let s48 = formed(l, 48u); let s49 = formed(l, 49u);
-    let s50 = formed(l, 50u); let s51 = formed(l, 51u); let s52 = formed(l, 52u);
-    let s53 = formed(l, 53u); let s54 = formed(l, 54u); let s55 = formed(l, 55u);
-    let s56 = formed(l, 56u); let s57 = formed(l, 57u); let s58 = formed(l, 58u);
-    let s59 = formed(l, 59u); let s60 = formed(l, 60u); let s61 = formed(l, 61u);
-    let s62 = formed(l, 62u); let s63 = formed(l, 63u); let s64 = formed(l, 64u);
-    let s65 = formed(l, 65u); let s66 = formed(l, 66u); let s67 = formed(l, 67u);
-    let s68 = formed(l, 68u); let s69 = formed(l, 69u); let s70 = formed(l, 70u);
-    let s71 = formed(l, 71u); let s72 = formed(l, 72u); let s73 = formed(l, 73u);
-    let s74 = formed(l, 74u); let s75 = formed(l, 75u); let s76 = formed(l, 76u);
-    let s77 = formed(l, 77u); let s78 = formed(l, 78u); let s79 = formed(l, 79u);""",
-    "var own#13": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
-    own += unit_sum(s24); own += unit_sum(s25); own += unit_sum(s26); own += unit_sum(s27);
-    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);
-    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
-    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
-    own += unit_sum(s40); own += unit_sum(s41); own += unit_sum(s42); own += unit_sum(s43);
-    own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);
-    own += unit_sum(s48); own += unit_sum(s49); own += unit_sum(s50); own += unit_sum(s51);
-    own += unit_sum(s52); own += unit_sum(s53); own += unit_sum(s54); own += unit_sum(s55);
-    own += unit_sum(s56); own += unit_sum(s57); own += unit_sum(s58); own += unit_sum(s59);
-    own += unit_sum(s60); own += unit_sum(s61); own += unit_sum(s62); own += unit_sum(s63);
-    own += unit_sum(s64); own += unit_sum(s65); own += unit_sum(s66); own += unit_sum(s67);
-    own += unit_sum(s68); own += unit_sum(s69); own += unit_sum(s70); own += unit_sum(s71);
-    own += unit_sum(s72); own += unit_sum(s73); own += unit_sum(s74); own += unit_sum(s75);
-    own += unit_sum(s76); own += unit_sum(s77); own += unit_sum(s78); own += unit_sum(s79);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
-    deviations += unit_deviations(l, 24u, s24, mean.x);
-    deviations += unit_deviations(l, 25u, s25, mean.x);
-    deviations += unit_deviations(l, 26u, s26, mean.x);
-    deviations += unit_deviations(l, 27u, s27, mean.x);
-    deviations += unit_deviations(l, 28u, s28, mean.x);
-    deviations += unit_deviations(l, 29u, s29, mean.x);
-    deviations += unit_deviations(l, 30u, s30, mean.x);
-    deviations += unit_deviations(l, 31u, s31, mean.x);
-    deviations += unit_deviations(l, 32u, s32, mean.x);
-    deviations += unit_deviations(l, 33u, s33, mean.x);
-    deviations += unit_deviations(l, 34u, s34, mean.x);
-    deviations += unit_deviations(l, 35u, s35, mean.x);
-    deviations += unit_deviations(l, 36u, s36, mean.x);
-    deviations += unit_deviations(l, 37u, s37, mean.x);
-    deviations += unit_deviations(l, 38u, s38, mean.x);
-    deviations += unit_deviations(l, 39u, s39, mean.x);
-    deviations += unit_deviations(l, 40u, s40, mean.x);
-    deviations += unit_deviations(l, 41u, s41, mean.x);
-    deviations += unit_deviations(l, 42u, s42, mean.x);
-    deviations += unit_deviations(l, 43u, s43, mean.x);
-    deviations += unit_deviations(l, 44u, s44, mean.x);
-    deviations += unit_deviations(l, 45u, s45, mean.x);
-    deviations += unit_deviations(l, 46u, s46, mean.x);
-    deviations += unit_deviations(l, 47u, s47, mean.x);
-    deviations += unit_deviations(l, 48u, s48, mean.x);
-    deviations += unit_deviations(l, 49u, s49, mean.x);
-    deviations += unit_deviations(l, 50u, s50, mean.x);
-    deviations += unit_deviations(l, 51u, s51, mean.x);
-    deviations += unit_deviations(l, 52u, s52, mean.x);
-    deviations += unit_deviations(l, 53u, s53, mean.x);
-    deviations += unit_deviations(l, 54u, s54, mean.x);
-    deviations += unit_deviations(l, 55u, s55, mean.x);
-    deviations += unit_deviations(l, 56u, s56, mean.x);
-    deviations += unit_deviations(l, 57u, s57, mean.x);
-    deviations += unit_deviations(l, 58u, s58, mean.x);
-    deviations += unit_deviations(l, 59u, s59, mean.x);
-    deviations += unit_deviations(l, 60u, s60, mean.x);
-    deviations += unit_deviations(l, 61u, s61, mean.x);
-    deviations += unit_deviations(l, 62u, s62, mean.x);
-    deviations += unit_deviations(l, 63u, s63, mean.x);
-    deviations += unit_deviations(l, 64u, s64, mean.x);
-    deviations += unit_deviations(l, 65u, s65, mean.x);
-    deviations += unit_deviations(l, 66u, s66, mean.x);
-    deviations += unit_deviations(l, 67u, s67, mean.x);
-    deviations += unit_deviations(l, 68u, s68, mean.x);
-    deviations += unit_deviations(l, 69u, s69, mean.x);
-    deviations += unit_deviations(l, 70u, s70, mean.x);
-    deviations += unit_deviations(l, 71u, s71, mean.x);
-    deviations += unit_deviations(l, 72u, s72, mean.x);
-    deviations += unit_deviations(l, 73u, s73, mean.x);
-    deviations += unit_deviations(l, 74u, s74, mean.x);
-    deviations += unit_deviations(l, 75u, s75, mean.x);
-    deviations += unit_deviations(l, 76u, s76, mean.x);
-    deviations += unit_deviations(l, 77u, s77, mean.x);
-    deviations += unit_deviations(l, 78u, s78, mean.x);
-    deviations += unit_deviations(l, 79u, s79, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#13": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
-    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
-    store_unit(l, norm, 39u, s39); store_unit(l, norm, 40u, s40); store_unit(l, norm, 41u, s41);
-    store_unit(l, norm, 42u, s42); store_unit(l, norm, 43u, s43); store_unit(l, norm, 44u, s44);
-    store_unit(l, norm, 45u, s45); store_unit(l, norm, 46u, s46); store_unit(l, norm, 47u, s47);
-    store_unit(l, norm, 48u, s48); store_unit(l, norm, 49u, s49); store_unit(l, norm, 50u, s50);
-    store_unit(l, norm, 51u, s51); store_unit(l, norm, 52u, s52); store_unit(l, norm, 53u, s53);
-    store_unit(l, norm, 54u, s54); store_unit(l, norm, 55u, s55); store_unit(l, norm, 56u, s56);
-    store_unit(l, norm, 57u, s57); store_unit(l, norm, 58u, s58); store_unit(l, norm, 59u, s59);
-    store_unit(l, norm, 60u, s60); store_unit(l, norm, 61u, s61); store_unit(l, norm, 62u, s62);
-    store_unit(l, norm, 63u, s63); store_unit(l, norm, 64u, s64); store_unit(l, norm, 65u, s65);
-    store_unit(l, norm, 66u, s66); store_unit(l, norm, 67u, s67); store_unit(l, norm, 68u, s68);
-    store_unit(l, norm, 69u, s69); store_unit(l, norm, 70u, s70); store_unit(l, norm, 71u, s71);
-    store_unit(l, norm, 72u, s72); store_unit(l, norm, 73u, s73); store_unit(l, norm, 74u, s74);
-    store_unit(l, norm, 75u, s75); store_unit(l, norm, 76u, s76); store_unit(l, norm, 77u, s77);
-    store_unit(l, norm, 78u, s78); store_unit(l, norm, 79u, s79);
-}
-""",
+    "main: store_unit#14": """\
+    store_unit(l, norm, 78u, s78); store_unit(l, norm, 79u, s79);""",
     "const UNITS#14": """\
 const UNITS: u32 = 64u;""",
-    "let s0#14": """\
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u); let s24 = formed(l, 24u); let s25 = formed(l, 25u);
-    let s26 = formed(l, 26u); let s27 = formed(l, 27u); let s28 = formed(l, 28u);
-    let s29 = formed(l, 29u); let s30 = formed(l, 30u); let s31 = formed(l, 31u);
-    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
-    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
-    let s38 = formed(l, 38u); let s39 = formed(l, 39u); let s40 = formed(l, 40u);
-    let s41 = formed(l, 41u); let s42 = formed(l, 42u); let s43 = formed(l, 43u);
-    let s44 = formed(l, 44u); let s45 = formed(l, 45u); let s46 = formed(l, 46u);
-    let s47 = formed(l, 47u); let s48 = formed(l, 48u); let s49 = formed(l, 49u);
-    let s50 = formed(l, 50u); let s51 = formed(l, 51u); let s52 = formed(l, 52u);
-    let s53 = formed(l, 53u); let s54 = formed(l, 54u); let s55 = formed(l, 55u);
-    let s56 = formed(l, 56u); let s57 = formed(l, 57u); let s58 = formed(l, 58u);
-    let s59 = formed(l, 59u); let s60 = formed(l, 60u); let s61 = formed(l, 61u);
+    "main: let s62#2": """\
     let s62 = formed(l, 62u); let s63 = formed(l, 63u);""",
-    "var own#14": """\
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
-    own += unit_sum(s24); own += unit_sum(s25); own += unit_sum(s26); own += unit_sum(s27);
-    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);
-    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
-    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
-    own += unit_sum(s40); own += unit_sum(s41); own += unit_sum(s42); own += unit_sum(s43);
-    own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);
-    own += unit_sum(s48); own += unit_sum(s49); own += unit_sum(s50); own += unit_sum(s51);
-    own += unit_sum(s52); own += unit_sum(s53); own += unit_sum(s54); own += unit_sum(s55);
-    own += unit_sum(s56); own += unit_sum(s57); own += unit_sum(s58); own += unit_sum(s59);
-    own += unit_sum(s60); own += unit_sum(s61); own += unit_sum(s62); own += unit_sum(s63);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
-    deviations += unit_deviations(l, 24u, s24, mean.x);
-    deviations += unit_deviations(l, 25u, s25, mean.x);
-    deviations += unit_deviations(l, 26u, s26, mean.x);
-    deviations += unit_deviations(l, 27u, s27, mean.x);
-    deviations += unit_deviations(l, 28u, s28, mean.x);
-    deviations += unit_deviations(l, 29u, s29, mean.x);
-    deviations += unit_deviations(l, 30u, s30, mean.x);
-    deviations += unit_deviations(l, 31u, s31, mean.x);
-    deviations += unit_deviations(l, 32u, s32, mean.x);
-    deviations += unit_deviations(l, 33u, s33, mean.x);
-    deviations += unit_deviations(l, 34u, s34, mean.x);
-    deviations += unit_deviations(l, 35u, s35, mean.x);
-    deviations += unit_deviations(l, 36u, s36, mean.x);
-    deviations += unit_deviations(l, 37u, s37, mean.x);
-    deviations += unit_deviations(l, 38u, s38, mean.x);
-    deviations += unit_deviations(l, 39u, s39, mean.x);
-    deviations += unit_deviations(l, 40u, s40, mean.x);
-    deviations += unit_deviations(l, 41u, s41, mean.x);
-    deviations += unit_deviations(l, 42u, s42, mean.x);
-    deviations += unit_deviations(l, 43u, s43, mean.x);
-    deviations += unit_deviations(l, 44u, s44, mean.x);
-    deviations += unit_deviations(l, 45u, s45, mean.x);
-    deviations += unit_deviations(l, 46u, s46, mean.x);
-    deviations += unit_deviations(l, 47u, s47, mean.x);
-    deviations += unit_deviations(l, 48u, s48, mean.x);
-    deviations += unit_deviations(l, 49u, s49, mean.x);
-    deviations += unit_deviations(l, 50u, s50, mean.x);
-    deviations += unit_deviations(l, 51u, s51, mean.x);
-    deviations += unit_deviations(l, 52u, s52, mean.x);
-    deviations += unit_deviations(l, 53u, s53, mean.x);
-    deviations += unit_deviations(l, 54u, s54, mean.x);
-    deviations += unit_deviations(l, 55u, s55, mean.x);
-    deviations += unit_deviations(l, 56u, s56, mean.x);
-    deviations += unit_deviations(l, 57u, s57, mean.x);
-    deviations += unit_deviations(l, 58u, s58, mean.x);
-    deviations += unit_deviations(l, 59u, s59, mean.x);
-    deviations += unit_deviations(l, 60u, s60, mean.x);
-    deviations += unit_deviations(l, 61u, s61, mean.x);
-    deviations += unit_deviations(l, 62u, s62, mean.x);
-    deviations += unit_deviations(l, 63u, s63, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);""",
-    "let row_units#14": """\
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + params.split - 1u) / params.split;
-    let own_first = (w % params.split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
-    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
-    store_unit(l, norm, 39u, s39); store_unit(l, norm, 40u, s40); store_unit(l, norm, 41u, s41);
-    store_unit(l, norm, 42u, s42); store_unit(l, norm, 43u, s43); store_unit(l, norm, 44u, s44);
-    store_unit(l, norm, 45u, s45); store_unit(l, norm, 46u, s46); store_unit(l, norm, 47u, s47);
-    store_unit(l, norm, 48u, s48); store_unit(l, norm, 49u, s49); store_unit(l, norm, 50u, s50);
-    store_unit(l, norm, 51u, s51); store_unit(l, norm, 52u, s52); store_unit(l, norm, 53u, s53);
-    store_unit(l, norm, 54u, s54); store_unit(l, norm, 55u, s55); store_unit(l, norm, 56u, s56);
-    store_unit(l, norm, 57u, s57); store_unit(l, norm, 58u, s58); store_unit(l, norm, 59u, s59);
-    store_unit(l, norm, 60u, s60); store_unit(l, norm, 61u, s61); store_unit(l, norm, 62u, s62);
-    store_unit(l, norm, 63u, s63);
-}
-""",
-    "binding x#4": """\
+    "main: store_unit#15": """\
+    store_unit(l, norm, 63u, s63);""",
+    "enable#2": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<u32>>;""",
+@group(0) @binding(1) var<storage, read> skip: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> bias: array<f16>;
+@group(0) @binding(3) var<storage, read> gamma: array<u32>;
+@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
     "binding y#4": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<u32>>;""",
-    "binding sumOut#4": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<u32>>;""",
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<u32>>;
+@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(7) var<uniform> params: Params;""",
     "const UNIT_VALUES#3": """\
-const UNIT_VALUES: u32 = 8u;""",
-    "alias Unit#4": """\
+// Values a unit: channels of one position.
+const UNIT_VALUES: u32 = 8u;
+
+// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
+// an irregular subgroup layout; the flag says which the merge reads.
+var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
+var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
+var<workgroup> wg_irregular: atomic<u32>;
+
+// A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).
 alias Unit = vec4<u32>;
 alias FV = vec4<f32>;
 alias FU = vec4<u32>;
@@ -1594,101 +1050,162 @@ alias FU = vec4<u32>;
 struct Wide {
     lo: vec4<f32>,
     hi: vec4<f32>,
-}""",
-    "fn wide#3": """\
-fn wide(u: Unit) -> Wide {
-    return Wide(vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y)), vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w)));
+}
+
+fn lanes_sum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
 }""",
     "fn narrow#3": """\
+    return Wide(vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y)), vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w)));
+}
+
+// Each value to the nearest binary16 (S: exactly, it is rounded already).
 fn narrow(w: Wide) -> Unit {
     return vec4<u32>(pack2x16float(w.lo.xy), pack2x16float(w.lo.zw), pack2x16float(w.hi.xy), pack2x16float(w.hi.zw));
-}""",
-    "fn wide_add#2": """\
+}
+
 fn wide_add(a: Wide, b: Wide) -> Wide {
     return Wide(a.lo + b.lo, a.hi + b.hi);
-}""",
-    "fn wide_sum#2": """\
+}
+
 fn wide_sum(w: Wide) -> f32 {
     return lanes_sum(w.lo) + lanes_sum(w.hi);
-}""",
-    "fn wide_deviations#2": """\
+}
+
+// (sum of w - mean0, sum of (w - mean0)^2).
 fn wide_deviations(w: Wide, mean0: f32) -> vec2<f32> {
     let a = w.lo - mean0;
     let b = w.hi - mean0;
     return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
-}""",
-    "fn wide_affine#2": """\
+}
+
 fn wide_affine(w: Wide, mean0: f32, lo: f32, k: Wide, b: Wide) -> Wide {
     return Wide(((w.lo - mean0) - lo) * k.lo + b.lo, ((w.hi - mean0) - lo) * k.hi + b.hi);
-}""",
-    "fn wide_silu#2": """\
+}
+
 fn wide_silu(w: Wide) -> Wide {
     return Wide(w.lo / (1.0 + exp(-w.lo)), w.hi / (1.0 + exp(-w.hi)));
-}""",
-    "fn wide_scaled#2": """\
+}
+
 fn wide_scaled(s: f32, w: Wide) -> Wide {
     return Wide(s * w.lo, s * w.hi);
-}""",
-    "fn wide_half#2": """\
+}
+
 fn wide_half(w: Wide) -> Wide {
     return Wide(half(w.lo), half(w.hi));
+}
+
+// gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
+// shader serves both M types.
+// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
+fn gamma_at(c: u32) -> f32 {
+    if (paramsF16 != 0u) {
+        return unpack2x16float(gamma[c >> 1u])[c & 1u];
+    }
+    return bitcast<f32>(gamma[c]);
+}
+
+// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
+fn beta_at(c: u32) -> f32 {
+    if (paramsF16 != 0u) {
+        return unpack2x16float(beta[c >> 1u])[c & 1u];
+    }
+    return bitcast<f32>(beta[c]);
 }""",
-    "fn gather_gamma#3": """\
+    "fn bias_at#3": """\
+fn bias_at(c: u32) -> f32 {
+    return f32(bias[c]);
+}""",
+    "fn gather_gamma": """\
+// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
 fn gather_gamma(c: u32) -> Wide {
     let lo = vec4<f32>(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
     return Wide(lo, vec4<f32>(gamma_at(c + 4u), gamma_at(c + 5u), gamma_at(c + 6u), gamma_at(c + 7u)));
-}""",
-    "fn gather_beta#3": """\
+}
+
+
+// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
 fn gather_beta(c: u32) -> Wide {
     let lo = vec4<f32>(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));
-    return Wide(lo, vec4<f32>(beta_at(c + 4u), beta_at(c + 5u), beta_at(c + 6u), beta_at(c + 7u)));
-}""",
-    "fn gather_bias#3": """\
+    return Wide(lo, vec4<f32>(beta_at(c + 4u), beta_at(c + 5u), beta_at(c + 6u), beta_at(c + 7u)));""",
+    "fn gather_bias": """\
+}
+
+
+// bias_at(c), bias_at(c + 1), ... for the UNIT_VALUES channels of a unit.
 fn gather_bias(c: u32) -> Wide {
     let lo = vec4<f32>(bias_at(c), bias_at(c + 1u), bias_at(c + 2u), bias_at(c + 3u));
-    return Wide(lo, vec4<f32>(bias_at(c + 4u), bias_at(c + 5u), bias_at(c + 6u), bias_at(c + 7u)));
-}""",
-    "binding x#5": """\
+    return Wide(lo, vec4<f32>(bias_at(c + 4u), bias_at(c + 5u), bias_at(c + 6u), bias_at(c + 7u)));""",
+    "enable#3": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> x: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<u32>>;""",
+@group(0) @binding(1) var<storage, read> skip: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> bias: array<f16>;
+@group(0) @binding(3) var<storage, read> gamma: array<u32>;
+@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
     "binding y#5": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<u32>>;""",
-    "binding sumOut#5": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<u32>>;""",
-    "alias Unit#5": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec2<u32>>;
+@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(7) var<uniform> params: Params;""",
+    "alias Unit#4": """\
 alias Unit = vec2<u32>;
 alias FV = vec4<f32>;
 alias FU = vec4<u32>;
-alias Wide = FV;""",
-    "fn wide#4": """\
-fn wide(u: Unit) -> Wide {
-    return vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
+alias Wide = FV;
+
+fn lanes_sum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
 }""",
     "fn narrow#4": """\
+    return vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
+}
+
+// Each value to the nearest binary16 (S: exactly, it is rounded already).
 fn narrow(w: Wide) -> Unit {
-    return vec2<u32>(pack2x16float(w.xy), pack2x16float(w.zw));
-}""",
-    "binding params#2": """\
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn store_unit#2": """\
-fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
-    if (j >= n.own_first && j < n.own_end && j < l.count) {
-        let i = l.first + j * l.stride;
-        var v = wide_affine(wide(s), n.mean0, n.lo, n.scale, n.shift);
-        if (params.activation != 0u) {
-            v = wide_silu(v);
-        }
-        y[i] = narrow(v);
-    }
-}""",
-    "binding gamma#2": """\
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;""",
+    return vec2<u32>(pack2x16float(w.xy), pack2x16float(w.zw));""",
     "binding y#6": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;""",
-    "binding sumOut#6": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;""",
+    "struct Params#2": """\
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "binding y#7": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;""",
+    "binding y#8": """\
+@group(0) @binding(5) var<storage, read_write> y: array<u32>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "binding y#9": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "binding y#10": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec2<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "binding gamma": """\
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
 @group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f32>>;""",
+    "fn gather_gamma#2": """\
+// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
+fn gather_gamma(c: u32) -> Wide {
+    return Wide(gamma_at(c), gamma_at(c + 1u));
+}
+
+
+// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
+fn gather_beta(c: u32) -> Wide {
+    return Wide(beta_at(c), beta_at(c + 1u));""",
     "struct Lane#2": """\
+}
+
+
+// Where an invocation's units are (in X, Y and S, and in skip), and its bias.
 struct Lane {
     first: u32,  // unit index of its unit 0
     stride: u32,  // units between its consecutive units: positionLanes positions
@@ -1697,14 +1214,27 @@ struct Lane {
     skip_first: u32,
     skip_stride: u32,  // 0 for an (N, C) skip
     skip_last: u32,
-}""",
-    "fn formed#3": """\
+}
+
+// What the stores need besides the Lane.
+struct Norm {
+    mean0: f32,
+    lo: f32,
+    scale: Wide,  // inv_std * gamma
+    shift: Wide,  // beta
+    own_first: u32,  // this workgroup stores units own_first <= j < own_end
+    own_end: u32,
+}
+
+// S of unit j: (X + skip) + bias in f32, rounded to T; zero for a unit past the row (its load
+// clamped to the row's last unit, no branch).
 fn formed(l: Lane, j: u32) -> Unit {
     let i = min(l.first + j * l.stride, l.last);
-    var v = wide_add(wide(x[i]), wide(skip[min(l.skip_first + j * l.skip_stride, l.skip_last)]));
-    return select(Unit(), narrow(v), j < l.count);
-}""",
-    "let unit_in_group#2": """\
+    var v = wide_add(wide(x[i]), wide(skip[min(l.skip_first + j * l.skip_stride, l.skip_last)]));""",
+    "main: let item#2": """\
+    let item = row / params.numGroups;
+    let group = row % params.numGroups;
+    // This invocation's unit of a position, and its first position (< positionLanes).
     let unit_in_group = lid % params.groupUnits;
     let position = lid / params.groupUnits;
     let c0 = group * params.channelsPerGroup + unit_in_group * UNIT_VALUES;
@@ -1716,68 +1246,115 @@ fn formed(l: Lane, j: u32) -> Unit {
     let skip_last = item * params.skipItemUnits + (params.spatial - 1u) * params.skipPositionUnits + group * params.groupUnits + params.groupUnits - 1u;
     let skip_stride = params.positionLanes * params.skipPositionUnits;
     let l = Lane(first, params.positionLanes * params.positionUnits, last, held, skip_first, skip_stride, skip_last);""",
-    "binding y#7": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;""",
-    "binding sumOut#7": """\
+    "binding gamma#2": """\
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
 @group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f32>>;""",
-    "binding y#8": """\
+    "fn gather_gamma#3": """\
+// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
+fn gather_gamma(c: u32) -> Wide {
+    return Wide(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
+}
+
+
+// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
+fn gather_beta(c: u32) -> Wide {
+    return Wide(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));""",
+    "override DISPATCH_FOLD_WIDTH#3": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;
+@group(0) @binding(0) var<storage, read> x: array<u32>;
+@group(0) @binding(1) var<storage, read> skip: array<u32>;
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
 @group(0) @binding(4) var<storage, read_write> y: array<u32>;""",
-    "binding sumOut#8": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<u32>;""",
-    "fn formed#4": """\
-fn formed(l: Lane, j: u32) -> Unit {
-    let i = min(l.first + j * l.stride, l.last);
-    var v = wide_add(wide(x[i]), wide(skip[min(l.skip_first + j * l.skip_stride, l.skip_last)]));
-    v = wide_half(v);
-    return select(Unit(), narrow(v), j < l.count);
-}""",
-    "binding y#9": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;""",
-    "binding sumOut#9": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<u32>>;""",
-    "binding y#10": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<u32>>;""",
-    "binding sumOut#10": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<u32>>;""",
-    "binding params#3": """\
+    "binding sumOut": """\
+@group(0) @binding(5) var<storage, read_write> sumOut: array<u32>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "override DISPATCH_FOLD_WIDTH#4": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;""",
+    "binding x": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> skip: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;
+@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "binding x#2": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<u32>>;
+@group(0) @binding(1) var<storage, read> skip: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec2<u32>>;
+@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "binding gamma#3": """\
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;""",
+    "binding y#11": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;""",
+    "struct Params#3": """\
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
 @group(0) @binding(5) var<uniform> params: Params;""",
-    "override blocksPerItem": """\
+    "binding y#12": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;""",
+    "binding x#3": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
+@group(0) @binding(1) var<storage, read> skip: array<vec4<u32>>;
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(5) var<uniform> params: Params;""",
+    "binding x#4": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<u32>>;
+@group(0) @binding(1) var<storage, read> skip: array<vec2<u32>>;
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
+@group(0) @binding(4) var<storage, read_write> y: array<vec2<u32>>;
+struct Params { epsilon: f32, activation: u32, rowCount: u32, split: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32, _pad0: u32, _pad1: u32, _pad2: u32 }
+@group(0) @binding(5) var<uniform> params: Params;""",
+    "override DISPATCH_FOLD_WIDTH#5": """\
+override DISPATCH_FOLD_WIDTH: u32;
 override blocksPerItem: u32;
-override channelDivisor: u32;""",
-    "override channelsPerGroup": """\
-override channelsPerGroup: u32;""",
-    "override groupStride": """\
+override channelDivisor: u32;
+override channelsPerGroup: u32;
 override groupStride: u32;
 override groupsPerBlock: u32;
 override itemStride: u32;""",
     "override laneColumns": """\
 override laneColumns: u32;
-override laneRows: u32;""",
-    "override layoutChannelsLast": """\
+override laneRows: u32;
 override layoutChannelsLast: u32;""",
     "override numChannels": """\
-override numChannels: u32;""",
-    "override numGroups": """\
+override numChannels: u32;
 override numGroups: u32;
-override outerStride: u32;""",
-    "override segmentLanes": """\
-override segmentLanes: u32;""",
-    "override slabCount": """\
+override outerStride: u32;
+override segmentLanes: u32;
 override slabCount: u32;
-override slabUnits: u32;""",
-    "override tileCount": """\
+override slabUnits: u32;
 override tileCount: u32;
-override tileWidth: u32;""",
-    "binding x#6": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;""",
-    "binding skip#3": """\
+override tileWidth: u32;
+override workgroupSize: u32;""",
+    "binding x#5": """\
+@group(0) @binding(0) var<storage, read> x: array<f32>;
 @group(0) @binding(1) var<storage, read> skip: array<f32>;""",
-    "binding sumOut#11": """\
+    "binding bias#2": """\
+@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
+    "binding sumOut#2": """\
 @group(0) @binding(3) var<storage, read_write> sumOut: array<f32>;""",
     "binding partials": """\
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;""",
-    "struct Params#2": """\
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }""",
+@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(5) var<uniform> params: Params;""",
     "// alias FV": """\
 // com.microsoft SkipGroupNorm, split variants (split_bias_sum, split_bias_plain, split_sum,
 // split_plain): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
@@ -1836,11 +1413,10 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }""",
 alias FV = f32;
 alias FU = u32;
 alias TV = f32;""",
-    "// const VW": """\
-// Values a vector: the specialization's vector width, as a constant.""",
     "const VW": """\
-const VW: u32 = 1u;""",
-    "fn advance": """\
+// Values a vector: the specialization's vector width, as a constant.
+const VW: u32 = 1u;
+
 // (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
 // inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
 // one correction suffices and no division is needed.
@@ -1851,38 +1427,44 @@ fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
     "fn skip_at": """\
 fn skip_at(i: u32) -> f32 {
     return f32(skip[i]);
+}
+
+// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.
+fn gather_skip(c: u32) -> FV {""",
+    "gather_skip: return": """\
+    return skip_at(c);""",
+    "gather_skip: }": """\
 }""",
-    "// fn gather_skip": """\
-// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.""",
-    "fn gather_skip": """\
-fn gather_skip(c: u32) -> FV {
-    return skip_at(c);
-}""",
-    "// fn gather_bias#2": """\
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.""",
-    "fn gather_bias#4": """\
-fn gather_bias(c: u32) -> FV {
-    return bias_at(c);
-}""",
-    "// fn sum_at": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.""",
+    "fn bias_at#4": """\
+fn bias_at(c: u32) -> f32 {
+    return f32(bias[c]);
+}
+
+// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
+fn gather_bias(c: u32) -> FV {""",
+    "gather_bias: return": """\
+    return bias_at(c);""",
     "fn sum_at": """\
+}
+
+// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
+// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * numChannels + c0);
+    var v = FV(x[i]) + gather_skip(item * numChannels + c0);""",
+    "sum_at: v": """\
     v = v + gather_bias(c0);
-    return v;
-}""",
+    return v;""",
     "fn stored_sum": """\
+}
+
 // sum_at(i, item, c0), also stored to S (binding sumOut) as T: the statistics walk's value.
 fn stored_sum(i: u32, item: u32, c0: u32) -> FV {
     let s = sum_at(i, item, c0);
     sumOut[i] = TV(s);
     return s;
 }""",
-    "// var slots": """\
-// One summary per lane, merged in place by the trees.""",
     "var slots": """\
+// One summary per lane, merged in place by the trees.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
     "struct Stats": """\
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
@@ -1891,8 +1473,8 @@ struct Stats {
     hi: f32,
     lo: f32,
     m2: f32,
-}""",
-    "fn split_sum": """\
+}
+
 // a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
 // rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
 // the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
@@ -1900,8 +1482,8 @@ struct Stats {
 fn split_sum(a: f32, b: f32) -> vec2<f32> {
     let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
     return vec2<f32>(hi, (a - hi) + b);
-}""",
-    "fn chan_merge": """\
+}
+
 // Chan's merge. The larger side is the base, so its mean moves by at most half the distance
 // between the two means; an empty side leaves the other unchanged, bit for bit.
 fn chan_merge(a: Stats, b: Stats) -> Stats {
@@ -1925,25 +1507,25 @@ fn chan_merge(a: Stats, b: Stats) -> Stats {
 }""",
     "const STATS_BLOCK": """\
 // A statistics block holds at most STATS_BLOCK loop steps of one invocation's walk.
-const STATS_BLOCK: u32 = 16u;""",
-    "fn add_block": """\
+const STATS_BLOCK: u32 = 16u;
+
 // A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
 // converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
 fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
     let q = s1 / f32(m);
     let mean = split_sum(shift, q);
     return chan_merge(s, Stats(m, mean.x, mean.y, max(s2 - s1 * q, 0.0)));
-}""",
-    "fn pack_stats": """\
+}
+
 // Workgroup memory holds a summary as four 32-bit words.
 fn pack_stats(s: Stats) -> vec4<u32> {
     return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}""",
-    "fn unpack_stats": """\
+}
+
 fn unpack_stats(v: vec4<u32>) -> Stats {
     return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
 }""",
-    "fn lanes_sum#3": """\
+    "fn lanes_sum": """\
 fn lanes_sum(v: f32) -> f32 {
     return v;
 }""",
@@ -1954,12 +1536,11 @@ fn balanced_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
     let q = units / parts;
     let r = units % parts;
     return vec2<u32>(k * q + min(k, r), q + select(0u, 1u, k < r));
-}""",
-    "fn main#2": """\
+}
+
 @compute @workgroup_size(workgroupSize)
 fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.""",
-    "let tile": """\
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
     let tile = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (tile >= tileCount) {
         return;
@@ -1994,11 +1575,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     // once, so no division by a uniform happens per vector (NHWC: channelDivisor 1).
     let channel_base = g0 * channelsPerGroup;
     let cw_step = vec2<u32>((laneColumns * VW) / channelDivisor, (laneColumns * VW) % channelDivisor);""",
-    "var own#15": """\
+    "main: var own#3": """\
     var own = Stats(0u, 0.0, 0.0, 0.0);
     if (group < numGroups && active_lane) {
-        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.""",
-    "var w": """\
+        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
         var w = w_begin + col;
         var p = p_begin + r;
         var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
@@ -2006,13 +1586,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             if (w >= w_end || p >= p_end) {
                 break;
             }
-            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x);
+            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x);""",
+    "main: var s1": """\
             var s1 = FV(0.0);
             var s2 = FV(0.0);
             var m = 0u;
             for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
                 let i = tile_base + p * outerStride + w;
-                let s = stored_sum(i, item, channel_base + cw.x);
+                let s = stored_sum(i, item, channel_base + cw.x);""",
+    "main: let d": """\
                 let d = s - FV(shift);
                 s1 += d;
                 s2 += d * d;
@@ -2026,8 +1608,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
             own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
         }
     }
-    let lane = col % segmentLanes;""",
-    "slots": """\
+    let lane = col % segmentLanes;
+
     // Tree over the lane rows of each column: slots[col] ends with the column's summary; then over
     // each group's segment of columns in row 0: its first column ends with the group's.
     slots[lid] = pack_stats(own);
@@ -2067,24 +1649,42 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     }
 }""",
     "override laneChannelStep": """\
-override laneChannelStep: u32;""",
-    "binding sumOut#12": """\
+override laneChannelStep: u32;
+override laneColumns: u32;
+override laneRows: u32;
+override layoutChannelsLast: u32;""",
+    "binding x#6": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> skip: array<f32>;""",
+    "binding sumOut#3": """\
 @group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f32>>;""",
     "alias FV#2": """\
 alias FV = vec4<f32>;
 alias FU = vec4<u32>;
 alias TV = vec4<f32>;""",
     "const VW#2": """\
-const VW: u32 = 4u;""",
-    "fn gather_skip#2": """\
-fn gather_skip(c: u32) -> FV {
-    return FV(skip_at(c), skip_at(c + laneChannelStep), skip_at(c + 2u * laneChannelStep), skip_at(c + 3u * laneChannelStep));
+// Values a vector: the specialization's vector width, as a constant.
+const VW: u32 = 4u;
+
+// (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
+// inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
+// one correction suffices and no division is needed.
+fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
+    let p = at + step;
+    return select(p, vec2<u32>(p.x + 1u, p.y - divisor), p.y >= divisor);
 }""",
-    "fn gather_bias#5": """\
-fn gather_bias(c: u32) -> FV {
-    return FV(bias_at(c), bias_at(c + laneChannelStep), bias_at(c + 2u * laneChannelStep), bias_at(c + 3u * laneChannelStep));
+    "gather_skip: return#2": """\
+    return FV(skip_at(c), skip_at(c + laneChannelStep), skip_at(c + 2u * laneChannelStep), skip_at(c + 3u * laneChannelStep));""",
+    "gather_bias: return#2": """\
+    return FV(bias_at(c), bias_at(c + laneChannelStep), bias_at(c + 2u * laneChannelStep), bias_at(c + 3u * laneChannelStep));""",
+    "fn lanes_sum#2": """\
+fn lanes_sum(v: vec4<f32>) -> f32 {
+    return (v.x + v.y) + (v.z + v.w);
 }""",
-    "var w#2": """\
+    "main: var own#4": """\
+    var own = Stats(0u, 0.0, 0.0, 0.0);
+    if (group < numGroups && active_lane) {
+        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
         var w = w_begin + col;
         var p = p_begin + r;
         var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
@@ -2092,116 +1692,164 @@ fn gather_bias(c: u32) -> FV {
             if (w >= w_end || p >= p_end) {
                 break;
             }
-            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x).x;
-            var s1 = FV(0.0);
-            var s2 = FV(0.0);
-            var m = 0u;
-            for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
-                let i = tile_base + p * outerStride + w;
-                let s = stored_sum(i, item, channel_base + cw.x);
-                let d = s - FV(shift);
-                s1 += d;
-                s2 += d * d;
-                p += laneRows;
-                if (p >= p_end) {
-                    p = p_begin + r;
-                    w += laneColumns;
-                    cw = advance(cw, cw_step, channelDivisor);
-                }
-            }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-        }
-    }
-    let lane = col % segmentLanes;""",
-    "binding sumOut#13": """\
+            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x).x;""",
+    "binding x#7": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
+@group(0) @binding(1) var<storage, read> skip: array<f32>;""",
+    "binding sumOut#4": """\
 @group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f32>>;""",
     "alias FV#3": """\
 alias FV = vec2<f32>;
 alias FU = vec2<u32>;
 alias TV = vec2<f32>;""",
     "const VW#3": """\
-const VW: u32 = 2u;""",
-    "fn gather_skip#3": """\
-fn gather_skip(c: u32) -> FV {
-    return FV(skip_at(c), skip_at(c + laneChannelStep));
+// Values a vector: the specialization's vector width, as a constant.
+const VW: u32 = 2u;
+
+// (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
+// inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
+// one correction suffices and no division is needed.
+fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
+    let p = at + step;
+    return select(p, vec2<u32>(p.x + 1u, p.y - divisor), p.y >= divisor);
 }""",
-    "fn gather_bias#6": """\
-fn gather_bias(c: u32) -> FV {
-    return FV(bias_at(c), bias_at(c + laneChannelStep));
+    "gather_skip: return#3": """\
+    return FV(skip_at(c), skip_at(c + laneChannelStep));""",
+    "gather_bias: return#3": """\
+    return FV(bias_at(c), bias_at(c + laneChannelStep));""",
+    "fn lanes_sum#3": """\
+fn lanes_sum(v: vec2<f32>) -> f32 {
+    return v.x + v.y;
 }""",
+    "override numGroups": """\
+override numGroups: u32;
+override outerStride: u32;
+override segmentLanes: u32;
+override slabCount: u32;
+override slabUnits: u32;
+override tileCount: u32;
+override tileWidth: u32;
+override workgroupSize: u32;""",
     "fn sum_at#2": """\
+}
+
+// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
+// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + FV(skip[i]);
-    v = v + gather_bias(c0);
-    return v;
-}""",
-    "binding x#7": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;""",
-    "binding skip#4": """\
+    var v = FV(x[i]) + FV(skip[i]);""",
+    "binding x#8": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
+@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;""",
+    "binding x#9": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
+@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;""",
+    "enable#4": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override blocksPerItem: u32;
+override channelDivisor: u32;
+override channelsPerGroup: u32;
+override groupStride: u32;
+override groupsPerBlock: u32;
+override itemStride: u32;""",
+    "binding x#10": """\
+@group(0) @binding(0) var<storage, read> x: array<f16>;
 @group(0) @binding(1) var<storage, read> skip: array<f16>;""",
-    "binding sumOut#14": """\
+    "binding bias#3": """\
+@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
+    "binding sumOut#5": """\
 @group(0) @binding(3) var<storage, read_write> sumOut: array<f16>;""",
     "alias FV#4": """\
 alias FV = f32;
 alias FU = u32;
 alias TV = f16;""",
-    "fn sum_at#3": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * numChannels + c0);
-    v = v + gather_bias(c0);
-    return half(v);
+    "fn half#2": """\
+// Nearest binary16 value (ties to even), exactly, in f32, leaving values binary16 cannot hold
+// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in
+// [2^e, 2^(e+1)), 2^-24 below 2^-14), and v / q, round() and * q are exact in f32, so no driver
+// can fold the rounding away (NVIDIA folds f32(f16(v)) and pack/unpack round trips).
+fn half(v: FV) -> FV {
+    let a = abs(v);
+    let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
+    return select(round(v / q) * q, v, a >= FV(65520.0));
 }""",
-    "binding x#8": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
-    "binding sumOut#15": """\
+    "sum_at: v#2": """\
+    v = v + gather_bias(c0);
+    return half(v);""",
+    "binding x#11": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
+@group(0) @binding(1) var<storage, read> skip: array<f16>;""",
+    "binding sumOut#6": """\
 @group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f16>>;""",
     "alias FV#5": """\
 alias FV = vec4<f32>;
 alias FU = vec4<u32>;
 alias TV = vec4<f16>;""",
-    "binding x#9": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;""",
-    "binding sumOut#16": """\
+    "binding x#12": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
+@group(0) @binding(1) var<storage, read> skip: array<f16>;""",
+    "binding sumOut#7": """\
 @group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f16>>;""",
     "alias FV#6": """\
 alias FV = vec2<f32>;
 alias FU = vec2<u32>;
 alias TV = vec2<f16>;""",
-    "fn sum_at#4": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + FV(skip[i]);
-    v = v + gather_bias(c0);
-    return half(v);
-}""",
-    "binding skip#5": """\
+    "binding x#13": """\
+@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
 @group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;""",
-    "binding skip#6": """\
+    "binding x#14": """\
+@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
 @group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;""",
-    "binding sumOut#17": """\
+    "override numGroups#2": """\
+override numGroups: u32;
+override outerStride: u32;
+override paramsF16: u32;""",
+    "override segmentLanes": """\
+override segmentLanes: u32;
+override slabCount: u32;
+override slabUnits: u32;
+override tileCount: u32;
+override tileWidth: u32;
+override workgroupSize: u32;""",
+    "binding sumOut#8": """\
 @group(0) @binding(0) var<storage, read> sumOut: array<f32>;""",
-    "binding gamma#3": """\
+    "binding gamma#4": """\
 @group(0) @binding(1) var<storage, read> gamma: array<u32>;
 @group(0) @binding(2) var<storage, read> beta: array<u32>;
 @group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;""",
-    "binding y#11": """\
+    "binding y#13": """\
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;""",
-    "// fn gamma_at#2": """\
+    "struct Params#4": """\
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(5) var<uniform> params: Params;""",
+    "fn gamma_at": """\
 // gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
 // shader serves both M types, and an f32 X with f16 gamma/beta needs no shader-f16.
-// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).""",
-    "// fn gather_gamma#2": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.""",
+// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
+fn gamma_at(c: u32) -> f32 {
+    if (paramsF16 != 0u) {
+        return unpack2x16float(gamma[c >> 1u])[c & 1u];
+    }
+    return bitcast<f32>(gamma[c]);
+}
+
+// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
+fn beta_at(c: u32) -> f32 {
+    if (paramsF16 != 0u) {
+        return unpack2x16float(beta[c >> 1u])[c & 1u];
+    }
+    return bitcast<f32>(beta[c]);
+}""",
     "fn gather_gamma#4": """\
+// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return gamma_at(c);
-}""",
-    "// fn gather_beta#2": """\
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.""",
-    "fn gather_beta#4": """\
+}
+
+// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
-    return beta_at(c);
-}""",
-    "if": """\
+    return beta_at(c);""",
+    "main: if": """\
     if (group >= numGroups || !active_lane) {
         return;
     }
@@ -2215,8 +1863,10 @@ fn gather_beta(c: u32) -> FV {
         let scale = FV(st.z) * gather_gamma(c0);
         let offset = gather_beta(c0);
         for (var p = p_begin + r; p < p_end; p += laneRows) {
-            let i = tile_base + p * outerStride + w;
-            let s = FV(sumOut[i]);
+            let i = tile_base + p * outerStride + w;""",
+    "main: let s": """\
+            let s = FV(sumOut[i]);""",
+    "main: var v": """\
             var v = ((s - hi) - lo) * scale + offset;
             if (params.activation != 0u) {
                 v = v / (FV(1.0) + exp(-v));
@@ -2225,196 +1875,149 @@ fn gather_beta(c: u32) -> FV {
         }
     }
 }""",
-    "binding sumOut#18": """\
+    "binding sumOut#9": """\
 @group(0) @binding(0) var<storage, read> sumOut: array<vec4<f32>>;""",
     "fn gather_gamma#5": """\
+// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
-    return FV(gamma_at(c), gamma_at(c + laneChannelStep), gamma_at(c + 2u * laneChannelStep), gamma_at(c + 3u * laneChannelStep));
-}""",
-    "fn gather_beta#5": """\
-fn gather_beta(c: u32) -> FV {
+    return FV(gamma_at(c), gamma_at(c + laneChannelStep), gamma_at(c + 2u * laneChannelStep), gamma_at(c + 3u * laneChannelStep));""",
+    "fn gather_beta": """\
+}
+
+// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
+fn gather_beta(c: u32) -> FV {""",
+    "gather_beta: return": """\
     return FV(beta_at(c), beta_at(c + laneChannelStep), beta_at(c + 2u * laneChannelStep), beta_at(c + 3u * laneChannelStep));
 }""",
-    "binding sumOut#19": """\
+    "binding sumOut#10": """\
 @group(0) @binding(0) var<storage, read> sumOut: array<vec2<f32>>;""",
     "fn gather_gamma#6": """\
+// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
-    return FV(gamma_at(c), gamma_at(c + laneChannelStep));
-}""",
-    "fn gather_beta#6": """\
-fn gather_beta(c: u32) -> FV {
+    return FV(gamma_at(c), gamma_at(c + laneChannelStep));""",
+    "gather_beta: return#2": """\
     return FV(beta_at(c), beta_at(c + laneChannelStep));
 }""",
-    "binding sumOut#20": """\
+    "binding sumOut#11": """\
 @group(0) @binding(0) var<storage, read> sumOut: array<f16>;""",
-    "binding y#12": """\
-@group(0) @binding(4) var<storage, read_write> y: array<f16>;""",
-    "binding sumOut#21": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f16>>;""",
-    "binding y#13": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;""",
-    "binding sumOut#22": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f16>>;""",
     "binding y#14": """\
+@group(0) @binding(4) var<storage, read_write> y: array<f16>;""",
+    "binding sumOut#12": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f16>>;""",
+    "binding y#15": """\
+@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;""",
+    "binding sumOut#13": """\
+@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f16>>;""",
+    "binding y#16": """\
 @group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;""",
     "binding partials#2": """\
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;""",
-    "binding params#4": """\
+@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 @group(0) @binding(4) var<uniform> params: Params;""",
-    "var w#3": """\
-        var w = w_begin + col;
-        var p = p_begin + r;
-        var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
-        loop {
-            if (w >= w_end || p >= p_end) {
-                break;
-            }
-            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x);
+    "sum_at: v#3": """\
+    v = v + gather_bias(c0);
+    return v;
+}""",
+    "main: var s1#2": """\
             var s1 = FV(0.0);
             var s2 = FV(0.0);
             var m = 0u;
             for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
                 let i = tile_base + p * outerStride + w;
-                let s = sum_at(i, item, channel_base + cw.x);
-                let d = s - FV(shift);
-                s1 += d;
-                s2 += d * d;
-                p += laneRows;
-                if (p >= p_end) {
-                    p = p_begin + r;
-                    w += laneColumns;
-                    cw = advance(cw, cw_step, channelDivisor);
-                }
-            }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-        }
-    }
-    let lane = col % segmentLanes;""",
-    "var w#4": """\
-        var w = w_begin + col;
-        var p = p_begin + r;
-        var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
-        loop {
-            if (w >= w_end || p >= p_end) {
-                break;
-            }
-            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x).x;
-            var s1 = FV(0.0);
-            var s2 = FV(0.0);
-            var m = 0u;
-            for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
-                let i = tile_base + p * outerStride + w;
-                let s = sum_at(i, item, channel_base + cw.x);
-                let d = s - FV(shift);
-                s1 += d;
-                s2 += d * d;
-                p += laneRows;
-                if (p >= p_end) {
-                    p = p_begin + r;
-                    w += laneColumns;
-                    cw = advance(cw, cw_step, channelDivisor);
-                }
-            }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-        }
-    }
-    let lane = col % segmentLanes;""",
+                let s = sum_at(i, item, channel_base + cw.x);""",
+    "sum_at: v#4": """\
+    v = v + gather_bias(c0);
+    return half(v);
+}""",
+    "override numChannels#2": """\
+override numChannels: u32;
+override numGroups: u32;
+override outerStride: u32;
+override paramsF16: u32;""",
     "binding stats": """\
 @group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;""",
-    "binding y#15": """\
-@group(0) @binding(6) var<storage, read_write> y: array<f32>;""",
-    "if#2": """\
-    if (group >= numGroups || !active_lane) {
-        return;
-    }
-    let st = stats[item * numGroups + group];
-    let hi = FV(st.x);
-    let lo = FV(st.y);
-    var cw = vec2<u32>(((w_begin + col) * VW) / channelDivisor, ((w_begin + col) * VW) % channelDivisor);
-    for (var w = w_begin + col; w < w_end; w += laneColumns) {
-        let c0 = channel_base + cw.x;
-        cw = advance(cw, cw_step, channelDivisor);
-        let scale = FV(st.z) * gather_gamma(c0);
-        let offset = gather_beta(c0);
-        for (var p = p_begin + r; p < p_end; p += laneRows) {
-            let i = tile_base + p * outerStride + w;
-            let s = sum_at(i, item, c0);
-            var v = ((s - hi) - lo) * scale + offset;
-            if (params.activation != 0u) {
-                v = v / (FV(1.0) + exp(-v));
-            }
-            y[i] = TV(v);
-        }
-    }
-}""",
-    "binding y#16": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f32>>;""",
     "binding y#17": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f32>>;""",
+@group(0) @binding(6) var<storage, read_write> y: array<f32>;""",
+    "struct Params#5": """\
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(7) var<uniform> params: Params;""",
+    "main: let s#2": """\
+            let s = sum_at(i, item, c0);""",
     "binding y#18": """\
-@group(0) @binding(6) var<storage, read_write> y: array<f16>;""",
+@group(0) @binding(6) var<storage, read_write> y: array<vec4<f32>>;""",
     "binding y#19": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f16>>;""",
+@group(0) @binding(6) var<storage, read_write> y: array<vec2<f32>>;""",
+    "binding bias#4": """\
+@group(0) @binding(2) var<storage, read> bias: array<f16>;
+@group(0) @binding(3) var<storage, read> gamma: array<u32>;
+@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
     "binding y#20": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f16>>;""",
-    "binding sumOut#23": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<f32>;""",
-    "fn sum_at#5": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * numChannels + c0);
-    return v;
-}""",
-    "binding sumOut#24": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f32>>;""",
-    "binding sumOut#25": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f32>>;""",
-    "fn sum_at#6": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + FV(skip[i]);
-    return v;
-}""",
-    "binding sumOut#26": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<f16>;""",
-    "fn sum_at#7": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * numChannels + c0);
-    return half(v);
-}""",
-    "binding sumOut#27": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f16>>;""",
-    "binding sumOut#28": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f16>>;""",
-    "fn sum_at#8": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + FV(skip[i]);
-    return half(v);
-}""",
-    "binding partials#3": """\
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;""",
-    "binding params#5": """\
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "binding stats#2": """\
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;""",
+@group(0) @binding(6) var<storage, read_write> y: array<f16>;""",
     "binding y#21": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;""",
+@group(0) @binding(6) var<storage, read_write> y: array<vec4<f16>>;""",
     "binding y#22": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;""",
+@group(0) @binding(6) var<storage, read_write> y: array<vec2<f16>>;""",
+    "binding sumOut#14": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<f32>;""",
+    "sum_at: return": """\
+    return v;""",
+    "binding sumOut#15": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f32>>;""",
+    "binding sumOut#16": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f32>>;""",
+    "fn sum_at#3": """\
+// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
+// rounded to T before anything else sees it.
+fn sum_at(i: u32, item: u32, c0: u32) -> FV {
+    var v = FV(x[i]) + FV(skip[i]);""",
+    "binding sumOut#17": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<f16>;""",
+    "sum_at: return#2": """\
+    return half(v);""",
+    "binding sumOut#18": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f16>>;""",
+    "binding sumOut#19": """\
+@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f16>>;""",
+    "binding partials#3": """\
+@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(3) var<uniform> params: Params;""",
+    "sum_at: return#3": """\
+    return v;
+}""",
+    "sum_at: return#4": """\
+    return half(v);
+}""",
+    "binding gamma#5": """\
+@group(0) @binding(2) var<storage, read> gamma: array<u32>;
+@group(0) @binding(3) var<storage, read> beta: array<u32>;
+@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;""",
     "binding y#23": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;""",
+@group(0) @binding(5) var<storage, read_write> y: array<f32>;""",
+    "struct Params#6": """\
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
     "binding y#24": """\
+@group(0) @binding(5) var<storage, read_write> y: array<f16>;""",
+    "binding y#25": """\
+@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;""",
+    "binding y#26": """\
 @group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;""",
-    "override groupValues": """\
-override groupValues: u32;""",
-    "override rowCount": """\
-override rowCount: u32;""",
-    "override vectorWidth": """\
-override vectorWidth: u32;""",
-    "binding partials#4": """\
+    "override DISPATCH_FOLD_WIDTH#6": """\
+override DISPATCH_FOLD_WIDTH: u32;
+override channelsPerGroup: u32;
+override groupValues: u32;
+override layoutChannelsLast: u32;
+override rowCount: u32;
+override slabCount: u32;
+override slabUnits: u32;
+override vectorWidth: u32;
+override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> stats: array<vec4<f32>>;""",
-    "binding params#6": """\
-@group(0) @binding(2) var<uniform> params: Params;""",
-    "// var slots#2": """\
+@group(0) @binding(1) var<storage, read_write> stats: array<vec4<f32>>;
+struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(2) var<uniform> params: Params;
+
 // com.microsoft SkipGroupNorm, split variants, pass `combine`: one workgroup per (batch item,
 // group) row, dispatch (rowCount) folded at DISPATCH_FOLD_WIDTH.
 //
@@ -2436,20 +2039,41 @@ override vectorWidth: u32;""",
 // (s - hi) - lo, which stays exact when the data sit far from zero.
 // The compiler prepends the overrides, the bindings (partials, stats) and the uniform `params`
 // (epsilon).
-// One summary per lane, merged in place by the tree.""",
-    "fn slab_values": """\
+// One summary per lane, merged in place by the tree.
+var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+    "fn pack_stats": """\
+// Workgroup memory holds a summary as four 32-bit words.
+fn pack_stats(s: Stats) -> vec4<u32> {
+    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
+}
+
+fn unpack_stats(v: vec4<u32>) -> Stats {
+    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
+}
+
+// Chunk k of `units` units cut into `parts` contiguous, balanced chunks: the first units % parts
+// chunks hold one unit more, and a chunk is empty when units < parts. (first unit, unit count).
+fn balanced_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
+    let q = units / parts;
+    let r = units % parts;
+    return vec2<u32>(k * q + min(k, r), q + select(0u, 1u, k < r));
+}
+
 // Values of the row in slab k: the statistics pass's balanced share of the slabUnits units, times
 // the values of a unit.
 fn slab_values(k: u32) -> u32 {
     return balanced_chunk(slabUnits, slabCount, k).y * select(vectorWidth, channelsPerGroup, layoutChannelsLast != 0u);
-}""",
-    "let row": """\
+}
+
+@compute @workgroup_size(workgroupSize)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= rowCount) {
         return;
     }
-    let n = f32(groupValues);""",
-    "var own#16": """\
+    let n = f32(groupValues);
+
     var own = Stats(0u, 0.0, 0.0, 0.0);
     // Partials lid, lid + workgroupSize, ... in order: (hi, lo, M2) each, the count
     // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
@@ -2458,10 +2082,8 @@ fn slab_values(k: u32) -> u32 {
         own = chan_merge(own, Stats(slab_values(part), p.x, p.y, p.z));
     }
     slots[lid] = pack_stats(own);
-    workgroupBarrier();""",
-    "// {": """\
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.""",
-    "{": """\
+    workgroupBarrier();
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -2480,10 +2102,11 @@ fn slab_values(k: u32) -> u32 {
         stats[row] = vec4<f32>(total.hi, total.lo, inverseSqrt(variance + params.epsilon), 0.0);
     }
 }""",
-    "binding sumOut#29": """\
+    "binding sumOut#20": """\
 @group(0) @binding(6) var<storage, read_write> sumOut: array<f32>;""",
-    "struct Params#3": """\
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }""",
+    "struct Params#7": """\
+struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(7) var<uniform> params: Params;""",
     "// alias FV#2": """\
 // com.microsoft SkipGroupNorm, fused variants (fused_bias_sum, fused_bias_plain, fused_sum,
 // fused_plain): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
@@ -2529,15 +2152,22 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // the bindings.
 // Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
 // FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.""",
-    "fn sum_at#9": """\
+    "fn sum_at#4": """\
+}
+
+// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
+// rounded to T before anything else sees it.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
-    v = v + gather_bias(c0);
-    return v;
-}""",
-    "// var slots#3": """\
-// One summary per invocation, merged in place by the tree.""",
-    "let row#2": """\
+    var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);""",
+    "var slots#2": """\
+}
+
+// One summary per invocation, merged in place by the tree.
+var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+    "fn main": """\
+@compute @workgroup_size(workgroupSize)
+fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
+    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
     let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
     if (row >= params.rowCount) {
         return;
@@ -2550,8 +2180,7 @@ fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
     // (channel, value within it) pair by their stride split once into quotient and remainder,
     // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
-    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.""",
-    "let ab_step": """\
+    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
     let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
     let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
     let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
@@ -2559,14 +2188,17 @@ fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     var cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
     var own = Stats(0u, 0.0, 0.0, 0.0);
     for (var j = lid; j < params.rowVectors;) {
-        let c0_block = channel0 + select(cw.x, ab.y * VW, channels_last);
+        let c0_block = channel0 + select(cw.x, ab.y * VW, channels_last);""",
+    "main: let shift": """\
         let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block);
         var s1 = FV(0.0);
         var s2 = FV(0.0);
         var m = 0u;
         for (; m < STATS_BLOCK * VW && j < params.rowVectors; m += VW) {
-            let i = base + ab.x * params.outerStride + ab.y;
-            let s = stored_sum(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));
+            let i = base + ab.x * params.outerStride + ab.y;""",
+    "main: let s#3": """\
+            let s = stored_sum(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));""",
+    "main: let d#2": """\
             let d = s - FV(shift);
             s1 += d;
             s2 += d * d;
@@ -2578,8 +2210,8 @@ fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     }
     let n = f32(params.groupValues);
     slots[lid] = pack_stats(own);
-    workgroupBarrier();""",
-    "{#2": """\
+    workgroupBarrier();
+    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
     {
         var width = 1u;
         while (width < workgroupSize) {
@@ -2596,15 +2228,16 @@ fn sum_at(i: u32, item: u32, c0: u32) -> FV {
     let hi = total.hi;
     let lo = total.lo;
     let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "ab": """\
+    let inv_std = inverseSqrt(variance + params.epsilon);
+
     ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
     cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
     for (var j = lid; j < params.rowVectors; j += workgroupSize) {
         let i = base + ab.x * params.outerStride + ab.y;
         let c0 = channel0 + select(cw.x, ab.y * VW, channels_last);
         ab = advance(ab, ab_step, params.innerVectors);
-        cw = advance(cw, cw_step, params.channelDivisor);
+        cw = advance(cw, cw_step, params.channelDivisor);""",
+    "main: let s#4": """\
         let s = FV(sumOut[i]);
         var v = ((s - FV(hi)) - FV(lo)) * (FV(inv_std) * gather_gamma(c0)) + gather_beta(c0);
         if (params.activation != 0u) {
@@ -2613,114 +2246,64 @@ fn sum_at(i: u32, item: u32, c0: u32) -> FV {
         y[i] = TV(v);
     }
 }""",
-    "fn gather_skip#4": """\
-fn gather_skip(c: u32) -> FV {
-    return FV(skip_at(c), skip_at(c + params.laneChannelStep), skip_at(c + 2u * params.laneChannelStep), skip_at(c + 3u * params.laneChannelStep));
-}""",
-    "fn gather_bias#7": """\
-fn gather_bias(c: u32) -> FV {
-    return FV(bias_at(c), bias_at(c + params.laneChannelStep), bias_at(c + 2u * params.laneChannelStep), bias_at(c + 3u * params.laneChannelStep));
-}""",
+    "gather_skip: return#4": """\
+    return FV(skip_at(c), skip_at(c + params.laneChannelStep), skip_at(c + 2u * params.laneChannelStep), skip_at(c + 3u * params.laneChannelStep));""",
+    "gather_bias: return#4": """\
+    return FV(bias_at(c), bias_at(c + params.laneChannelStep), bias_at(c + 2u * params.laneChannelStep), bias_at(c + 3u * params.laneChannelStep));""",
     "fn gather_gamma#7": """\
+// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return FV(gamma_at(c), gamma_at(c + params.laneChannelStep), gamma_at(c + 2u * params.laneChannelStep), gamma_at(c + 3u * params.laneChannelStep));
-}""",
-    "fn gather_beta#7": """\
+}
+
+// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
     return FV(beta_at(c), beta_at(c + params.laneChannelStep), beta_at(c + 2u * params.laneChannelStep), beta_at(c + 3u * params.laneChannelStep));
-}""",
-    "let ab_step#2": """\
-    let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
-    let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
-    let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
-    var ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
-    var cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < params.rowVectors;) {
-        let c0_block = channel0 + select(cw.x, ab.y * VW, channels_last);
+}
+
+// One summary per invocation, merged in place by the tree.
+var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+    "main: let shift#2": """\
         let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block).x;
         var s1 = FV(0.0);
         var s2 = FV(0.0);
         var m = 0u;
         for (; m < STATS_BLOCK * VW && j < params.rowVectors; m += VW) {
-            let i = base + ab.x * params.outerStride + ab.y;
-            let s = stored_sum(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));
-            let d = s - FV(shift);
-            s1 += d;
-            s2 += d * d;
-            j += workgroupSize;
-            ab = advance(ab, ab_step, params.innerVectors);
-            cw = advance(cw, cw_step, params.channelDivisor);
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-    let n = f32(params.groupValues);
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();""",
-    "fn gather_skip#5": """\
-fn gather_skip(c: u32) -> FV {
-    return FV(skip_at(c), skip_at(c + params.laneChannelStep));
-}""",
-    "fn gather_bias#8": """\
-fn gather_bias(c: u32) -> FV {
-    return FV(bias_at(c), bias_at(c + params.laneChannelStep));
-}""",
+            let i = base + ab.x * params.outerStride + ab.y;""",
+    "gather_skip: return#5": """\
+    return FV(skip_at(c), skip_at(c + params.laneChannelStep));""",
+    "gather_bias: return#5": """\
+    return FV(bias_at(c), bias_at(c + params.laneChannelStep));""",
     "fn gather_gamma#8": """\
+// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_gamma(c: u32) -> FV {
     return FV(gamma_at(c), gamma_at(c + params.laneChannelStep));
-}""",
-    "fn gather_beta#8": """\
+}
+
+// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
 fn gather_beta(c: u32) -> FV {
     return FV(beta_at(c), beta_at(c + params.laneChannelStep));
-}""",
-    "binding sumOut#30": """\
+}
+
+// One summary per invocation, merged in place by the tree.
+var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
+    "enable#5": """\
+enable f16;
+override DISPATCH_FOLD_WIDTH: u32;
+override paramsF16: u32;
+override workgroupSize: u32;""",
+    "binding sumOut#21": """\
 @group(0) @binding(6) var<storage, read_write> sumOut: array<f16>;""",
-    "fn sum_at#10": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
-    v = v + gather_bias(c0);
-    return half(v);
-}""",
-    "binding sumOut#31": """\
+    "binding sumOut#22": """\
 @group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f16>>;""",
-    "binding sumOut#32": """\
+    "binding sumOut#23": """\
 @group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f16>>;""",
-    "let ab_step#3": """\
-    let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
-    let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
-    let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
-    var ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
-    var cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < params.rowVectors;) {
-        let c0_block = channel0 + select(cw.x, ab.y * VW, channels_last);
-        let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block);
-        var s1 = FV(0.0);
-        var s2 = FV(0.0);
-        var m = 0u;
-        for (; m < STATS_BLOCK * VW && j < params.rowVectors; m += VW) {
-            let i = base + ab.x * params.outerStride + ab.y;
-            let s = sum_at(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));
-            let d = s - FV(shift);
-            s1 += d;
-            s2 += d * d;
-            j += workgroupSize;
-            ab = advance(ab, ab_step, params.innerVectors);
-            cw = advance(cw, cw_step, params.channelDivisor);
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-    let n = f32(params.groupValues);
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();""",
-    "ab#2": """\
-    ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
-    cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
-    for (var j = lid; j < params.rowVectors; j += workgroupSize) {
-        let i = base + ab.x * params.outerStride + ab.y;
-        let c0 = channel0 + select(cw.x, ab.y * VW, channels_last);
-        ab = advance(ab, ab_step, params.innerVectors);
-        cw = advance(cw, cw_step, params.channelDivisor);
+    "struct Params#8": """\
+struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(6) var<uniform> params: Params;""",
+    "main: let s#5": """\
+            let s = sum_at(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));""",
+    "main: let s#6": """\
         let s = sum_at(i, item, c0);
         var v = ((s - FV(hi)) - FV(lo)) * (FV(inv_std) * gather_gamma(c0)) + gather_beta(c0);
         if (params.activation != 0u) {
@@ -2729,3821 +2312,1976 @@ fn sum_at(i: u32, item: u32, c0: u32) -> FV {
         y[i] = TV(v);
     }
 }""",
-    "let ab_step#4": """\
-    let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
-    let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
-    let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
-    var ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
-    var cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < params.rowVectors;) {
-        let c0_block = channel0 + select(cw.x, ab.y * VW, channels_last);
-        let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block).x;
-        var s1 = FV(0.0);
-        var s2 = FV(0.0);
-        var m = 0u;
-        for (; m < STATS_BLOCK * VW && j < params.rowVectors; m += VW) {
-            let i = base + ab.x * params.outerStride + ab.y;
-            let s = sum_at(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));
-            let d = s - FV(shift);
-            s1 += d;
-            s2 += d * d;
-            j += workgroupSize;
-            ab = advance(ab, ab_step, params.innerVectors);
-            cw = advance(cw, cw_step, params.channelDivisor);
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-    let n = f32(params.groupValues);
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();""",
-    "binding sumOut#33": """\
+    "binding sumOut#24": """\
 @group(0) @binding(5) var<storage, read_write> sumOut: array<f32>;""",
-    "fn sum_at#11": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
-    return v;
-}""",
-    "binding sumOut#34": """\
+    "binding sumOut#25": """\
 @group(0) @binding(5) var<storage, read_write> sumOut: array<f16>;""",
-    "fn sum_at#12": """\
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);
-    return half(v);
-}""",
-    "binding sumOut#35": """\
+    "binding sumOut#26": """\
 @group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f16>>;""",
-    "binding sumOut#36": """\
+    "binding sumOut#27": """\
 @group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f16>>;""",
+    "struct Params#9": """\
+struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
+@group(0) @binding(5) var<uniform> params: Params;""",
 }
 
 # fmt: off
 SHADERS = {
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0', '// var own', '+var own',
-        '// let row_units', '+let row_units',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32', '+main: let s47', 'main: var own', '+main: own', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#2',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0#2', '// var own', '+var own#2',
-        '// let row_units', '+let row_units#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS#2', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#3',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0#3', '// var own', '+var own#3',
-        '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS#3', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#4',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0#4', '// var own', '+var own#4',
-        '// let row_units', '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS#4', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#5',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0#5', '// var own', '+var own#5',
-        '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS#5', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
+        '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#6',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0#6', '// var own', '+var own#6',
-        '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS#6', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
+        '+main: let n#3', '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#7',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0#7', '// var own', '+var own#7',
-        '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS#7', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
+        'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#8',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit',
-        'fn lanes_sum', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed',
-        '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit',
-        'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats',
-        'fn main', '+let unit_in_group', '// let s0', '+let s0#8', '// var own', '+var own#8',
-        '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params', '// const UNITS',
+        '+const UNITS#8', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#5',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#5',
-        '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#9',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#9',
-        '// var own', '+var own#9', '// let row_units', '+let row_units#9',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#7', 'main: var own#2', '+main: own#3', '+main: let n#3',
+        '+main: deviations#4', '+main: deviations#6', '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#10',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#10',
-        '// var own', '+var own#10', '// let row_units', '+let row_units#10',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#8', '+main: let stats#2', '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#6',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#6',
-        '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#7',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#7',
-        '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5',
+        '+main: let stats#3', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#8',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#8',
-        '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#11',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#11',
-        '// var own', '+var own#11', '// let row_units', '+let row_units#11',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#9', '+main: let n#2', '+main: deviations#7', '+main: let stats#3',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#3',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#3',
-        '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params',
+        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item', 'main: let s0#2', '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket96-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#12',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#12',
-        '// var own', '+var own#12', '// let row_units', '+let row_units#12',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES',
+        '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32', '+main: let s47#2', '+main: let s62', '+main: let s80', 'main: var own',
+        '+main: own', '+main: own#4', '+main: own#5', '+main: own#6', '+main: let n', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#11', '+main: store_unit#12',
+        '+main: store_unit#13', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket80-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#13',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#13',
-        '// var own', '+var own#13', '// let row_units', '+let row_units#13',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES',
+        '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32', '+main: let s47#2', '+main: let s62', 'main: var own', '+main: own',
+        '+main: own#4', '+main: own#5', '+main: let n', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: deviations#9', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#11', '+main: store_unit#12', '+main: store_unit#14', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket8-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#8',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#8',
-        '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#6', '+main: let n#3',
+        '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket64-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#14',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#14',
-        '// var own', '+var own#14', '// let row_units', '+let row_units#14',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES',
+        '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32', '+main: let s47#2', '+main: let s62#2', 'main: var own', '+main: own',
+        '+main: own#4', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#11', '+main: store_unit#15', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket48-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0',
-        '// var own', '+var own', '// let row_units', '+let row_units',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
+        '+main: let s47', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
+        '+main: deviations#2', '+main: let stats', '+main: store_unit', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket32-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#4',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#4',
-        '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket24-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#5',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#5',
-        '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
+        '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+binding sumOut#3',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#6',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3',
-        'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add',
-        'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu',
-        'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane',
-        '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#6',
-        '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'enable', '+binding y#3', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#3',
+        '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#5',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#5', '// var own',
-        '+var own#5', '// let row_units', '+let row_units#5',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
+        '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#9',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#9', '// var own',
-        '+var own#9', '// let row_units', '+let row_units#9',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#7',
+        'main: var own#2', '+main: own#3', '+main: let n#3', '+main: deviations#4', '+main: deviations#6',
+        '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#10',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#10', '// var own',
-        '+var own#10', '// let row_units', '+let row_units#10',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#8',
+        '+main: let stats#2', '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#6',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#6', '// var own',
-        '+var own#6', '// let row_units', '+let row_units#6',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
+        '+main: let n#3', '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#7',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#7', '// var own',
-        '+var own#7', '// let row_units', '+let row_units#7',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
+        'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#8',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#8', '// var own',
-        '+var own#8', '// let row_units', '+let row_units#8',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#11',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#11', '// var own',
-        '+var own#11', '// let row_units', '+let row_units#11',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#9',
+        '+main: let n#2', '+main: deviations#7', '+main: let stats#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+binding sumOut#4',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#3',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3',
-        'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations', '+fn wide_deviations#2',
-        'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#3', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups', 'fn merged_invocations',
-        'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#3', '// var own',
-        '+var own#3', '// let row_units', '+let row_units#3',
+        'enable#2', '+binding y#4', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0', '// var own', '+var own', '// let row_units', '+let row_units',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32', '+main: let s47', 'main: var own', '+main: own', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#2',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#2', '// var own', '+var own#2', '// let row_units', '+let row_units#2',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#3',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#4',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#5',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
+        '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#6',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
+        '+main: let n#3', '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#7',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
+        'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+binding sumOut#5',
-        '+struct Params', '+binding params', '// comment', '// const UNITS', '+const UNITS#8',
-        '+// const UNIT_VALUES', '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit',
-        '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// fn gather_bias', '+fn gather_bias#2', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'enable#3', '+binding y#5', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0', '// var own', '+var own', '// let row_units', '+let row_units',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32', '+main: let s47', 'main: var own', '+main: own', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#2', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#2', '// var own', '+var own#2', '// let row_units', '+let row_units#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
+        '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
+        '+main: let n#3', '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
+        'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        'fn bias_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta', '// comment#2', '+// fn gather_bias', '+fn gather_bias', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#2',
+        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn bias_at',
+        '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#5',
-        '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#9', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#9',
-        '// var own', '+var own#9', '// let row_units', '+let row_units#9',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#7', 'main: var own#2', '+main: own#3', '+main: let n#3', '+main: deviations#4',
+        '+main: deviations#6', '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#10', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#10',
-        '// var own', '+var own#10', '// let row_units', '+let row_units#10',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#8', '+main: let stats#2', '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#6',
-        '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#7',
-        '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#8',
-        '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#11', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#11',
-        '// var own', '+var own#11', '// let row_units', '+let row_units#11',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#9', '+main: let n#2', '+main: deviations#7', '+main: let stats#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// fn gather_bias',
-        '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane', 'struct Norm',
-        '// fn formed', '+fn formed', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#3',
-        '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#2',
+        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn bias_at#2', '+struct Lane', '+fn unit_sum', '+fn subgroup_mean', '+main: let item',
+        'main: let s0#2', '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket96': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#12', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#12',
-        '// var own', '+var own#12', '// let row_units', '+let row_units#12',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES',
+        '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
+        '+main: let s47#2', '+main: let s62', '+main: let s80', 'main: var own', '+main: own',
+        '+main: own#4', '+main: own#5', '+main: own#6', '+main: let n', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#11', '+main: store_unit#12',
+        '+main: store_unit#13', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket80': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#13', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#13',
-        '// var own', '+var own#13', '// let row_units', '+let row_units#13',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES',
+        '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
+        '+main: let s47#2', '+main: let s62', 'main: var own', '+main: own', '+main: own#4', '+main: own#5',
+        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: deviations#9', '+main: let stats', '+main: store_unit', '+main: store_unit#11',
+        '+main: store_unit#12', '+main: store_unit#14', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket8': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#8',
-        '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+fn subgroup_mean', '+main: let item', 'main: let s0#6', '+main: let n#3', '+main: let stats#3',
+        '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket64': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#14', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#14',
-        '// var own', '+var own#14', '// let row_units', '+let row_units#14',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES',
+        '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
+        '+main: let s47#2', '+main: let s62#2', 'main: var own', '+main: own', '+main: own#4',
+        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#11', '+main: store_unit#15', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket48': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0',
-        '// var own', '+var own', '// let row_units', '+let row_units',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32', '+main: let s47',
+        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
+        '+main: let stats', '+main: store_unit', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket32': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#4',
-        '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own', '+main: let n',
+        '+main: deviations#3', '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket24': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#5',
-        '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n', '+main: let stats',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#3', '+binding bias#2', '+binding gamma', '+binding y#3', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum',
-        'fn half', 'fn wide#2', '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#6',
-        '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'enable', '+binding y#8', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+alias Unit#3',
+        'fn half', '+fn narrow#2', '+fn wide_add', 'fn bias_at', '+struct Lane', '+fn unit_sum#2',
+        '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#3', '+main: deviations#4',
+        '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
+        '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#9', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#9', '// var own', '+var own#9', '// let row_units', '+let row_units#9',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#7', 'main: var own#2',
+        '+main: own#3', '+main: let n#3', '+main: deviations#4', '+main: deviations#6',
+        '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#10', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#10', '// var own', '+var own#10', '// let row_units', '+let row_units#10',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#8', '+main: let stats#2',
+        '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#3',
+        '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#5', 'main: var own#2',
+        '+main: let n#3', '+main: deviations#5', '+main: let stats#3', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#6', '+main: let n#3',
+        '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#11', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#11', '// var own', '+var own#11', '// let row_units', '+let row_units#11',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#9', '+main: let n#2',
+        '+main: deviations#7', '+main: let stats#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#4', '+binding bias#2', '+binding gamma', '+binding y#4', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#3', 'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2',
-        'fn half', 'fn wide#3', '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2',
-        '// fn wide_deviations', '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2',
-        'fn wide_scaled#2', 'fn wide_half#2', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at',
-        '// fn gather_gamma', '+fn gather_gamma#3', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#3', '// comment#2', '+// fn gather_bias', '+fn gather_bias#3', '// comment#2',
-        '+// struct Lane', '+struct Lane', 'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group',
-        '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'enable#2', '+binding y#9', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#3', 'fn half',
+        '+fn narrow#3', 'fn bias_at#3', 'fn gather_gamma', '+fn gather_bias', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#2', '+main: let n#2',
+        '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0',
-        '// var own', '+var own', '// let row_units', '+let row_units',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
+        '+main: let s47', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
+        '+main: deviations#2', '+main: let stats', '+main: store_unit', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#2', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#2',
-        '// var own', '+var own#2', '// let row_units', '+let row_units#2',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#2',
+        'main: var own', '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats',
+        '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#3',
-        '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#2', '+main: let n#2',
+        '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#4',
-        '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#5',
-        '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
+        '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#6',
-        '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#3',
+        '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#7',
-        '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#5', 'main: var own#2',
+        '+main: let n#3', '+main: deviations#5', '+main: let stats#3', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#5', '+binding bias#2', '+binding gamma', '+binding y#5', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2',
-        'fn half', 'fn wide#4', '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum',
-        '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled',
-        'fn wide_half', '// fn gamma_at', '+fn gamma_at', 'fn beta_at', 'fn bias_at', '// fn gather_gamma',
-        '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2',
-        '+// fn gather_bias', '+fn gather_bias#2', '// comment#2', '+// struct Lane', '+struct Lane',
-        'struct Norm', '// fn formed', '+fn formed#2', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group', '// let s0', '+let s0#8',
-        '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'enable#3', '+binding y#10', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2',
+        '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add', 'fn bias_at#2', '+struct Lane',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#6', '+main: let n#3',
+        '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0', '// var own', '+var own', '// let row_units',
-        '+let row_units',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32', '+main: let s47', 'main: var own', '+main: own', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#2', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#2', '// var own', '+var own#2', '// let row_units',
-        '+let row_units#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS#2', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n',
+        '+main: deviations', '+main: let stats', '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units',
-        '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS#3', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#2', '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units',
-        '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS#4', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats',
+        '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units',
-        '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS#5', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units',
-        '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS#6', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units',
-        '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS#7', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES', 'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide',
-        'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units',
-        '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#2', '// const UNITS',
+        '+const UNITS#8', '+const UNIT_VALUES', '+alias Unit', '+fn narrow', 'fn gather_gamma#2',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#5', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#9', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#9', '// var own', '+var own#9', '// let row_units', '+let row_units#9',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#9', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#7', 'main: var own#2', '+main: own#3', '+main: let n#3', '+main: deviations#4',
+        '+main: deviations#6', '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#10', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#10', '// var own', '+var own#10', '// let row_units', '+let row_units#10',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#10', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#8', '+main: let stats#2', '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#6', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#7', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#8', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#11', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#11', '// var own', '+var own#11', '// let row_units', '+let row_units#11',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#11', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#9', '+main: let n#2', '+main: deviations#7', '+main: let stats#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params',
-        '+binding params#2', '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES',
-        '+const UNIT_VALUES#2', 'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2',
-        'fn wide', 'fn narrow', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#2', '// const UNITS',
+        '+const UNITS#3', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow', 'fn gather_gamma#3',
+        '+struct Lane#2', '+fn unit_sum', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#2', '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#12', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#12', '// var own', '+var own#12', '// let row_units', '+let row_units#12',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS#12',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', '+main: let s32', '+main: let s47#2', '+main: let s62',
+        '+main: let s80', 'main: var own', '+main: own', '+main: own#4', '+main: own#5', '+main: own#6',
+        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: deviations#9', '+main: deviations#10', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#11', '+main: store_unit#12', '+main: store_unit#13', '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#13', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#13', '// var own', '+var own#13', '// let row_units', '+let row_units#13',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS#13',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', '+main: let s32', '+main: let s47#2', '+main: let s62',
+        'main: var own', '+main: own', '+main: own#4', '+main: own#5', '+main: let n', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: let stats',
+        '+main: store_unit', '+main: store_unit#11', '+main: store_unit#12', '+main: store_unit#14',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS#8',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#6', '+main: let n#3', '+main: let stats#3',
+        '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#14', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#14', '// var own', '+var own#14', '// let row_units', '+let row_units#14',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS#14',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', '+main: let s32', '+main: let s47#2', '+main: let s62#2',
+        'main: var own', '+main: own', '+main: own#4', '+main: let n', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#11', '+main: store_unit#15', '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0', '// var own', '+var own', '// let row_units', '+let row_units',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', '+main: let s32', '+main: let s47', 'main: var own',
+        '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats',
+        '+main: store_unit', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS#4',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3',
+        '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS#5',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+binding sumOut#8', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#3', '+binding sumOut', '// const UNITS', '+const UNITS#6',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#4', '+main: let n#3', '+main: deviations#4',
+        '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#5',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3',
+        '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#9', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#9', '// var own', '+var own#9', '// let row_units', '+let row_units#9',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#9',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#7',
+        'main: var own#2', '+main: own#3', '+main: let n#3', '+main: deviations#4', '+main: deviations#6',
+        '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#10', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#10', '// var own', '+var own#10', '// let row_units', '+let row_units#10',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#10',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#8',
+        '+main: let stats#2', '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#6',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4',
+        '+main: let n#3', '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#7',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5',
+        'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#8',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#11', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#11', '// var own', '+var own#11', '// let row_units', '+let row_units#11',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#11',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#9',
+        '+main: let n#2', '+main: deviations#7', '+main: let stats#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+binding sumOut#9', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x', '// const UNITS', '+const UNITS#3',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0', '// var own', '+var own', '// let row_units', '+let row_units',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', '+main: let s32', '+main: let s47', 'main: var own',
+        '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats',
+        '+main: store_unit', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#2', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#2', '// var own', '+var own#2', '// let row_units', '+let row_units#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS#2',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2',
+        '+main: let n', '+main: deviations', '+main: let stats', '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS#3',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#2', '+main: let n#2', '+main: let stats#2',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS#4',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3',
+        '+main: let stats', '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS#5',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS#6',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#4', '+main: let n#3', '+main: deviations#4',
+        '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS#7',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5',
+        '+main: let stats#3', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+binding sumOut#10', '+struct Params', '+binding params#2',
-        '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#2', '// const UNITS', '+const UNITS#8',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+store_unit: sumOut', '+fn subgroup_mean',
+        '+main: let item#2', 'main: let s0#6', '+main: let n#3', '+main: let stats#3',
+        '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0', '// var own', '+var own', '// let row_units',
-        '+let row_units',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32', '+main: let s47', 'main: var own', '+main: own', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#2', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#2', '// var own', '+var own#2', '// let row_units',
-        '+let row_units#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n',
+        '+main: deviations', '+main: let stats', '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units',
-        '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#2', '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units',
-        '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats',
+        '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units',
-        '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units',
-        '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units',
-        '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit', 'fn lanes_sum', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma', '// comment#2', '+// fn gather_beta', '+fn gather_beta',
-        '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#3',
-        'fn unit_sum', 'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean',
-        'fn summary', 'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main',
-        '+let unit_in_group#2', '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units',
-        '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#3',
+        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+alias Unit', '+fn narrow',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#9', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#9', '// var own', '+var own#9', '// let row_units', '+let row_units#9',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#7', 'main: var own#2', '+main: own#3', '+main: let n#3', '+main: deviations#4',
+        '+main: deviations#6', '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#10', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#10', '// var own', '+var own#10', '// let row_units', '+let row_units#10',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#8', '+main: let stats#2', '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#11', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#11', '// var own', '+var own#11', '// let row_units', '+let row_units#11',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#9', '+main: let n#2', '+main: deviations#7', '+main: let stats#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params', '+binding params#3',
-        '// comment', '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#2', 'fn lanes_sum#2', 'fn wide', 'fn narrow',
-        'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations', 'fn wide_affine',
-        'fn wide_silu', 'fn wide_scaled', '// fn gamma_at', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma', '+fn gather_gamma#2', '// comment#2', '+// fn gather_beta',
-        '+fn gather_beta#2', '// comment#2', '+// struct Lane', '+struct Lane#2', 'struct Norm',
-        '// fn formed', '+fn formed#3', 'fn unit_sum', 'fn unit_deviations', '// fn store_unit',
-        '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0',
-        '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#3',
+        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2', '+alias Unit#2', '+fn narrow',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#2', '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#12', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#12', '// var own', '+var own#12', '// let row_units', '+let row_units#12',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS#12',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32', '+main: let s47#2', '+main: let s62', '+main: let s80',
+        'main: var own', '+main: own', '+main: own#4', '+main: own#5', '+main: own#6', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
+        '+main: deviations#10', '+main: let stats', '+main: store_unit', '+main: store_unit#11',
+        '+main: store_unit#12', '+main: store_unit#13', '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#13', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#13', '// var own', '+var own#13', '// let row_units', '+let row_units#13',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS#13',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32', '+main: let s47#2', '+main: let s62', 'main: var own',
+        '+main: own', '+main: own#4', '+main: own#5', '+main: let n', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: let stats',
+        '+main: store_unit', '+main: store_unit#11', '+main: store_unit#12', '+main: store_unit#14',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS#8',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#14', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#14', '// var own', '+var own#14', '// let row_units', '+let row_units#14',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS#14',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32', '+main: let s47#2', '+main: let s62#2', 'main: var own',
+        '+main: own', '+main: own#4', '+main: let n', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: let stats', '+main: store_unit', '+main: store_unit#11',
+        '+main: store_unit#15', '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS', '+// const UNIT_VALUES', '+const UNIT_VALUES', 'var wg_subgroups',
-        '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2', '// fn narrow',
-        '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations', '+fn wide_deviations',
-        'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half', '// fn gamma_at',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma', '// comment#2',
-        '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane', '+struct Lane#2',
-        'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum', 'fn unit_deviations',
-        '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary', 'fn merged_subgroups',
-        'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2', '// let s0', '+let s0',
-        '// var own', '+var own', '// let row_units', '+let row_units',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32', '+main: let s47', 'main: var own', '+main: own', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS#4',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats',
+        '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS#5',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#3',
-        '+binding gamma#2', '+binding y#8', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#3', 'fn lanes_sum', 'fn half', 'fn wide#2',
-        '// fn narrow', '+fn narrow#2', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#3', '+struct Params#3', '// const UNITS', '+const UNITS#6',
+        '+const UNIT_VALUES', '+alias Unit#3', 'fn half', '+fn narrow#2', '+fn wide_add',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#5',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n',
+        '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#9', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#9', '// var own', '+var own#9', '// let row_units', '+let row_units#9',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#9',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#7', 'main: var own#2',
+        '+main: own#3', '+main: let n#3', '+main: deviations#4', '+main: deviations#6',
+        '+main: let stats#3', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#10', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#10', '// var own', '+var own#10', '// let row_units', '+let row_units#10',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#10',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#8', '+main: let stats#2',
+        '+main: store_unit#10',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#6',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#3',
+        '+main: deviations#4', '+main: let stats#3', '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#7',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5', 'main: var own#2',
+        '+main: let n#3', '+main: deviations#5', '+main: let stats#3', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#8',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6', '+main: let n#3',
+        '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#11', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#11', '// var own', '+var own#11', '// let row_units', '+let row_units#11',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#11',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#9', '+main: let n#2',
+        '+main: deviations#7', '+main: let stats#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#4',
-        '+binding gamma#2', '+binding y#9', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES', '+const UNIT_VALUES#3',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#4', 'fn lanes_sum#2', 'fn half', 'fn wide#3',
-        '// fn narrow', '+fn narrow#3', 'fn wide_add#2', 'fn wide_sum#2', '// fn wide_deviations',
-        '+fn wide_deviations#2', 'fn wide_affine#2', 'fn wide_silu#2', 'fn wide_scaled#2', 'fn wide_half#2',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#3',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#3', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#3', '// const UNITS', '+const UNITS#3',
+        '+const UNIT_VALUES#3', 'fn half', '+fn narrow#3', 'fn gather_gamma', '+struct Lane#2',
+        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2', '+main: let n#2',
+        '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0', '// var own', '+var own', '// let row_units', '+let row_units',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32', '+main: let s47', 'main: var own', '+main: own', '+main: let n',
+        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#2', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#2', '// var own', '+var own#2', '// let row_units', '+let row_units#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS#2',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n',
+        '+main: deviations', '+main: let stats', '+main: store_unit', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#3', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#3', '// var own', '+var own#3', '// let row_units', '+let row_units#3',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS#3',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#2', '+main: let n#2', '+main: let stats#2', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#4', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#4', '// var own', '+var own#4', '// let row_units', '+let row_units#4',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS#4',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats',
+        '+main: store_unit#5',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#5', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#5', '// var own', '+var own#5', '// let row_units', '+let row_units#5',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS#5',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#3', '+main: let n', '+main: let stats', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#6', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#6', '// var own', '+var own#6', '// let row_units', '+let row_units#6',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS#6',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#4', '+main: let n#3', '+main: deviations#4', '+main: let stats#3',
+        '+main: store_unit#6',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#7', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#7', '// var own', '+var own#7', '// let row_units', '+let row_units#7',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS#7',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#5', 'main: var own#2', '+main: let n#3', '+main: deviations#5', '+main: let stats#3',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#5',
-        '+binding gamma#2', '+binding y#10', '+struct Params', '+binding params#3', '// comment',
-        '// const UNITS', '+const UNITS#8', '+// const UNIT_VALUES', '+const UNIT_VALUES#2',
-        'var wg_subgroups', '// alias Unit', '+alias Unit#5', 'fn lanes_sum#2', 'fn half', 'fn wide#4',
-        '// fn narrow', '+fn narrow#4', 'fn wide_add', 'fn wide_sum', '// fn wide_deviations',
-        '+fn wide_deviations', 'fn wide_affine', 'fn wide_silu', 'fn wide_scaled', 'fn wide_half',
-        '// fn gamma_at', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma', '+fn gather_gamma#2',
-        '// comment#2', '+// fn gather_beta', '+fn gather_beta#2', '// comment#2', '+// struct Lane',
-        '+struct Lane#2', 'struct Norm', '// fn formed', '+fn formed#4', 'fn unit_sum',
-        'fn unit_deviations', '// fn store_unit', '+fn store_unit#2', 'fn subgroup_mean', 'fn summary',
-        'fn merged_subgroups', 'fn merged_invocations', 'fn row_stats', 'fn main', '+let unit_in_group#2',
-        '// let s0', '+let s0#8', '// var own', '+var own#8', '// let row_units', '+let row_units#8',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#4', '// const UNITS', '+const UNITS#8',
+        '+const UNIT_VALUES#2', '+alias Unit#4', 'fn half', '+fn narrow#4', '+fn wide_add',
+        'fn gather_gamma#3', '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
+        'main: let s0#6', '+main: let n#3', '+main: let stats#3', '+main: store_unit#8',
     ),
     'skip-group-norm-slab.has-bias-f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#6', '+binding skip#3',
-        '+binding bias', '+binding sumOut#11', '+binding partials', '+struct Params#2', '+binding params#3',
-        '// alias FV', '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4',
-        '// fn sum_at', '+fn sum_at', 'fn stored_sum', '// var slots', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15',
-        '+var w', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
+        '+binding bias#2', '+binding sumOut#2', '+binding partials', '// alias FV', '+alias FV',
+        '+const VW', 'fn skip_at', '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4',
+        '+gather_bias: return', '+fn sum_at', '+sum_at: v', '+fn stored_sum', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1',
+        '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#2', '+binding skip#3', '+binding bias', '+binding sumOut#12', '+binding partials',
-        '+struct Params#2', '+binding params#3', '// alias FV', '+alias FV#2', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#6', '+binding bias#2', '+binding sumOut#3', '+binding partials', '// alias FV',
+        '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+gather_skip: }',
+        'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at', '+sum_at: v', '+fn stored_sum', 'var slots',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4',
+        '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x', '+binding skip#3', '+binding bias', '+binding sumOut#13', '+binding partials',
-        '+struct Params#2', '+binding params#3', '// alias FV', '+alias FV#3', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at', '+fn sum_at', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#7', '+binding bias#2', '+binding sumOut#4', '+binding partials', '// alias FV',
+        '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+gather_skip: }',
+        'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at', '+sum_at: v', '+fn stored_sum', 'var slots',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4',
+        '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#6', '+binding skip#3', '+binding bias', '+binding sumOut#11',
-        '+binding partials', '+struct Params#2', '+binding params#3', '// alias FV', '+alias FV',
-        '+// const VW', '+const VW', 'fn advance', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4',
-        '// fn sum_at', '+fn sum_at#2', 'fn stored_sum', '// var slots', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15',
-        '+var w', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
+        '+binding bias#2', '+binding sumOut#2', '+binding partials', '// alias FV', '+alias FV',
+        '+const VW', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#2', '+sum_at: v', '+fn stored_sum',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
+        'main: var own#3', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding sumOut#12', '+binding partials', '+struct Params#2',
-        '+binding params#3', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#2',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
+        '+binding x#8', '+binding bias#2', '+binding sumOut#3', '+binding partials', '// alias FV',
+        '+alias FV#2', '+const VW#2', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at#2',
+        '+sum_at: v', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding sumOut#13', '+binding partials', '+struct Params#2',
-        '+binding params#3', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at', '+fn sum_at#2',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
+        '+binding x#9', '+binding bias#2', '+binding sumOut#4', '+binding partials', '// alias FV',
+        '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at#2',
+        '+sum_at: v', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#7', '+binding skip#4',
-        '+binding bias#2', '+binding sumOut#14', '+binding partials', '+struct Params#2',
-        '+binding params#3', '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#3', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w', 'slots',
+        'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10', '+binding bias#3',
+        '+binding sumOut#5', '+binding partials', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2',
+        'fn skip_at', '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return',
+        '+fn sum_at', '+sum_at: v#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding bias#2', '+binding sumOut#15', '+binding partials',
-        '+struct Params#2', '+binding params#3', '// alias FV', '+alias FV#5', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#3',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
+        '+binding bias#3', '+binding sumOut#6', '+binding partials', '// alias FV', '+alias FV#5',
+        '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#2', '+gather_skip: }',
+        'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at', '+sum_at: v#2', '+fn stored_sum',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding bias#2', '+binding sumOut#16', '+binding partials',
-        '+struct Params#2', '+binding params#3', '// alias FV', '+alias FV#6', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at', '+fn sum_at#3',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
+        '+binding bias#3', '+binding sumOut#7', '+binding partials', '// alias FV', '+alias FV#6',
+        '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#3', '+gather_skip: }',
+        'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at', '+sum_at: v#2', '+fn stored_sum',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#7', '+binding skip#4', '+binding bias#2',
-        '+binding sumOut#14', '+binding partials', '+struct Params#2', '+binding params#3', '// alias FV',
-        '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding bias#3',
+        '+binding sumOut#5', '+binding partials', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2',
+        'fn bias_at#4', '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
+        'main: var own#3', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#8',
-        '+binding skip#5', '+binding bias#2', '+binding sumOut#15', '+binding partials', '+struct Params#2',
-        '+binding params#3', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
-        'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#4',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#13', '+binding bias#3',
+        '+binding sumOut#6', '+binding partials', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2',
+        'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#9',
-        '+binding skip#6', '+binding bias#2', '+binding sumOut#16', '+binding partials', '+struct Params#2',
-        '+binding params#3', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
-        'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at', '+fn sum_at#4',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#14', '+binding bias#3',
+        '+binding sumOut#7', '+binding partials', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2',
+        'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-normalize-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding sumOut#17', '+binding gamma#3',
-        '+binding y#11', '+struct Params#2', '+binding params#3', '// alias FV', '+alias FV',
-        '+// const VW', '+const VW', 'fn advance', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'if',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups#2',
+        '+override segmentLanes', '+binding sumOut#8', '+binding gamma#4', '+binding y#13',
+        '+struct Params#4', '// alias FV', '+alias FV', '+const VW', 'fn gamma_at', 'fn gather_gamma#4',
+        '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-normalize-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding sumOut#18', '+binding gamma#3', '+binding y#7', '+struct Params#2', '+binding params#3',
-        '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
+        '+override segmentLanes', '+binding sumOut#9', '+binding gamma#4', '+binding y#12',
+        '+struct Params#4', '// alias FV', '+alias FV#2', '+const VW#2', 'fn gamma_at', 'fn gather_gamma#5',
+        '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s',
+        '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-normalize-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding sumOut#19', '+binding gamma#3', '+binding y#6', '+struct Params#2', '+binding params#3',
-        '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#6', '// fn gather_beta#2',
-        '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
+        '+override segmentLanes', '+binding sumOut#10', '+binding gamma#4', '+binding y#11',
+        '+struct Params#4', '// alias FV', '+alias FV#3', '+const VW#3', 'fn gamma_at', 'fn gather_gamma#6',
+        '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s',
+        '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f16-normalize-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding sumOut#20', '+binding gamma#3',
-        '+binding y#12', '+struct Params#2', '+binding params#3', '// alias FV', '+alias FV#4',
-        '+// const VW', '+const VW', 'fn advance', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'if',
+        'enable#4', '+override laneColumns', '+override numGroups#2', '+override segmentLanes',
+        '+binding sumOut#11', '+binding gamma#4', '+binding y#14', '+struct Params#4', '// alias FV',
+        '+alias FV#4', '+const VW', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
+        'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-normalize-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding sumOut#21', '+binding gamma#3', '+binding y#13', '+struct Params#2', '+binding params#3',
-        '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if',
+        'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
+        '+binding sumOut#12', '+binding gamma#4', '+binding y#15', '+struct Params#4', '// alias FV',
+        '+alias FV#5', '+const VW#2', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta',
+        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-normalize-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding sumOut#22', '+binding gamma#3', '+binding y#14', '+struct Params#2', '+binding params#3',
-        '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#6', '// fn gather_beta#2',
-        '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if',
+        'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
+        '+binding sumOut#13', '+binding gamma#4', '+binding y#16', '+struct Params#4', '// alias FV',
+        '+alias FV#6', '+const VW#3', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
+        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f32-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#6', '+binding skip#3',
-        '+binding bias', '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV',
-        '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at',
-        '+fn sum_at', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#3', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
+        '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at',
+        '+sum_at: v#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
+        'fn balanced_chunk', 'main: var own#3', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#2', '+binding skip#3', '+binding bias', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#5', '// fn sum_at', '+fn sum_at', '// var slots', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15',
-        '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#6', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#2',
+        '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+gather_skip: }', 'fn bias_at#4',
+        '+gather_bias: return#2', '+fn sum_at', '+sum_at: v#3', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x', '+binding skip#3', '+binding bias', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#6', '// fn sum_at', '+fn sum_at', '// var slots', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15',
-        '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#7', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#3',
+        '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+gather_skip: }', 'fn bias_at#4',
+        '+gather_bias: return#3', '+fn sum_at', '+sum_at: v#3', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#6', '+binding skip#3', '+binding bias',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV',
-        '+// const VW', '+const VW', 'fn advance', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4',
-        '// fn sum_at', '+fn sum_at#2', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#3', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
+        '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn bias_at#4',
+        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#3', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding partials#2', '+struct Params#2', '+binding params#4',
-        '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#2', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
+        '+binding x#8', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#2',
+        '+const VW#2', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#3',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding partials#2', '+struct Params#2', '+binding params#4',
-        '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at', '+fn sum_at#2', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
+        '+binding x#9', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#3',
+        '+const VW#3', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#3',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#7', '+binding skip#4',
-        '+binding bias#2', '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV',
-        '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4',
-        '// fn sum_at', '+fn sum_at#3', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#3', 'slots',
+        'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10', '+binding bias#3',
+        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at',
+        '+sum_at: v#4', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
+        'fn balanced_chunk', 'main: var own#3', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding bias#2', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#3', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
+        '+binding bias#3', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2',
+        'fn skip_at', '+gather_skip: return#2', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2',
+        '+fn sum_at', '+sum_at: v#4', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding bias#2', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at', '+fn sum_at#3', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
+        '+binding bias#3', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2',
+        'fn skip_at', '+gather_skip: return#3', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3',
+        '+fn sum_at', '+sum_at: v#4', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#7', '+binding skip#4', '+binding bias#2',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV#4',
-        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#4', '// var slots', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15',
-        '+var w#3', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding bias#3',
+        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#4', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#8',
-        '+binding skip#5', '+binding bias#2', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
-        'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#4',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#13', '+binding bias#3',
+        '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#4', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#9',
-        '+binding skip#6', '+binding bias#2', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
-        'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at', '+fn sum_at#4',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#14', '+binding bias#3',
+        '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#4', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding stats', '+binding y#15',
-        '+struct Params#2', '+binding params', '// alias FV', '+alias FV', '+// const VW', '+const VW',
-        'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2',
-        '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels#2',
+        '+override segmentLanes', '+binding x#5', '+binding bias', '+binding stats', '+binding y#17',
+        '+struct Params#5', '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at', '+sum_at: v#3',
+        'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if',
+        '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#2', '+binding skip#3', '+binding bias', '+binding gamma',
-        '+binding stats', '+binding y#16', '+struct Params#2', '+binding params', '// alias FV',
-        '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip#2', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#5', '// fn sum_at',
-        '+fn sum_at', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#5', '// fn gather_beta#2', '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2',
-        '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
+        '+override segmentLanes', '+binding x#6', '+binding bias', '+binding stats', '+binding y#18',
+        '+struct Params#5', '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at',
+        '+gather_skip: return#2', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at',
+        '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return',
+        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x', '+binding skip#3', '+binding bias', '+binding gamma',
-        '+binding stats', '+binding y#17', '+struct Params#2', '+binding params', '// alias FV',
-        '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip#3', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at',
-        '+fn sum_at', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#6', '// fn gather_beta#2', '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2',
-        '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
+        '+override segmentLanes', '+binding x#7', '+binding bias', '+binding stats', '+binding y#19',
+        '+struct Params#5', '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at',
+        '+gather_skip: return#3', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at',
+        '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2',
+        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#6', '+binding skip#3',
-        '+binding bias', '+binding gamma', '+binding stats', '+binding y#15', '+struct Params#2',
-        '+binding params', '// alias FV', '+alias FV', '+// const VW', '+const VW', 'fn advance',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#2',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups#2',
+        '+override segmentLanes', '+binding x#5', '+binding bias', '+binding stats', '+binding y#17',
+        '+struct Params#5', '// alias FV', '+alias FV', '+const VW', 'fn bias_at#4', '+gather_bias: return',
+        '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
+        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#2', '+binding skip#2', '+binding bias', '+binding gamma', '+binding stats',
-        '+binding y#16', '+struct Params#2', '+binding params', '// alias FV', '+alias FV#2',
-        '+// const VW', '+const VW#2', 'fn advance', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#2', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
+        '+override segmentLanes', '+binding x#8', '+binding bias', '+binding stats', '+binding y#18',
+        '+struct Params#5', '// alias FV', '+alias FV#2', '+const VW#2', 'fn bias_at#4',
+        '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#5',
+        '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x', '+binding skip', '+binding bias', '+binding gamma', '+binding stats', '+binding y#17',
-        '+struct Params#2', '+binding params', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3',
-        'fn advance', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#6', '// fn sum_at',
-        '+fn sum_at#2', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#6', '// fn gather_beta#2', '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2',
-        '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
+        '+override segmentLanes', '+binding x#9', '+binding bias', '+binding stats', '+binding y#19',
+        '+struct Params#5', '// alias FV', '+alias FV#3', '+const VW#3', 'fn bias_at#4',
+        '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#6',
+        '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f16-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#7',
-        '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding stats', '+binding y#18',
-        '+struct Params#2', '+binding params', '// alias FV', '+alias FV#4', '+// const VW', '+const VW',
-        'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#3', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2',
-        '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneColumns', '+override numChannels#2', '+override segmentLanes',
+        '+binding x#10', '+binding bias#4', '+binding stats', '+binding y#20', '+struct Params#5',
+        '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at', '+sum_at: v#4',
+        'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if',
+        '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#8', '+binding skip#4', '+binding bias#2', '+binding gamma',
-        '+binding stats', '+binding y#19', '+struct Params#2', '+binding params', '// alias FV',
-        '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#2', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#5',
-        '// fn sum_at', '+fn sum_at#3', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2', '+fn gather_beta#5',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
+        '+binding x#11', '+binding bias#4', '+binding stats', '+binding y#21', '+struct Params#5',
+        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#2',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at', '+sum_at: v#4',
+        'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk',
+        'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#9', '+binding skip#4', '+binding bias#2', '+binding gamma',
-        '+binding stats', '+binding y#20', '+struct Params#2', '+binding params', '// alias FV',
-        '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#3', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#6',
-        '// fn sum_at', '+fn sum_at#3', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#6', '// fn gather_beta#2', '+fn gather_beta#6',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
+        '+binding x#12', '+binding bias#4', '+binding stats', '+binding y#22', '+struct Params#5',
+        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#3',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at', '+sum_at: v#4',
+        'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2',
+        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#7', '+binding skip#4',
-        '+binding bias#2', '+binding gamma', '+binding stats', '+binding y#18', '+struct Params#2',
-        '+binding params', '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
-        'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#4',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneColumns', '+override numGroups#2', '+override segmentLanes',
+        '+binding x#10', '+binding bias#4', '+binding stats', '+binding y#20', '+struct Params#5',
+        '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4', '+gather_bias: return',
+        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
+        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#8', '+binding skip#5', '+binding bias#2', '+binding gamma', '+binding stats',
-        '+binding y#19', '+struct Params#2', '+binding params', '// alias FV', '+alias FV#5',
-        '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#5', '// fn sum_at', '+fn sum_at#4', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
+        '+binding x#13', '+binding bias#4', '+binding stats', '+binding y#21', '+struct Params#5',
+        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4', '+gather_bias: return#2',
+        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta',
+        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#9', '+binding skip#6', '+binding bias#2', '+binding gamma', '+binding stats',
-        '+binding y#20', '+struct Params#2', '+binding params', '// alias FV', '+alias FV#6',
-        '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#6', '// fn sum_at', '+fn sum_at#4', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#6', '// fn gather_beta#2',
-        '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
+        '+binding x#14', '+binding bias#4', '+binding stats', '+binding y#22', '+struct Params#5',
+        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4', '+gather_bias: return#3',
+        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
+        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#6', '+binding skip#3',
-        '+binding sumOut#23', '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV',
-        '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip', '// fn sum_at', '+fn sum_at#5', 'fn stored_sum', '// var slots', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
+        '+binding sumOut#14', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
+        '+gather_skip: return', '+fn sum_at', '+sum_at: return', '+fn stored_sum', 'var slots',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3',
+        '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#2', '+binding skip#3', '+binding sumOut#24', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#5',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#6', '+binding sumOut#15', '+binding partials#2', '// alias FV', '+alias FV#2',
+        '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at', '+sum_at: return',
+        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x', '+binding skip#3', '+binding sumOut#25', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#5',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#7', '+binding sumOut#16', '+binding partials#2', '// alias FV', '+alias FV#3',
+        '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at', '+sum_at: return',
+        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#6', '+binding skip#3', '+binding sumOut#23',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV',
-        '+// const VW', '+const VW', 'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
+        '+binding sumOut#14', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn sum_at#3',
+        '+sum_at: return', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#2', '+binding skip#2', '+binding sumOut#24',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV#2',
-        '+// const VW', '+const VW#2', 'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#8',
+        '+binding sumOut#15', '+binding partials#2', '// alias FV', '+alias FV#2', '+const VW#2',
+        'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1',
+        '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x', '+binding skip', '+binding sumOut#25',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV#3',
-        '+// const VW', '+const VW#3', 'fn advance', '// fn sum_at', '+fn sum_at#6', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#9',
+        '+binding sumOut#16', '+binding partials#2', '// alias FV', '+alias FV#3', '+const VW#3',
+        'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1',
+        '+main: let d',
     ),
     'skip-group-norm-slab.f16-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#7', '+binding skip#4',
-        '+binding sumOut#26', '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV',
-        '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#7', 'fn stored_sum',
-        '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK',
-        'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'fn main#2', '+let tile', 'var own#15', '+var w', 'slots',
+        'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10', '+binding sumOut#17',
+        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return', '+fn sum_at', '+sum_at: return#2', '+fn stored_sum', 'var slots',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3',
+        '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding sumOut#27', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#7',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
+        '+binding sumOut#18', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2',
+        'fn half#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at', '+sum_at: return#2',
+        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding sumOut#28', '+binding partials#2', '+struct Params#2',
-        '+binding params#4', '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#7',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
+        '+binding sumOut#19', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3',
+        'fn half#2', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at', '+sum_at: return#2',
+        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.f16-skip-full-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#7', '+binding skip#4', '+binding sumOut#26',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV#4',
-        '+// const VW', '+const VW', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding sumOut#17',
+        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3',
+        '+sum_at: return#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#8', '+binding skip#5', '+binding sumOut#27',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV#5',
-        '+// const VW', '+const VW#2', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#13', '+binding sumOut#18',
+        '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3',
+        '+sum_at: return#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-stats-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#9', '+binding skip#6', '+binding sumOut#28',
-        '+binding partials#2', '+struct Params#2', '+binding params#4', '// alias FV', '+alias FV#6',
-        '+// const VW', '+const VW#3', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8',
-        'fn stored_sum', '// var slots', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#2', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#14', '+binding sumOut#19',
+        '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3',
+        '+sum_at: return#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.f32-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#6', '+binding skip#3',
-        '+binding partials#3', '+struct Params#2', '+binding params#5', '// alias FV', '+alias FV',
-        '+// const VW', '+const VW', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip',
-        '// fn sum_at', '+fn sum_at#5', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#3', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
+        '+binding partials#3', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
+        '+gather_skip: return', '+fn sum_at', '+sum_at: return#3', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#2', '+binding skip#3', '+binding partials#3', '+struct Params#2', '+binding params#5',
-        '// alias FV', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#5', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#6', '+binding partials#3', '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at',
+        '+gather_skip: return#2', '+fn sum_at', '+sum_at: return#3', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x', '+binding skip#3', '+binding partials#3', '+struct Params#2', '+binding params#5',
-        '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#5', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
+        '+binding x#7', '+binding partials#3', '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at',
+        '+gather_skip: return#3', '+fn sum_at', '+sum_at: return#3', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#6', '+binding skip#3', '+binding partials#3',
-        '+struct Params#2', '+binding params#5', '// alias FV', '+alias FV', '+// const VW', '+const VW',
-        'fn advance', '// fn sum_at', '+fn sum_at#6', '// var slots', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15',
-        '+var w#3', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
+        '+binding partials#3', '// alias FV', '+alias FV', '+const VW', 'fn sum_at#3', '+sum_at: return#3',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
+        'main: var own#3', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#2', '+binding skip#2', '+binding partials#3',
-        '+struct Params#2', '+binding params#5', '// alias FV', '+alias FV#2', '+// const VW',
-        '+const VW#2', 'fn advance', '// fn sum_at', '+fn sum_at#6', '// var slots', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#8',
+        '+binding partials#3', '// alias FV', '+alias FV#2', '+const VW#2', 'fn sum_at#3',
+        '+sum_at: return#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x', '+binding skip', '+binding partials#3', '+struct Params#2',
-        '+binding params#5', '// alias FV', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        '// fn sum_at', '+fn sum_at#6', '// var slots', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15', '+var w#4', 'slots',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#9',
+        '+binding partials#3', '// alias FV', '+alias FV#3', '+const VW#3', 'fn sum_at#3',
+        '+sum_at: return#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.f16-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#7', '+binding skip#4',
-        '+binding partials#3', '+struct Params#2', '+binding params#5', '// alias FV', '+alias FV#4',
-        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip', '// fn sum_at', '+fn sum_at#7', '// var slots', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile', 'var own#15',
-        '+var w#3', 'slots',
+        'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10',
+        '+binding partials#3', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return', '+fn sum_at', '+sum_at: return#4', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding partials#3', '+struct Params#2', '+binding params#5',
-        '// alias FV', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#7', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
+        '+binding partials#3', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return#2', '+fn sum_at', '+sum_at: return#4', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding partials#3', '+struct Params#2', '+binding params#5',
-        '// alias FV', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#7', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
+        '+binding partials#3', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return#3', '+fn sum_at', '+sum_at: return#4', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
+        '+main: let d',
     ),
     'skip-group-norm-slab.f16-skip-full-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#7', '+binding skip#4', '+binding partials#3',
-        '+struct Params#2', '+binding params#5', '// alias FV', '+alias FV#4', '+// const VW', '+const VW',
-        'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// var slots', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#3', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding partials#3',
+        '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
+        'main: var own#3', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#8', '+binding skip#5', '+binding partials#3',
-        '+struct Params#2', '+binding params#5', '// alias FV', '+alias FV#5', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#13', '+binding partials#3',
+        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-stats': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#9', '+binding skip#6', '+binding partials#3',
-        '+struct Params#2', '+binding params#5', '// alias FV', '+alias FV#6', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// var slots',
-        '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn balanced_chunk', 'fn main#2', '+let tile',
-        'var own#15', '+var w#4', 'slots',
+        'enable#4', '+override laneColumns', '+override numGroups', '+binding x#14', '+binding partials#3',
+        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'main: var own#4', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding gamma#2', '+binding stats#2', '+binding y#21', '+struct Params#2',
-        '+binding params#2', '// alias FV', '+alias FV', '+// const VW', '+const VW', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#5',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels#2',
+        '+override segmentLanes', '+binding x#5', '+binding gamma#5', '+binding y#23', '+struct Params#6',
+        '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return', '+fn sum_at',
+        '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk',
+        'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.vec4f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#2', '+binding skip#3', '+binding gamma#2',
-        '+binding stats#2', '+binding y#2', '+struct Params#2', '+binding params#2', '// alias FV',
-        '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#5', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
+        '+override segmentLanes', '+binding x#6', '+binding gamma#5', '+binding y#7', '+struct Params#6',
+        '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at',
+        '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return',
+        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x', '+binding skip#3', '+binding gamma#2', '+binding stats#2',
-        '+binding y', '+struct Params#2', '+binding params#2', '// alias FV', '+alias FV#3', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at',
-        '+fn sum_at#5', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#6', '// fn gather_beta#2', '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2',
-        '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
+        '+override segmentLanes', '+binding x#7', '+binding gamma#5', '+binding y#6', '+struct Params#6',
+        '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at',
+        '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
+        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#6', '+binding skip#3',
-        '+binding gamma#2', '+binding stats#2', '+binding y#21', '+struct Params#2', '+binding params#2',
-        '// alias FV', '+alias FV', '+// const VW', '+const VW', 'fn advance', '// fn sum_at',
-        '+fn sum_at#6', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2',
-        '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups#2',
+        '+override segmentLanes', '+binding x#5', '+binding gamma#5', '+binding y#23', '+struct Params#6',
+        '// alias FV', '+alias FV', '+const VW', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '+main: var v',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#2', '+binding skip#2', '+binding gamma#2', '+binding stats#2', '+binding y#2',
-        '+struct Params#2', '+binding params#2', '// alias FV', '+alias FV#2', '+// const VW',
-        '+const VW#2', 'fn advance', '// fn sum_at', '+fn sum_at#6', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
+        '+override segmentLanes', '+binding x#8', '+binding gamma#5', '+binding y#7', '+struct Params#6',
+        '// alias FV', '+alias FV#2', '+const VW#2', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
+        '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x', '+binding skip', '+binding gamma#2', '+binding stats#2', '+binding y',
-        '+struct Params#2', '+binding params#2', '// alias FV', '+alias FV#3', '+// const VW',
-        '+const VW#3', 'fn advance', '// fn sum_at', '+fn sum_at#6', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#6', '// fn gather_beta#2',
-        '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
+        '+override segmentLanes', '+binding x#9', '+binding gamma#5', '+binding y#6', '+struct Params#6',
+        '// alias FV', '+alias FV#3', '+const VW#3', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
+        '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.f16-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numChannels', '+override numGroups', '+override paramsF16', '+override segmentLanes',
-        '+override slabCount', '+override tileCount', '+override workgroupSize', '+binding x#7',
-        '+binding skip#4', '+binding gamma#2', '+binding stats#2', '+binding y#22', '+struct Params#2',
-        '+binding params#2', '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#7',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneColumns', '+override numChannels#2', '+override segmentLanes',
+        '+binding x#10', '+binding gamma#5', '+binding y#24', '+struct Params#6', '// alias FV',
+        '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return', '+fn sum_at',
+        '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk',
+        'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.vec4f16-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#8', '+binding skip#4', '+binding gamma#2',
-        '+binding stats#2', '+binding y#23', '+struct Params#2', '+binding params#2', '// alias FV',
-        '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#2', '// fn sum_at', '+fn sum_at#7', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
+        '+binding x#11', '+binding gamma#5', '+binding y#25', '+struct Params#6', '// alias FV',
+        '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at',
+        '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return',
+        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f16-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numChannels', '+override numGroups',
-        '+override paramsF16', '+override segmentLanes', '+override slabCount', '+override tileCount',
-        '+override workgroupSize', '+binding x#9', '+binding skip#4', '+binding gamma#2',
-        '+binding stats#2', '+binding y#24', '+struct Params#2', '+binding params#2', '// alias FV',
-        '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#3', '// fn sum_at', '+fn sum_at#7', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#6', '// fn gather_beta#2',
-        '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
+        '+binding x#12', '+binding gamma#5', '+binding y#26', '+struct Params#6', '// alias FV',
+        '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at',
+        '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
+        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.f16-skip-full-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneColumns', '+override layoutChannelsLast',
-        '+override numGroups', '+override paramsF16', '+override segmentLanes', '+override slabCount',
-        '+override tileCount', '+override workgroupSize', '+binding x#7', '+binding skip#4',
-        '+binding gamma#2', '+binding stats#2', '+binding y#22', '+struct Params#2', '+binding params#2',
-        '// alias FV', '+alias FV#4', '+// const VW', '+const VW', 'fn advance', 'fn half', '// fn sum_at',
-        '+fn sum_at#8', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4', 'fn balanced_chunk', 'fn main#2',
-        '+let tile', 'if#2',
+        'enable#4', '+override laneColumns', '+override numGroups#2', '+override segmentLanes',
+        '+binding x#10', '+binding gamma#5', '+binding y#24', '+struct Params#6', '// alias FV',
+        '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4', 'fn gamma_at',
+        'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '+main: var v',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#8', '+binding skip#5', '+binding gamma#2', '+binding stats#2', '+binding y#23',
-        '+struct Params#2', '+binding params#2', '// alias FV', '+alias FV#5', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#5', '// fn gather_beta#2',
-        '+fn gather_beta#5', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
+        '+binding x#13', '+binding gamma#5', '+binding y#25', '+struct Params#6', '// alias FV',
+        '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4', 'fn gamma_at',
+        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
+        '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-normalize': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override blocksPerItem', '+override channelsPerGroup',
-        '+override groupStride', '+override laneChannelStep', '+override laneColumns',
-        '+override layoutChannelsLast', '+override numGroups', '+override paramsF16',
-        '+override segmentLanes', '+override slabCount', '+override tileCount', '+override workgroupSize',
-        '+binding x#9', '+binding skip#6', '+binding gamma#2', '+binding stats#2', '+binding y#24',
-        '+struct Params#2', '+binding params#2', '// alias FV', '+alias FV#6', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#6', '// fn gather_beta#2',
-        '+fn gather_beta#6', 'fn balanced_chunk', 'fn main#2', '+let tile', 'if#2',
+        'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
+        '+binding x#14', '+binding gamma#5', '+binding y#26', '+struct Params#6', '// alias FV',
+        '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4', 'fn gamma_at',
+        'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
+        '+main: let s#2', '+main: var v',
     ),
     'skip-group-norm-combine.only': (
-        'override DISPATCH_FOLD_WIDTH', '+override channelsPerGroup', '+override groupValues',
-        '+override layoutChannelsLast', '+override rowCount', '+override slabCount',
-        '+override vectorWidth', '+override workgroupSize', '+binding partials#4', '+struct Params#2',
-        '+binding params#6', '// var slots#2', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'fn pack_stats', 'fn unpack_stats', 'fn balanced_chunk', 'fn slab_values',
-        'fn main#2', '+let row', 'var own#16', '+// {', '+{',
+        'override DISPATCH_FOLD_WIDTH#6', 'struct Stats', 'fn pack_stats',
     ),
     'skip-group-norm-fused.has-bias-f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y#21', '+binding sumOut#29',
-        '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV', '+// const VW', '+const VW',
-        'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#9', 'fn stored_sum',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step', '+// {', '+{#2',
-        'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
+        '+binding sumOut#20', '+struct Params#7', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4',
+        '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#2', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#7', '// fn sum_at', '+fn sum_at#9', 'fn stored_sum',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7',
-        '// fn gather_beta#2', '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2',
-        'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding bias', '+binding y#2',
+        '+struct Params#7', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
+        '+gather_skip: return#4', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4',
+        '+fn sum_at#4', '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#3', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', 'fn bias_at',
-        '// fn gather_bias#2', '+fn gather_bias#8', '// fn sum_at', '+fn sum_at#9', 'fn stored_sum',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8',
-        '// fn gather_beta#2', '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2',
-        'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding bias', '+binding y', '+struct Params#7',
+        '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#5',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5', '+fn sum_at#4', '+sum_at: v',
+        '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#3', '+main: let d#2',
+        '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y#21', '+binding sumOut#29',
-        '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV', '+// const VW', '+const VW',
-        'fn advance', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at',
-        '+fn sum_at#2', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#2', '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
+        '+binding sumOut#20', '+struct Params#7', '// alias FV#2', '+alias FV', '+const VW', 'fn bias_at#4',
+        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+binding sumOut#2',
-        '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#2', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#7',
-        '// fn sum_at', '+fn sum_at#2', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params#7',
+        '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn bias_at#4', '+gather_bias: return#4',
+        '+fn sum_at#2', '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+binding sumOut',
-        '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#3', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#8',
-        '// fn sum_at', '+fn sum_at#2', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params#7', '// alias FV#2',
+        '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#5', '+fn sum_at#2',
+        '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-f16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#22',
-        '+binding sumOut#30', '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#4',
-        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at',
-        '+fn sum_at#10', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#2', '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+binding sumOut#21',
+        '+struct Params#7', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4',
+        '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#23',
-        '+binding sumOut#31', '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#5',
-        '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip#4', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#7', '// fn sum_at',
-        '+fn sum_at#10', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#11', '+binding bias#4', '+binding y#25', '+binding sumOut#22',
+        '+struct Params#7', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return#4', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4',
+        '+fn sum_at#4', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#24',
-        '+binding sumOut#32', '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#6',
-        '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip',
-        '+fn gather_skip#5', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#8', '// fn sum_at',
-        '+fn sum_at#10', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#12', '+binding bias#4', '+binding y#26', '+binding sumOut#23',
+        '+struct Params#7', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return#5', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5',
+        '+fn sum_at#4', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-f16-skip-full-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#22',
-        '+binding sumOut#30', '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#4',
-        '+// const VW', '+const VW', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2',
-        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+binding sumOut#21',
+        '+struct Params#7', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-skip-full-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#5', '+binding bias#2', '+binding gamma', '+binding y#23',
-        '+binding sumOut#31', '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#5',
-        '+// const VW', '+const VW#2', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#7', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2',
-        '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#13', '+binding bias#4', '+binding y#25', '+binding sumOut#22',
+        '+struct Params#7', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return#4', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
+        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-skip-full-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#6', '+binding bias#2', '+binding gamma', '+binding y#24',
-        '+binding sumOut#32', '+struct Params#3', '+binding params', '// alias FV#2', '+alias FV#6',
-        '+// const VW', '+const VW#3', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#8', '// fn sum_at', '+fn sum_at#4', 'fn stored_sum', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2',
-        '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#14', '+binding bias#4', '+binding y#26', '+binding sumOut#23',
+        '+struct Params#7', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return#5', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
+        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y#21', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#9', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2',
-        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
+        '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4', '+sum_at: v#3',
+        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#7', '// fn sum_at', '+fn sum_at#9', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2',
-        '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding bias', '+binding y#7',
+        '+struct Params#8', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
+        '+gather_skip: return#4', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4',
+        '+fn sum_at#4', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#5',
+        '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec2f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', 'fn bias_at', '// fn gather_bias#2',
-        '+fn gather_bias#8', '// fn sum_at', '+fn sum_at#9', '// fn gamma_at#2', '+fn gamma_at',
-        'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2',
-        '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding bias', '+binding y#6',
+        '+struct Params#8', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
+        '+gather_skip: return#5', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5',
+        '+fn sum_at#4', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#5',
+        '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding bias', '+binding gamma', '+binding y#21', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#2',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step#3', '+// {', '+{#2',
-        'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
+        '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn bias_at#4',
+        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#4',
+        '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
+        '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding bias', '+binding gamma', '+binding y#2', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#7', '// fn sum_at', '+fn sum_at#2',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7',
-        '// fn gather_beta#2', '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
-        'ab#2',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#8',
+        '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn bias_at#4', '+gather_bias: return#4',
+        '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#5',
+        '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding bias', '+binding gamma', '+binding y', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#8', '// fn sum_at', '+fn sum_at#2',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8',
-        '// fn gather_beta#2', '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
-        'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#8',
+        '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#5',
+        '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#5',
+        '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#22',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#4', '+// const VW',
-        '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4', '// fn sum_at', '+fn sum_at#10',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step#3', '+// {', '+{#2',
-        'ab#2',
+        'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+struct Params#8',
+        '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4', '+sum_at: v#4',
+        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#23',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#5', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#7', '// fn sum_at', '+fn sum_at#10',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7',
-        '// fn gather_beta#2', '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
-        'ab#2',
+        'enable#5', '+binding x#11', '+binding bias#4', '+binding y#25', '+struct Params#8',
+        '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#4',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4', '+fn sum_at#4', '+sum_at: v#4',
+        'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec2f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#24',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#6', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5',
-        'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#8', '// fn sum_at', '+fn sum_at#10',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8',
-        '// fn gather_beta#2', '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
-        'ab#2',
+        'enable#5', '+binding x#12', '+binding bias#4', '+binding y#26', '+struct Params#8',
+        '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#5',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5', '+fn sum_at#4', '+sum_at: v#4',
+        'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-f16-skip-full': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding bias#2', '+binding gamma', '+binding y#22',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#4', '+// const VW',
-        '+const VW', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#4',
-        '// fn sum_at', '+fn sum_at#4', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#2', '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
+        'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+struct Params#8',
+        '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4', '+gather_bias: return',
+        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5',
+        '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-skip-full': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#5', '+binding bias#2', '+binding gamma', '+binding y#23',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#5', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#7',
-        '// fn sum_at', '+fn sum_at#4', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'enable#5', '+binding x#13', '+binding bias#4', '+binding y#25', '+struct Params#8',
+        '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return#4', '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#7',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
+        '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-skip-full': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#6', '+binding bias#2', '+binding gamma', '+binding y#24',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#6', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn half', 'fn bias_at', '// fn gather_bias#2', '+fn gather_bias#8',
-        '// fn sum_at', '+fn sum_at#4', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'enable#5', '+binding x#14', '+binding bias#4', '+binding y#26', '+struct Params#8',
+        '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4',
+        '+gather_bias: return#5', '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#8',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
+        '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding gamma#2', '+binding y#11', '+binding sumOut#33', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#11',
-        'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4', '// var slots#3', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step',
-        '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
+        '+binding sumOut#24', '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at',
+        '+gather_skip: return', '+fn sum_at#4', '+sum_at: return', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#3', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', '// fn sum_at', '+fn sum_at#11',
-        'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7', '// var slots#3', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#2',
-        '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding gamma#2', '+struct Params#8',
+        '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#4',
+        '+fn sum_at#4', '+sum_at: return', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip#3', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', '// fn sum_at', '+fn sum_at#11',
-        'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8', '// var slots#3', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#2',
-        '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding gamma', '+struct Params#8',
+        '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#5',
+        '+fn sum_at#4', '+sum_at: return', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding gamma#2', '+binding y#11', '+binding sumOut#33', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance',
-        '// fn sum_at', '+fn sum_at#6', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#2', '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
+        '+binding sumOut#24', '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn sum_at#3',
+        '+sum_at: return', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+binding sumOut#7', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance',
-        '// fn sum_at', '+fn sum_at#6', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#8', '// alias FV#2',
+        '+alias FV#2', '+const VW#2', 'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
+        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+binding sumOut#6', '+struct Params#3',
-        '+binding params#2', '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance',
-        '// fn sum_at', '+fn sum_at#6', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#8', '// alias FV#2',
+        '+alias FV#3', '+const VW#3', 'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
+        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding gamma#2', '+binding y#12', '+binding sumOut#34',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#4', '+// const VW',
-        '+const VW', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip',
-        '// fn sum_at', '+fn sum_at#12', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#2', '+let row#2', '+let ab_step', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+binding sumOut#25',
+        '+struct Params#8', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return', '+fn sum_at#4', '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding gamma#2', '+binding y#13', '+binding sumOut#35',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#5', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4',
-        '// fn sum_at', '+fn sum_at#12', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#11', '+binding gamma#3', '+binding y#15', '+binding sumOut#26',
+        '+struct Params#8', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return#4', '+fn sum_at#4', '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
+        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f16-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding gamma#2', '+binding y#14', '+binding sumOut#36',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#6', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5',
-        '// fn sum_at', '+fn sum_at#12', 'fn stored_sum', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2', 'ab',
+        'enable#5', '+binding x#12', '+binding gamma#3', '+binding y#16', '+binding sumOut#27',
+        '+struct Params#8', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at',
+        '+gather_skip: return#5', '+fn sum_at#4', '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
+        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f16-skip-full-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding gamma#2', '+binding y#12', '+binding sumOut#34',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#4', '+// const VW',
-        '+const VW', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn stored_sum',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step', '+// {', '+{#2',
-        'ab',
+        'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+binding sumOut#25',
+        '+struct Params#8', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3',
+        '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f16-skip-full-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#5', '+binding gamma#2', '+binding y#13', '+binding sumOut#35',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#5', '+// const VW',
-        '+const VW#2', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn stored_sum',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7',
-        '// fn gather_beta#2', '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2',
-        'ab',
+        'enable#5', '+binding x#13', '+binding gamma#3', '+binding y#15', '+binding sumOut#26',
+        '+struct Params#8', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3',
+        '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f16-skip-full-write-sum': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#6', '+binding gamma#2', '+binding y#14', '+binding sumOut#36',
-        '+struct Params#3', '+binding params#2', '// alias FV#2', '+alias FV#6', '+// const VW',
-        '+const VW#3', 'fn advance', 'fn half', '// fn sum_at', '+fn sum_at#8', 'fn stored_sum',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8',
-        '// fn gather_beta#2', '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#2', '+// {', '+{#2',
-        'ab',
+        'enable#5', '+binding x#14', '+binding gamma#3', '+binding y#16', '+binding sumOut#27',
+        '+struct Params#8', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3',
+        '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding gamma#2', '+binding y#11', '+struct Params#3', '+binding params#3',
-        '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#11', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2',
-        '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
+        '+struct Params#9', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
+        '+fn sum_at#4', '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
+        '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec4f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#3', '+binding gamma#2', '+binding y#7', '+struct Params#3', '+binding params#3',
-        '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#4', '// fn sum_at', '+fn sum_at#11', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2',
-        '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding gamma#3', '+binding y#12',
+        '+struct Params#9', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
+        '+gather_skip: return#4', '+fn sum_at#4', '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#7',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
+        '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec2f32': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip#3', '+binding gamma#2', '+binding y#6', '+struct Params#3', '+binding params#3',
-        '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', 'fn skip_at',
-        '// fn gather_skip', '+fn gather_skip#5', '// fn sum_at', '+fn sum_at#11', '// fn gamma_at#2',
-        '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2',
-        '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum',
-        'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats',
-        'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding gamma#3', '+binding y#11',
+        '+struct Params#9', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
+        '+gather_skip: return#5', '+fn sum_at#4', '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#8',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
+        '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#6',
-        '+binding skip#3', '+binding gamma#2', '+binding y#11', '+struct Params#3', '+binding params#3',
-        '// alias FV#2', '+alias FV', '+// const VW', '+const VW', 'fn advance', '// fn sum_at',
-        '+fn sum_at#6', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4', '// var slots#3', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step#3',
-        '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
+        '+struct Params#9', '// alias FV#2', '+alias FV', '+const VW', 'fn sum_at#3', '+sum_at: return#3',
+        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec4f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x#2',
-        '+binding skip#2', '+binding gamma#2', '+binding y#7', '+struct Params#3', '+binding params#3',
-        '// alias FV#2', '+alias FV#2', '+// const VW', '+const VW#2', 'fn advance', '// fn sum_at',
-        '+fn sum_at#6', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7', '// var slots#3', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#4',
-        '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#9',
+        '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
+        '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec2f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize', '+binding x',
-        '+binding skip', '+binding gamma#2', '+binding y#6', '+struct Params#3', '+binding params#3',
-        '// alias FV#2', '+alias FV#3', '+// const VW', '+const VW#3', 'fn advance', '// fn sum_at',
-        '+fn sum_at#6', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2',
-        '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8', '// var slots#3', '+var slots',
-        'struct Stats', 'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block',
-        'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#4',
-        '+// {', '+{#2', 'ab#2',
+        'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#9',
+        '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
+        '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding gamma#2', '+binding y#12', '+struct Params#3',
-        '+binding params#3', '// alias FV#2', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip', '// fn sum_at', '+fn sum_at#12',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#4',
-        '// fn gather_beta#2', '+fn gather_beta#4', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#3', 'fn main#2', '+let row#2', '+let ab_step#3', '+// {', '+{#2',
-        'ab#2',
+        'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+struct Params#9',
+        '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return',
+        '+fn sum_at#4', '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
+        '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec4f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#4', '+binding gamma#2', '+binding y#13', '+struct Params#3',
-        '+binding params#3', '// alias FV#2', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#4', '// fn sum_at', '+fn sum_at#12',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#7',
-        '// fn gather_beta#2', '+fn gather_beta#7', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum#2', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
-        'ab#2',
+        'enable#5', '+binding x#11', '+binding gamma#3', '+binding y#15', '+struct Params#9',
+        '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#4',
+        '+fn sum_at#4', '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#5',
+        '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec2f16': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#4', '+binding gamma#2', '+binding y#14', '+struct Params#3',
-        '+binding params#3', '// alias FV#2', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
-        'fn half', 'fn skip_at', '// fn gather_skip', '+fn gather_skip#5', '// fn sum_at', '+fn sum_at#12',
-        '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at', '// fn gather_gamma#2', '+fn gather_gamma#8',
-        '// fn gather_beta#2', '+fn gather_beta#8', '// var slots#3', '+var slots', 'struct Stats',
-        'fn split_sum', 'fn chan_merge', 'const STATS_BLOCK', 'fn add_block', 'fn pack_stats',
-        'fn unpack_stats', 'fn lanes_sum', 'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2',
-        'ab#2',
+        'enable#5', '+binding x#12', '+binding gamma#3', '+binding y#16', '+struct Params#9',
+        '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#5',
+        '+fn sum_at#4', '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#5',
+        '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.f16-skip-full': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#7', '+binding skip#4', '+binding gamma#2', '+binding y#12', '+struct Params#3',
-        '+binding params#3', '// alias FV#2', '+alias FV#4', '+// const VW', '+const VW', 'fn advance',
-        'fn half', '// fn sum_at', '+fn sum_at#8', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#4', '// fn gather_beta#2', '+fn gather_beta#4',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#3',
-        'fn main#2', '+let row#2', '+let ab_step#3', '+// {', '+{#2', 'ab#2',
+        'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+struct Params#9',
+        '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec4f16-skip-full': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#8', '+binding skip#5', '+binding gamma#2', '+binding y#13', '+struct Params#3',
-        '+binding params#3', '// alias FV#2', '+alias FV#5', '+// const VW', '+const VW#2', 'fn advance',
-        'fn half', '// fn sum_at', '+fn sum_at#8', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#7', '// fn gather_beta#2', '+fn gather_beta#7',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum#2',
-        'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'enable#5', '+binding x#13', '+binding gamma#3', '+binding y#15', '+struct Params#9',
+        '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
     'skip-group-norm-fused.vec2f16-skip-full': (
-        'enable', '+override DISPATCH_FOLD_WIDTH', '+override paramsF16', '+override workgroupSize',
-        '+binding x#9', '+binding skip#6', '+binding gamma#2', '+binding y#14', '+struct Params#3',
-        '+binding params#3', '// alias FV#2', '+alias FV#6', '+// const VW', '+const VW#3', 'fn advance',
-        'fn half', '// fn sum_at', '+fn sum_at#8', '// fn gamma_at#2', '+fn gamma_at', 'fn beta_at',
-        '// fn gather_gamma#2', '+fn gather_gamma#8', '// fn gather_beta#2', '+fn gather_beta#8',
-        '// var slots#3', '+var slots', 'struct Stats', 'fn split_sum', 'fn chan_merge',
-        'const STATS_BLOCK', 'fn add_block', 'fn pack_stats', 'fn unpack_stats', 'fn lanes_sum',
-        'fn main#2', '+let row#2', '+let ab_step#4', '+// {', '+{#2', 'ab#2',
+        'enable#5', '+binding x#14', '+binding gamma#3', '+binding y#16', '+struct Params#9',
+        '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
     ),
 }
 # fmt: on
