@@ -7,7 +7,9 @@ sources and their sha256. Iteration follows manifest order, so two builds give i
 
 from __future__ import annotations
 
+import itertools
 import json
+import math
 import re
 import textwrap
 from contextlib import contextmanager
@@ -707,11 +709,103 @@ def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: Sh
     for i, b in enumerate(ir.bindings):
         w.line(f'        Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}"),')
     w.line("    ),")
+    table = {tuple(spec.key[i] for i in varying): store.name_of(spec) for spec in item.specializations}
+    product = _ShaderProduct(item, varying, store, table).lines()
+    if product:
+        w.line("    # Every combination of these values: a name is the template's stem and a token a value.")
     w.line("    shaders={")
-    for spec in item.specializations:
-        w.line(f"        {tuple(spec.key[i] for i in varying)!r}: {store.name_of(spec)!r},")
+    for line in product or [f"{key!r}: {name!r}," for key, name in table.items()]:
+        w.line(f"        {line}")
     w.line("    },")
     w.line(")")
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """One token of the shader names of a `_ShaderProduct`: fixed text, or read from a lookup value."""
+
+    position: int | None  # the lookup value it is read from; None: `fixed`
+    fixed: str = ""
+    tokens: tuple = ()  # (value, token) for each value of that position, in order
+
+    @property
+    def always(self) -> bool:
+        return self.position is None or all(token for _, token in self.tokens)
+
+
+class _ShaderProduct:
+    """A pass's `shaders=` table as one dict comprehension with a loop a lookup value, where the
+    table is every combination of the lookup values and each name its template's stem and a
+    token a deciding value, each token fixed or read from one lookup value (a bucket's table: 40
+    names in 14 lines). Elsewhere, or where that is not half as long as the entries, `lines()` is
+    None and the entries are written out. The comprehension is evaluated here and must give the
+    table."""
+
+    def __init__(self, item: RenderedPass, varying: list[int], store: ShaderStore, table: dict):
+        self.keys = [item.key_names[i] for i in varying]
+        self.table = table
+        self.values = [list(dict.fromkeys(key[j] for key in table)) for j in range(len(varying))]
+        self.made_of = [store.tokens[name] for name in table.values()]
+        names = [snake(key.name) + ("_type" if key.element_type else "") for key in self.keys]
+        self.variables = [name if name.isidentifier() else f"value{j}" for j, name in enumerate(names)]
+
+    def pieces(self) -> list[_Piece] | None:
+        """The names' tokens that are not empty in every name; None where one of them follows no
+        single lookup value."""
+        pieces = []
+        for c, (column, _) in enumerate(self.made_of[0].tokens):
+            seen = {made.tokens[c][1] for made in self.made_of}
+            if len(seen) == 1:
+                pieces += [_Piece(None, seen.pop())] if "" not in seen else []
+            elif column in self.keys:
+                j = self.keys.index(column)
+                tokens = dict(zip((key[j] for key in self.table), (made.tokens[c][1] for made in self.made_of)))
+                pieces.append(_Piece(j, tokens=tuple((value, tokens[value]) for value in self.values[j])))
+            else:
+                return None
+        return pieces
+
+    def text(self, piece: _Piece, leading: bool) -> tuple[str, str | None]:
+        """A piece's part of the name's f-string, with its dash (`leading`: one before it), and the
+        loop clause of its lookup value (None: a plain loop over the values). Tokens that are the
+        value with fixed text around it (`units8`) read the value itself; a piece that can be empty
+        (False: "") holds its dash in its tokens, after it where no token comes before it."""
+        dash = "-" if leading else ""
+        if piece.position is None:
+            return dash + piece.fixed, None
+        variable = self.variables[piece.position]
+        if not piece.always:
+            glued = tuple((v, t and ("-" + t if leading else t + "-")) for v, t in piece.tokens)
+            return "{" + variable + "_token}", f"for {variable}, {variable}_token in {glued!r}"
+        value, token = piece.tokens[0]
+        at = token.find(str(value))
+        before, after = (token[:at], token[at + len(str(value)) :]) if at >= 0 else ("", "")
+        if at >= 0 and all(t == f"{before}{v}{after}" for v, t in piece.tokens):
+            return dash + before + "{" + variable + "}" + after, None
+        return dash + "{" + variable + "_token}", f"for {variable}, {variable}_token in {piece.tokens!r}"
+
+    def lines(self) -> list[str] | None:
+        if len(self.table) < 6 or not self.keys or len(self.table) != math.prod(map(len, self.values)):
+            return None
+        pieces = self.pieces()
+        anchor = next((k for k, piece in enumerate(pieces or []) if piece.always), None)
+        if anchor is None:
+            return None
+        name, loops = "", {}
+        for k, piece in enumerate(pieces):
+            text, loop = self.text(piece, leading=k > anchor)
+            name += text
+            if loop:
+                loops[piece.position] = loop
+        clauses = [loops.get(j, f"for {self.variables[j]} in {tuple(self.values[j])!r}") for j in range(len(self.keys))]
+        # Black writes a loop over more than 3 (value, token) pairs a pair a line.
+        paired = sum(len(self.values[j]) + 1 for j in loops if len(self.values[j]) > 3)
+        if 1 + len(clauses) + paired > len(self.table) / 2:
+            return None  # not half as long as the entries
+        key = ", ".join(self.variables) + ("," if len(self.keys) == 1 else "")
+        lines = [f"({key}): f{(self.made_of[0].stem + '.' + name)!r}", *clauses]
+        # The comprehension must give the table (lookups only: the order does not matter).
+        return lines if eval("{" + " ".join(lines) + "}", {}) == self.table else None
 
 
 def emit_shaders_module(op: ResolvedOp, store: ShaderStore, header: str) -> PythonSource:

@@ -51,10 +51,21 @@ class StoredShader:
 
 
 @dataclass(frozen=True)
+class NameTokens:
+    """What a shader's name is made of: its template's stem, then the non-empty tokens of the
+    template values that tell the template's specializations apart, joined by `-` (the first of
+    equal ones), or `only`; `#2`, `#3` where an earlier text took the name."""
+
+    stem: str
+    tokens: tuple[tuple[KeyName, str], ...]  # (template value, its token: `vec4f16`, `has-bias`, "" for False)
+
+
+@dataclass(frozen=True)
 class ShaderStore:
     parts: dict[str, str]  # part name -> text, in order of first use
     shaders: dict[str, StoredShader]  # shader name -> its parts, in order of first use
     names: dict[str, str]  # WGSL text -> shader name
+    tokens: dict[str, NameTokens]  # shader name -> what its name is made of
 
     def name_of(self, specialization: Specialization) -> str:
         return self.names[specialization.wgsl]
@@ -146,13 +157,13 @@ def deciding_columns(rows: list[tuple]) -> list[int]:
     return kept
 
 
-def _shader_names(rendered: list[RenderedPass]) -> dict[str, str]:
-    """WGSL text -> a readable shader name, unique within the op."""
+def _shader_names(rendered: list[RenderedPass]) -> dict[str, NameTokens]:
+    """WGSL text -> what its readable name is made of (`_unique` makes the names unique)."""
     by_template: dict[str, list[tuple[dict, Specialization]]] = {}
     for item in rendered:
         for spec in item.specializations:
             by_template.setdefault(item.template, []).append((dict(zip(item.key_names, spec.key)), spec))
-    names: dict[str, str] = {}
+    names: dict[str, NameTokens] = {}
     for template, specs in by_template.items():
         stem = PurePosixPath(template).name.removesuffix(".wgsl.jinja")
         columns = list(dict.fromkeys(n for values, _ in specs for n in values))
@@ -161,9 +172,13 @@ def _shader_names(rendered: list[RenderedPass]) -> dict[str, str]:
         for values, spec in specs:
             if spec.wgsl in names:
                 continue
-            tokens = [t for t in (_token(n, values.get(n)) for n in kept) if t]
-            names[spec.wgsl] = f"{stem}.{'-'.join(dict.fromkeys(tokens)) or 'only'}"
-    return _unique(names)
+            names[spec.wgsl] = NameTokens(stem, tuple((n, _token(n, values.get(n))) for n in kept))
+    return names
+
+
+def name_from(tokens: NameTokens) -> str:
+    """A shader's name before `_unique`: `group-norm-slab.f16-vec4-skip-full`."""
+    return f"{tokens.stem}.{'-'.join(dict.fromkeys(t for _, t in tokens.tokens if t)) or 'only'}"
 
 
 def _unique(names: dict[str, str]) -> dict[str, str]:
@@ -358,7 +373,8 @@ def _part_names(shaders: list[list[Part]]) -> dict[str, str]:
 
 def store_shaders(rendered: list[RenderedPass]) -> ShaderStore:
     """The op's shader store, from every RenderedPass of the op."""
-    names = _shader_names(rendered)
+    made_of = _shader_names(rendered)
+    names = _unique({text: name_from(tokens) for text, tokens in made_of.items()})
     split = _Cheaper(_Chains(list(names)).parts()).parts()
     part_names = _part_names(split)
     shaders = {}
@@ -366,7 +382,8 @@ def store_shaders(rendered: list[RenderedPass]) -> ShaderStore:
         shaders[name] = StoredShader(
             name, tuple((CONTINUED if continued else "") + part_names[part] for part, continued in parts)
         )
-    store = ShaderStore({name: text for text, name in part_names.items()}, shaders, names)
+    tokens = {names[text]: made_of[text] for text in names}
+    store = ShaderStore({name: text for text, name in part_names.items()}, shaders, names, tokens)
     for text, name in names.items():
         if joined(store.parts, shaders[name].parts) != text:
             raise RuntimeError(f"the shader store does not give back {name} exactly")  # a compiler bug

@@ -1218,6 +1218,39 @@ def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
         assert "\ue000" not in spec.wgsl
 
 
+def _bucket_table(drop: tuple = (), rename: dict | None = None):
+    """A split-k apply pass's shader table by (packedHalves, units), as _ShaderProduct sees it."""
+    from codegen.store import NameTokens, ShaderStore, name_from
+    from codegen.wgsl import KeyName
+
+    packed, units = KeyName("packedHalves"), KeyName("units")
+    table, made = {}, {}
+    for halves in (False, True):
+        for count in ("1", "8", "12"):
+            tokens = NameTokens("norm-splitk-apply", ((packed, "packed-halves" if halves else ""), (units, f"units{count}")))
+            name = (rename or {}).get(name_from(tokens), name_from(tokens))
+            if (halves, count) not in drop:
+                table[(halves, count)], made[name] = name, tokens
+    return SimpleNamespace(key_names=(packed, units)), ShaderStore({}, {}, {}, made), table
+
+
+def test_a_shader_table_of_every_combination_is_one_comprehension():
+    from codegen.emit import _ShaderProduct
+
+    item, store, table = _bucket_table()
+    lines = _ShaderProduct(item, [0, 1], store, table).lines()
+    assert lines == [
+        "(packed_halves, units): f'norm-splitk-apply.{packed_halves_token}units{units}'",
+        "for packed_halves, packed_halves_token in ((False, ''), (True, 'packed-halves-'))",
+        "for units in ('1', '8', '12')",
+    ]
+    assert eval("{" + " ".join(lines) + "}") == table
+    # A missing combination, or a name the formula does not give (`#2`), keeps the entries.
+    assert _ShaderProduct(item, [0, 1], *_bucket_table(drop=((True, "12"),))[1:]).lines() is None
+    renamed = _bucket_table(rename={"norm-splitk-apply.units8": "norm-splitk-apply.units8#2"})
+    assert _ShaderProduct(item, [0, 1], *renamed[1:]).lines() is None
+
+
 def test_fill_lines_packs_whole_statements_up_to_the_width():
     """The `fill_lines` filter (unrolled statements): whole lines joined by a space, greedily, never
     past the width, never split; a comment, a blank line or a change of indentation breaks the fill."""

@@ -148,30 +148,10 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
+    # Every combination of these values: a name is the template's stem and a token a value.
     shaders={
-        (False, "24"): "norm-row-registers.units24",
-        (False, "8"): "norm-row-registers.units8",
-        (False, "6"): "norm-row-registers.units6",
-        (False, "5"): "norm-row-registers.units5",
-        (False, "4"): "norm-row-registers.units4",
-        (False, "3"): "norm-row-registers.units3",
-        (False, "20"): "norm-row-registers.units20",
-        (False, "2"): "norm-row-registers.units2",
-        (False, "16"): "norm-row-registers.units16",
-        (False, "12"): "norm-row-registers.units12",
-        (False, "10"): "norm-row-registers.units10",
-        (False, "1"): "norm-row-registers.units1",
-        (True, "24"): "norm-row-registers.packed-halves-units24",
-        (True, "8"): "norm-row-registers.packed-halves-units8",
-        (True, "6"): "norm-row-registers.packed-halves-units6",
-        (True, "5"): "norm-row-registers.packed-halves-units5",
-        (True, "4"): "norm-row-registers.packed-halves-units4",
-        (True, "3"): "norm-row-registers.packed-halves-units3",
-        (True, "20"): "norm-row-registers.packed-halves-units20",
-        (True, "2"): "norm-row-registers.packed-halves-units2",
-        (True, "16"): "norm-row-registers.packed-halves-units16",
-        (True, "12"): "norm-row-registers.packed-halves-units12",
-        (True, "10"): "norm-row-registers.packed-halves-units10",
-        (True, "1"): "norm-row-registers.packed-halves-units1",
+        (packed_halves, units): f"norm-row-registers.{packed_halves_token}units{units}"
+        for packed_halves, packed_halves_token in ((False, ""), (True, "packed-halves-"))
+        for units in ("24", "8", "6", "5", "4", "3", "20", "2", "16", "12", "10", "1")
     },
 )

@@ -190,23 +190,11 @@ PARTIALS_SHADERS = shader_table(
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
+    # Every combination of these values: a name is the template's stem and a token a value.
     shaders={
-        (False, "1"): "norm-splitk-partials.units1",
-        (False, "8"): "norm-splitk-partials.units8",
-        (False, "6"): "norm-splitk-partials.units6",
-        (False, "4"): "norm-splitk-partials.units4",
-        (False, "3"): "norm-splitk-partials.units3",
-        (False, "2"): "norm-splitk-partials.units2",
-        (False, "16"): "norm-splitk-partials.units16",
-        (False, "12"): "norm-splitk-partials.units12",
-        (True, "1"): "norm-splitk-partials.packed-halves-units1",
-        (True, "8"): "norm-splitk-partials.packed-halves-units8",
-        (True, "6"): "norm-splitk-partials.packed-halves-units6",
-        (True, "4"): "norm-splitk-partials.packed-halves-units4",
-        (True, "3"): "norm-splitk-partials.packed-halves-units3",
-        (True, "2"): "norm-splitk-partials.packed-halves-units2",
-        (True, "16"): "norm-splitk-partials.packed-halves-units16",
-        (True, "12"): "norm-splitk-partials.packed-halves-units12",
+        (packed_halves, units): f"norm-splitk-partials.{packed_halves_token}units{units}"
+        for packed_halves, packed_halves_token in ((False, ""), (True, "packed-halves-"))
+        for units in ("1", "8", "6", "4", "3", "2", "16", "12")
     },
 )
 
@@ -224,22 +212,10 @@ APPLY_SHADERS = shader_table(
         Binding(4, "y", "output", "output", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
+    # Every combination of these values: a name is the template's stem and a token a value.
     shaders={
-        (False, "1"): "norm-splitk-apply.units1",
-        (False, "8"): "norm-splitk-apply.units8",
-        (False, "6"): "norm-splitk-apply.units6",
-        (False, "4"): "norm-splitk-apply.units4",
-        (False, "3"): "norm-splitk-apply.units3",
-        (False, "2"): "norm-splitk-apply.units2",
-        (False, "16"): "norm-splitk-apply.units16",
-        (False, "12"): "norm-splitk-apply.units12",
-        (True, "1"): "norm-splitk-apply.packed-halves-units1",
-        (True, "8"): "norm-splitk-apply.packed-halves-units8",
-        (True, "6"): "norm-splitk-apply.packed-halves-units6",
-        (True, "4"): "norm-splitk-apply.packed-halves-units4",
-        (True, "3"): "norm-splitk-apply.packed-halves-units3",
-        (True, "2"): "norm-splitk-apply.packed-halves-units2",
-        (True, "16"): "norm-splitk-apply.packed-halves-units16",
-        (True, "12"): "norm-splitk-apply.packed-halves-units12",
+        (packed_halves, units): f"norm-splitk-apply.{packed_halves_token}units{units}"
+        for packed_halves, packed_halves_token in ((False, ""), (True, "packed-halves-"))
+        for units in ("1", "8", "6", "4", "3", "2", "16", "12")
     },
 )
