@@ -214,6 +214,24 @@ def test_halves8_covers_a_partial_last_workgroup(shape, workgroup_size, request)
     assert_close(actual, reference(inputs, 1e-5), np.float16, f"halves8 {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}")
 
 
+@pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"nc_inference_vec4"}))
+def test_f16_results_past_the_f16_range_are_infinite(variant, request):
+    """ONNX in float16 rounds a result beyond 65504 to +-inf: so do the kernels (f32 math, one
+    rounding at the store), anywhere in a vector or an 8-half load, and the finite ones stay right."""
+    rng, seed = rng_for(request.node.name)
+    inputs = random_inputs(rng, (2, 16, 8, 8), np.float16)
+    inputs.update(scale=np.full(16, 4, np.float16), b=np.zeros(16, np.float16), inputMean=np.zeros(16, np.float16), inputVar=np.ones(16, np.float16))
+    flat = inputs["x"].reshape(-1)
+    spots = rng.choice(flat.size, 12, replace=False)
+    flat[spots] = np.where(np.arange(12) % 2 == 0, 60000.0, -60000.0).astype(np.float16)
+    expected = reference(inputs, 1e-5)
+    actual = run_poisoned(inputs, variant=variant).reshape(-1)
+    assert np.array_equal(actual[spots], np.sign(expected.reshape(-1)[spots]) * np.inf), f"{variant} {seed_note(seed)}"
+    finite = np.ones(flat.size, bool)
+    finite[spots] = False
+    assert_close(actual[finite], expected.reshape(-1)[finite], np.float16, f"{variant} {seed_note(seed)}")
+
+
 def test_fold_width_stays_65535_on_devices_reporting_more():
     shapes = {"x": (1, 1, 65536 * 256 + 1), "scale": (1,), "b": (1,), "inputMean": (1,), "inputVar": (1,)}
     caps = {"limits": {"maxComputeWorkgroupsPerDimension": 1 << 20, "maxStorageBufferBindingSize": 1 << 30, "maxBufferSize": 1 << 30}}
