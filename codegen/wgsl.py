@@ -23,7 +23,7 @@ import traceback
 import weakref
 from typing import NamedTuple
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -419,19 +419,35 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries)
 
 
-_TREES: "weakref.WeakKeyDictionary[jinja2.Environment, dict[str, jinja2.nodes.Template]]" = weakref.WeakKeyDictionary()
-# Per environment: {marked line: (its text, its template location)} (see `_unmark`).
-_UNMARKED_LINES: "weakref.WeakKeyDictionary[jinja2.Environment, dict]" = weakref.WeakKeyDictionary()
+@dataclass
+class _Parsed:
+    """What is known of an environment's templates, kept for every op and pass that reads them;
+    a failure is not kept: it is raised again, and reported where it is found."""
+
+    trees: dict[str, jinja2.nodes.Template] = field(default_factory=dict)
+    undeclared: dict[str, frozenset[str]] = field(default_factory=dict)  # names a template reads and does not set
+    unmarked_lines: dict[str, tuple] = field(default_factory=dict)  # see `_unmark`
+
+
+_PARSED: "weakref.WeakKeyDictionary[jinja2.Environment, _Parsed]" = weakref.WeakKeyDictionary()
 
 
 def _tree(env: jinja2.Environment, name: str) -> jinja2.nodes.Template:
-    """A template's syntax tree, parsed once per environment however many passes read it (a
-    failure is not kept: it is raised again, and reported where it is found)."""
-    trees = _TREES.setdefault(env, {})
+    """A template's syntax tree, parsed once per environment however many passes read it."""
+    trees = _PARSED.setdefault(env, _Parsed()).trees
     if name not in trees:
         source, filename, _ = env.loader.get_source(env, name)
         trees[name] = env.parse(source, name, filename)
     return trees[name]
+
+
+def _undeclared(env: jinja2.Environment, name: str) -> frozenset[str]:
+    """The names a template reads and does not set, found once per environment (Jinja finds them
+    by generating the template's code: as long as compiling it)."""
+    undeclared = _PARSED.setdefault(env, _Parsed()).undeclared
+    if name not in undeclared:
+        undeclared[name] = frozenset(jinja2.meta.find_undeclared_variables(_tree(env, name)))
+    return undeclared[name]
 
 
 def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tuple[str, ...]:
@@ -472,7 +488,7 @@ def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) 
         where = TemplateLocation(f"{folder}/{error.name or name}", error.lineno)
         raise CompileError([Problem(origin, f"Jinja syntax error: {error.message}", template=where)]) from None
     values = {v.name: v for v in pass_.scope_values}
-    used = sorted(v for v in jinja2.meta.find_undeclared_variables(tree) if v in values)
+    used = sorted(v for v in _undeclared(env, name) if v in values)
     problems = [
         Problem(
             origin,
@@ -526,7 +542,7 @@ class _Bodies:
             except Exception as error:  # a template is code: whatever it raises is its problem
                 failures[(self.location(error), self.detail(error))].append(key)
                 continue
-            text, line_map = _unmark(marked, self.folder, _UNMARKED_LINES.setdefault(self.env, {}))
+            text, line_map = _unmark(marked, self.folder, _PARSED.setdefault(self.env, _Parsed()).unmarked_lines)
             bodies[key] = _Body(combo, context, text, line_map)
         if failures:
             raise CompileError([self.problem(where, detail, keys, key_names) for (where, detail), keys in failures.items()])
