@@ -21,7 +21,7 @@ import operator
 import re
 import traceback
 import weakref
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -260,14 +260,20 @@ class _Domains:
         ordered = sorted(leaves)
         domains = [self.base[name] if kind == "base" else (False, True) for kind, name in ordered]
         evaluation = _Evaluation(self.levels, ordered)
+        tests = [evaluation.reader(c) for c in deciding]
+        readers = [evaluation.reader(v) for v in values]
+        names = [v.name for v in values]
         combos, seen = [], set()
         for choice in itertools.product(*domains):
-            if all(evaluation.result(c, choice) is True for c in deciding):
-                combo = tuple(evaluation.result(v, choice) for v in values)
+            if all(test(choice) is True for test in tests):
+                combo = tuple(read(choice) for read in readers)
                 if combo not in seen:
                     seen.add(combo)
-                    combos.append(dict(zip((v.name for v in values), combo)))
+                    combos.append(dict(zip(names, combo)))
         return combos
+
+
+_MISSING = object()
 
 
 class _Evaluation:
@@ -278,25 +284,31 @@ class _Evaluation:
     def __init__(self, levels: dict, leaves: list):
         self.levels = levels
         self.position = {leaf: i for i, leaf in enumerate(leaves)}
-        self.projections: dict[int, object] = {}  # id(value) -> choice -> what of it the value reads
-        self.results: dict[tuple, object] = {}  # (id(value), its projection) -> result
+        self.readers: dict[int, Callable[[tuple], object]] = {}  # id(value) -> its result of a choice
 
-    def result(self, value: Value, choice: tuple):
+    def reader(self, value: Value) -> Callable[[tuple], object]:
+        if id(value) not in self.readers:
+            self.readers[id(value)] = self._reader(value)
+        return self.readers[id(value)]
+
+    def _reader(self, value: Value) -> Callable[[tuple], object]:
         free = self.position.get(("free", value.name))
         if free is not None:
-            return choice[free]
+            return operator.itemgetter(free)
         if value.code.is_constant:
-            return value.code.constant
-        key = (id(value), self.projection(value)(choice))
-        if key not in self.results:
-            self.results[key] = self.evaluate(value, choice)
-        return self.results[key]
+            return lambda choice, constant=value.code.constant: constant
+        positions = sorted(self.position[leaf] for leaf in self.reads(value))
+        project = operator.itemgetter(*positions) if positions else lambda choice: ()
+        results: dict = {}  # what of a choice the value reads -> its result
 
-    def projection(self, value: Value):
-        if id(value) not in self.projections:
-            positions = sorted(self.position[leaf] for leaf in self.reads(value))
-            self.projections[id(value)] = operator.itemgetter(*positions) if positions else lambda choice: ()
-        return self.projections[id(value)]
+        def read(choice: tuple):
+            key = project(choice)
+            result = results.get(key, _MISSING)
+            if result is _MISSING:
+                result = results[key] = self.evaluate(value, choice)
+            return result
+
+        return read
 
     def reads(self, value: Value) -> set:
         """The leaves `evaluate` reads for `value`, through its references too."""
@@ -315,7 +327,7 @@ class _Evaluation:
         for level, name in value.code.refs:
             referenced = self.levels[level][name]
             # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
-            result = self.result(referenced, choice)
+            result = self.reader(referenced)(choice)
             env[referenced.var] = result
             if level != "pass":
                 holders[level][referenced.var] = result
