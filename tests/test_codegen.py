@@ -1039,6 +1039,49 @@ def test_naga_failure_names_template_line_and_specialization(tiny, device):
     assert "wrong" in problem  # naga's own message follows
 
 
+def test_naga_failure_found_in_the_validation_process(tiny):
+    """Without a device of the caller's, naga runs in a process of its own (validate.NagaProcess);
+    its messages point at the template line as the in-process validation's do."""
+    (tiny.templates / "tiny.wgsl.jinja").write_text(BROKEN_TEMPLATE)
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates)
+    (problem,) = _messages(info.value)
+    head = problem.splitlines()[0]
+    assert head == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [x element type='f32', y element type='f32']:"
+    assert "wrong" in problem
+
+
+def test_build_validated_in_its_own_process_is_the_build_on_the_callers_device(tiny, tiny_files):
+    assert build(tiny.manifests, tiny.templates) == tiny_files
+
+
+def test_validation_process_that_fails_is_a_problem(tiny, monkeypatch):
+    from codegen import validate as validation
+
+    monkeypatch.setattr(validation.sys, "executable", "/bin/false")  # exits 1 at once, reading nothing
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates)
+    assert _messages(info.value) == ["the validation process (naga) exited with status 1; its messages are above"]
+
+
+def test_build_that_fails_before_validating_stops_the_validation_process(tiny, monkeypatch):
+    from codegen import validate as validation
+
+    started = []
+    start = validation.NagaProcess.__init__
+
+    def recorded(self):
+        start(self)
+        started.append(self)
+
+    monkeypatch.setattr(validation.NagaProcess, "__init__", recorded)
+    (tiny.templates / "tiny.wgsl.jinja").write_text("{% if %}\n")
+    with pytest.raises(CompileError):
+        build(tiny.manifests, tiny.templates)
+    (naga,) = started
+    assert naga.process.returncode is not None  # stopped and reaped, not left running
+
+
 def test_naga_failure_line_after_a_multi_line_comment(tiny, device):
     template = BROKEN_TEMPLATE.replace(
         "{# A template with a type error on line 9; this comment and the blank line must not shift it. #}\n",
