@@ -178,6 +178,13 @@ class _ReadOnce(jinja2.BaseLoader):
         source, filename = self.sources[name]
         return source, filename, lambda: True
 
+    def load(self, environment: jinja2.Environment, name: str, globals=None) -> jinja2.Template:
+        """BaseLoader.load, compiling the tree that `_tree` parsed for the variable analysis
+        instead of parsing the text again."""
+        _, filename, uptodate = self.get_source(environment, name)
+        code = environment.compile(_tree(environment, name), name, filename)
+        return environment.template_class.from_code(environment, code, {} if globals is None else globals, uptodate)
+
     def list_templates(self) -> list[str]:
         return self.loader.list_templates()
 
