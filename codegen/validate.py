@@ -15,6 +15,7 @@ build on 2 cores). The process imports wgpu and this module only, and sends back
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -103,7 +104,8 @@ class NagaProcess:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
-        self.process.stdin.close()
+        with contextlib.suppress(BrokenPipeError):  # what a process that stopped early left unread
+            self.process.stdin.close()
         self.process.stdout.close()
 
     def validate(self, rendered: list[RenderedPass]) -> ValidationReport:
