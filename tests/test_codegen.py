@@ -1293,6 +1293,42 @@ def test_rendering_reads_each_template_once(tiny, monkeypatch):
     assert sorted(opened) == ["_lib/body.wgsl.jinja", "tiny.wgsl.jinja"]
 
 
+def test_each_template_is_parsed_once_for_every_op_of_a_build(monkeypatch):
+    """The ops of a build share one Jinja environment (wgsl._shared_environment), and Jinja
+    compiles the tree parsed for the variable analysis: a template was parsed once an op that
+    used it, and once more to compile it."""
+    import jinja2
+
+    from codegen import wgsl
+    from codegen.sources import read_snapshot
+
+    wgsl._shared_environment.cache_clear()
+    parsed = []
+    parse = jinja2.Environment._parse
+
+    def counted(self, source, name, filename):
+        parsed.append(name)
+        return parse(self, source, name, filename)
+
+    monkeypatch.setattr(jinja2.Environment, "_parse", counted)
+    emitted, _ = builder._rendered_ops(MANIFESTS, TEMPLATES, (), read_snapshot(MANIFESTS, TEMPLATES, {}))
+    assert len(emitted) > 1 and any(name.startswith("_lib/") for name in parsed)
+    assert sorted(parsed) == sorted(set(parsed))
+
+
+def test_unmark_reads_each_distinct_line_once():
+    """`_unmark` keeps each marked line it has read; a line whose newline came from a value takes
+    the next mark's location, a last line without a newline none."""
+    from codegen.wgsl import _MARK_CLOSE, _MARK_OPEN, _unmark
+
+    marked = f"a{_MARK_OPEN}t.jinja:1{_MARK_CLOSE}\nvalue\nb{_MARK_OPEN}t.jinja:2{_MARK_CLOSE}\ntail"
+    one, two = TemplateLocation("templates/t.jinja", 1), TemplateLocation("templates/t.jinja", 2)
+    lines: dict = {}
+    assert _unmark(marked, "templates", lines) == ("a\nvalue\nb\ntail", (one, two, two, None))
+    assert len(lines) == 4
+    assert _unmark(marked, "templates", lines) == _unmark(marked, "templates")
+
+
 def test_validation_neither_reads_nor_renders_a_template(tiny, device, monkeypatch):
     """naga's line is mapped through the render's own line map: validate used to read the template
     again and render a marked copy of it to find the line."""
