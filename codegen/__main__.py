@@ -8,6 +8,7 @@ the command exits 1.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 import time
 from dataclasses import dataclass
@@ -81,4 +82,12 @@ def print_problems(error: CompileError) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # One build, then the process ends: Python's cycle collector would walk the build's objects
+    # again and again (black's syntax trees above all: about 0.5 s of 3.2 on 2 cores) to free
+    # memory that the exit frees anyway (the peak grows from about 120 to 205 MB). Frozen, the
+    # objects are also left out of the collection the interpreter runs on its way out, which with
+    # the collector off would walk them all (0.6 s). The build's output is the same either way.
+    gc.disable()
+    status = main()
+    gc.freeze()
+    sys.exit(status)

@@ -13,6 +13,7 @@ import os
 import tempfile
 import tomllib
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from .report import emit_report
 from .resolve import resolve_op
 from .sources import CASE_FILES, Snapshot, read_snapshot
 from .store import store_shaders
-from .validate import open_validation_device, validate
+from .validate import NagaProcess, validate
 from .wgsl import missing_templates, render_op
 
 # The runtime package: each module copied verbatim into generated/_runtime/.
@@ -81,14 +82,13 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     With `only`, just those ops' own files (their package folders): nothing shared is rebuilt.
     Every source is read once, first (sources.read_snapshot); nothing after that opens a source.
     """
-    with ThreadPoolExecutor(max_workers=1) as background:
-        # Opening the validation device (about 0.7 s on lavapipe) and naga's validation wait on
-        # wgpu-native, which releases the GIL: they run while this thread renders, emits and formats.
-        opened = background.submit(open_validation_device) if device is None else None
+    with _validator(device) as validator, ThreadPoolExecutor(max_workers=1) as background:
         snapshot = read_snapshot(manifests, templates, copied_sources())
         emitted, skipped = _rendered_ops(manifests, templates, only, snapshot)
         rendered_all = [item for _, rendered in emitted for item in rendered]
-        validated = background.submit(_validated, rendered_all, opened, device) if rendered_all else None
+        # naga runs while this thread emits and formats (its thread only waits on the validation
+        # process, or on wgpu-native, which releases the GIL).
+        validated = background.submit(validator, rendered_all) if rendered_all else None
         files: dict[str, object] = {}
         for op, rendered in emitted:
             files.update(_op_files(op, rendered, snapshot))
@@ -129,12 +129,15 @@ def _rendered_ops(manifests: Path, templates: Path, only: tuple[str, ...], snaps
     return emitted, skipped
 
 
-def _validated(rendered, opened, device):
-    """validate() on the caller's device, or on the one `opened` (a Future) gives."""
-    if opened is None:
-        return validate(rendered, device)
-    adapter, device = opened.result()
-    return validate(rendered, device, adapter)
+@contextmanager
+def _validator(device):
+    """validate() on the caller's device, or in a NagaProcess started now: its device is open by
+    the time the shaders are rendered."""
+    if device is not None:
+        yield lambda rendered: validate(rendered, device)
+        return
+    with NagaProcess() as naga:
+        yield naga.validate
 
 
 def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:

@@ -5,15 +5,30 @@ wgpu offers no validation without a device, so the compiler opens one (lavapipe 
 synchronously as `wgpu.GPUValidationError` with line and column; each is mapped to the template
 line that wrote that WGSL line through the specialization's `line_map` (made by the render itself),
 so this stage reads and renders nothing.
+
+A build without a device of the caller's validates in a process of its own (`NagaProcess`),
+started before anything is rendered: loading wgpu's binding parses its C header with pycparser
+(about 0.4 s of Python) and each shader comes back to Python twice, so in a thread of the build's
+own process the device and naga held the GIL the renderer and black need (about 0.7 s of a 4 s
+build on 2 cores). The process imports wgpu and this module only, and sends back naga's messages.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import re
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .problems import CompileError, Problem, TemplateLocation
-from .wgsl import RenderedPass, Specialization
+
+if TYPE_CHECKING:
+    from .wgsl import RenderedPass, Specialization
 
 VALIDATION_FEATURES = ("shader-f16", "subgroup")
 
@@ -39,22 +54,91 @@ def open_validation_device():
 def validate(rendered: list[RenderedPass], device=None, adapter=None) -> ValidationReport:
     """Create a shader module for every specialization; collect every failure, then raise CompileError.
     Without a device, the validation device is opened here (or `device` is the one `adapter` opened)."""
-    import wgpu
-
     if device is None:
         adapter, device = open_validation_device()
-    problems, count = [], 0
-    for item in rendered:
-        for spec in item.specializations:
-            count += 1
-            try:
-                device.create_shader_module(label=f"{item.variant.ir.id}.{item.pass_.ir.id}", code=spec.wgsl)
-            except wgpu.GPUValidationError as error:
-                problems.append(naga_problem(item, spec, str(error)))
-    if problems:
-        raise CompileError(problems)
+    shaders = _shaders(rendered)
+    failures = naga_failures(device, [(label, spec.wgsl) for label, _, spec in shaders])
     name = adapter.info["device"] if adapter is not None else "caller's device"
-    return ValidationReport(name, count)
+    return _report(shaders, failures, name)
+
+
+def _shaders(rendered: list[RenderedPass]) -> list[tuple[str, RenderedPass, Specialization]]:
+    """(label, pass, specialization) of every specialization, in order."""
+    return [(f"{item.variant.ir.id}.{item.pass_.ir.id}", item, spec) for item in rendered for spec in item.specializations]
+
+
+def naga_failures(device, shaders: list[tuple[str, str]]) -> list[tuple[int, str]]:
+    """(index, naga's message) of each (label, WGSL) that `device` refuses, in order."""
+    import wgpu
+
+    failures = []
+    for index, (label, wgsl) in enumerate(shaders):
+        try:
+            device.create_shader_module(label=label, code=wgsl)
+        except wgpu.GPUValidationError as error:
+            failures.append((index, str(error)))
+    return failures
+
+
+def _report(shaders: list, failures: list[tuple[int, str]], adapter: str) -> ValidationReport:
+    """The report, or a CompileError with each failure at its template line."""
+    if failures:
+        raise CompileError([naga_problem(shaders[index][1], shaders[index][2], message) for index, message in failures])
+    return ValidationReport(adapter, len(shaders))
+
+
+class NagaProcess:
+    """A Python process of its own that opens the validation device as it starts, then validates
+    the shaders `validate()` sends it (once) and replies with naga's messages. Use it as a context
+    manager: a build that fails before it validates stops the process on its way out."""
+
+    def __init__(self):
+        root = Path(__file__).resolve().parent.parent
+        code = f"import sys; sys.path.insert(0, {str(root)!r}); from codegen.validate import serve; serve()"
+        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+
+    def __enter__(self) -> NagaProcess:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+        with contextlib.suppress(BrokenPipeError):  # what a process that stopped early left unread
+            self.process.stdin.close()
+        self.process.stdout.close()
+
+    def validate(self, rendered: list[RenderedPass]) -> ValidationReport:
+        """As `validate()`, in the process. The shaders go in one write and the reply comes in one
+        read: this thread takes the GIL back a few times, not once per pipe buffer."""
+        shaders = _shaders(rendered)
+        try:
+            self.process.stdin.write(json.dumps([(label, spec.wgsl) for label, _, spec in shaders]).encode())
+            self.process.stdin.close()
+        except BrokenPipeError:
+            pass  # it stopped before reading: its reply (or its exit status) says why
+        reply = self.process.stdout.read()
+        if self.process.wait() != 0 or not reply:
+            message = f"the validation process (naga) exited with status {self.process.returncode}; its messages are above"
+            raise CompileError([Problem(None, message)])
+        answer = json.loads(reply)
+        if "problem" in answer:
+            raise CompileError([Problem(None, answer["problem"])])
+        return _report(shaders, [tuple(failure) for failure in answer["failures"]], answer["adapter"])
+
+
+def serve() -> None:
+    """The validation process: open the device, read [(label, WGSL), ...] from stdin, write
+    {"adapter": name, "failures": [(index, message), ...]} (or {"problem": message}) to stdout."""
+    with os.fdopen(os.dup(1), "w") as reply:
+        os.dup2(2, 1)  # whatever wgpu or the driver prints goes to stderr, not into the reply
+        try:
+            adapter, device = open_validation_device()
+        except CompileError as error:
+            json.dump({"problem": error.problems[0].message}, reply)
+            return
+        shaders = json.load(sys.stdin)
+        json.dump({"adapter": adapter.info["device"], "failures": naga_failures(device, shaders)}, reply)
 
 
 def naga_problem(item: RenderedPass, spec: Specialization, message: str) -> Problem:

@@ -17,12 +17,13 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import operator
 import re
 import traceback
 import weakref
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import jinja2
@@ -170,21 +171,24 @@ class _LineMarkers(jinja2.ext.Extension):
             yield Token(token.lineno, "data", "\n".join(marked + lines[-1:]))
 
 
-def _unmark(marked: str, folder: str) -> tuple[str, tuple[TemplateLocation | None, ...]]:
+def _unmark(marked: str, folder: str, lines: dict | None = None) -> tuple[str, tuple[TemplateLocation | None, ...]]:
     """The rendered text without marks, and for each of its lines the template line that made it.
 
     A line without a mark (its newline came from a value, not from template text) belongs to the
-    template line whose mark comes next; a last line without a newline belongs to none.
+    template line whose mark comes next; a last line without a newline belongs to none. `lines`
+    keeps each distinct marked line's (text, location) for the next call: the specializations
+    of a template share most of their lines (138k lines rendered, 2.9k distinct).
     """
-    texts, locations = [], []
-    for line in marked.split("\n"):
+    lines = {} if lines is None else lines
+    marked_lines = marked.split("\n")
+    for line in set(marked_lines).difference(lines):
         found = _MARK.search(line)
-        locations.append(TemplateLocation(f"{folder}/{found.group(1)}", int(found.group(2))) if found else None)
-        texts.append(_MARK.sub("", line))
-    following = None
-    for i in reversed(range(len(locations))):
-        locations[i] = following = locations[i] or following
-    return "\n".join(texts), tuple(locations)
+        lines[line] = (_MARK.sub("", line), TemplateLocation(f"{folder}/{found.group(1)}", int(found.group(2))) if found else None)
+    unmarked = [lines[line] for line in marked_lines]
+    locations = [location for _, location in unmarked]
+    for i in reversed([i for i, location in enumerate(locations) if location is None]):
+        locations[i] = locations[i + 1] if i + 1 < len(locations) else None
+    return "\n".join([text for text, _ in unmarked]), tuple(locations)
 
 
 class _ReadOnce(jinja2.BaseLoader):
@@ -205,6 +209,13 @@ class _ReadOnce(jinja2.BaseLoader):
         source, filename = self.sources[name]
         return source, filename, lambda: True
 
+    def load(self, environment: jinja2.Environment, name: str, globals=None) -> jinja2.Template:
+        """BaseLoader.load, compiling the tree that `_tree` parsed for the variable analysis
+        instead of parsing the text again."""
+        _, filename, uptodate = self.get_source(environment, name)
+        code = environment.compile(_tree(environment, name), name, filename)
+        return environment.template_class.from_code(environment, code, {} if globals is None else globals, uptodate)
+
     def list_templates(self) -> list[str]:
         return self.loader.list_templates()
 
@@ -220,6 +231,13 @@ def _render_environment(templates_dir: Path, texts: dict[str, str] | None = None
     env.loader = _ReadOnce(env.loader, texts, templates_dir)
     env.add_extension(_LineMarkers)
     return env
+
+
+@functools.lru_cache(maxsize=4)
+def _shared_environment(templates_dir: Path, texts: tuple[tuple[str, str], ...]) -> jinja2.Environment:
+    """One environment for every op rendered from the same template texts (the ops of a build, and
+    the next build's): each template, a shared library too, is parsed and compiled once."""
+    return _render_environment(templates_dir, dict(texts))
 
 
 class _NotFinite(Exception):
@@ -264,32 +282,9 @@ class _Domains:
             found |= self.leaves(self.levels[level][name])
         return found
 
-    def evaluate(self, value: Value, assignment: dict, memo: dict | None = None):
-        """The value under one assignment of the leaves; `memo` keeps each value's result for
-        that assignment, since values share their references."""
-        if ("free", value.name) in assignment:
-            return assignment[("free", value.name)]
-        if value.code.is_constant:
-            return value.code.constant
-        memo = {} if memo is None else memo
-        if id(value) in memo:
-            return memo[id(value)]
-        env = {local: assignment[("base", local)] for local in value.code.locals - {"d", "v"}}
-        holders = {"manifest": {}, "variant": {}}
-        for level, name in value.code.refs:
-            referenced = self.levels[level][name]
-            # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
-            result = self.evaluate(referenced, assignment, memo)
-            env[referenced.var] = result
-            if level != "pass":
-                holders[level][referenced.var] = result
-        env["d"] = _Namespace(holders["manifest"])
-        env["v"] = _Namespace(holders["variant"])
-        memo[id(value)] = eval(_compiled(value.code.python), _EVAL_GLOBALS, env)  # compile-time only
-        return memo[id(value)]
-
     def enumerate(self, values: list[Value], conditions: list[Value]) -> list[dict]:
-        """Combinations of `values`, leaving out those a finite `when` clause rules out."""
+        """The distinct combinations of `values`, in the order the product of the leaves' domains
+        first reaches them, leaving out those a finite `when` clause rules out."""
         leaves = set()
         for value in values:
             leaves |= self.leaves(value)
@@ -302,13 +297,81 @@ class _Domains:
                 pass  # depends on shapes or the device: both outcomes stay reachable
         ordered = sorted(leaves)
         domains = [self.base[name] if kind == "base" else (False, True) for kind, name in ordered]
-        combos = []
+        evaluation = _Evaluation(self.levels, ordered)
+        tests = [evaluation.reader(c) for c in deciding]
+        readers = [evaluation.reader(v) for v in values]
+        names = [v.name for v in values]
+        combos, seen = [], set()
         for choice in itertools.product(*domains):
-            assignment = dict(zip(ordered, choice))
-            memo: dict = {}
-            if all(self.evaluate(c, assignment, memo) is True for c in deciding):
-                combos.append({v.name: self.evaluate(v, assignment, memo) for v in values})
+            if all(test(choice) is True for test in tests):
+                combo = tuple(read(choice) for read in readers)
+                if combo not in seen:
+                    seen.add(combo)
+                    combos.append(dict(zip(names, combo)))
         return combos
+
+
+_MISSING = object()
+
+
+class _Evaluation:
+    """Values under the choices of one enumeration (a choice: one domain item a leaf, in `leaves`
+    order). A value reads few of the leaves, so its result is kept per choice of the leaves it
+    reads: of 4096 choices, a value that reads two booleans is computed four times."""
+
+    def __init__(self, levels: dict, leaves: list):
+        self.levels = levels
+        self.position = {leaf: i for i, leaf in enumerate(leaves)}
+        self.readers: dict[int, Callable[[tuple], object]] = {}  # id(value) -> its result of a choice
+
+    def reader(self, value: Value) -> Callable[[tuple], object]:
+        if id(value) not in self.readers:
+            self.readers[id(value)] = self._reader(value)
+        return self.readers[id(value)]
+
+    def _reader(self, value: Value) -> Callable[[tuple], object]:
+        free = self.position.get(("free", value.name))
+        if free is not None:
+            return operator.itemgetter(free)
+        if value.code.is_constant:
+            return lambda choice, constant=value.code.constant: constant
+        positions = sorted(self.position[leaf] for leaf in self.reads(value))
+        project = operator.itemgetter(*positions) if positions else lambda choice: ()
+        results: dict = {}  # what of a choice the value reads -> its result
+
+        def read(choice: tuple):
+            key = project(choice)
+            result = results.get(key, _MISSING)
+            if result is _MISSING:
+                result = results[key] = self.evaluate(value, choice)
+            return result
+
+        return read
+
+    def reads(self, value: Value) -> set:
+        """The leaves `evaluate` reads for `value`, through its references too."""
+        if ("free", value.name) in self.position:
+            return {("free", value.name)}
+        if value.code.is_constant:
+            return set()
+        found = {("base", local) for local in value.code.locals - {"d", "v"}}
+        for level, name in value.code.refs:
+            found |= self.reads(self.levels[level][name])
+        return found
+
+    def evaluate(self, value: Value, choice: tuple):
+        env = {local: choice[self.position[("base", local)]] for local in value.code.locals - {"d", "v"}}
+        holders = {"manifest": {}, "variant": {}}
+        for level, name in value.code.refs:
+            referenced = self.levels[level][name]
+            # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
+            result = self.reader(referenced)(choice)
+            env[referenced.var] = result
+            if level != "pass":
+                holders[level][referenced.var] = result
+        env["d"] = _Namespace(holders["manifest"])
+        env["v"] = _Namespace(holders["variant"])
+        return eval(_compiled(value.code.python), _EVAL_GLOBALS, env)  # compile-time only
 
 
 @functools.lru_cache(maxsize=None)
@@ -332,7 +395,8 @@ def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tupl
     lines = []
     # Comments must not turn an f32 shader into one that needs shader-f16.
     code = COMMENT.sub("", body)
-    if any("f16" in t for t in element_types.values()) or re.search(r"\bf16\b", code):
+    # `in` first: a regex that starts with \b is tried at every position of the text.
+    if any("f16" in t for t in element_types.values()) or ("f16" in code and re.search(r"\bf16\b", code)):
         lines.append("enable f16;")
     for name, kind in overrides:
         lines.append(f"override {name}: {kind};")
@@ -399,24 +463,53 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
                 overrides=tuple(overrides),
                 workgroup_size=size,
                 workgroup_arrays=workgroup_arrays(code),
-                uses_subgroups=bool(SUBGROUP_USE.search(code)),
+                # Every use SUBGROUP_USE finds names "subgroup"; `in` rules most texts out faster.
+                uses_subgroups="subgroup" in code and SUBGROUP_USE.search(code) is not None,
                 line_map=body.line_map,
             )
         )
     return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries)
 
 
-_TREES: "weakref.WeakKeyDictionary[jinja2.Environment, dict[str, jinja2.nodes.Template]]" = weakref.WeakKeyDictionary()
+@dataclass
+class _Parsed:
+    """What is known of an environment's templates, kept for every op and pass that reads them;
+    a failure is not kept: it is raised again, and reported where it is found."""
+
+    trees: dict[str, jinja2.nodes.Template] = field(default_factory=dict)
+    undeclared: dict[str, frozenset[str]] = field(default_factory=dict)  # names a template reads and does not set
+    referenced: dict[str, tuple[str | None, ...]] = field(default_factory=dict)  # see `_referenced`
+    unmarked_lines: dict[str, tuple] = field(default_factory=dict)  # see `_unmark`
+
+
+_PARSED: "weakref.WeakKeyDictionary[jinja2.Environment, _Parsed]" = weakref.WeakKeyDictionary()
 
 
 def _tree(env: jinja2.Environment, name: str) -> jinja2.nodes.Template:
-    """A template's syntax tree, parsed once per environment however many passes read it (a
-    failure is not kept: it is raised again, and reported where it is found)."""
-    trees = _TREES.setdefault(env, {})
+    """A template's syntax tree, parsed once per environment however many passes read it."""
+    trees = _PARSED.setdefault(env, _Parsed()).trees
     if name not in trees:
         source, filename, _ = env.loader.get_source(env, name)
         trees[name] = env.parse(source, name, filename)
     return trees[name]
+
+
+def _undeclared(env: jinja2.Environment, name: str) -> frozenset[str]:
+    """The names a template reads and does not set, found once per environment (Jinja finds them
+    by generating the template's code: as long as compiling it)."""
+    undeclared = _PARSED.setdefault(env, _Parsed()).undeclared
+    if name not in undeclared:
+        undeclared[name] = frozenset(jinja2.meta.find_undeclared_variables(_tree(env, name)))
+    return undeclared[name]
+
+
+def _referenced(env: jinja2.Environment, name: str) -> tuple[str | None, ...]:
+    """The templates a template imports or includes by name (None for a computed name), found once
+    per environment: the 51 passes of a build share 28 templates."""
+    referenced = _PARSED.setdefault(env, _Parsed()).referenced
+    if name not in referenced:
+        referenced[name] = tuple(jinja2.meta.find_referenced_templates(_tree(env, name)))
+    return referenced[name]
 
 
 def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tuple[str, ...]:
@@ -429,7 +522,7 @@ def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tup
     pending = [name]
     while pending:
         try:
-            referenced = jinja2.meta.find_referenced_templates(_tree(env, pending.pop()))
+            referenced = _referenced(env, pending.pop())
         except (jinja2.TemplateNotFound, jinja2.TemplateSyntaxError):
             continue  # reported where the template is parsed for rendering
         for library in referenced:
@@ -457,7 +550,7 @@ def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) 
         where = TemplateLocation(f"{folder}/{error.name or name}", error.lineno)
         raise CompileError([Problem(origin, f"Jinja syntax error: {error.message}", template=where)]) from None
     values = {v.name: v for v in pass_.scope_values}
-    used = sorted(v for v in jinja2.meta.find_undeclared_variables(tree) if v in values)
+    used = sorted(v for v in _undeclared(env, name) if v in values)
     problems = [
         Problem(
             origin,
@@ -511,7 +604,7 @@ class _Bodies:
             except Exception as error:  # a template is code: whatever it raises is its problem
                 failures[(self.location(error), self.detail(error))].append(key)
                 continue
-            text, line_map = _unmark(marked, self.folder)
+            text, line_map = _unmark(marked, self.folder, _PARSED.setdefault(self.env, _Parsed()).unmarked_lines)
             bodies[key] = _Body(combo, context, text, line_map)
         if failures:
             raise CompileError([self.problem(where, detail, keys, key_names) for (where, detail), keys in failures.items()])
@@ -548,7 +641,16 @@ class _Bodies:
 
 def _names(body: str, name: str) -> bool:
     """Whether WGSL text uses `name` as an identifier of its own (not a member: `params.name`)."""
-    return re.search(rf"(?<![\w.]){re.escape(name)}\b", body) is not None
+    return name in body and _identifier(name).search(body) is not None
+
+
+@functools.lru_cache(maxsize=None)
+def _identifier(name: str) -> re.Pattern:
+    """`name` where no word character or `.` precedes it and none follows. The pattern starts with
+    the name itself, checking what precedes it after the match, so that `re` scans for the name
+    as a literal (a leading lookbehind is tried at every position: about 50 times slower)."""
+    name = re.escape(name)
+    return re.compile(rf"{name}(?<![\w.]{name})\b")
 
 
 def _array_sizes(body: str) -> set[str]:
@@ -596,16 +698,24 @@ def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
     if not uniforms:
         return body
     holder = next(b.name for b in pass_.ir.bindings if b.kind == "uniform")
-    names = re.compile(rf"(?<![\w.])({'|'.join(re.escape(u.name) for u in uniforms)})\b")
+    names = "|".join(re.escape(u.name) for u in uniforms)
     # Code between comments is rewritten; the comments stay as the template wrote them.
     parts = re.split(f"({COMMENT.pattern})", body, flags=re.S)
-    return "".join(part if i % 2 else names.sub(lambda m: f"{holder}.{m.group(1)}", part) for i, part in enumerate(parts))
+    return "".join(part if i % 2 else _code_read_from_params(part, names, holder) for i, part in enumerate(parts))
+
+
+@functools.lru_cache(maxsize=8192)
+def _code_read_from_params(code: str, names: str, holder: str) -> str:
+    """Code between two comments with the `names` (a regex alternation) read as `holder.<name>`.
+    The specializations of a template share most of these stretches (a build has 32698 of them,
+    1237 distinct), so each is rewritten once."""
+    return re.sub(rf"(?<![\w.])({names})\b", lambda m: f"{holder}.{m.group(1)}", code)
 
 
 def render_op(op: ResolvedOp, templates_dir: Path, texts: dict[str, str] | None = None) -> tuple[RenderedPass, ...]:
     """Every pass of every variant, each specialization rendered once; raises CompileError.
     `texts`: the template texts, by name, where the caller read them already."""
-    env = _render_environment(templates_dir, texts)
+    env = _render_environment(templates_dir) if texts is None else _shared_environment(templates_dir, tuple(sorted(texts.items())))
     rendered, problems = [], []
     for variant in op.variants:
         names = {v.name for p in variant.passes for v in p.scope_values}

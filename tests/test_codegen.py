@@ -1039,6 +1039,49 @@ def test_naga_failure_names_template_line_and_specialization(tiny, device):
     assert "wrong" in problem  # naga's own message follows
 
 
+def test_naga_failure_found_in_the_validation_process(tiny):
+    """Without a device of the caller's, naga runs in a process of its own (validate.NagaProcess);
+    its messages point at the template line as the in-process validation's do."""
+    (tiny.templates / "tiny.wgsl.jinja").write_text(BROKEN_TEMPLATE)
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates)
+    (problem,) = _messages(info.value)
+    head = problem.splitlines()[0]
+    assert head == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [x element type='f32', y element type='f32']:"
+    assert "wrong" in problem
+
+
+def test_build_validated_in_its_own_process_is_the_build_on_the_callers_device(tiny, tiny_files):
+    assert build(tiny.manifests, tiny.templates) == tiny_files
+
+
+def test_validation_process_that_fails_is_a_problem(tiny, monkeypatch):
+    from codegen import validate as validation
+
+    monkeypatch.setattr(validation.sys, "executable", "/bin/false")  # exits 1 at once, reading nothing
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates)
+    assert _messages(info.value) == ["the validation process (naga) exited with status 1; its messages are above"]
+
+
+def test_build_that_fails_before_validating_stops_the_validation_process(tiny, monkeypatch):
+    from codegen import validate as validation
+
+    started = []
+    start = validation.NagaProcess.__init__
+
+    def recorded(self):
+        start(self)
+        started.append(self)
+
+    monkeypatch.setattr(validation.NagaProcess, "__init__", recorded)
+    (tiny.templates / "tiny.wgsl.jinja").write_text("{% if %}\n")
+    with pytest.raises(CompileError):
+        build(tiny.manifests, tiny.templates)
+    (naga,) = started
+    assert naga.process.returncode is not None  # stopped and reaped, not left running
+
+
 def test_naga_failure_line_after_a_multi_line_comment(tiny, device):
     template = BROKEN_TEMPLATE.replace(
         "{# A template with a type error on line 9; this comment and the blank line must not shift it. #}\n",
@@ -1333,6 +1376,42 @@ def test_rendering_reads_each_template_once(tiny, monkeypatch):
     (item,) = render_op(resolved, tiny.templates)
     assert len(item.specializations) == 2
     assert sorted(opened) == ["_lib/body.wgsl.jinja", "tiny.wgsl.jinja"]
+
+
+def test_each_template_is_parsed_once_for_every_op_of_a_build(monkeypatch):
+    """The ops of a build share one Jinja environment (wgsl._shared_environment), and Jinja
+    compiles the tree parsed for the variable analysis: a template was parsed once an op that
+    used it, and once more to compile it."""
+    import jinja2
+
+    from codegen import wgsl
+    from codegen.sources import read_snapshot
+
+    wgsl._shared_environment.cache_clear()
+    parsed = []
+    parse = jinja2.Environment._parse
+
+    def counted(self, source, name, filename):
+        parsed.append(name)
+        return parse(self, source, name, filename)
+
+    monkeypatch.setattr(jinja2.Environment, "_parse", counted)
+    emitted, _ = builder._rendered_ops(MANIFESTS, TEMPLATES, (), read_snapshot(MANIFESTS, TEMPLATES, {}))
+    assert len(emitted) > 1 and any(name.startswith("_lib/") for name in parsed)
+    assert sorted(parsed) == sorted(set(parsed))
+
+
+def test_unmark_reads_each_distinct_line_once():
+    """`_unmark` keeps each marked line it has read; a line whose newline came from a value takes
+    the next mark's location, a last line without a newline none."""
+    from codegen.wgsl import _MARK_CLOSE, _MARK_OPEN, _unmark
+
+    marked = f"a{_MARK_OPEN}t.jinja:1{_MARK_CLOSE}\nvalue\nb{_MARK_OPEN}t.jinja:2{_MARK_CLOSE}\ntail"
+    one, two = TemplateLocation("templates/t.jinja", 1), TemplateLocation("templates/t.jinja", 2)
+    lines: dict = {}
+    assert _unmark(marked, "templates", lines) == ("a\nvalue\nb\ntail", (one, two, two, None))
+    assert len(lines) == 4
+    assert _unmark(marked, "templates", lines) == _unmark(marked, "templates")
 
 
 def test_validation_neither_reads_nor_renders_a_template(tiny, device, monkeypatch):
