@@ -618,3 +618,30 @@ def test_whole_number_tunables_are_accepted_as_ints_or_whole_floats():
     assert with_ints.variant == with_floats.variant == "split_plain"
     assert [p.dispatch for p in with_floats.passes] == [p.dispatch for p in with_ints.passes]
     assert [p.overrides for p in with_floats.passes] == [p.overrides for p in with_ints.passes]
+
+
+def test_importing_the_package_reads_no_shader_and_a_plan_reads_only_its_own():
+    """Shader tables make a Shader (reading what its WGSL declares) on first use: an app that
+    imports the package pays for none, and a plan for the shaders of its passes."""
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent(
+        """
+        import generated._runtime.plans as plans
+        read = []
+        facts = plans.shader_facts
+        plans.shader_facts = lambda text: (read.append(text), facts(text))[1]
+        import generated
+        from generated import group_normalization as gn
+        assert read == [], len(read)
+        p = gn.plan({"x": (2, 64, 8, 8), "scale": (64,), "bias": (64,)}, {"T": "float32"}, attrs={"num_groups": 8})
+        assert read == [pass_.wgsl for pass_ in p.passes], (len(read), len(p.passes))
+        gn.plan({"x": (2, 64, 8, 8), "scale": (64,), "bias": (64,)}, {"T": "float32"}, attrs={"num_groups": 8})
+        assert len(read) == len(p.passes)  # made once
+        print("ok")
+        """
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stdout + result.stderr

@@ -133,14 +133,38 @@ class Shader:
     uniform_types: tuple = ()  # (field, type) of the Params struct, padding included
 
 
-def shader_table(wgsl: Any, *, template: str, bindings: tuple, shaders: Mapping) -> dict:
+class ShaderTable(Mapping):
     """{specialization key: Shader} of one pass, each from its name in the op's shaders.py
-    (`wgsl(name)` is its text) and what that text declares."""
-    table = {}
-    for key, name in shaders.items():
-        text = wgsl(name)
-        table[key] = Shader(template, name, bindings, text, *shader_facts(text))
-    return table
+    (`wgsl(name)` is its text) and what that text declares, made on first use: reading a text's
+    declarations takes about a millisecond, every variant module has a table, and a call uses
+    one shader a pass, so importing the package reads none of them."""
+
+    def __init__(self, wgsl: Any, template: str, bindings: tuple, names: Mapping):
+        self._wgsl = wgsl
+        self._template = template
+        self._bindings = bindings
+        self._names = dict(names)
+        self._made: dict = {}
+
+    def __getitem__(self, key) -> Shader:
+        shader = self._made.get(key)
+        if shader is None:
+            name = self._names[key]
+            text = self._wgsl(name)
+            # Two threads may both make it: the same Shader, and either is kept.
+            shader = self._made[key] = Shader(self._template, name, self._bindings, text, *shader_facts(text))
+        return shader
+
+    def __iter__(self):
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def shader_table(wgsl: Any, *, template: str, bindings: tuple, shaders: Mapping) -> ShaderTable:
+    """The ShaderTable of one pass: `shaders` maps its specialization keys to shader names."""
+    return ShaderTable(wgsl, template, bindings, shaders)
 
 
 @dataclass(frozen=True)
