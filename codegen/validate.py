@@ -21,6 +21,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from .wgsl import RenderedPass, Specialization
 
 VALIDATION_FEATURES = ("shader-f16", "subgroup")
+# Lavapipe validates every shader of the four ops in a few seconds; a process silent this long is stuck.
+VALIDATION_TIMEOUT_S = 300
 
 
 @dataclass(frozen=True)
@@ -51,9 +54,10 @@ def open_validation_device():
     return adapter, device
 
 
-def validate(rendered: list[RenderedPass], device=None, adapter=None) -> ValidationReport:
+def validate(rendered: list[RenderedPass], device=None) -> ValidationReport:
     """Create a shader module for every specialization; collect every failure, then raise CompileError.
-    Without a device, the validation device is opened here (or `device` is the one `adapter` opened)."""
+    Without a device, the validation device is opened here."""
+    adapter = None
     if device is None:
         adapter, device = open_validation_device()
     shaders = _shaders(rendered)
@@ -90,12 +94,19 @@ def _report(shaders: list, failures: list[tuple[int, str]], adapter: str) -> Val
 class NagaProcess:
     """A Python process of its own that opens the validation device as it starts, then validates
     the shaders `validate()` sends it (once) and replies with naga's messages. Use it as a context
-    manager: a build that fails before it validates stops the process on its way out."""
+    manager: a build that fails before it validates stops the process on its way out. What the
+    process prints goes to a file, which a failure quotes (the caller's stderr may be a
+    notebook's or pytest's, and a second pipe could fill while nobody reads it)."""
 
     def __init__(self):
         root = Path(__file__).resolve().parent.parent
         code = f"import sys; sys.path.insert(0, {str(root)!r}); from codegen.validate import serve; serve()"
-        self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+        self.printed = tempfile.TemporaryFile()
+        try:
+            self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.printed)
+        except OSError as error:
+            self.printed.close()
+            raise CompileError([Problem(None, f"the validation process (naga) did not start: {error}")]) from error
 
     def __enter__(self) -> NagaProcess:
         return self
@@ -107,24 +118,32 @@ class NagaProcess:
         with contextlib.suppress(BrokenPipeError):  # what a process that stopped early left unread
             self.process.stdin.close()
         self.process.stdout.close()
+        self.printed.close()
 
     def validate(self, rendered: list[RenderedPass]) -> ValidationReport:
-        """As `validate()`, in the process. The shaders go in one write and the reply comes in one
-        read: this thread takes the GIL back a few times, not once per pipe buffer."""
+        """As `validate()`, in the process: the shaders go in, naga's messages come back, within
+        VALIDATION_TIMEOUT_S (a device that never opens must not hang the build)."""
         shaders = _shaders(rendered)
+        payload = json.dumps([(label, spec.wgsl) for label, _, spec in shaders]).encode()
         try:
-            self.process.stdin.write(json.dumps([(label, spec.wgsl) for label, _, spec in shaders]).encode())
-            self.process.stdin.close()
-        except BrokenPipeError:
-            pass  # it stopped before reading: its reply (or its exit status) says why
-        reply = self.process.stdout.read()
-        if self.process.wait() != 0 or not reply:
-            message = f"the validation process (naga) exited with status {self.process.returncode}; its messages are above"
+            reply, _ = self.process.communicate(payload, timeout=VALIDATION_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+            raise CompileError([Problem(None, f"the validation process (naga) gave no answer in {VALIDATION_TIMEOUT_S} s{self._printed()}")]) from None
+        if self.process.returncode != 0 or not reply:
+            message = f"the validation process (naga) exited with status {self.process.returncode}{self._printed()}"
             raise CompileError([Problem(None, message)])
         answer = json.loads(reply)
         if "problem" in answer:
             raise CompileError([Problem(None, answer["problem"])])
         return _report(shaders, [tuple(failure) for failure in answer["failures"]], answer["adapter"])
+
+    def _printed(self) -> str:
+        """`; it printed: ` and the end of what the process printed, or nothing where it printed nothing."""
+        self.printed.seek(0)
+        text = self.printed.read().decode(errors="replace").strip()
+        return f"; it printed: {text[-2000:]}" if text else ""
 
 
 def serve() -> None:

@@ -147,6 +147,8 @@ def fill_lines(text: str, width: int = FILL_WIDTH) -> str:
         joinable = last is not None and body and last[1] and "//" not in body + last[1] and last[0] == indent
         if joinable and len(indent) + len(last[1]) + 1 + len(body) <= width:
             last[1] += " " + body
+            # A line whose newline came from a value has no mark: take the first joined one's.
+            last[2] = last[2] or (found.group(0) if found else "")
         else:
             filled.append([indent, body, found.group(0) if found else ""])
     return "".join(f"{indent}{body}{mark}\n" for indent, body, mark in filled) + tail
@@ -305,8 +307,11 @@ class _Domains:
         for choice in itertools.product(*domains):
             if all(test(choice) is True for test in tests):
                 combo = tuple(read(choice) for read in readers)
-                if combo not in seen:
-                    seen.add(combo)
+                # By type and text: 1, 1.0 and True hash alike but render differently, and a
+                # list value does not hash at all.
+                identity = tuple((type(v), repr(v)) for v in combo)
+                if identity not in seen:
+                    seen.add(identity)
                     combos.append(dict(zip(names, combo)))
         return combos
 

@@ -27,14 +27,14 @@ F16_CAPS = {"features": ["shader-f16"]}
 # two-channel one).
 NCHW4 = {"nchw_inference_vec4", "nchw_inference_vec4_pairs"}
 FLAT4 = {"flat_inference_vec4", "flat_inference_vec4_pairs"}
-# 8 halves a load: float16 only, element counts a multiple of 8, planes of at least 8 values.
+# 8 halves a load: float16 only, element counts a multiple of 8, planes of at least 7 values.
 HALVES8 = {"flat_inference_halves8"}
 SHAPES = [
     ((3, 8), {"nc_inference_vec4", "inference_scalar"} | FLAT4),
     ((5, 6), {"inference_scalar"}),
     ((2, 6), FLAT4 | {"inference_scalar"}),
     ((2, 3, 12), NCHW4 | FLAT4 | HALVES8 | {"inference_scalar"}),
-    ((2, 4, 7), FLAT4 | {"inference_scalar"}),
+    ((2, 4, 7), FLAT4 | HALVES8 | {"inference_scalar"}),
     ((4, 5, 5), FLAT4 | {"inference_scalar"}),
     ((4, 3, 3), FLAT4 | {"inference_scalar"}),
     ((4, 3, 2), FLAT4 | {"inference_scalar"}),
@@ -52,8 +52,9 @@ SHAPES = [
     ((8, 3, 3, 3), FLAT4 | HALVES8 | {"inference_scalar"}),
     ((4, 3, 10), FLAT4 | HALVES8 | {"inference_scalar"}),
     ((2, 16, 7, 7), FLAT4 | HALVES8 | {"inference_scalar"}),
-    # element count a multiple of 8 but planes of 7 values: not the 8-halves variants.
-    ((8, 3, 7), FLAT4 | {"inference_scalar"}),
+    # planes of 7 values (a load's last lane at most one plane on), and of 6: not the 8-halves variant.
+    ((8, 3, 7), FLAT4 | HALVES8 | {"inference_scalar"}),
+    ((4, 3, 6), FLAT4 | {"inference_scalar"}),
 ]
 VARIANTS = (
     "inference_scalar",
@@ -128,7 +129,8 @@ def test_selection_prefers_vector_variants():
     # The flat pairs follow the nchw pairs: f16 only, and never ahead of the nc or nchw variants.
     # ResNet-50 layer4 in float16: 8 halves a load, ahead of the flat vec4 pairs.
     assert chosen((32, 2048, 7, 7), "float16") == "flat_inference_halves8"
-    assert chosen((8, 3, 7), "float16") == "flat_inference_vec4_pairs"  # planes under 8 values
+    assert chosen((8, 3, 7), "float16") == "flat_inference_halves8"
+    assert chosen((4, 3, 6), "float16") == "flat_inference_vec4_pairs"  # planes under 7 values
     assert chosen((32, 2048, 7, 7)) == "flat_inference_vec4"  # demoted for f32
     assert chosen((4, 6), "float16") == "flat_inference_vec4_pairs"
     for dtype in ("float32", "float16"):
@@ -217,7 +219,10 @@ def test_halves8_covers_a_partial_last_workgroup(shape, workgroup_size, request)
 @pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"nc_inference_vec4"}))
 def test_f16_results_past_the_f16_range_are_infinite(variant, request):
     """ONNX in float16 rounds a result beyond 65504 to +-inf: so do the kernels (f32 math, one
-    rounding at the store), anywhere in a vector or an 8-half load, and the finite ones stay right."""
+    rounding at the store), anywhere in a vector or an 8-half load, and the finite ones stay right.
+    WGSL lets an implementation assume that nothing overflows (and calls pack2x16float's result
+    indeterminate past the f16 range), so this holds on the drivers tested (lavapipe here, the
+    H200's), not by the spec; the test keeps it from regressing there."""
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, (2, 16, 8, 8), np.float16)
     inputs.update(scale=np.full(16, 4, np.float16), b=np.zeros(16, np.float16), inputMean=np.zeros(16, np.float16), inputVar=np.ones(16, np.float16))

@@ -1061,7 +1061,43 @@ def test_validation_process_that_fails_is_a_problem(tiny, monkeypatch):
     monkeypatch.setattr(validation.sys, "executable", "/bin/false")  # exits 1 at once, reading nothing
     with pytest.raises(CompileError) as info:
         build(tiny.manifests, tiny.templates)
-    assert _messages(info.value) == ["the validation process (naga) exited with status 1; its messages are above"]
+    assert _messages(info.value) == ["the validation process (naga) exited with status 1"]
+
+
+def _fake_python(tmp_path, body):
+    script = tmp_path / "fake-python"
+    script.write_text(f"#!/bin/sh\n{body}\n")
+    script.chmod(0o755)
+    return str(script)
+
+
+def test_validation_process_failure_quotes_what_it_printed(tiny, tmp_path, monkeypatch):
+    from codegen import validate as validation
+
+    monkeypatch.setattr(validation.sys, "executable", _fake_python(tmp_path, "echo 'no Vulkan driver found' >&2; exit 3"))
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates)
+    assert _messages(info.value) == ["the validation process (naga) exited with status 3; it printed: no Vulkan driver found"]
+
+
+def test_validation_process_that_cannot_start_is_a_problem(tiny, tmp_path, monkeypatch):
+    from codegen import validate as validation
+
+    monkeypatch.setattr(validation.sys, "executable", str(tmp_path / "no-such-python"))
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates)
+    (message,) = _messages(info.value)
+    assert message.startswith("the validation process (naga) did not start: "), message
+
+
+def test_validation_process_that_never_answers_is_stopped(tiny, tmp_path, monkeypatch):
+    from codegen import validate as validation
+
+    monkeypatch.setattr(validation.sys, "executable", _fake_python(tmp_path, "exec sleep 60"))
+    monkeypatch.setattr(validation, "VALIDATION_TIMEOUT_S", 1)
+    with pytest.raises(CompileError) as info:
+        build(tiny.manifests, tiny.templates)
+    assert _messages(info.value) == ["the validation process (naga) gave no answer in 1 s"]
 
 
 def test_build_that_fails_before_validating_stops_the_validation_process(tiny, monkeypatch):
@@ -1315,6 +1351,18 @@ def test_fill_lines_packs_whole_statements_up_to_the_width():
     assert fill_lines("    a = 1;\n    b = 2;") == "    a = 1;\n    b = 2;"  # a last line without newline stays as it is
     long = "    x = " + "1 + " * 30 + "1;\n"
     assert fill_lines(long + long) == long + long  # a line is never split, and two long ones stay apart
+
+
+def test_fill_lines_keeps_a_mark_when_the_first_line_has_none():
+    """A line whose newline came from a value carries no mark; the line it is filled into takes the
+    mark of the first joined statement that has one, so the line map does not lose it."""
+    from codegen.wgsl import _MARK_CLOSE, _MARK_OPEN, fill_lines
+
+    def mark(line):
+        return f"{_MARK_OPEN}t.wgsl.jinja:{line}{_MARK_CLOSE}"
+
+    text = f"    a = 1;\n    b = 2;{mark(6)}\n    c = 3;{mark(7)}\n"
+    assert fill_lines(text) == f"    a = 1; b = 2; c = 3;{mark(6)}\n"
 
 
 def test_filled_lines_map_to_their_first_statement(tiny):

@@ -155,6 +155,9 @@ class ShaderTable(Mapping):
             shader = self._made[key] = Shader(self._template, name, self._bindings, text, *shader_facts(text))
         return shader
 
+    def __contains__(self, key) -> bool:
+        return key in self._names  # Mapping's own would make the Shader
+
     def __iter__(self):
         return iter(self._names)
 
