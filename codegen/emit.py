@@ -726,11 +726,11 @@ class _Piece:
 
     position: int | None  # the lookup value it is read from; None: `fixed`
     fixed: str = ""
-    tokens: tuple = ()  # (value, token) for each value of that position, in order
+    tokens: tuple = ()  # (value, its NameToken) for each value of that position, in order
 
     @property
     def always(self) -> bool:
-        return self.position is None or all(token for _, token in self.tokens)
+        return self.position is None or all(token.text for _, token in self.tokens)
 
 
 class _ShaderProduct:
@@ -753,13 +753,13 @@ class _ShaderProduct:
         """The names' tokens that are not empty in every name; None where one of them follows no
         single lookup value."""
         pieces = []
-        for c, (column, _) in enumerate(self.made_of[0].tokens):
-            seen = {made.tokens[c][1] for made in self.made_of}
+        for c, first in enumerate(self.made_of[0].tokens):
+            seen = {made.tokens[c].text for made in self.made_of}
             if len(seen) == 1:
                 pieces += [_Piece(None, seen.pop())] if "" not in seen else []
-            elif column in self.keys:
-                j = self.keys.index(column)
-                tokens = dict(zip((key[j] for key in self.table), (made.tokens[c][1] for made in self.made_of)))
+            elif first.key in self.keys:
+                j = self.keys.index(first.key)
+                tokens = dict(zip((key[j] for key in self.table), (made.tokens[c] for made in self.made_of)))
                 pieces.append(_Piece(j, tokens=tuple((value, tokens[value]) for value in self.values[j])))
             else:
                 return None
@@ -767,22 +767,21 @@ class _ShaderProduct:
 
     def text(self, piece: _Piece, leading: bool) -> tuple[str, str | None]:
         """A piece's part of the name's f-string, with its dash (`leading`: one before it), and the
-        loop clause of its lookup value (None: a plain loop over the values). Tokens that are the
-        value with fixed text around it (`units8`) read the value itself; a piece that can be empty
-        (False: "") holds its dash in its tokens, after it where no token comes before it."""
+        loop clause of its lookup value (None: a plain loop over the values). Tokens that are one
+        prefix and the value (`units8`) read the value itself; a piece that can be empty (False:
+        "") holds its dash in its tokens, after it where no token comes before it."""
         dash = "-" if leading else ""
         if piece.position is None:
             return dash + piece.fixed, None
         variable = self.variables[piece.position]
         if not piece.always:
-            glued = tuple((v, t and ("-" + t if leading else t + "-")) for v, t in piece.tokens)
+            glued = tuple((v, t.text and ("-" + t.text if leading else t.text + "-")) for v, t in piece.tokens)
             return "{" + variable + "_token}", f"for {variable}, {variable}_token in {glued!r}"
-        value, token = piece.tokens[0]
-        at = token.find(str(value))
-        before, after = (token[:at], token[at + len(str(value)) :]) if at >= 0 else ("", "")
-        if at >= 0 and all(t == f"{before}{v}{after}" for v, t in piece.tokens):
-            return dash + before + "{" + variable + "}" + after, None
-        return dash + "{" + variable + "_token}", f"for {variable}, {variable}_token in {piece.tokens!r}"
+        prefixes = {t.prefix for _, t in piece.tokens}
+        if len(prefixes) == 1 and None not in prefixes:
+            return dash + prefixes.pop() + "{" + variable + "}", None
+        pairs = tuple((v, t.text) for v, t in piece.tokens)
+        return dash + "{" + variable + "_token}", f"for {variable}, {variable}_token in {pairs!r}"
 
     def lines(self) -> list[str] | None:
         if len(self.table) < 6 or not self.keys or len(self.table) != math.prod(map(len, self.values)):

@@ -51,13 +51,23 @@ class StoredShader:
 
 
 @dataclass(frozen=True)
+class NameToken:
+    """One template value's part of a shader name: `vec4f16`, `has-bias` for True, "" for False, or
+    a number after the value's name (`units8`), whose `prefix` is then that name (`units`)."""
+
+    key: KeyName
+    text: str
+    prefix: str | None = None  # set where text is prefix + str(value), the value all digits
+
+
+@dataclass(frozen=True)
 class NameTokens:
     """What a shader's name is made of: its template's stem, then the non-empty tokens of the
     template values that tell the template's specializations apart, joined by `-` (the first of
     equal ones), or `only`; `#2`, `#3` where an earlier text took the name."""
 
     stem: str
-    tokens: tuple[tuple[KeyName, str], ...]  # (template value, its token: `vec4f16`, `has-bias`, "" for False)
+    tokens: tuple[NameToken, ...]  # one a deciding template value, in key order
 
 
 @dataclass(frozen=True)
@@ -128,14 +138,18 @@ def part_name(text: str, enclosing: str | None) -> str:
     return f"{enclosing.split()[-1]}: {first}" if enclosing else first
 
 
-def _token(key: KeyName, value: object) -> str:
-    """A key value as a name token: True -> the name, False -> nothing, `vec4<f16>` -> `vec4f16`."""
+def _token(key: KeyName, value: object) -> NameToken:
+    """A key value as a name token: True -> the name, False -> nothing, `vec4<f16>` -> `vec4f16`,
+    a number -> the name and the number."""
+    name = snake(key.name).replace("_", "-")
     if value is True:
-        return snake(key.name).replace("_", "-")
+        return NameToken(key, name)
     if value is False or value is None:
-        return ""
+        return NameToken(key, "")
     token = re.sub(r"[^0-9A-Za-z]+", "", str(value))
-    return f"{snake(key.name).replace('_', '-')}{token}" if token.isdigit() else token
+    if not token.isdigit():
+        return NameToken(key, token)
+    return NameToken(key, f"{name}{token}", name if token == str(value) else None)
 
 
 def deciding_columns(rows: list[tuple]) -> list[int]:
@@ -172,13 +186,13 @@ def _shader_names(rendered: list[RenderedPass]) -> dict[str, NameTokens]:
         for values, spec in specs:
             if spec.wgsl in names:
                 continue
-            names[spec.wgsl] = NameTokens(stem, tuple((n, _token(n, values.get(n))) for n in kept))
+            names[spec.wgsl] = NameTokens(stem, tuple(_token(n, values.get(n)) for n in kept))
     return names
 
 
 def name_from(tokens: NameTokens) -> str:
     """A shader's name before `_unique`: `group-norm-slab.f16-vec4-skip-full`."""
-    return f"{tokens.stem}.{'-'.join(dict.fromkeys(t for _, t in tokens.tokens if t)) or 'only'}"
+    return f"{tokens.stem}.{'-'.join(dict.fromkeys(t.text for t in tokens.tokens if t.text)) or 'only'}"
 
 
 def _unique(names: dict[str, str]) -> dict[str, str]:

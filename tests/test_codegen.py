@@ -1299,14 +1299,14 @@ def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
 
 def _bucket_table(drop: tuple = (), rename: dict | None = None):
     """A split-k apply pass's shader table by (packedHalves, units), as _ShaderProduct sees it."""
-    from codegen.store import NameTokens, ShaderStore, name_from
+    from codegen.store import NameToken, NameTokens, ShaderStore, name_from
     from codegen.wgsl import KeyName
 
     packed, units = KeyName("packedHalves"), KeyName("units")
     table, made = {}, {}
     for halves in (False, True):
         for count in ("1", "8", "12"):
-            tokens = NameTokens("norm-splitk-apply", ((packed, "packed-halves" if halves else ""), (units, f"units{count}")))
+            tokens = NameTokens("norm-splitk-apply", (NameToken(packed, "packed-halves" if halves else ""), NameToken(units, f"units{count}", "units")))
             name = (rename or {}).get(name_from(tokens), name_from(tokens))
             if (halves, count) not in drop:
                 table[(halves, count)], made[name] = name, tokens
