@@ -7,7 +7,6 @@ sources and their sha256. Iteration follows manifest order, so two builds give i
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import re

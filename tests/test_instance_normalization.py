@@ -122,6 +122,11 @@ def ort_reference(inputs, epsilon):
     return expected.astype(np.float64)
 
 
+def assert_matches_both_oracles(actual, inputs, epsilon, dtype, context):
+    assert_close(actual, reference(inputs, epsilon), dtype, context)
+    assert_close(actual, ort_reference(inputs, epsilon), dtype, context + " vs onnxruntime")
+
+
 @pytest.fixture(scope="module")
 def caps():
     return device_caps(default_device())
@@ -153,8 +158,7 @@ def test_forced_variant_against_reference_and_onnxruntime(case, dtype, caps, req
         assert 0 < first.workgroup_storage_bytes <= bound, first
     actual = run_poisoned(inputs, **kwargs)
     context = f"{variant} {shape} {np.dtype(dtype).name} eps={epsilon} {seed_note(seed)}"
-    assert_close(actual, reference(inputs, epsilon), dtype, context)
-    assert_close(actual, ort_reference(inputs, epsilon), dtype, context + " vs onnxruntime")
+    assert_matches_both_oracles(actual, inputs, epsilon, dtype, context)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
@@ -248,8 +252,7 @@ def test_natural_selection_against_reference_and_onnxruntime(shape, tunables, ex
     assert inn.plan(shapes_of(inputs), dtypes_of(inputs), caps=caps, tunables=tunables).variant == expected
     actual = run_poisoned(inputs, tunables=tunables)
     context = f"{expected} {shape} {np.dtype(dtype).name} {seed_note(seed)}"
-    assert_close(actual, reference(inputs, 1e-5), dtype, context)
-    assert_close(actual, ort_reference(inputs, 1e-5), dtype, context + " vs onnxruntime")
+    assert_matches_both_oracles(actual, inputs, 1e-5, dtype, context)
 
 
 def chosen(shape, dtype="float32", caps=None, tunables=None):
@@ -508,8 +511,7 @@ def test_row_registers_against_reference_and_onnxruntime(shape, tunables, f32_ge
     assert p.workgroup_storage_bytes <= p.workgroup_size * 16 + 4100 + 8  # regWorkgroupBytes
     actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS)
     context = f"{REGISTERS} {shape} eps={epsilon} {tunables} {seed_note(seed)}"
-    assert_close(actual, reference(inputs, epsilon), dtype, context)
-    assert_close(actual, ort_reference(inputs, epsilon), dtype, context + " vs onnxruntime")
+    assert_matches_both_oracles(actual, inputs, epsilon, dtype, context)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
@@ -752,8 +754,7 @@ def test_splitk_registers_against_reference_and_onnxruntime(shape, tunables, f32
     assert (plan.passes[1].uniforms["numGroups"], plan.passes[1].overrides["channelsPerGroup"]) == (shape[1], 1)
     actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, tunables=tunables, variant=CHUNKS)
     context = f"{CHUNKS} {shape} eps={epsilon} {tunables} {seed_note(seed)}"
-    assert_close(actual, reference(inputs, epsilon), dtype, context)
-    assert_close(actual, ort_reference(inputs, epsilon), dtype, context + " vs onnxruntime")
+    assert_matches_both_oracles(actual, inputs, epsilon, dtype, context)
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])

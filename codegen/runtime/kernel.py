@@ -20,7 +20,7 @@ from .pipelines import pipelines_created, warm_pipelines
 from .planning import _cached_plan, _op_caps, _typed_items, build_plan
 from .plans import OpContract
 from .requests import _dtype_name, _in_callers_words, _inputs_by_key, _requested_outputs
-from .tensors import _dtype_text, Tensor, TensorIn, buffer_destroyed, destroys_so_far
+from .tensors import _dtype_text, Tensor, TensorIn, destroys_so_far
 
 
 def _kernel_input(op, name, value):
@@ -249,13 +249,7 @@ def _repeated_call(key, device, inputs, out):
     if len(current) != len(buffer_refs):
         return None
     for tensor, ref, (shape, dtype) in zip(current, buffer_refs, repeat.described):
-        if (
-            tensor.destroyed
-            or tensor.buffer is not ref()
-            or tensor.shape != shape
-            or tensor.dtype != dtype
-            or buffer_destroyed(tensor.buffer)
-        ):
+        if tensor.gone or tensor.buffer is not ref() or tensor.shape != shape or tensor.dtype != dtype:
             return None
     return repeat
 
@@ -418,7 +412,7 @@ class Sequence:
         if self._checked_at != destroys_so_far():
             # A destroyed buffer in a submission aborts wgpu-native: refuse it first. Rechecked
             # only when some buffer was destroyed since the last run.
-            dead = next((t for t in self._tensors if t.destroyed or buffer_destroyed(t.buffer)), None)
+            dead = next((t for t in self._tensors if t.gone), None)
             if dead is not None:
                 raise ContractError(
                     "Sequence",

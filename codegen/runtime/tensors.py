@@ -137,9 +137,14 @@ class Tensor:
             tensor.device.queue.write_buffer(tensor.buffer, 0, data)
         return tensor
 
+    @property
+    def gone(self) -> bool:
+        """Whether its buffer was destroyed, by destroy() or by `buffer.destroy()` directly."""
+        return self.destroyed or buffer_destroyed(self.buffer)
+
     def numpy(self) -> np.ndarray:
         """Read the tensor back (waits for the GPU work that writes it)."""
-        if self.destroyed or buffer_destroyed(self.buffer):
+        if self.gone:
             raise ContractError(
                 "Tensor", "numpy()", "not destroyed", "the Tensor was destroyed: its buffer is gone"
             )
