@@ -165,6 +165,23 @@ def test_runtime_sources_are_black_clean_and_import_relatively():
                 assert node.module.split(".")[0] in sys.stdlib_module_names | {"numpy", "wgpu"}, (module.name, node.module)
 
 
+def test_generated_modules_are_what_black_makes_of_them(built):
+    """The build formats what it writes with one pass of black (emit.PythonSource.format); the
+    public black.format_str, which runs a second pass where the first changed anything, agrees.
+    (The runtime and the tools are copied verbatim, not formatted.)"""
+    import black
+
+    from codegen.build import VERBATIM_SOURCES
+    from codegen.emit import BLACK_MODE
+
+    files, _ = built
+    copied = set(VERBATIM_SOURCES) | {path for path in files if path.startswith("_runtime/")}
+    modules = {path: text for path, text in files.items() if path.endswith(".py") and path not in copied}
+    assert len(modules) > 40
+    for path, text in modules.items():
+        assert black.format_str(text, mode=BLACK_MODE) == text, f"{path}: not black's fixed point"
+
+
 def test_build_is_deterministic_in_memory(built, device):
     files, _ = built
     assert build(MANIFESTS, TEMPLATES, device=device) == files
