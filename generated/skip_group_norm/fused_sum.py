@@ -2,10 +2,10 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 e746e4f27389ac03)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
-#   templates/_lib/skip_prelude.wgsl.jinja (sha256 251f516a54b17fa0)
+#   templates/_lib/skip_prelude.wgsl.jinja (sha256 d1a827500304b5b9)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 1e8d9dabe61b47f9)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `fused_sum` of com.microsoft SkipGroupNorm-1.

@@ -3,14 +3,14 @@
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
 #   templates/_lib/row_stats.wgsl.jinja (sha256 75e58b007dc38524)
-#   templates/_lib/skip_prelude.wgsl.jinja (sha256 251f516a54b17fa0)
+#   templates/_lib/skip_prelude.wgsl.jinja (sha256 d1a827500304b5b9)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 5ade46b020ae7ac4)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 1e8d9dabe61b47f9)
 #   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 6e2e788b58e50218)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 f99a7289cf3b923e)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Every shader of com.microsoft SkipGroupNorm-1, each distinct WGSL text stored once.
@@ -820,7 +820,8 @@ fn lanes_sum(v: vec2<f32>) -> f32 {
 fn half(v: FV) -> FV {
     let a = abs(v);
     let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
-    return select(round(v / q) * q, v, a >= FV(65520.0));
+    let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
+    return select(round(v * inverse_q) * q, v, a >= FV(65520.0));
 }
 
 fn wide(u: Unit) -> Wide {""",
@@ -1444,22 +1445,39 @@ fn bias_at(c: u32) -> f32 {
 fn gather_bias(c: u32) -> FV {""",
     "gather_bias: return": """\
     return bias_at(c);""",
+    "struct Addends": """\
+}
+
+// What a vector's sum adds to X besides a full skip, the same at every position of a channel: an
+// (N, C) skip and the bias, each at the vector's channels. A walk along a channel loads them once.
+struct Addends {
+    skip: FV,  // the (N, C) skip of the batch item (unused with a full skip)
+    bias: FV,  // unused without a bias
+}
+
+fn addends(item: u32, c0: u32) -> Addends {""",
+    "addends: return": """\
+    return Addends(gather_skip(item * numChannels + c0), gather_bias(c0));""",
+    "fn sum_with": """\
+}
+
+// s = (X + skip) + bias at vector i, its channels' addends `a`, formed in f32 and rounded to T
+// before anything else sees it.
+fn sum_with(i: u32, a: Addends) -> FV {
+    var v = FV(x[i]) + a.skip;""",
     "fn sum_at": """\
+    v = v + a.bias;
+    return v;
 }
 
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
+// sum_with at vector i of batch item `item`, first channel c0.
 fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * numChannels + c0);""",
-    "sum_at: v": """\
-    v = v + gather_bias(c0);
-    return v;""",
+    return sum_with(i, addends(item, c0));
+}""",
     "fn stored_sum": """\
-}
-
-// sum_at(i, item, c0), also stored to S (binding sumOut) as T: the statistics walk's value.
-fn stored_sum(i: u32, item: u32, c0: u32) -> FV {
-    let s = sum_at(i, item, c0);
+// sum_with(i, a), also stored to S (binding sumOut) as T: the statistics walk's value.
+fn stored_sum(i: u32, a: Addends) -> FV {
+    let s = sum_with(i, a);
     sumOut[i] = TV(s);
     return s;
 }""",
@@ -1582,18 +1600,21 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         var w = w_begin + col;
         var p = p_begin + r;
         var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
+        // The addends of the lane's column, loaded again only when the walk moves to a new column.
+        var a = addends(item, channel_base + cw.x);
         loop {
             if (w >= w_end || p >= p_end) {
-                break;
+                break;""",
+    "main: let shift": """\
             }
-            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x);""",
+            let shift = sum_with(tile_base + p * outerStride + w, a);""",
     "main: var s1": """\
             var s1 = FV(0.0);
             var s2 = FV(0.0);
             var m = 0u;
             for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
                 let i = tile_base + p * outerStride + w;
-                let s = stored_sum(i, item, channel_base + cw.x);""",
+                let s = stored_sum(i, a);""",
     "main: let d": """\
                 let d = s - FV(shift);
                 s1 += d;
@@ -1603,6 +1624,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
                     p = p_begin + r;
                     w += laneColumns;
                     cw = advance(cw, cw_step, channelDivisor);
+                    if (w < w_end) {
+                        a = addends(item, channel_base + cw.x);
+                    }
                 }
             }
             own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
@@ -1681,18 +1705,9 @@ fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
 fn lanes_sum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
 }""",
-    "main: var own#4": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    if (group < numGroups && active_lane) {
-        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
-        var w = w_begin + col;
-        var p = p_begin + r;
-        var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
-        loop {
-            if (w >= w_end || p >= p_end) {
-                break;
+    "main: let shift#2": """\
             }
-            let shift = sum_at(tile_base + p * outerStride + w, item, channel_base + cw.x).x;""",
+            let shift = sum_with(tile_base + p * outerStride + w, a).x;""",
     "binding x#7": """\
 @group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
 @group(0) @binding(1) var<storage, read> skip: array<f32>;""",
@@ -1730,12 +1745,23 @@ override slabUnits: u32;
 override tileCount: u32;
 override tileWidth: u32;
 override workgroupSize: u32;""",
-    "fn sum_at#2": """\
+    "struct Addends#2": """\
 }
 
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
+// What a vector's sum adds to X besides a full skip, the same at every position of a channel: an
+// (N, C) skip and the bias, each at the vector's channels. A walk along a channel loads them once.
+struct Addends {
+    skip: FV,  // the (N, C) skip of the batch item (unused with a full skip)
+    bias: FV,  // unused without a bias
+}
+
+fn addends(item: u32, c0: u32) -> Addends {
+    return Addends(FV(0.0), gather_bias(c0));
+}
+
+// s = (X + skip) + bias at vector i, its channels' addends `a`, formed in f32 and rounded to T
+// before anything else sees it.
+fn sum_with(i: u32, a: Addends) -> FV {
     var v = FV(x[i]) + FV(skip[i]);""",
     "binding x#8": """\
 @group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
@@ -1771,11 +1797,18 @@ alias TV = f16;""",
 fn half(v: FV) -> FV {
     let a = abs(v);
     let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
-    return select(round(v / q) * q, v, a >= FV(65520.0));
+    let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
+    return select(round(v * inverse_q) * q, v, a >= FV(65520.0));
 }""",
-    "sum_at: v#2": """\
-    v = v + gather_bias(c0);
-    return half(v);""",
+    "fn sum_at#2": """\
+    v = v + a.bias;
+    return half(v);
+}
+
+// sum_with at vector i of batch item `item`, first channel c0.
+fn sum_at(i: u32, item: u32, c0: u32) -> FV {
+    return sum_with(i, addends(item, c0));
+}""",
     "binding x#11": """\
 @group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
 @group(0) @binding(1) var<storage, read> skip: array<f16>;""",
@@ -1861,10 +1894,10 @@ fn gather_beta(c: u32) -> FV {
         let c0 = channel_base + cw.x;
         cw = advance(cw, cw_step, channelDivisor);
         let scale = FV(st.z) * gather_gamma(c0);
-        let offset = gather_beta(c0);
+        let offset = gather_beta(c0);""",
+    "main: for": """\
         for (var p = p_begin + r; p < p_end; p += laneRows) {
-            let i = tile_base + p * outerStride + w;""",
-    "main: let s": """\
+            let i = tile_base + p * outerStride + w;
             let s = FV(sumOut[i]);""",
     "main: var v": """\
             var v = ((s - hi) - lo) * scale + offset;
@@ -1914,21 +1947,13 @@ fn gather_gamma(c: u32) -> FV {
 @group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
 struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 @group(0) @binding(4) var<uniform> params: Params;""",
-    "sum_at: v#3": """\
-    v = v + gather_bias(c0);
-    return v;
-}""",
     "main: var s1#2": """\
             var s1 = FV(0.0);
             var s2 = FV(0.0);
             var m = 0u;
             for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
                 let i = tile_base + p * outerStride + w;
-                let s = sum_at(i, item, channel_base + cw.x);""",
-    "sum_at: v#4": """\
-    v = v + gather_bias(c0);
-    return half(v);
-}""",
+                let s = sum_with(i, a);""",
     "override numChannels#2": """\
 override numChannels: u32;
 override numGroups: u32;
@@ -1941,8 +1966,11 @@ override paramsF16: u32;""",
     "struct Params#5": """\
 struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 @group(0) @binding(7) var<uniform> params: Params;""",
-    "main: let s#2": """\
-            let s = sum_at(i, item, c0);""",
+    "main: let a": """\
+        let a = addends(item, c0);
+        for (var p = p_begin + r; p < p_end; p += laneRows) {
+            let i = tile_base + p * outerStride + w;
+            let s = sum_with(i, a);""",
     "binding y#18": """\
 @group(0) @binding(6) var<storage, read_write> y: array<vec4<f32>>;""",
     "binding y#19": """\
@@ -1959,21 +1987,46 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 @group(0) @binding(6) var<storage, read_write> y: array<vec2<f16>>;""",
     "binding sumOut#14": """\
 @group(0) @binding(2) var<storage, read_write> sumOut: array<f32>;""",
-    "sum_at: return": """\
-    return v;""",
+    "addends: return#2": """\
+    return Addends(gather_skip(item * numChannels + c0), FV(0.0));""",
+    "fn sum_at#3": """\
+    return v;
+}
+
+// sum_with at vector i of batch item `item`, first channel c0.
+fn sum_at(i: u32, item: u32, c0: u32) -> FV {
+    return sum_with(i, addends(item, c0));
+}""",
     "binding sumOut#15": """\
 @group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f32>>;""",
     "binding sumOut#16": """\
 @group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f32>>;""",
-    "fn sum_at#3": """\
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
+    "struct Addends#3": """\
+// What a vector's sum adds to X besides a full skip, the same at every position of a channel: an
+// (N, C) skip and the bias, each at the vector's channels. A walk along a channel loads them once.
+struct Addends {
+    skip: FV,  // the (N, C) skip of the batch item (unused with a full skip)
+    bias: FV,  // unused without a bias
+}
+
+fn addends(item: u32, c0: u32) -> Addends {
+    return Addends(FV(0.0), FV(0.0));
+}
+
+// s = (X + skip) + bias at vector i, its channels' addends `a`, formed in f32 and rounded to T
+// before anything else sees it.
+fn sum_with(i: u32, a: Addends) -> FV {
     var v = FV(x[i]) + FV(skip[i]);""",
     "binding sumOut#17": """\
 @group(0) @binding(2) var<storage, read_write> sumOut: array<f16>;""",
-    "sum_at: return#2": """\
-    return half(v);""",
+    "fn sum_at#4": """\
+    return half(v);
+}
+
+// sum_with at vector i of batch item `item`, first channel c0.
+fn sum_at(i: u32, item: u32, c0: u32) -> FV {
+    return sum_with(i, addends(item, c0));
+}""",
     "binding sumOut#18": """\
 @group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f16>>;""",
     "binding sumOut#19": """\
@@ -1982,12 +2035,6 @@ fn sum_at(i: u32, item: u32, c0: u32) -> FV {
 @group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
 struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 @group(0) @binding(3) var<uniform> params: Params;""",
-    "sum_at: return#3": """\
-    return v;
-}""",
-    "sum_at: return#4": """\
-    return half(v);
-}""",
     "binding gamma#5": """\
 @group(0) @binding(2) var<storage, read> gamma: array<u32>;
 @group(0) @binding(3) var<storage, read> beta: array<u32>;
@@ -2152,13 +2199,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // the bindings.
 // Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
 // FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.""",
-    "fn sum_at#4": """\
-}
-
-// s = (X + skip) + bias at vector i of batch item `item`, first channel c0, formed in f32 and
-// rounded to T before anything else sees it.
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    var v = FV(x[i]) + gather_skip(item * params.numChannels + c0);""",
+    "addends: return#3": """\
+    return Addends(gather_skip(item * params.numChannels + c0), gather_bias(c0));""",
     "var slots#2": """\
 }
 
@@ -2189,15 +2231,15 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var own = Stats(0u, 0.0, 0.0, 0.0);
     for (var j = lid; j < params.rowVectors;) {
         let c0_block = channel0 + select(cw.x, ab.y * VW, channels_last);""",
-    "main: let shift": """\
+    "main: let shift#3": """\
         let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block);
         var s1 = FV(0.0);
         var s2 = FV(0.0);
         var m = 0u;
         for (; m < STATS_BLOCK * VW && j < params.rowVectors; m += VW) {
             let i = base + ab.x * params.outerStride + ab.y;""",
-    "main: let s#3": """\
-            let s = stored_sum(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));""",
+    "main: let s": """\
+            let s = stored_sum(i, addends(item, channel0 + select(cw.x, ab.y * VW, channels_last)));""",
     "main: let d#2": """\
             let d = s - FV(shift);
             s1 += d;
@@ -2237,7 +2279,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
         let c0 = channel0 + select(cw.x, ab.y * VW, channels_last);
         ab = advance(ab, ab_step, params.innerVectors);
         cw = advance(cw, cw_step, params.channelDivisor);""",
-    "main: let s#4": """\
+    "main: let s#2": """\
         let s = FV(sumOut[i]);
         var v = ((s - FV(hi)) - FV(lo)) * (FV(inv_std) * gather_gamma(c0)) + gather_beta(c0);
         if (params.activation != 0u) {
@@ -2263,7 +2305,7 @@ fn gather_beta(c: u32) -> FV {
 
 // One summary per invocation, merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "main: let shift#2": """\
+    "main: let shift#4": """\
         let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block).x;
         var s1 = FV(0.0);
         var s2 = FV(0.0);
@@ -2301,9 +2343,9 @@ override workgroupSize: u32;""",
     "struct Params#8": """\
 struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
 @group(0) @binding(6) var<uniform> params: Params;""",
-    "main: let s#5": """\
+    "main: let s#3": """\
             let s = sum_at(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));""",
-    "main: let s#6": """\
+    "main: let s#4": """\
         let s = sum_at(i, item, c0);
         var v = ((s - FV(hi)) - FV(lo)) * (FV(inv_std) * gather_gamma(c0)) + gather_beta(c0);
         if (params.activation != 0u) {
@@ -2314,6 +2356,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 }""",
     "binding sumOut#24": """\
 @group(0) @binding(5) var<storage, read_write> sumOut: array<f32>;""",
+    "addends: return#4": """\
+    return Addends(gather_skip(item * params.numChannels + c0), FV(0.0));""",
     "binding sumOut#25": """\
 @group(0) @binding(5) var<storage, read_write> sumOut: array<f16>;""",
     "binding sumOut#26": """\
@@ -3401,548 +3445,564 @@ SHADERS = {
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
         '+binding bias#2', '+binding sumOut#2', '+binding partials', '// alias FV', '+alias FV',
         '+const VW', 'fn skip_at', '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4',
-        '+gather_bias: return', '+fn sum_at', '+sum_at: v', '+fn stored_sum', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1',
-        '+main: let d',
+        '+gather_bias: return', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at',
+        'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#6', '+binding bias#2', '+binding sumOut#3', '+binding partials', '// alias FV',
         '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+gather_skip: }',
-        'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at', '+sum_at: v', '+fn stored_sum', 'var slots',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4',
-        '+main: var s1', '+main: let d',
+        'fn bias_at#4', '+gather_bias: return#2', '+struct Addends', '+addends: return', '+fn sum_with',
+        '+fn sum_at', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#7', '+binding bias#2', '+binding sumOut#4', '+binding partials', '// alias FV',
         '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+gather_skip: }',
-        'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at', '+sum_at: v', '+fn stored_sum', 'var slots',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4',
-        '+main: var s1', '+main: let d',
+        'fn bias_at#4', '+gather_bias: return#3', '+struct Addends', '+addends: return', '+fn sum_with',
+        '+fn sum_at', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
         '+binding bias#2', '+binding sumOut#2', '+binding partials', '// alias FV', '+alias FV',
-        '+const VW', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#2', '+sum_at: v', '+fn stored_sum',
-        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
-        'main: var own#3', '+main: var s1', '+main: let d',
+        '+const VW', 'fn bias_at#4', '+gather_bias: return', '+struct Addends#2', '+fn sum_at',
+        'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
         '+binding x#8', '+binding bias#2', '+binding sumOut#3', '+binding partials', '// alias FV',
-        '+alias FV#2', '+const VW#2', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at#2',
-        '+sum_at: v', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        '+alias FV#2', '+const VW#2', 'fn bias_at#4', '+gather_bias: return#2', '+struct Addends#2',
+        '+fn sum_at', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
         '+binding x#9', '+binding bias#2', '+binding sumOut#4', '+binding partials', '// alias FV',
-        '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at#2',
-        '+sum_at: v', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#3', '+struct Addends#2',
+        '+fn sum_at', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-stats-write-sum': (
         'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10', '+binding bias#3',
         '+binding sumOut#5', '+binding partials', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2',
         'fn skip_at', '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return',
-        '+fn sum_at', '+sum_at: v#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1', '+main: let d',
+        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'fn stored_sum', 'var slots',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3',
+        '+main: let shift', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-stats-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
         '+binding bias#3', '+binding sumOut#6', '+binding partials', '// alias FV', '+alias FV#5',
         '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#2', '+gather_skip: }',
-        'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at', '+sum_at: v#2', '+fn stored_sum',
-        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1', '+main: let d',
+        'fn bias_at#4', '+gather_bias: return#2', '+struct Addends', '+addends: return', '+fn sum_with',
+        '+fn sum_at#2', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-stats-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
         '+binding bias#3', '+binding sumOut#7', '+binding partials', '// alias FV', '+alias FV#6',
         '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#3', '+gather_skip: }',
-        'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at', '+sum_at: v#2', '+fn stored_sum',
-        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1', '+main: let d',
+        'fn bias_at#4', '+gather_bias: return#3', '+struct Addends', '+addends: return', '+fn sum_with',
+        '+fn sum_at#2', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-stats-write-sum': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding bias#3',
         '+binding sumOut#5', '+binding partials', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2',
-        'fn bias_at#4', '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum',
+        'fn bias_at#4', '+gather_bias: return', '+struct Addends#2', '+fn sum_at#2', 'fn stored_sum',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
-        'main: var own#3', '+main: var s1', '+main: let d',
+        'main: var own#3', '+main: let shift', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#13', '+binding bias#3',
         '+binding sumOut#6', '+binding partials', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2',
-        'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum',
+        'fn bias_at#4', '+gather_bias: return#2', '+struct Addends#2', '+fn sum_at#2', 'fn stored_sum',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1', '+main: let d',
+        'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#14', '+binding bias#3',
         '+binding sumOut#7', '+binding partials', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2',
-        'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum',
+        'fn bias_at#4', '+gather_bias: return#3', '+struct Addends#2', '+fn sum_at#2', 'fn stored_sum',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1', '+main: let d',
+        'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-normalize-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups#2',
         '+override segmentLanes', '+binding sumOut#8', '+binding gamma#4', '+binding y#13',
         '+struct Params#4', '// alias FV', '+alias FV', '+const VW', 'fn gamma_at', 'fn gather_gamma#4',
-        '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
+        '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-normalize-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
         '+override segmentLanes', '+binding sumOut#9', '+binding gamma#4', '+binding y#12',
         '+struct Params#4', '// alias FV', '+alias FV#2', '+const VW#2', 'fn gamma_at', 'fn gather_gamma#5',
-        '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s',
+        '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: for',
         '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-normalize-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
         '+override segmentLanes', '+binding sumOut#10', '+binding gamma#4', '+binding y#11',
         '+struct Params#4', '// alias FV', '+alias FV#3', '+const VW#3', 'fn gamma_at', 'fn gather_gamma#6',
-        '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s',
+        '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: for',
         '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f16-normalize-write-sum': (
         'enable#4', '+override laneColumns', '+override numGroups#2', '+override segmentLanes',
         '+binding sumOut#11', '+binding gamma#4', '+binding y#14', '+struct Params#4', '// alias FV',
         '+alias FV#4', '+const VW', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
-        'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
+        'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-normalize-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
         '+binding sumOut#12', '+binding gamma#4', '+binding y#15', '+struct Params#4', '// alias FV',
         '+alias FV#5', '+const VW#2', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta',
-        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
+        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-normalize-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
         '+binding sumOut#13', '+binding gamma#4', '+binding y#16', '+struct Params#4', '// alias FV',
         '+alias FV#6', '+const VW#3', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s', '+main: var v',
+        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f32-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
         '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at',
-        '+sum_at: v#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn balanced_chunk', 'main: var own#3', '+main: var s1#2', '+main: let d',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return',
+        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: let shift',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#6', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#2',
         '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+gather_skip: }', 'fn bias_at#4',
-        '+gather_bias: return#2', '+fn sum_at', '+sum_at: v#3', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_bias: return#2', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#7', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#3',
         '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+gather_skip: }', 'fn bias_at#4',
-        '+gather_bias: return#3', '+fn sum_at', '+sum_at: v#3', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_bias: return#3', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
         '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn bias_at#4',
-        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#3', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
-        '+main: let d',
+        '+gather_bias: return', '+struct Addends#2', '+fn sum_at', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: let shift',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
         '+binding x#8', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#2',
-        '+const VW#2', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#3',
+        '+const VW#2', 'fn bias_at#4', '+gather_bias: return#2', '+struct Addends#2', '+fn sum_at',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1#2', '+main: let d',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups',
         '+binding x#9', '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#3',
-        '+const VW#3', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#3',
+        '+const VW#3', 'fn bias_at#4', '+gather_bias: return#3', '+struct Addends#2', '+fn sum_at',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1#2', '+main: let d',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-stats': (
         'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10', '+binding bias#3',
         '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at',
-        '+sum_at: v#4', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn balanced_chunk', 'main: var own#3', '+main: var s1#2', '+main: let d',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return',
+        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: let shift',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-stats': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
         '+binding bias#3', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2',
         'fn skip_at', '+gather_skip: return#2', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2',
-        '+fn sum_at', '+sum_at: v#4', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
+        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-stats': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
         '+binding bias#3', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2',
         'fn skip_at', '+gather_skip: return#3', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3',
-        '+fn sum_at', '+sum_at: v#4', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
+        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-stats': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding bias#3',
         '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#4', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
-        '+main: let d',
+        '+gather_bias: return', '+struct Addends#2', '+fn sum_at#2', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: let shift',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats': (
         'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#13', '+binding bias#3',
         '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#4', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_bias: return#2', '+struct Addends#2', '+fn sum_at#2', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats': (
         'enable#4', '+override laneChannelStep', '+override numGroups', '+binding x#14', '+binding bias#3',
         '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#4', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_bias: return#3', '+struct Addends#2', '+fn sum_at#2', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2',
+        '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.has-bias-f32-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels#2',
         '+override segmentLanes', '+binding x#5', '+binding bias', '+binding stats', '+binding y#17',
         '+struct Params#5', '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at', '+sum_at: v#3',
-        'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if',
-        '+main: let s#2', '+main: var v',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+struct Addends', '+addends: return',
+        '+fn sum_with', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
+        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
         '+override segmentLanes', '+binding x#6', '+binding bias', '+binding stats', '+binding y#18',
         '+struct Params#5', '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#2', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at',
-        '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return',
-        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+gather_skip: return#2', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2',
+        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at', 'fn gamma_at',
+        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
         '+override segmentLanes', '+binding x#7', '+binding bias', '+binding stats', '+binding y#19',
         '+struct Params#5', '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#3', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at',
-        '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2',
-        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+gather_skip: return#3', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3',
+        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at', 'fn gamma_at',
+        'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f32-skip-full-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups#2',
         '+override segmentLanes', '+binding x#5', '+binding bias', '+binding stats', '+binding y#17',
         '+struct Params#5', '// alias FV', '+alias FV', '+const VW', 'fn bias_at#4', '+gather_bias: return',
-        '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
-        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+struct Addends#2', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
+        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f32-skip-full-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
         '+override segmentLanes', '+binding x#8', '+binding bias', '+binding stats', '+binding y#18',
         '+struct Params#5', '// alias FV', '+alias FV#2', '+const VW#2', 'fn bias_at#4',
-        '+gather_bias: return#2', '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#5',
-        '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '+gather_bias: return#2', '+struct Addends#2', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#5',
+        '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let a',
         '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f32-skip-full-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
         '+override segmentLanes', '+binding x#9', '+binding bias', '+binding stats', '+binding y#19',
         '+struct Params#5', '// alias FV', '+alias FV#3', '+const VW#3', 'fn bias_at#4',
-        '+gather_bias: return#3', '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#6',
-        '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '+gather_bias: return#3', '+struct Addends#2', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#6',
+        '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let a',
         '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f16-normalize': (
         'enable#4', '+override laneColumns', '+override numChannels#2', '+override segmentLanes',
         '+binding x#10', '+binding bias#4', '+binding stats', '+binding y#20', '+struct Params#5',
         '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at', '+sum_at: v#4',
-        'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if',
-        '+main: let s#2', '+main: var v',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+struct Addends', '+addends: return',
+        '+fn sum_with', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
+        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-normalize': (
         'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
         '+binding x#11', '+binding bias#4', '+binding stats', '+binding y#21', '+struct Params#5',
         '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#2',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2', '+fn sum_at', '+sum_at: v#4',
-        'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk',
-        'main: if', '+main: let s#2', '+main: var v',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#2', '+struct Addends', '+addends: return',
+        '+fn sum_with', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta',
+        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-normalize': (
         'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
         '+binding x#12', '+binding bias#4', '+binding stats', '+binding y#22', '+struct Params#5',
         '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#3',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3', '+fn sum_at', '+sum_at: v#4',
-        'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2',
-        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#3', '+struct Addends', '+addends: return',
+        '+fn sum_with', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
+        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-f16-skip-full-normalize': (
         'enable#4', '+override laneColumns', '+override numGroups#2', '+override segmentLanes',
         '+binding x#10', '+binding bias#4', '+binding stats', '+binding y#20', '+struct Params#5',
         '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4', '+gather_bias: return',
-        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
-        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+struct Addends#2', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }',
+        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec4f16-skip-full-normalize': (
         'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
         '+binding x#13', '+binding bias#4', '+binding stats', '+binding y#21', '+struct Params#5',
         '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4', '+gather_bias: return#2',
-        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta',
-        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+struct Addends#2', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta',
+        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.has-bias-vec2f16-skip-full-normalize': (
         'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
         '+binding x#14', '+binding bias#4', '+binding stats', '+binding y#22', '+struct Params#5',
         '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4', '+gather_bias: return#3',
-        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+struct Addends#2', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
+        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.f32-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
         '+binding sumOut#14', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+fn sum_at', '+sum_at: return', '+fn stored_sum', 'var slots',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3',
-        '+main: var s1', '+main: let d',
+        '+gather_skip: return', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#3',
+        'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#6', '+binding sumOut#15', '+binding partials#2', '// alias FV', '+alias FV#2',
-        '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at', '+sum_at: return',
-        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+struct Addends', '+addends: return#2',
+        '+fn sum_with', '+fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1',
+        '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#7', '+binding sumOut#16', '+binding partials#2', '// alias FV', '+alias FV#3',
-        '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at', '+sum_at: return',
-        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+struct Addends', '+addends: return#2',
+        '+fn sum_with', '+fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1',
+        '+main: let d',
     ),
     'skip-group-norm-slab.f32-skip-full-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
-        '+binding sumOut#14', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn sum_at#3',
-        '+sum_at: return', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1', '+main: let d',
+        '+binding sumOut#14', '+binding partials#2', '// alias FV', '+alias FV', '+const VW',
+        'struct Addends#3', '+fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: let shift',
+        '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#8',
         '+binding sumOut#15', '+binding partials#2', '// alias FV', '+alias FV#2', '+const VW#2',
-        'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1',
-        '+main: let d',
+        'struct Addends#3', '+fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2',
+        '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-stats-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#9',
         '+binding sumOut#16', '+binding partials#2', '// alias FV', '+alias FV#3', '+const VW#3',
-        'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1',
-        '+main: let d',
+        'struct Addends#3', '+fn sum_at#3', 'fn stored_sum', 'var slots', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2',
+        '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.f16-stats-write-sum': (
         'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10', '+binding sumOut#17',
         '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return', '+fn sum_at', '+sum_at: return#2', '+fn stored_sum', 'var slots',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3',
-        '+main: var s1', '+main: let d',
+        '+gather_skip: return', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#4',
+        'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-stats-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
         '+binding sumOut#18', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2',
-        'fn half#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at', '+sum_at: return#2',
-        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        'fn half#2', 'fn skip_at', '+gather_skip: return#2', '+struct Addends', '+addends: return#2',
+        '+fn sum_with', '+fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1',
+        '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-stats-write-sum': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
         '+binding sumOut#19', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3',
-        'fn half#2', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at', '+sum_at: return#2',
-        '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        'fn half#2', 'fn skip_at', '+gather_skip: return#3', '+struct Addends', '+addends: return#2',
+        '+fn sum_with', '+fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1',
+        '+main: let d',
     ),
     'skip-group-norm-slab.f16-skip-full-stats-write-sum': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding sumOut#17',
-        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3',
-        '+sum_at: return#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1', '+main: let d',
+        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'struct Addends#3',
+        '+fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-stats-write-sum': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#13', '+binding sumOut#18',
-        '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3',
-        '+sum_at: return#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'struct Addends#3',
+        '+fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-stats-write-sum': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#14', '+binding sumOut#19',
-        '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3',
-        '+sum_at: return#2', '+fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1', '+main: let d',
+        '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'struct Addends#3',
+        '+fn sum_at#4', 'fn stored_sum', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1', '+main: let d',
     ),
     'skip-group-norm-slab.f32-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels', '+binding x#5',
         '+binding partials#3', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+fn sum_at', '+sum_at: return#3', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
-        '+main: let d',
+        '+gather_skip: return', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#3',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#6', '+binding partials#3', '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#2', '+fn sum_at', '+sum_at: return#3', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_skip: return#2', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#3',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels',
         '+binding x#7', '+binding partials#3', '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#3', '+fn sum_at', '+sum_at: return#3', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_skip: return#3', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#3',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.f32-skip-full-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#5',
-        '+binding partials#3', '// alias FV', '+alias FV', '+const VW', 'fn sum_at#3', '+sum_at: return#3',
+        '+binding partials#3', '// alias FV', '+alias FV', '+const VW', 'struct Addends#3', '+fn sum_at#3',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
-        'main: var own#3', '+main: var s1#2', '+main: let d',
+        'main: var own#3', '+main: let shift', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#8',
-        '+binding partials#3', '// alias FV', '+alias FV#2', '+const VW#2', 'fn sum_at#3',
-        '+sum_at: return#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
+        '+binding partials#3', '// alias FV', '+alias FV#2', '+const VW#2', 'struct Addends#3',
+        '+fn sum_at#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-stats': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups', '+binding x#9',
-        '+binding partials#3', '// alias FV', '+alias FV#3', '+const VW#3', 'fn sum_at#3',
-        '+sum_at: return#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#4', '+main: var s1#2', '+main: let d',
+        '+binding partials#3', '// alias FV', '+alias FV#3', '+const VW#3', 'struct Addends#3',
+        '+fn sum_at#3', 'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn balanced_chunk', 'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.f16-stats': (
         'enable#4', '+override laneColumns', '+override numChannels', '+binding x#10',
         '+binding partials#3', '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return', '+fn sum_at', '+sum_at: return#4', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#3', '+main: var s1#2',
-        '+main: let d',
+        '+gather_skip: return', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#4',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-stats': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#11',
         '+binding partials#3', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return#2', '+fn sum_at', '+sum_at: return#4', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_skip: return#2', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#4',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-stats': (
         'enable#4', '+override laneChannelStep', '+override numChannels', '+binding x#12',
         '+binding partials#3', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return#3', '+fn sum_at', '+sum_at: return#4', 'var slots', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#4', '+main: var s1#2',
-        '+main: let d',
+        '+gather_skip: return#3', '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#4',
+        'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.f16-skip-full-stats': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#10', '+binding partials#3',
-        '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        '// alias FV', '+alias FV#4', '+const VW', 'fn half#2', 'struct Addends#3', '+fn sum_at#4',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
-        'main: var own#3', '+main: var s1#2', '+main: let d',
+        'main: var own#3', '+main: let shift', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-stats': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#13', '+binding partials#3',
-        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half#2', 'struct Addends#3', '+fn sum_at#4',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1#2', '+main: let d',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-stats': (
         'enable#4', '+override laneColumns', '+override numGroups', '+binding x#14', '+binding partials#3',
-        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half#2', 'struct Addends#3', '+fn sum_at#4',
         'var slots', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#4', '+main: var s1#2', '+main: let d',
+        'main: var own#3', '+main: let shift#2', '+main: var s1#2', '+main: let d',
     ),
     'skip-group-norm-slab.f32-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numChannels#2',
         '+override segmentLanes', '+binding x#5', '+binding gamma#5', '+binding y#23', '+struct Params#6',
-        '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return', '+fn sum_at',
-        '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk',
-        'main: if', '+main: let s#2', '+main: var v',
+        '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return', '+struct Addends',
+        '+addends: return#2', '+fn sum_with', '+fn sum_at#3', 'fn gamma_at', 'fn gather_gamma#4',
+        '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.vec4f32-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
         '+override segmentLanes', '+binding x#6', '+binding gamma#5', '+binding y#7', '+struct Params#6',
-        '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at',
-        '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return',
-        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#2',
+        '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#3', 'fn gamma_at',
+        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f32-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numChannels#2',
         '+override segmentLanes', '+binding x#7', '+binding gamma#5', '+binding y#6', '+struct Params#6',
-        '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at',
-        '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#3',
+        '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#3', 'fn gamma_at',
+        'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.f32-skip-full-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneColumns', '+override numGroups#2',
         '+override segmentLanes', '+binding x#5', '+binding gamma#5', '+binding y#23', '+struct Params#6',
-        '// alias FV', '+alias FV', '+const VW', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
-        'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '// alias FV', '+alias FV', '+const VW', 'struct Addends#3', '+fn sum_at#3', 'fn gamma_at',
+        'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let a',
         '+main: var v',
     ),
     'skip-group-norm-slab.vec4f32-skip-full-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
         '+override segmentLanes', '+binding x#8', '+binding gamma#5', '+binding y#7', '+struct Params#6',
-        '// alias FV', '+alias FV#2', '+const VW#2', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        '// alias FV', '+alias FV#2', '+const VW#2', 'struct Addends#3', '+fn sum_at#3', 'fn gamma_at',
         'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
-        '+main: let s#2', '+main: var v',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f32-skip-full-normalize': (
         'override DISPATCH_FOLD_WIDTH#5', '+override laneChannelStep', '+override numGroups#2',
         '+override segmentLanes', '+binding x#9', '+binding gamma#5', '+binding y#6', '+struct Params#6',
-        '// alias FV', '+alias FV#3', '+const VW#3', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        '// alias FV', '+alias FV#3', '+const VW#3', 'struct Addends#3', '+fn sum_at#3', 'fn gamma_at',
         'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
-        '+main: let s#2', '+main: var v',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.f16-normalize': (
         'enable#4', '+override laneColumns', '+override numChannels#2', '+override segmentLanes',
         '+binding x#10', '+binding gamma#5', '+binding y#24', '+struct Params#6', '// alias FV',
-        '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return', '+fn sum_at',
-        '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk',
-        'main: if', '+main: let s#2', '+main: var v',
+        '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return', '+struct Addends',
+        '+addends: return#2', '+fn sum_with', '+fn sum_at#4', 'fn gamma_at', 'fn gather_gamma#4',
+        '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.vec4f16-normalize': (
         'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
         '+binding x#11', '+binding gamma#5', '+binding y#25', '+struct Params#6', '// alias FV',
-        '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#2', '+fn sum_at',
-        '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return',
-        'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#2',
+        '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#4', 'fn gamma_at',
+        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f16-normalize': (
         'enable#4', '+override laneChannelStep', '+override numChannels#2', '+override segmentLanes',
         '+binding x#12', '+binding gamma#5', '+binding y#26', '+struct Params#6', '// alias FV',
-        '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#3', '+fn sum_at',
-        '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#6', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let s#2', '+main: var v',
+        '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#3',
+        '+struct Addends', '+addends: return#2', '+fn sum_with', '+fn sum_at#4', 'fn gamma_at',
+        'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.f16-skip-full-normalize': (
         'enable#4', '+override laneColumns', '+override numGroups#2', '+override segmentLanes',
         '+binding x#10', '+binding gamma#5', '+binding y#24', '+struct Params#6', '// alias FV',
-        '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4', 'fn gamma_at',
-        'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let s#2',
+        '+alias FV#4', '+const VW', 'fn half#2', 'struct Addends#3', '+fn sum_at#4', 'fn gamma_at',
+        'fn gather_gamma#4', '+gather_skip: }', 'fn balanced_chunk', 'main: if', '+main: let a',
         '+main: var v',
     ),
     'skip-group-norm-slab.vec4f16-skip-full-normalize': (
         'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
         '+binding x#13', '+binding gamma#5', '+binding y#25', '+struct Params#6', '// alias FV',
-        '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4', 'fn gamma_at',
+        '+alias FV#5', '+const VW#2', 'fn half#2', 'struct Addends#3', '+fn sum_at#4', 'fn gamma_at',
         'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
-        '+main: let s#2', '+main: var v',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-slab.vec2f16-skip-full-normalize': (
         'enable#4', '+override laneChannelStep', '+override numGroups#2', '+override segmentLanes',
         '+binding x#14', '+binding gamma#5', '+binding y#26', '+struct Params#6', '// alias FV',
-        '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4', 'fn gamma_at',
+        '+alias FV#6', '+const VW#3', 'fn half#2', 'struct Addends#3', '+fn sum_at#4', 'fn gamma_at',
         'fn gather_gamma#6', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
-        '+main: let s#2', '+main: var v',
+        '+main: let a', '+main: var v',
     ),
     'skip-group-norm-combine.only': (
         'override DISPATCH_FOLD_WIDTH#6', 'struct Stats', 'fn pack_stats',
@@ -3950,338 +4010,348 @@ SHADERS = {
     'skip-group-norm-fused.has-bias-f32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
         '+binding sumOut#20', '+struct Params#7', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4',
-        '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return',
+        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at', 'fn stored_sum',
+        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding bias', '+binding y#2',
         '+struct Params#7', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
         '+gather_skip: return#4', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4',
-        '+fn sum_at#4', '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
+        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at', 'fn stored_sum',
+        'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding bias', '+binding y', '+struct Params#7',
         '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#5',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5', '+fn sum_at#4', '+sum_at: v',
-        '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#3', '+main: let d#2',
-        '+main: let s#4',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5', '+struct Addends',
+        '+addends: return#3', '+fn sum_with', '+fn sum_at', 'fn stored_sum', 'fn gamma_at',
+        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
+        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-f32-skip-full-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
         '+binding sumOut#20', '+struct Params#7', '// alias FV#2', '+alias FV', '+const VW', 'fn bias_at#4',
-        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v', '+fn stored_sum', 'fn gamma_at',
+        '+gather_bias: return', '+struct Addends#2', '+fn sum_at', 'fn stored_sum', 'fn gamma_at',
         'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-skip-full-write-sum': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#2', '+struct Params#7',
         '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn bias_at#4', '+gather_bias: return#4',
-        '+fn sum_at#2', '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
+        '+struct Addends#2', '+fn sum_at', 'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4',
+        '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-skip-full-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y', '+struct Params#7', '// alias FV#2',
-        '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#5', '+fn sum_at#2',
-        '+sum_at: v', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
+        '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#5', '+struct Addends#2',
+        '+fn sum_at', 'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s',
+        '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-f16-write-sum': (
         'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+binding sumOut#21',
         '+struct Params#7', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4',
-        '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+gather_skip: return', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return',
+        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn stored_sum',
+        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-write-sum': (
         'enable#5', '+binding x#11', '+binding bias#4', '+binding y#25', '+binding sumOut#22',
         '+struct Params#7', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at',
         '+gather_skip: return#4', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4',
-        '+fn sum_at#4', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn stored_sum',
+        'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-write-sum': (
         'enable#5', '+binding x#12', '+binding bias#4', '+binding y#26', '+binding sumOut#23',
         '+struct Params#7', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at',
         '+gather_skip: return#5', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5',
-        '+fn sum_at#4', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn stored_sum',
+        'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-f16-skip-full-write-sum': (
         'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+binding sumOut#21',
         '+struct Params#7', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at',
+        '+gather_bias: return', '+struct Addends#2', '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at',
         'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-skip-full-write-sum': (
         'enable#5', '+binding x#13', '+binding bias#4', '+binding y#25', '+binding sumOut#22',
         '+struct Params#7', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return#4', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at',
+        '+gather_bias: return#4', '+struct Addends#2', '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at',
         'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-skip-full-write-sum': (
         'enable#5', '+binding x#14', '+binding bias#4', '+binding y#26', '+binding sumOut#23',
         '+struct Params#7', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return#5', '+fn sum_at#2', '+sum_at: v#2', '+fn stored_sum', 'fn gamma_at',
+        '+gather_bias: return#5', '+struct Addends#2', '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at',
         'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
-        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.has-bias-f32': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
         '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4', '+sum_at: v#3',
-        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+struct Addends', '+addends: return#3',
+        '+fn sum_with', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f32': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding bias', '+binding y#7',
         '+struct Params#8', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
         '+gather_skip: return#4', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4',
-        '+fn sum_at#4', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#5',
-        '+main: let d#2', '+main: let s#6',
+        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at', 'fn gamma_at',
+        'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
+        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f32': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding bias', '+binding y#6',
         '+struct Params#8', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
         '+gather_skip: return#5', '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5',
-        '+fn sum_at#4', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#5',
-        '+main: let d#2', '+main: let s#6',
+        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at', 'fn gamma_at',
+        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
+        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-f32-skip-full': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding bias', '+binding y#23',
         '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn bias_at#4',
-        '+gather_bias: return', '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#4',
-        '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
-        '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_bias: return', '+struct Addends#2', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#4',
+        '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f32-skip-full': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding bias', '+binding y#7', '+struct Params#8',
         '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn bias_at#4', '+gather_bias: return#4',
-        '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#5',
-        '+main: let d#2', '+main: let s#6',
+        '+struct Addends#2', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f32-skip-full': (
         'override DISPATCH_FOLD_WIDTH', '+binding bias', '+binding y#6', '+struct Params#8',
         '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn bias_at#4', '+gather_bias: return#5',
-        '+fn sum_at#2', '+sum_at: v#3', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#5',
-        '+main: let d#2', '+main: let s#6',
+        '+struct Addends#2', '+fn sum_at', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-f16': (
         'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+struct Params#8',
         '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+fn sum_at#4', '+sum_at: v#4',
-        'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return', '+struct Addends', '+addends: return#3',
+        '+fn sum_with', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s#3',
+        '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f16': (
         'enable#5', '+binding x#11', '+binding bias#4', '+binding y#25', '+struct Params#8',
         '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#4',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4', '+fn sum_at#4', '+sum_at: v#4',
-        'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#4', '+struct Addends',
+        '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#7',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f16': (
         'enable#5', '+binding x#12', '+binding bias#4', '+binding y#26', '+struct Params#8',
         '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#5',
-        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5', '+fn sum_at#4', '+sum_at: v#4',
-        'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_skip: }', 'fn bias_at#4', '+gather_bias: return#5', '+struct Addends',
+        '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#8',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-f16-skip-full': (
         'enable#5', '+binding x#10', '+binding bias#4', '+binding y#24', '+struct Params#8',
         '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn bias_at#4', '+gather_bias: return',
-        '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5',
-        '+main: let d#2', '+main: let s#6',
+        '+struct Addends#2', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec4f16-skip-full': (
         'enable#5', '+binding x#13', '+binding bias#4', '+binding y#25', '+struct Params#8',
         '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return#4', '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#7',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
-        '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_bias: return#4', '+struct Addends#2', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#7',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.has-bias-vec2f16-skip-full': (
         'enable#5', '+binding x#14', '+binding bias#4', '+binding y#26', '+struct Params#8',
         '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn bias_at#4',
-        '+gather_bias: return#5', '+fn sum_at#2', '+sum_at: v#4', 'fn gamma_at', 'fn gather_gamma#8',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
-        '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_bias: return#5', '+struct Addends#2', '+fn sum_at#2', 'fn gamma_at', 'fn gather_gamma#8',
+        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4',
+        '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
         '+binding sumOut#24', '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+fn sum_at#4', '+sum_at: return', '+fn stored_sum', 'fn gamma_at',
-        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+gather_skip: return', '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#3',
+        'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s',
+        '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.vec4f32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding gamma#2', '+struct Params#8',
         '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#4',
-        '+fn sum_at#4', '+sum_at: return', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#3', 'fn stored_sum',
+        'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.vec2f32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding gamma', '+struct Params#8',
         '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#5',
-        '+fn sum_at#4', '+sum_at: return', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#3', 'fn stored_sum',
+        'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.f32-skip-full-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
-        '+binding sumOut#24', '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn sum_at#3',
-        '+sum_at: return', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+binding sumOut#24', '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW',
+        'struct Addends#3', '+fn sum_at#3', 'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4',
+        '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.vec4f32-skip-full-write-sum': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#2', '+struct Params#8', '// alias FV#2',
-        '+alias FV#2', '+const VW#2', 'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'fn gamma_at',
+        '+alias FV#2', '+const VW#2', 'struct Addends#3', '+fn sum_at#3', 'fn stored_sum', 'fn gamma_at',
         'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.vec2f32-skip-full-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding gamma', '+struct Params#8', '// alias FV#2',
-        '+alias FV#3', '+const VW#3', 'fn sum_at#3', '+sum_at: return', '+fn stored_sum', 'fn gamma_at',
+        '+alias FV#3', '+const VW#3', 'struct Addends#3', '+fn sum_at#3', 'fn stored_sum', 'fn gamma_at',
         'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
-        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.f16-write-sum': (
         'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+binding sumOut#25',
         '+struct Params#8', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return', '+fn sum_at#4', '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at',
-        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+gather_skip: return', '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#4',
+        'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s',
+        '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.vec4f16-write-sum': (
         'enable#5', '+binding x#11', '+binding gamma#3', '+binding y#15', '+binding sumOut#26',
         '+struct Params#8', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return#4', '+fn sum_at#4', '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at',
-        'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+gather_skip: return#4', '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#4',
+        'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2',
+        '+main: let s#2',
     ),
     'skip-group-norm-fused.vec2f16-write-sum': (
         'enable#5', '+binding x#12', '+binding gamma#3', '+binding y#16', '+binding sumOut#27',
         '+struct Params#8', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at',
-        '+gather_skip: return#5', '+fn sum_at#4', '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at',
-        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
-        '+main: let shift#2', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+gather_skip: return#5', '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#4',
+        'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK',
+        'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2',
+        '+main: let s#2',
     ),
     'skip-group-norm-fused.f16-skip-full-write-sum': (
         'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+binding sumOut#25',
-        '+struct Params#8', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3',
-        '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
+        '+struct Params#8', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'struct Addends#3',
+        '+fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s',
+        '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.vec4f16-skip-full-write-sum': (
         'enable#5', '+binding x#13', '+binding gamma#3', '+binding y#15', '+binding sumOut#26',
-        '+struct Params#8', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3',
-        '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
+        '+struct Params#8', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'struct Addends#3',
+        '+fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s',
+        '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.vec2f16-skip-full-write-sum': (
         'enable#5', '+binding x#14', '+binding gamma#3', '+binding y#16', '+binding sumOut#27',
-        '+struct Params#8', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3',
-        '+sum_at: return#2', '+fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
+        '+struct Params#8', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'struct Addends#3',
+        '+fn sum_at#4', 'fn stored_sum', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
+        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s',
+        '+main: let d#2', '+main: let s#2',
     ),
     'skip-group-norm-fused.f32': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
         '+struct Params#9', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+fn sum_at#4', '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
-        '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#3', 'fn gamma_at',
+        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f32': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding gamma#3', '+binding y#12',
         '+struct Params#9', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#4', '+fn sum_at#4', '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#7',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2',
-        '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_skip: return#4', '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#3',
+        'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
+        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f32': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#7', '+binding gamma#3', '+binding y#11',
         '+struct Params#9', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#5', '+fn sum_at#4', '+sum_at: return#3', 'fn gamma_at', 'fn gather_gamma#8',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2',
-        '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+gather_skip: return#5', '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#3',
+        'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
+        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f32-skip-full': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#5', '+binding gamma#3', '+binding y#13',
-        '+struct Params#9', '// alias FV#2', '+alias FV', '+const VW', 'fn sum_at#3', '+sum_at: return#3',
+        '+struct Params#9', '// alias FV#2', '+alias FV', '+const VW', 'struct Addends#3', '+fn sum_at#3',
         'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s#3', '+main: let d#2',
+        '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f32-skip-full': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding gamma#3', '+binding y#12', '+struct Params#9',
-        '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        '// alias FV#2', '+alias FV#2', '+const VW#2', 'struct Addends#3', '+fn sum_at#3', 'fn gamma_at',
         'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f32-skip-full': (
         'override DISPATCH_FOLD_WIDTH', '+binding gamma#3', '+binding y#11', '+struct Params#9',
-        '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn sum_at#3', '+sum_at: return#3', 'fn gamma_at',
+        '// alias FV#2', '+alias FV#3', '+const VW#3', 'struct Addends#3', '+fn sum_at#3', 'fn gamma_at',
         'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
-        '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f16': (
         'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+struct Params#9',
         '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn skip_at', '+gather_skip: return',
-        '+fn sum_at#4', '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#4', '+var slots#2',
-        'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift',
-        '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#4', 'fn gamma_at',
+        'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
+        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f16': (
         'enable#5', '+binding x#11', '+binding gamma#3', '+binding y#15', '+struct Params#9',
         '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn skip_at', '+gather_skip: return#4',
-        '+fn sum_at#4', '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#7', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#2', '+main: let s#5',
-        '+main: let d#2', '+main: let s#6',
+        '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#4', 'fn gamma_at',
+        'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
+        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f16': (
         'enable#5', '+binding x#12', '+binding gamma#3', '+binding y#16', '+struct Params#9',
         '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn skip_at', '+gather_skip: return#5',
-        '+fn sum_at#4', '+sum_at: return#4', 'fn gamma_at', 'fn gather_gamma#8', 'struct Stats',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#2', '+main: let s#5',
-        '+main: let d#2', '+main: let s#6',
+        '+struct Addends', '+addends: return#4', '+fn sum_with', '+fn sum_at#4', 'fn gamma_at',
+        'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
+        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.f16-skip-full': (
         'enable#5', '+binding x#10', '+binding gamma#3', '+binding y#14', '+struct Params#9',
-        '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        '// alias FV#2', '+alias FV#4', '+const VW', 'fn half#2', 'struct Addends#3', '+fn sum_at#4',
         'fn gamma_at', 'fn gather_gamma#4', '+var slots#2', 'struct Stats', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn main', '+main: let shift', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s#3', '+main: let d#2',
+        '+main: let s#4',
     ),
     'skip-group-norm-fused.vec4f16-skip-full': (
         'enable#5', '+binding x#13', '+binding gamma#3', '+binding y#15', '+struct Params#9',
-        '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half#2', 'struct Addends#3', '+fn sum_at#4',
         'fn gamma_at', 'fn gather_gamma#7', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
     'skip-group-norm-fused.vec2f16-skip-full': (
         'enable#5', '+binding x#14', '+binding gamma#3', '+binding y#16', '+struct Params#9',
-        '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'fn sum_at#3', '+sum_at: return#4',
+        '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half#2', 'struct Addends#3', '+fn sum_at#4',
         'fn gamma_at', 'fn gather_gamma#8', 'struct Stats', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn main', '+main: let shift#2', '+main: let s#5', '+main: let d#2', '+main: let s#6',
+        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
     ),
 }
 # fmt: on

@@ -2,12 +2,12 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 e746e4f27389ac03)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
-#   templates/_lib/skip_prelude.wgsl.jinja (sha256 251f516a54b17fa0)
+#   templates/_lib/skip_prelude.wgsl.jinja (sha256 d1a827500304b5b9)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 4071a87aff05ffb4)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 f99a7289cf3b923e)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `split_sum` of com.microsoft SkipGroupNorm-1.
