@@ -985,3 +985,71 @@ def test_registers_refusals_say_why():
         with pytest.raises(ContractError, match="does not apply") as caught:
             sgn.plan({**shapes, "X": x, "skip": x}, {"T": t, "M": "float32"}, attrs=a, caps=caps, variant="registers_plain")
         assert words in str(caught.value), str(caught.value)
+
+
+def _tie_heavy_inputs(rng, shapes, t):
+    """X, skip and bias whose f32 sums often land exactly halfway between two f16 values (an f16 X
+    plus a skip of a quarter or half of X's spacing), mixed with plain random values and values near
+    the top of f16's range (whose sums stay below 65504)."""
+    t = np.dtype(t)
+    x = rng.choice([-1, 1], shapes["X"]) * rng.uniform(0.5, 2000, shapes["X"])
+    x = x.astype(np.float16).astype(np.float64)
+    spacing = np.spacing(np.abs(x).astype(np.float16)).astype(np.float64)
+    skip_full = np.where(rng.random(shapes["X"]) < 0.5, spacing * rng.choice([0.5, 0.25, -0.5], shapes["X"]), rng.standard_normal(shapes["X"]))
+    x[rng.random(shapes["X"]) < 0.01] = 30000.0
+    skip = skip_full if shapes["skip"] == shapes["X"] else rng.standard_normal(shapes["skip"])
+    inputs = {
+        "X": x.astype(t),
+        "skip": skip.astype(t),
+        "gamma": rng.uniform(-2, 2, shapes["gamma"]).astype(np.float32),
+        "beta": rng.uniform(-1, 1, shapes["beta"]).astype(np.float32),
+    }
+    if "bias" in shapes:
+        inputs["bias"] = (rng.choice([0.0, 2.0**-11, 2.0**-12], shapes["bias"])).astype(t)
+    return inputs
+
+
+def _f32_sum_rounded_once(inputs, channels_last):
+    """S as the kernels form it: (X + skip) + bias in f32, in that order, then rounded once to T."""
+    x = inputs["X"].astype(np.float32)
+    skip = inputs["skip"].astype(np.float32)
+    if skip.shape != x.shape:  # (N, C) or (N, 1, 1, C): one value a batch item and channel
+        n, c = x.shape[0], x.shape[3] if channels_last else x.shape[1]
+        skip = skip.reshape(n, c)
+        skip = skip[:, None, None, :] if channels_last else skip[:, :, None, None]
+    s = x + skip
+    if "bias" in inputs:
+        bias = inputs["bias"].astype(np.float32)
+        s = s + (bias if channels_last else bias[:, None, None])
+    return s.astype(inputs["X"].dtype)
+
+
+@pytest.mark.parametrize("skip_form", ["full", "NC"])
+@pytest.mark.parametrize("t", ["float32", "float16"])
+@pytest.mark.parametrize("variant", ["split_bias_sum", "split_sum", "fused_bias_sum", "fused_sum", "registers_bias_sum", "registers_sum"])
+def test_s_is_the_f32_sum_rounded_once(variant, t, skip_form, request):
+    """S bit for bit: (X + skip) + bias in f32, rounded once to T with ties to even, in every variant
+    that writes it and both layouts (registers_* take channels-last only), on sums that sit exactly
+    halfway between two f16 values. (The float64 checks allow S one ulp; this holds the rounding
+    itself, ties included.)"""
+    rng, seed = rng_for(request.node.name)
+    layouts = (1,) if variant.startswith("registers") else (1, 0)
+    for channels_last in layouts:
+        x_shape = (2, 6, 5, 40) if channels_last else (2, 40, 6, 5)
+        skip_shape = x_shape if skip_form == "full" else (2, 40)
+        shapes = {"X": x_shape, "gamma": (40,), "beta": (40,), "skip": skip_shape}
+        if "bias" in variant:
+            shapes["bias"] = (40,)
+        inputs = _tie_heavy_inputs(rng, shapes, t)
+        attrs = {"groups": 4, "activation": 1, "channels_last": channels_last}
+        caps = SUBGROUP_CAPS if variant.startswith("registers") else None
+        result = run_poisoned(inputs, attrs, ("Y", "S"), variant=variant, caps=caps)
+        expected = _f32_sum_rounded_once(inputs, channels_last)
+        got = result["S"]
+        bits = np.uint16 if t == "float16" else np.uint32
+        differ = got.view(bits) != expected.view(bits)
+        assert not differ.any(), (
+            f"{variant} T={t} skip {skip_form} channels_last={channels_last} {seed_note(seed)}: "
+            f"{np.count_nonzero(differ)} of {differ.size} S values are not the f32 sum rounded once, "
+            f"e.g. {got[differ][:4]} for {expected[differ][:4]}"
+        )
