@@ -5,7 +5,8 @@
 Prints the adapter, the backend, the device's features and limits (WebGPU's names), the subgroup
 width a probe shader measures (the adapter does not report it), then runs every op once per dtype
 on small random data (natural variant selection) against a float64 NumPy reference written here,
-so the package needs nothing beyond wgpu and numpy. Exit status 0 when every check passes, 1 when
+so the package needs nothing beyond wgpu and numpy, and once more in float16 with outputs beyond
+float16's range, which must come back as infinities (WGSL leaves such conversions to the device). Exit status 0 when every check passes, 1 when
 one fails or there is no adapter. float16 checks are skipped, and say why, on a device without
 shader-f16.
 """
@@ -73,7 +74,8 @@ def skip_group_norm_ref(inputs, attrs):
     rows = s.reshape(n, h * w, attrs["groups"], c // attrs["groups"]).transpose(0, 2, 1, 3).reshape(n, attrs["groups"], -1)
     normalized = _normalize_rows(rows, attrs["epsilon"]).reshape(n, attrs["groups"], h * w, -1).transpose(0, 2, 1, 3)
     y = normalized.reshape(s.shape) * _per_channel(inputs["gamma"], 4, axis=3) + _per_channel(inputs["beta"], 4, axis=3)
-    return {"Y": y / (1.0 + np.exp(-y)), "S": s}
+    with np.errstate(over="ignore"):  # exp(-y) of a large negative y is inf, and y / inf is 0
+        return {"Y": y / (1.0 + np.exp(-y)), "S": s}
 
 
 def _bn_inputs(rng, dtype):
@@ -107,6 +109,11 @@ CHECKS = {
     "instance_normalization": (_in_inputs, {"epsilon": 1e-5}, None, instance_normalization_ref),
     "skip_group_norm": (_sgn_inputs, {"groups": 4, "activation": 1, "channels_last": 1, "epsilon": 1e-5}, ("Y", "S"), skip_group_norm_ref),
 }
+# The input each op's outputs scale with (its gamma), for the float16 overflow check.
+SCALES = {"batch_normalization": "scale", "group_normalization": "scale", "instance_normalization": "scale", "skip_group_norm": "gamma"}
+# Outputs whose exact value is this far beyond float16's largest (65504) must come back as infinity;
+# WGSL leaves float16 conversions of values out of range to the device, so doctor asks it.
+F16_OVERFLOW = 65536.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -197,6 +204,34 @@ def check_op(name, package, dtype, device):
     return False, f"{what}: WRONG (largest error {worst:.3g} times the allowed)"
 
 
+def check_overflow(name, package, device):
+    """(passed, one line) for float16 outputs beyond float16's range: the same data as check_op with
+    gamma 30000 times larger, so that many outputs overflow. Those must be infinities of the right
+    sign, the others as right as usual."""
+    make_inputs, attrs, outputs, reference = CHECKS[name]
+    rng = np.random.default_rng(20251202)
+    raw = make_inputs(rng, "float16")
+    raw[SCALES[name]] = raw[SCALES[name]] * 30000.0
+    inputs = {k: v.astype(np.float16) for k, v in raw.items()}
+    try:
+        actual = package.kernel(inputs, attrs=attrs, outputs=outputs, device=device)
+    except Exception as error:
+        return False, f"{name} float16 overflow: the call failed: {type(error).__name__}: {error}"
+    key = package.OUTPUTS[0].key
+    expected, got = reference(inputs, attrs)[key], np.asarray(actual[key], np.float64)
+    beyond = np.abs(expected) >= F16_OVERFLOW
+    inside = np.abs(expected) <= 65000.0
+    infinite = np.isinf(got[beyond]) & (np.sign(got[beyond]) == np.sign(expected[beyond]))
+    what = f"{name} float16 overflow ({np.count_nonzero(beyond)} of {expected.size} outputs beyond the range)"
+    if not infinite.all():
+        wrong = got[beyond][~infinite][:3]
+        return False, f"{what}: WRONG, {np.count_nonzero(~infinite)} came back as {wrong} instead of infinities"
+    worst = _largest_excess(got[inside], expected[inside], "float16")
+    if worst > 1.0:
+        return False, f"{what}: WRONG, the outputs in range are off by {worst:.3g} times the allowed"
+    return True, f"{what}: right (infinities of the right sign; the rest within {100 * worst:.0f}% of the allowed)"
+
+
 def run_checks(device, caps, out):
     """Every op package in float32 and float16; returns the number of failed checks."""
     failed = total = 0
@@ -208,10 +243,13 @@ def run_checks(device, caps, out):
             if dtype == "float16" and "shader-f16" not in caps.features:
                 print(f"  skip  {name} float16: the device has no shader-f16", file=out)
                 continue
-            passed, line = check_op(name, package, dtype, device)
-            total += 1
-            failed += not passed
-            print(f"  {'ok  ' if passed else 'FAIL'}  {line}", file=out)
+            results = [check_op(name, package, dtype, device)]
+            if dtype == "float16":
+                results.append(check_overflow(name, package, device))
+            for passed, line in results:
+                total += 1
+                failed += not passed
+                print(f"  {'ok  ' if passed else 'FAIL'}  {line}", file=out)
     summary = f"all {total} checks passed" if not failed else f"{failed} of {total} checks FAILED"
     print(summary, file=out)
     return failed

@@ -14,7 +14,7 @@ import numpy as np
 
 import generated
 from generated import __main__ as package_main
-from generated import batch_normalization, doctor, skip_group_norm
+from generated import batch_normalization, doctor, group_normalization, skip_group_norm
 from tests.device_helpers import is_lavapipe, measured_subgroup_size
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,11 +35,12 @@ def test_doctor_of_a_vendored_copy_passes_and_prints_the_measured_subgroup_width
     text = done.stdout
     width = 8 if is_lavapipe() and not os.environ.get("LP_NATIVE_VECTOR_WIDTH") else measured_subgroup_size()
     assert f"subgroup width: {width} (measured by a probe shader)" in text, text
-    for line in ("adapter:", "backend:  Vulkan", "features: ", "maxComputeWorkgroupStorageSize", "all 8 checks passed"):
+    for line in ("adapter:", "backend:  Vulkan", "features: ", "maxComputeWorkgroupStorageSize", "all 12 checks passed"):
         assert line in text, text
     for op in ("batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm"):
         for dtype in ("float32", "float16"):
             assert f"ok    {op} {dtype} " in text, text
+        assert f"ok    {op} float16 overflow (" in text and "infinities of the right sign" in text, text
 
 
 def test_doctor_exits_1_when_a_check_fails(monkeypatch):
@@ -54,7 +55,25 @@ def test_doctor_exits_1_when_a_check_fails(monkeypatch):
     assert doctor.main([], out=out) == 1
     text = out.getvalue()
     assert "FAIL  batch_normalization float32" in text and "WRONG" in text, text
-    assert "ok    group_normalization float32" in text and "2 of 8 checks FAILED" in text, text
+    # float32, float16, and the float16 overflow check (whose in-range outputs are off too)
+    assert "ok    group_normalization float32" in text and "3 of 12 checks FAILED" in text, text
+
+
+def test_doctor_fails_a_device_whose_float16_overflow_is_not_infinity(monkeypatch):
+    """WGSL leaves float16 conversions of out-of-range values to the device: a kernel that came back
+    with finite values there (65504, say) is a failed check."""
+    real = group_normalization.kernel
+
+    def saturating(inputs, **kwargs):
+        result = real(inputs, **kwargs)
+        return {key: np.clip(value, -65504, 65504).astype(value.dtype) for key, value in result.items()}
+
+    monkeypatch.setattr(group_normalization, "kernel", saturating)
+    out = io.StringIO()
+    assert doctor.main([], out=out) == 1
+    text = out.getvalue()
+    assert "FAIL  group_normalization float16 overflow (" in text and "instead of infinities" in text, text
+    assert "ok    group_normalization float16 (" in text and "1 of 12 checks FAILED" in text, text
 
 
 def test_doctor_exits_1_when_a_call_raises(monkeypatch):

@@ -1,0 +1,73 @@
+"""float16 outputs beyond float16's range come back as infinities of the right sign, in every variant.
+
+WGSL leaves the float16 conversion of an out-of-range value (pack2x16float, an f16 store) to the
+device: an indeterminate value, not necessarily infinity. The kernels convert the f32 result once, as
+NumPy's float16 cast would, so a device that rounds out-of-range values to infinity (lavapipe; the
+H200's driver) gives exactly what the float64 reference rounded to float16 gives. These tests pin
+that for every variant's f16 path (8-halves loads, packed pairs, scalar f16 stores), with the
+variant forced on the small request tests/profile_cases.py gives it; `python -m generated doctor`
+checks the same on any device.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+from generated import Tensor, default_device
+from tests import profile_cases
+from tests.oracles import assert_close, run_seed, seed_note
+
+# Where the exact output is at least this large, float16 rounding gives infinity (65520 and up do).
+BEYOND = 65536.0
+# The input the outputs scale with, per op (for SkipGroupNorm its type is M, here float16 too).
+SCALE_KEY = {"batch_normalization": "scale", "group_normalization": "scale", "instance_normalization": "scale", "skip_group_norm": "gamma"}
+
+CASES = [
+    case
+    for case in profile_cases.all_cases()
+    if case.dtypes["T"] == "float16"
+    and case.dtypes.get("M", "float16") == "float16"
+    and case.only_dtype in (None, "float16")
+    and case.attrs.get("stash_type") != 10  # computes in float16 as the spec says: overflows inside
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_outputs_beyond_float16_are_infinities(case):
+    device = default_device()
+    caps = profile_cases.profile_caps(device)
+    missing = [f for f in case.required_features if f not in caps.features]
+    if missing or "shader-f16" not in caps.features:
+        pytest.skip(f"the device lacks {missing or ['shader-f16']}")
+    seed = run_seed()
+    rng = np.random.default_rng([seed, zlib.crc32(f"overflow/{case.id}".encode())])
+    inputs = profile_cases.random_inputs(case, rng)
+    key = SCALE_KEY[case.op]
+    # |gamma| 60000 (float16 holds it), the sign random a channel: normalized values beyond about
+    # 1.1 in size overflow, the rest do not.
+    inputs[key] = (np.sign(inputs[key].astype(np.float64) + 1e-3) * 60000.0).astype(np.float16)
+    package = profile_cases.PACKAGES[case.op]
+    outputs = case.outputs or (package.OUTPUTS[0].key,)
+    x = next(iter(inputs.values()))
+    out = {k: Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype), device) for k in outputs}
+    result = package.kernel(
+        inputs, attrs=case.attrs, outputs=case.outputs, device=device, caps=caps,
+        variant=case.variant, tunables=case.tunables or None, out=out,
+    )
+    with np.errstate(over="ignore"):  # the reference's SiLU: exp(-y) of a large negative y is inf
+        ref = profile_cases.reference(case, inputs)
+    context = f"{case.id} {case.shapes} {case.attrs} {case.tunables} {seed_note(seed)}"
+    first = package.OUTPUTS[0].key
+    expected, got = ref[first], np.asarray(result[first], np.float64)
+    beyond = np.abs(expected) >= BEYOND
+    assert beyond.sum() >= 3, f"{context}: the data should overflow somewhere"
+    wrong = ~(np.isinf(got) & (np.sign(got) == np.sign(expected)))[beyond]
+    assert not wrong.any(), (
+        f"{context}: {np.count_nonzero(wrong)} of {beyond.sum()} outputs beyond float16's range came back "
+        f"as {got[beyond][wrong][:4]} for {expected[beyond][wrong][:4]}"
+    )
+    inside = np.abs(expected) <= 65000.0
+    assert_close(got[inside], expected[inside], np.float16, f"{context} {first} (in range)")
