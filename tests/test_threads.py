@@ -1,0 +1,59 @@
+"""Calls from several Python threads at once: the plan, pipeline, uniform and scratch caches are
+shared, so one thread's call must not see another's buffers or plans. Each thread draws its own
+shapes (new shapes plan and create pipelines while the other threads call) and checks every result
+against the float64 reference."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+
+import numpy as np
+
+from generated import group_normalization as gn
+from generated import skip_group_norm as sgn
+from tests.oracles import assert_close, group_normalization_ref, rng_for, seed_note, skip_group_norm_ref
+
+THREADS = 6
+CALLS = 6
+
+
+def _one_call(rng, context):
+    if rng.random() < 0.5:
+        c, groups = int(rng.choice([8, 16, 24])), int(rng.choice([2, 4, 8]))
+        x = rng.standard_normal((int(rng.integers(1, 3)), c, int(rng.integers(1, 17)), int(rng.integers(1, 17)))) * 2 + 1
+        x, scale, bias = x.astype(np.float32), rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+        y = gn.group_normalization(x, scale, bias, num_groups=groups)
+        assert_close(y, group_normalization_ref(x, scale, bias, groups), np.float32, f"{context} GroupNorm {x.shape} g{groups}")
+        return
+    c, groups = int(rng.choice([16, 32])), 4
+    shape = (int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 9)), c)
+    x, skip = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
+    gamma, beta, bias = (rng.standard_normal(c).astype(np.float32) for _ in range(3))
+    y, s = sgn.skip_group_norm(x, gamma, beta, skip, bias, groups=groups, activation=1, return_sum=True)
+    y_ref, s_ref = skip_group_norm_ref(x, gamma, beta, skip, bias, groups, 1e-5, 1, 1, np.float32)
+    assert_close(y, y_ref, np.float32, f"{context} SkipGroupNorm {shape} Y")
+    assert_close(s, s_ref, np.float32, f"{context} SkipGroupNorm {shape} S")
+
+
+def test_calls_from_several_threads_at_once(request):
+    rng, seed = rng_for(request.node.name)
+    seeds = rng.integers(0, 2**32, THREADS)
+    failures = []
+    start = threading.Barrier(THREADS)
+
+    def worker(k):
+        thread_rng = np.random.default_rng(seeds[k])
+        start.wait()
+        try:
+            for i in range(CALLS):
+                _one_call(thread_rng, f"thread {k} call {i} {seed_note(seed)}")
+        except BaseException:
+            failures.append(traceback.format_exc())
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not failures, failures[0]
