@@ -6,7 +6,8 @@ Prints the adapter, the backend, the device's features and limits (WebGPU's name
 width a probe shader measures (the adapter does not report it), then runs every op once per dtype
 on small random data (natural variant selection) against a float64 NumPy reference written here,
 so the package needs nothing beyond wgpu and numpy, and once more in float16 with outputs beyond
-float16's range, which must come back as infinities (WGSL leaves such conversions to the device). Exit status 0 when every check passes, 1 when
+float16's range, which must come back as infinities (WGSL leaves such conversions to the
+device). Exit status 0 when every check passes, 1 when
 one fails or there is no adapter. float16 checks are skipped, and say why, on a device without
 shader-f16.
 """
@@ -111,9 +112,13 @@ CHECKS = {
 }
 # The input each op's outputs scale with (its gamma), for the float16 overflow check.
 SCALES = {"batch_normalization": "scale", "group_normalization": "scale", "instance_normalization": "scale", "skip_group_norm": "gamma"}
-# Outputs whose exact value is this far beyond float16's largest (65504) must come back as infinity;
-# WGSL leaves float16 conversions of values out of range to the device, so doctor asks it.
+# The overflow check's gamma: check_op's times this (at most 60000, which float16 holds).
+OVERFLOW_GAMMA = 30000.0
+# Outputs whose exact value is this far beyond float16's largest (65504) must come back as infinity
+# (float16 rounding gives it from 65520 on); WGSL leaves float16 conversions of values out of range
+# to the device, so doctor asks it. Outputs up to IN_RANGE are held to the usual tolerance.
 F16_OVERFLOW = 65536.0
+IN_RANGE = 65000.0
 
 
 # ---------------------------------------------------------------------------------------------
@@ -205,27 +210,31 @@ def check_op(name, package, dtype, device):
 
 
 def check_overflow(name, package, device):
-    """(passed, one line) for float16 outputs beyond float16's range: the same data as check_op with
-    gamma 30000 times larger, so that many outputs overflow. Those must be infinities of the right
-    sign, the others as right as usual."""
+    """(passed, one line) for float16 outputs beyond float16's range: check_op's kind of data (its own
+    seed) with gamma OVERFLOW_GAMMA times larger, so that many outputs overflow. Those must be
+    infinities of the right sign, the others as right as usual."""
     make_inputs, attrs, outputs, reference = CHECKS[name]
     rng = np.random.default_rng(20251202)
     raw = make_inputs(rng, "float16")
-    raw[SCALES[name]] = raw[SCALES[name]] * 30000.0
+    raw[SCALES[name]] = raw[SCALES[name]] * OVERFLOW_GAMMA
     inputs = {k: v.astype(np.float16) for k, v in raw.items()}
+    shapes = {k: v.shape for k, v in inputs.items()}
     try:
+        plan = package.plan(shapes, {t: "float16" for t in package.TYPE_CONSTRAINTS}, attrs=attrs, device=device, outputs=outputs)
         actual = package.kernel(inputs, attrs=attrs, outputs=outputs, device=device)
     except Exception as error:
         return False, f"{name} float16 overflow: the call failed: {type(error).__name__}: {error}"
     key = package.OUTPUTS[0].key
     expected, got = reference(inputs, attrs)[key], np.asarray(actual[key], np.float64)
     beyond = np.abs(expected) >= F16_OVERFLOW
-    inside = np.abs(expected) <= 65000.0
     infinite = np.isinf(got[beyond]) & (np.sign(got[beyond]) == np.sign(expected[beyond]))
-    what = f"{name} float16 overflow ({np.count_nonzero(beyond)} of {expected.size} outputs beyond the range)"
+    what = f"{name} float16 overflow, variant {plan.variant} ({np.count_nonzero(beyond)} of {expected.size} outputs beyond the range)"
+    if not beyond.any():
+        return False, f"{what}: the check's data did not overflow (a doctor bug)"
     if not infinite.all():
         wrong = got[beyond][~infinite][:3]
         return False, f"{what}: WRONG, {np.count_nonzero(~infinite)} came back as {wrong} instead of infinities"
+    inside = np.abs(expected) <= IN_RANGE
     worst = _largest_excess(got[inside], expected[inside], "float16")
     if worst > 1.0:
         return False, f"{what}: WRONG, the outputs in range are off by {worst:.3g} times the allowed"

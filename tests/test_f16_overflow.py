@@ -1,4 +1,6 @@
-"""float16 outputs beyond float16's range come back as infinities of the right sign, in every variant.
+"""float16 outputs beyond float16's range come back as infinities of the right sign, in every
+variant with a float16 path (all but plane_subgroup_vec4_scalar_io, float32 only, and
+group_stash_f16_serial, whose stash_type=10 statistics are float16 by the spec: it overflows inside).
 
 WGSL leaves the float16 conversion of an out-of-range value (pack2x16float, an f16 store) to the
 device: an indeterminate value, not necessarily infinity. The kernels convert the f32 result once, as

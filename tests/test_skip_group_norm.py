@@ -258,10 +258,18 @@ def test_sdxl_bench_shapes_take_the_measured_family_with_sane_geometry():
             stats, combine, normalize = p.passes
             assert stats.dispatch == normalize.dispatch and combine.dispatch == (64, 1, 1)
             tiles, _, slabs = stats.dispatch
-            # 128 slabs of 32 positions an item, at most 1024 invocations (the defaults measured on
-            # the H200, docs/PERFORMANCE.md round 5; these caps allow 256).
+            # 128 slabs of 32 positions an item (the defaults measured on the H200, docs/PERFORMANCE.md
+            # round 5); these caps allow 256 invocations, the H200's 1024: 160 lanes a position, 6
+            # positions a pass.
             assert (tiles, slabs) == (2, 128) and stats.workgroup_size == 256, (case["name"], stats.dispatch)
             assert {**combine.overrides, **combine.uniforms}["vectorWidth"] in (2, 4)
+            if shapes["X"] == (2, 64, 64, 320) and dtypes["T"] == "float16":
+                on_h200 = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS)
+                assert on_h200.variant == p.variant, (case["name"], on_h200.explanation)
+                wide = on_h200.passes[0]
+                numbers = {**wide.overrides, **wide.uniforms}
+                assert (wide.dispatch, wide.workgroup_size) == ((2, 1, 128), 1024), case["name"]
+                assert (numbers["laneColumns"], numbers["laneRows"]) == (160, 6), case["name"]
         else:
             (fused,) = p.passes
             assert fused.dispatch == (64, 1, 1)
@@ -987,17 +995,34 @@ def test_registers_refusals_say_why():
         assert words in str(caught.value), str(caught.value)
 
 
-def _tie_heavy_inputs(rng, shapes, t):
+# (X, skip, bias) of channel 0 in test_s_is_the_f32_sum_rounded_once, per T: (X + skip) + bias in
+# f32 rounds differently from X + (skip + bias), and (f16) from the exact sum rounded once.
+ORDER_REVEALING = {
+    "float32": (1.0, 2.0**-24, 2.0**-24),  # 1; X + (skip + bias) is 1 + 2^-23
+    "float16": (1024.0, 0.5, 2.0**-14),  # 1024.5 in f32, a tie, so 1024; the exact sum gives 1025
+}
+
+
+def _tie_heavy_inputs(rng, shapes, t, channels_last):
     """X, skip and bias whose f32 sums often land exactly halfway between two f16 values (an f16 X
-    plus a skip of a quarter or half of X's spacing), mixed with plain random values and values near
-    the top of f16's range (whose sums stay below 65504)."""
+    plus a skip of a quarter or half of X's spacing, also near 32768, where the spacing is 32),
+    mixed with plain random values; channel 0 holds ORDER_REVEALING's values everywhere."""
     t = np.dtype(t)
     x = rng.choice([-1, 1], shapes["X"]) * rng.uniform(0.5, 2000, shapes["X"])
+    x[rng.random(shapes["X"]) < 0.05] = 32768.0
     x = x.astype(np.float16).astype(np.float64)
     spacing = np.spacing(np.abs(x).astype(np.float16)).astype(np.float64)
     skip_full = np.where(rng.random(shapes["X"]) < 0.5, spacing * rng.choice([0.5, 0.25, -0.5], shapes["X"]), rng.standard_normal(shapes["X"]))
-    x[rng.random(shapes["X"]) < 0.01] = 30000.0
     skip = skip_full if shapes["skip"] == shapes["X"] else rng.standard_normal(shapes["skip"])
+    bias = rng.choice([0.0, 2.0**-11, 2.0**-12], shapes["gamma"])
+    x0, skip0, bias0 = ORDER_REVEALING[t.name]
+    channel = (..., 0) if channels_last else (slice(None), 0)
+    x[channel] = x0
+    if skip.shape == x.shape:
+        skip[channel] = skip0
+    else:  # (N, C)
+        skip[:, 0] = skip0
+    bias[0] = bias0
     inputs = {
         "X": x.astype(t),
         "skip": skip.astype(t),
@@ -1005,7 +1030,7 @@ def _tie_heavy_inputs(rng, shapes, t):
         "beta": rng.uniform(-1, 1, shapes["beta"]).astype(np.float32),
     }
     if "bias" in shapes:
-        inputs["bias"] = (rng.choice([0.0, 2.0**-11, 2.0**-12], shapes["bias"])).astype(t)
+        inputs["bias"] = bias.astype(t)
     return inputs
 
 
@@ -1028,28 +1053,30 @@ def _f32_sum_rounded_once(inputs, channels_last):
 @pytest.mark.parametrize("t", ["float32", "float16"])
 @pytest.mark.parametrize("variant", ["split_bias_sum", "split_sum", "fused_bias_sum", "fused_sum", "registers_bias_sum", "registers_sum"])
 def test_s_is_the_f32_sum_rounded_once(variant, t, skip_form, request):
-    """S bit for bit: (X + skip) + bias in f32, rounded once to T with ties to even, in every variant
-    that writes it and both layouts (registers_* take channels-last only), on sums that sit exactly
-    halfway between two f16 values. (The float64 checks allow S one ulp; this holds the rounding
-    itself, ties included.)"""
+    """S bit for bit: (X + skip) + bias in f32, in that order, rounded once to T with ties to even,
+    in every variant that writes it and both layouts (registers_* take channels-last only), on sums
+    that sit exactly halfway between two f16 values and a channel whose S reveals the order of the
+    additions; split and fused also with 16 invocations, whose lanes walk several columns. (The
+    float64 checks allow S one ulp; this holds the rounding itself.)"""
     rng, seed = rng_for(request.node.name)
     layouts = (1,) if variant.startswith("registers") else (1, 0)
-    for channels_last in layouts:
+    walks = ({},) if variant.startswith("registers") else ({}, {"WORKGROUP_SIZE": 16, "FUSED_WORKGROUP_SIZE": 16, "SLAB_VALUES": 64})
+    for channels_last, tunables in itertools.product(layouts, walks):
         x_shape = (2, 6, 5, 40) if channels_last else (2, 40, 6, 5)
         skip_shape = x_shape if skip_form == "full" else (2, 40)
         shapes = {"X": x_shape, "gamma": (40,), "beta": (40,), "skip": skip_shape}
         if "bias" in variant:
             shapes["bias"] = (40,)
-        inputs = _tie_heavy_inputs(rng, shapes, t)
+        inputs = _tie_heavy_inputs(rng, shapes, t, channels_last)
         attrs = {"groups": 4, "activation": 1, "channels_last": channels_last}
         caps = SUBGROUP_CAPS if variant.startswith("registers") else None
-        result = run_poisoned(inputs, attrs, ("Y", "S"), variant=variant, caps=caps)
+        result = run_poisoned(inputs, attrs, ("Y", "S"), variant=variant, caps=caps, tunables=tunables or None)
         expected = _f32_sum_rounded_once(inputs, channels_last)
         got = result["S"]
         bits = np.uint16 if t == "float16" else np.uint32
         differ = got.view(bits) != expected.view(bits)
         assert not differ.any(), (
-            f"{variant} T={t} skip {skip_form} channels_last={channels_last} {seed_note(seed)}: "
+            f"{variant} T={t} skip {skip_form} channels_last={channels_last} {tunables} {seed_note(seed)}: "
             f"{np.count_nonzero(differ)} of {differ.size} S values are not the f32 sum rounded once, "
             f"e.g. {got[differ][:4]} for {expected[differ][:4]}"
         )

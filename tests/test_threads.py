@@ -1,7 +1,8 @@
 """Calls from several Python threads at once: the plan, pipeline, uniform and scratch caches are
 shared, so one thread's call must not see another's buffers or plans. Each thread draws its own
-shapes (new shapes plan and create pipelines while the other threads call) and checks every result
-against the float64 reference."""
+shapes (new shapes plan and create pipelines while the other threads call), half of its
+SkipGroupNorm calls forced onto the split variant (three passes through scratch buffers: partials
+and statistics), and checks every result against the float64 reference."""
 
 from __future__ import annotations
 
@@ -30,7 +31,13 @@ def _one_call(rng, context):
     shape = (int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 9)), c)
     x, skip = rng.standard_normal(shape).astype(np.float32), rng.standard_normal(shape).astype(np.float32)
     gamma, beta, bias = (rng.standard_normal(c).astype(np.float32) for _ in range(3))
-    y, s = sgn.skip_group_norm(x, gamma, beta, skip, bias, groups=groups, activation=1, return_sum=True)
+    if rng.random() < 0.5:
+        y, s = sgn.skip_group_norm(x, gamma, beta, skip, bias, groups=groups, activation=1, return_sum=True)
+    else:  # split: small slabs, so that every call of these shapes has several
+        inputs = {"X": x, "gamma": gamma, "beta": beta, "skip": skip, "bias": bias}
+        tunables = {"WORKGROUP_SIZE": 16, "SLAB_VALUES": 32}
+        out = sgn.kernel(inputs, attrs={"groups": groups, "activation": 1}, outputs=("Y", "S"), variant="split_bias_sum", tunables=tunables)
+        y, s = out["Y"], out["S"]
     y_ref, s_ref = skip_group_norm_ref(x, gamma, beta, skip, bias, groups, 1e-5, 1, 1, np.float32)
     assert_close(y, y_ref, np.float32, f"{context} SkipGroupNorm {shape} Y")
     assert_close(s, s_ref, np.float32, f"{context} SkipGroupNorm {shape} S")
@@ -44,16 +51,17 @@ def test_calls_from_several_threads_at_once(request):
 
     def worker(k):
         thread_rng = np.random.default_rng(seeds[k])
-        start.wait()
         try:
+            start.wait(timeout=60)
             for i in range(CALLS):
                 _one_call(thread_rng, f"thread {k} call {i} {seed_note(seed)}")
         except BaseException:
-            failures.append(traceback.format_exc())
+            failures.append(f"thread {k} {seed_note(seed)}:\n{traceback.format_exc()}")
 
-    threads = [threading.Thread(target=worker, args=(k,)) for k in range(THREADS)]
+    threads = [threading.Thread(target=worker, args=(k,), daemon=True) for k in range(THREADS)]
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=300)
+    assert not any(thread.is_alive() for thread in threads), f"a thread did not finish in 300 s (a deadlock?) {seed_note(seed)}"
     assert not failures, failures[0]
