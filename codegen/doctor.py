@@ -190,20 +190,32 @@ def _largest_excess(actual, ref, dtype):
     return float(np.nan_to_num(error, nan=np.inf).max()) if error.size else 0.0
 
 
+def _check_inputs(name, dtype, seed, gamma_times=1.0):
+    """A check's inputs in `dtype`, drawn with `seed`, its gamma (SCALES) `gamma_times` larger."""
+    raw = CHECKS[name][0](np.random.default_rng(seed), dtype)
+    raw[SCALES[name]] = raw[SCALES[name]] * gamma_times
+    return {k: v.astype(dtype) for k, v in raw.items()}
+
+
+def _call(name, package, dtype, inputs, device):
+    """(the variant the request takes, the kernel's outputs) for a check's request."""
+    _, attrs, outputs, _ = CHECKS[name]
+    shapes = {k: v.shape for k, v in inputs.items()}
+    plan = package.plan(shapes, {t: dtype for t in package.TYPE_CONSTRAINTS}, attrs=attrs, device=device, outputs=outputs)
+    return plan.variant, package.kernel(inputs, attrs=attrs, outputs=outputs, device=device)
+
+
 def check_op(name, package, dtype, device):
     """(passed, one line in plain words) for one op and dtype."""
-    make_inputs, attrs, outputs, reference = CHECKS[name]
-    rng = np.random.default_rng(20251201)
-    inputs = {k: v.astype(dtype) for k, v in make_inputs(rng, dtype).items()}
-    shapes = {k: v.shape for k, v in inputs.items()}
+    _, attrs, _, reference = CHECKS[name]
+    inputs = _check_inputs(name, dtype, 20251201)
     try:
-        plan = package.plan(shapes, {t: dtype for t in package.TYPE_CONSTRAINTS}, attrs=attrs, device=device, outputs=outputs)
-        actual = package.kernel(inputs, attrs=attrs, outputs=outputs, device=device)
+        variant, actual = _call(name, package, dtype, inputs, device)
     except Exception as error:
         return False, f"{name} {dtype}: the call failed: {type(error).__name__}: {error}"
     expected = reference(inputs, attrs)
     worst = max(_largest_excess(actual[key], expected[key], dtype) for key in actual)
-    what = f"{name} {dtype} {tuple(inputs[next(iter(inputs))].shape)}, variant {plan.variant}"
+    what = f"{name} {dtype} {tuple(inputs[next(iter(inputs))].shape)}, variant {variant}"
     if worst <= 1.0:
         return True, f"{what}: right (largest error {100 * worst:.0f}% of the allowed)"
     return False, f"{what}: WRONG (largest error {worst:.3g} times the allowed)"
@@ -213,22 +225,17 @@ def check_overflow(name, package, device):
     """(passed, one line) for float16 outputs beyond float16's range: check_op's kind of data (its own
     seed) with gamma OVERFLOW_GAMMA times larger, so that many outputs overflow. Those must be
     infinities of the right sign, the others as right as usual."""
-    make_inputs, attrs, outputs, reference = CHECKS[name]
-    rng = np.random.default_rng(20251202)
-    raw = make_inputs(rng, "float16")
-    raw[SCALES[name]] = raw[SCALES[name]] * OVERFLOW_GAMMA
-    inputs = {k: v.astype(np.float16) for k, v in raw.items()}
-    shapes = {k: v.shape for k, v in inputs.items()}
+    _, attrs, _, reference = CHECKS[name]
+    inputs = _check_inputs(name, "float16", 20251202, gamma_times=OVERFLOW_GAMMA)
     try:
-        plan = package.plan(shapes, {t: "float16" for t in package.TYPE_CONSTRAINTS}, attrs=attrs, device=device, outputs=outputs)
-        actual = package.kernel(inputs, attrs=attrs, outputs=outputs, device=device)
+        variant, actual = _call(name, package, "float16", inputs, device)
     except Exception as error:
         return False, f"{name} float16 overflow: the call failed: {type(error).__name__}: {error}"
     key = package.OUTPUTS[0].key
     expected, got = reference(inputs, attrs)[key], np.asarray(actual[key], np.float64)
     beyond = np.abs(expected) >= F16_OVERFLOW
     infinite = np.isinf(got[beyond]) & (np.sign(got[beyond]) == np.sign(expected[beyond]))
-    what = f"{name} float16 overflow, variant {plan.variant} ({np.count_nonzero(beyond)} of {expected.size} outputs beyond the range)"
+    what = f"{name} float16 overflow, variant {variant} ({np.count_nonzero(beyond)} of {expected.size} outputs beyond the range)"
     if not beyond.any():
         return False, f"{what}: the check's data did not overflow (a doctor bug)"
     if not infinite.all():

@@ -257,22 +257,27 @@ def profile_caps(device):
     return caps
 
 
-def run_case(case, device, caps, profile, seed):
-    """The case on `device` with NaN-poisoned outputs, judged against the float64 reference."""
-    rng = np.random.default_rng([seed, zlib.crc32(f"{profile}/{case.id}".encode())])
-    inputs = random_inputs(case, rng)
+def call_case(case, inputs, device, caps):
+    """The case's forced-variant call on `inputs`, into NaN-poisoned outputs: {output key: array}."""
     package = PACKAGES[case.op]
     if case.adapter_info:
         caps = dataclasses.replace(caps, adapter_info={**caps.adapter_info, **case.adapter_info})
     outputs = case.outputs or (package.OUTPUTS[0].key,)
     x = next(iter(inputs.values()))
     out = {key: Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype), device) for key in outputs}
+    return package.kernel(
+        inputs, attrs=case.attrs, outputs=case.outputs, device=device, caps=caps,
+        variant=case.variant, tunables=case.tunables or None, out=out,
+    )
+
+
+def run_case(case, device, caps, profile, seed):
+    """The case on `device` with NaN-poisoned outputs, judged against the float64 reference."""
+    rng = np.random.default_rng([seed, zlib.crc32(f"{profile}/{case.id}".encode())])
+    inputs = random_inputs(case, rng)
     context = f"{profile} {case.id} {case.shapes} {case.attrs} {case.tunables} {seed_note(seed)}"
     try:
-        result = package.kernel(
-            inputs, attrs=case.attrs, outputs=case.outputs, device=device, caps=caps,
-            variant=case.variant, tunables=case.tunables or None, out=out,
-        )
+        result = call_case(case, inputs, device, caps)
     except ContractError as error:
         return {"outcome": "refused", "message": str(error)}
     except Exception:
