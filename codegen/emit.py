@@ -20,7 +20,7 @@ from .expr import Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .store import CONTINUED, PARAGRAPH_BREAK, ShaderStore, deciding_columns
-from .runtime.wgsl_facts import shader_facts
+from .runtime.wgsl_facts import declared_bindings, shader_facts
 from .wgsl import KeyName, RenderedPass
 
 REGENERATE = "python -m codegen manifests/ generated/"
@@ -536,7 +536,7 @@ def _emit_variant_imports(w: Writer, variant: ResolvedVariant, by_pass: dict[str
     codes += [c for _, c in variant.intermediates]
     for p in variant.passes:
         codes += [v.code for v in p.derives] + [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
-        codes += [c for _, c in p.element_types]
+        codes += [c for _, c in p.element_types + p.bound]
     helpers = _helpers(codes)
     if "math" in helpers:
         w.line("import math")
@@ -598,6 +598,8 @@ def _key_part(p: ResolvedPass, key: KeyName) -> str:
     """The Python expression of one specialization-key value inside a pass function."""
     if key.element_type:
         return dict(p.element_types)[key.name].python
+    if key.bound:
+        return dict(p.bound)[key.name].python
     value = {v.name: v for v in p.scope_values}[key.name]
     return value.var if value in p.derives else f"v.{value.var}"
 
@@ -653,7 +655,9 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
     parts = [_key_part(p, item.key_names[i]) for i in varying]
     numbers = _pass_numbers(p, item)
     codes = [c for _, c in p.dispatch] + [c for _, c in p.uniforms]
-    codes += [c for name, c in p.element_types if KeyName(name, True) in [item.key_names[i] for i in varying]]
+    looked_up = [item.key_names[i] for i in varying]
+    codes += [c for name, c in p.element_types if KeyName(name, element_type=True) in looked_up]
+    codes += [c for name, c in p.bound if KeyName(name, bound=True) in looked_up]
     reads = set().union(*(c.locals for c in codes)) | set(parts) | set(numbers.values())
     derives = _needed_derives(p, reads)
     codes += [v.code for v in derives]
@@ -696,6 +700,16 @@ def _check_facts(item: RenderedPass) -> None:
         expected = (spec.overrides, spec.workgroup_size, spec.workgroup_arrays, spec.uses_subgroups, tuple(fields))
         if tuple(facts) != expected:
             raise RuntimeError(f"{item.template}: the text declares {facts}, the compiler {expected}")
+        declared = declared_bindings(spec.wgsl)
+        bound = [b.name for b in item.pass_.ir.bindings]
+        if [i for i, _ in declared] != list(range(len(declared))) or not _in_order([n for _, n in declared], bound):
+            raise RuntimeError(f"{item.template}: the text binds {declared}, the pass {bound}")
+
+
+def _in_order(names: list[str], among: list[str]) -> bool:
+    """Whether `names` are some of `among`, in its order."""
+    rest = iter(among)
+    return all(name in rest for name in names)
 
 
 def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: ShaderStore) -> None:
@@ -753,7 +767,7 @@ class _ShaderProduct:
         self.table = table
         self.values = [list(dict.fromkeys(key[j] for key in table)) for j in range(len(varying))]
         self.made_of = [store.tokens[name] for name in table.values()]
-        names = [snake(key.name) + ("_type" if key.element_type else "") for key in self.keys]
+        names = [snake(key.name) + ("_type" if key.element_type else "_bound" if key.bound else "") for key in self.keys]
         self.variables = [name if name.isidentifier() else f"value{j}" for j, name in enumerate(names)]
 
     def pieces(self) -> list[_Piece] | None:

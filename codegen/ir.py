@@ -96,6 +96,9 @@ class Binding:
     struct_name: str | None
     fields: tuple[UniformField, ...]
     origin: Origin
+    # Bound only where this holds (a pass-scope boolean, e.g. `hasBias`): the shaders where it
+    # does not neither declare nor bind it, and the later bindings take the next indices.
+    when: Expr | None = None
 
 
 @dataclass(frozen=True)

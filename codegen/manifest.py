@@ -308,19 +308,37 @@ def _pass_bindings(reader: _Reader, value: Any, origin: Origin, resources: _Reso
             reader.unknown(origin, "binding set", value, sets)
             return ()
         set_origin = reader.root.child("bindingSets", value)
-        specs = [(b, set_origin.child(i)) for i, b in enumerate(sets[value])]
+        found = ((_inline_binding(reader, b, {}, set_origin.child(i)), set_origin.child(i)) for i, b in enumerate(sets[value]))
+        specs = [(spec, spec_origin) for spec, spec_origin in found if spec is not None]
     else:
         pool = data.get("bindings", {})
         specs = []
         for i, entry in enumerate(value or []):
             if not isinstance(entry, str):
-                specs.append((entry, origin.child(i)))
+                spec = _inline_binding(reader, entry, pool, origin.child(i))
+                if spec is not None:
+                    specs.append((spec, origin.child(i)))
             elif entry in pool:
                 specs.append(({"name": entry, **pool[entry]}, reader.root.child("bindings", entry)))
             else:
                 reader.unknown(origin.child(i), "pooled binding", entry, pool)
     bindings = (_binding(reader, spec, spec_origin, resources) for spec, spec_origin in specs)
     return tuple(b for b in bindings if b is not None)
+
+
+def _inline_binding(reader: _Reader, entry: dict, pool: dict, origin: Origin) -> dict | None:
+    """A binding object of a pass's list: `use` names a pool entry, which the object's other keys
+    override (`{"use": "bias", "when": "hasBias"}`); without `use` the object is the binding."""
+    if "use" not in entry:
+        if "name" not in entry:
+            reader.fail(origin, "a binding needs a `name`, or `use` naming a pooled binding")
+            return None
+        return entry
+    key = entry["use"]
+    if key not in pool:
+        reader.unknown(origin.child("use"), "pooled binding", key, pool)
+        return None
+    return {"name": key, **pool[key], **{k: v for k, v in entry.items() if k != "use"}}
 
 
 def _binding(reader: _Reader, spec: dict, origin: Origin, resources: _Resources) -> Binding | None:
@@ -330,6 +348,8 @@ def _binding(reader: _Reader, spec: dict, origin: Origin, resources: _Resources)
         buffer = buffer["type"]
     struct = spec.get("struct")
     if struct is not None:
+        if "when" in spec:
+            reader.fail(origin.child("when"), "the uniform is bound by every shader of a pass: it cannot have a `when`")
         return _uniform_binding(reader, name, buffer, struct, origin)
     resource = spec.get("arg") or name
     kind = resources.kind(resource)
@@ -345,7 +365,8 @@ def _binding(reader: _Reader, spec: dict, origin: Origin, resources: _Resources)
     if "elementType" not in spec:
         reader.fail(origin, f"binding {name!r} needs an `elementType`")
     element_type = reader.expr(spec.get("elementType", "f32"), origin.child("elementType"))
-    return Binding(name, kind, resource, buffer or "storage", element_type, None, (), origin)
+    when = reader.expr(spec["when"], origin.child("when")) if "when" in spec else None
+    return Binding(name, kind, resource, buffer or "storage", element_type, None, (), origin, when)
 
 
 def _uniform_binding(reader: _Reader, name: str, buffer: str | None, struct: Any, origin: Origin) -> Binding:

@@ -104,6 +104,7 @@ class ResolvedPass:
     uniforms: tuple[FieldCode, ...]
     element_types: tuple[NamedCode, ...]  # binding name -> WGSL type (a str value)
     scope_values: tuple[Value, ...]  # variant then pass values, pass values winning: what the template may see
+    bound: tuple[NamedCode, ...] = ()  # binding name -> whether it is bound (a bool), for bindings with a `when`
 
 
 @dataclass(frozen=True)
@@ -332,9 +333,12 @@ class _Resolver:
             for b in pass_.bindings
             if b.element_type is not None
         )
+        bound = tuple(
+            self.attempt(lambda: NamedCode(b.name, compile_expr(b.when, scope, "bool"))) for b in pass_.bindings if b.when is not None
+        )
         shadowed = {v.name for v in values}
         visible = tuple(v for v in variant_level.compiled() if v.name not in shadowed) + values
-        return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible)
+        return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible, bound)
 
     def element_type(self, expr: Expr, scope: Scope) -> Compiled:
         """`$name` reads a value (`$T` with no value named T means dtypes.T); other text is WGSL."""

@@ -78,13 +78,15 @@ class ScopeUniform:
 
 
 class KeyName(NamedTuple):
-    """One position of a specialization key: a template value, or a binding's element type."""
+    """One position of a specialization key: a template value, a binding's element type, or
+    whether a binding with a `when` is bound."""
 
     name: str  # the template value, or the binding
     element_type: bool = False
+    bound: bool = False
 
     def __str__(self) -> str:
-        return f"{self.name} element type" if self.element_type else self.name
+        return f"{self.name} element type" if self.element_type else (f"{self.name} bound" if self.bound else self.name)
 
 
 @dataclass(frozen=True)
@@ -397,6 +399,8 @@ _EVAL_GLOBALS = {
 
 
 def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> str:
+    """The header of one specialization: `enable f16`, the overrides, and the bindings whose
+    element types `element_types` holds (those bound in it), numbered in the manifest's order."""
     lines = []
     # Comments must not turn an f32 shader into one that needs shader-f16.
     code = COMMENT.sub("", body)
@@ -405,7 +409,8 @@ def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tupl
         lines.append("enable f16;")
     for name, kind in overrides:
         lines.append(f"override {name}: {kind};")
-    for index, binding in enumerate(pass_.ir.bindings):
+    bindings = [b for b in pass_.ir.bindings if b.kind == "uniform" or b.name in element_types]
+    for index, binding in enumerate(bindings):
         if binding.kind == "uniform":
             fields = [f"{f.name}: {f.type}" for f in binding.fields] + [f"{n}: {t}" for n, t in extra]
             fields += [f"_pad{i}: u32" for i in range(-len(fields) % 4)]
@@ -425,19 +430,23 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     folder = templates_dir.name
     libraries = _libraries(pass_, env, folder)
     template_values = _template_values(pass_, env, folder)
-    element_values = [
-        Value(f"binding:{binding}", f"binding_{binding}", None, code)
-        for binding, code in pass_.element_types
-    ]
-    domains = _Domains(op, variant, pass_)
+    key_values = (
+        template_values
+        + [Value(f"binding:{binding}", f"binding_{binding}", None, code) for binding, code in pass_.element_types]
+        + [Value(f"bound:{binding}", f"bound_{binding}", None, code) for binding, code in pass_.bound]
+    )
     try:
         conditions = [Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)]
-        combos = domains.enumerate(template_values + element_values, conditions)
+        combos = _Domains(op, variant, pass_).enumerate(key_values, conditions)
     except _NotFinite as error:
         message = f"a specialization value of template `{name}` depends on `{error}`, which has no finite domain"
         raise CompileError([Problem(origin, message)]) from None
-    value_names = tuple(v.name for v in template_values + element_values)
-    key_names = tuple(KeyName(v.name) for v in template_values) + tuple(KeyName(b, True) for b, _ in pass_.element_types)
+    value_names = tuple(v.name for v in key_values)
+    key_names = (
+        tuple(KeyName(v.name) for v in template_values)
+        + tuple(KeyName(b, element_type=True) for b, _ in pass_.element_types)
+        + tuple(KeyName(b, bound=True) for b, _ in pass_.bound)
+    )
     numeric = {v.name: ("f32" if v.code.type == "float" else "u32") for v in pass_.scope_values if v.code.type in ("int", "float")}
     if pass_.ir.dispatch.form == "threads":
         numeric["WORKGROUP_SIZE"] = "u32"
@@ -453,27 +462,28 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
         text = _read_from_params(body.text, uniforms, pass_)
         code = code_of(text)
         overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(code, n)]
-        element_types = {b: body.combo[f"binding:{b}"] for b, _ in pass_.element_types}
+        element_types = {b: body.combo[f"binding:{b}"] for b, _ in pass_.element_types if body.combo.get(f"bound:{b}", True)}
         header = _declarations(pass_, element_types, overrides, text, extra)
-        size = workgroup_size(code)
-        if not size:
+        if not workgroup_size(code):
             message = "a template needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"
             raise CompileError([Problem(origin, message, template=TemplateLocation(f"{folder}/{name}"))])
-        specializations.append(
-            Specialization(
-                key=key,
-                context=body.context,
-                wgsl=header + text,
-                body_first_line=header.count("\n") + 1,
-                overrides=tuple(overrides),
-                workgroup_size=size,
-                workgroup_arrays=workgroup_arrays(code),
-                # Every use SUBGROUP_USE finds names "subgroup"; `in` rules most texts out faster.
-                uses_subgroups="subgroup" in code and SUBGROUP_USE.search(code) is not None,
-                line_map=body.line_map,
-            )
-        )
+        specializations.append(_specialization(key, body, header, text, code, overrides))
     return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries)
+
+
+def _specialization(key: tuple, body: _Body, header: str, text: str, code: str, overrides: list) -> Specialization:
+    return Specialization(
+        key=key,
+        context=body.context,
+        wgsl=header + text,
+        body_first_line=header.count("\n") + 1,
+        overrides=tuple(overrides),
+        workgroup_size=workgroup_size(code),
+        workgroup_arrays=workgroup_arrays(code),
+        # Every use SUBGROUP_USE finds names "subgroup"; `in` rules most texts out faster.
+        uses_subgroups="subgroup" in code and SUBGROUP_USE.search(code) is not None,
+        line_map=body.line_map,
+    )
 
 
 @dataclass

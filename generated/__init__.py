@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 573b582545ee156d)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 f4077ae0457b40ea)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 cc05790e05bc7a8f)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 8cbdeceac6ad13ef)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 4321e2185eed64a4)
 #   codegen/onnx_versions.py (sha256 a1568ccdcd8c1d86)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -66,7 +66,14 @@ class Case:
     @property
     def id(self):
         dtypes = "-".join(name.replace("float", "f") for name in self.dtypes.values())
-        return f"{self.op}-{self.variant}-{dtypes}"
+        return f"{self.op}-{self.variant}{self.flavour}-{dtypes}"
+
+    @property
+    def flavour(self):
+        """SkipGroupNorm's optional tensors: `-bias` when a bias is given, `-sum` or `-plain` for S."""
+        if self.outputs is None:
+            return ""
+        return ("-bias" if "bias" in self.shapes else "") + ("-sum" if "S" in self.outputs else "-plain")
 
     @property
     def needs_f16(self):
@@ -149,7 +156,8 @@ _BASE = [
 
 
 def _sgn_base():
-    """The twelve SkipGroupNorm variants, both layouts (registers_*: channels-last), both skip forms, SiLU on and off."""
+    """The three SkipGroupNorm variants with and without a bias and S, both layouts (registers:
+    channels-last only), both skip forms, SiLU on and off."""
     base = []
     for i, (family, member) in enumerate((f, m) for m in ("bias_sum", "bias_plain", "sum", "plain") for f in ("split", "fused")):
         channels_last = i % 2
@@ -158,15 +166,15 @@ def _sgn_base():
         attrs = {"groups": 4, "activation": (i // 2) % 2, "channels_last": channels_last}
         outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
         tunables = {"WORKGROUP_SIZE": 16, "SLAB_VALUES": 64}
-        base.append(("skip_group_norm", f"{family}_{member}", shapes, attrs, tunables, {}, outputs))
-    # registers_* (channels-last only): 10 channels a group, 5 x 4 = 20 invocations (a partial last
+        base.append(("skip_group_norm", family, shapes, attrs, tunables, {}, outputs))
+    # registers (channels-last only): 10 channels a group, 5 x 4 = 20 invocations (a partial last
     # subgroup at widths 8 and 16, full at 4), 30 positions (a tail), two workgroups a row.
     for i, member in enumerate(("bias_sum", "bias_plain", "sum", "plain")):
         shapes = _sgn_shapes((2, 5, 6, 40), 1, member.startswith("bias"), full_skip=i % 2 == 0)
         attrs = {"groups": 4, "activation": i % 2, "channels_last": 1}
         outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
         tunables = {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_WORKGROUP_SIZE": 16, "REGISTER_MIN_POSITION_LANES": 4}
-        base.append(("skip_group_norm", f"registers_{member}", shapes, attrs, tunables, {}, outputs))
+        base.append(("skip_group_norm", "registers", shapes, attrs, tunables, {}, outputs))
     return base
 
 

@@ -611,11 +611,11 @@ def test_whole_number_tunables_are_accepted_as_ints_or_whole_floats():
     shapes = {"X": (2, 8, 8, 64), "gamma": (64,), "beta": (64,), "skip": (2, 8, 8, 64)}
     dtypes = {"T": "float32", "M": "float32"}
     attrs = {"groups": 4, "activation": 0}
-    assert sgn.plan(shapes, dtypes, attrs=attrs, tunables={"SPLIT_MAX_ROWS": 1}).variant == "fused_plain"
+    assert sgn.plan(shapes, dtypes, attrs=attrs, tunables={"SPLIT_MAX_ROWS": 1}).variant == "fused"
     as_ints = {"SPLIT_MIN_GROUP_VALUES": 1, "MAX_SLABS": 8, "SLAB_VALUES": 16}
     with_ints = sgn.plan(shapes, dtypes, attrs=attrs, tunables=as_ints)
     with_floats = sgn.plan(shapes, dtypes, attrs=attrs, tunables={k: np.float32(v) for k, v in as_ints.items()})
-    assert with_ints.variant == with_floats.variant == "split_plain"
+    assert with_ints.variant == with_floats.variant == "split"
     assert [p.dispatch for p in with_floats.passes] == [p.dispatch for p in with_ints.passes]
     assert [p.overrides for p in with_floats.passes] == [p.overrides for p in with_ints.passes]
 

@@ -9,14 +9,14 @@ import math
 import numbers
 import struct
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .caps import Caps
 from .errors import PlanError
 from .limits import fold_width
 from .numeric import _f32, _i32, u32
-from .wgsl_facts import shader_facts, snake
+from .wgsl_facts import declared_bindings, shader_facts, snake
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,8 @@ class ShaderTable(Mapping):
             name = self._names[key]
             text = self._wgsl(name)
             # Two threads may both make it: the same Shader, and either is kept.
-            shader = self._made[key] = Shader(self._template, name, self._bindings, text, *shader_facts(text))
+            bindings = _declared(self._bindings, text, name)
+            shader = self._made[key] = Shader(self._template, name, bindings, text, *shader_facts(text))
         return shader
 
     def __contains__(self, key) -> bool:
@@ -163,6 +164,18 @@ class ShaderTable(Mapping):
 
     def __len__(self) -> int:
         return len(self._names)
+
+
+def _declared(bindings: tuple, text: str, name: str) -> tuple:
+    """The pass's `bindings` that shader `name` declares, with the indices its text gives them:
+    a binding with a manifest `when` is in the shaders where it holds, and the later ones move up."""
+    by_name = {b.name: b for b in bindings}
+    declared = declared_bindings(text)
+    if any(variable not in by_name for _, variable in declared):
+        raise PlanError(
+            "plan", name, "shader bindings", f"the shader declares bindings {declared}, the table {bindings}"
+        )
+    return tuple(replace(by_name[variable], index=index) for index, variable in declared)
 
 
 def shader_table(wgsl: Any, *, template: str, bindings: tuple, shaders: Mapping) -> ShaderTable:

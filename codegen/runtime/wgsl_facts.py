@@ -1,6 +1,6 @@
 """What a WGSL text declares, read from the text itself: its overrides and their types, its
-workgroup size, the bytes of its workgroup arrays, whether it uses subgroups, and the fields of
-its uniform struct.
+workgroup size, the bytes of its workgroup arrays, whether it uses subgroups, the fields of
+its uniform struct, and its bindings.
 
 The compiler reads a rendered shader with these same functions, so a generated
 shader table need not restate what its WGSL already says; `shader_facts()` reads each distinct
@@ -22,6 +22,7 @@ SUBGROUP_USE = re.compile(
 _OVERRIDE = re.compile(r"^override\s+(\w+)\s*:\s*(\w+)\s*;", re.M)
 _WORKGROUP_SIZE = re.compile(r"@workgroup_size\(\s*(\w+)\s*\)")
 _UNIFORM = re.compile(r"var<uniform>\s+\w+\s*:\s*(\w+)\s*;")
+_BINDING = re.compile(r"@group\(0\)\s*@binding\((\d+)\)\s*var(?:<[^>]*>)?\s+(\w+)")
 
 
 class ShaderFacts(NamedTuple):
@@ -102,3 +103,9 @@ def shader_facts(text: str) -> ShaderFacts:
         uses_subgroups=bool(SUBGROUP_USE.search(code)),
         uniform_types=uniform_types(code),
     )
+
+
+@functools.lru_cache(maxsize=None)
+def declared_bindings(text: str) -> tuple:
+    """(index, WGSL variable) of every binding the text declares, in index order."""
+    return tuple(sorted((int(index), name) for index, name in _BINDING.findall(code_of(text))))
