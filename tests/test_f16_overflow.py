@@ -18,9 +18,9 @@ import zlib
 import numpy as np
 import pytest
 
-from generated import default_device
+from generated import default_device, skip_group_norm
 from tests import profile_cases
-from tests.oracles import assert_close, run_seed, seed_note
+from tests.oracles import assert_close, rng_for, run_seed, seed_note
 
 # Where the exact output is at least this large, float16 rounding gives infinity (65520 and up do).
 BEYOND = 65536.0
@@ -67,3 +67,39 @@ def test_outputs_beyond_float16_are_infinities(case):
     )
     inside = np.abs(expected) <= 65000.0
     assert_close(got[inside], expected[inside], np.float16, f"{context} {first} (in range)")
+
+
+@pytest.mark.parametrize("channels_last", [1, 0], ids=["nhwc", "nchw"])
+@pytest.mark.parametrize("variant", ["fused", "split", "registers"])
+def test_skip_group_norm_sum_beyond_float16_is_an_infinity_the_statistics_see(variant, channels_last, request):
+    """S = X + skip + bias is a float16 tensor: where the sum is beyond float16's range S holds an
+    infinity, and so do the statistics of its group, whose Y is then NaN throughout (as the float64
+    reference rounding S to float16 first, and ONNX Runtime, give); the other groups are unaffected.
+    (The f32 sum of 40000 + 40000 is finite: statistics of the unrounded sum would give finite Y.)"""
+    if variant == "registers" and not channels_last:
+        pytest.skip("registers takes channels-last only")
+    device = default_device()
+    caps = profile_cases.profile_caps(device)
+    needed = ["shader-f16"] + (["subgroups"] if variant == "registers" else [])
+    if any(f not in caps.features for f in needed):
+        pytest.skip(f"the device lacks {needed}")
+    rng, seed = rng_for(request.node.name)
+    shape = (2, 4, 4, 32) if channels_last else (2, 32, 4, 4)
+    x = rng.standard_normal(shape).astype(np.float16)
+    skip = rng.standard_normal(shape).astype(np.float16)
+    n, h, w, c = int(rng.integers(0, 2)), int(rng.integers(0, 4)), int(rng.integers(0, 4)), int(rng.integers(0, 32))
+    at = (n, h, w, c) if channels_last else (n, c, h, w)
+    sign = float(rng.choice([-1.0, 1.0]))
+    x[at], skip[at] = sign * 40000.0, sign * 40000.0
+    inputs = {"X": x, "skip": skip, "gamma": rng.uniform(0.5, 2, 32).astype(np.float16), "beta": rng.uniform(-1, 1, 32).astype(np.float16)}
+    inputs["bias"] = rng.uniform(-1, 1, 32).astype(np.float16)
+    attrs = {"groups": 8, "activation": 0, "channels_last": channels_last}
+    out = skip_group_norm.kernel(inputs, attrs=attrs, outputs=("Y", "S"), variant=variant, device=device)
+    context = f"{variant} channels_last={channels_last} sum at {at} {seed_note(seed)}"
+    assert np.isinf(out["S"][at]) and np.sign(out["S"][at]) == sign, context
+    y = np.moveaxis(out["Y"].astype(np.float64), 3 if channels_last else 1, 1)  # (N, C, H, W)
+    group = c // 4
+    assert np.isnan(y[n, group * 4 : group * 4 + 4]).all(), f"{context}: the overflowing group's Y is not all NaN"
+    finite = np.ones(y.shape, bool)
+    finite[n, group * 4 : group * 4 + 4] = False
+    assert np.isfinite(y[finite]).all(), f"{context}: a group without the overflow is not finite"

@@ -3,7 +3,7 @@
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 9b88afd44dd35ccd)
 #   templates/_lib/row_stats.wgsl.jinja (sha256 75e58b007dc38524)
-#   templates/_lib/skip_prelude.wgsl.jinja (sha256 d5753a66f0c879b0)
+#   templates/_lib/skip_prelude.wgsl.jinja (sha256 35457e52f53dd9bb)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 6e483984c4aa45da)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
@@ -899,17 +899,19 @@ fn lanes_sum(v: vec2<f32>) -> f32 {
     return v.x + v.y;
 }""",
     "fn half": """\
-// Nearest binary16 value (ties to even), exactly, in f32, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in
-// [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the bits 0x7f000000 - bits(q);
-// v * (1 / q), round() and * q are exact in f32 (a multiplication is correctly rounded in WGSL, a
-// division only to 2.5 ulp), so no driver can fold the rounding away (NVIDIA folds f32(f16(v))
-// and pack/unpack round trips).
+// Nearest binary16 value (ties to even), exactly, in f32, and the infinity of v's sign where
+// binary16 cannot hold it (|v| >= 65520 rounds to infinity, as a binary16 conversion does: what
+// follows, the statistics too, must see the value T holds): q is the binary16 spacing at v
+// (2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the
+// bits 0x7f000000 - bits(q); v * (1 / q), round() and * q are exact in f32 (a multiplication is
+// correctly rounded in WGSL, a division only to 2.5 ulp), so no driver can fold the rounding away
+// (NVIDIA folds f32(f16(v)) and pack/unpack round trips). NaN stays NaN.
 fn half(v: FV) -> FV {
     let a = abs(v);
     let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
     let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
-    return select(round(v * inverse_q) * q, v, a >= FV(65520.0));
+    let infinity = bitcast<FV>((bitcast<FU>(v) & FU(0x80000000u)) | FU(0x7f800000u));
+    return select(round(v * inverse_q) * q, infinity, a >= FV(65520.0));
 }
 
 fn wide(u: Unit) -> Wide {""",
@@ -1835,17 +1837,19 @@ alias FV = f32;
 alias FU = u32;
 alias TV = f16;""",
     "fn half#2": """\
-// Nearest binary16 value (ties to even), exactly, in f32, leaving values binary16 cannot hold
-// (|v| >= 65520) as they are: q is the binary16 spacing at v (2^(e - 10) for |v| in
-// [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the bits 0x7f000000 - bits(q);
-// v * (1 / q), round() and * q are exact in f32 (a multiplication is correctly rounded in WGSL, a
-// division only to 2.5 ulp), so no driver can fold the rounding away (NVIDIA folds f32(f16(v))
-// and pack/unpack round trips).
+// Nearest binary16 value (ties to even), exactly, in f32, and the infinity of v's sign where
+// binary16 cannot hold it (|v| >= 65520 rounds to infinity, as a binary16 conversion does: what
+// follows, the statistics too, must see the value T holds): q is the binary16 spacing at v
+// (2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the
+// bits 0x7f000000 - bits(q); v * (1 / q), round() and * q are exact in f32 (a multiplication is
+// correctly rounded in WGSL, a division only to 2.5 ulp), so no driver can fold the rounding away
+// (NVIDIA folds f32(f16(v)) and pack/unpack round trips). NaN stays NaN.
 fn half(v: FV) -> FV {
     let a = abs(v);
     let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
     let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
-    return select(round(v * inverse_q) * q, v, a >= FV(65520.0));
+    let infinity = bitcast<FV>((bitcast<FU>(v) & FU(0x80000000u)) | FU(0x7f800000u));
+    return select(round(v * inverse_q) * q, infinity, a >= FV(65520.0));
 }""",
     "fn sum_at#2": """\
     return half(v);
