@@ -5,6 +5,8 @@ For each node that `ops()` has a kernel for (at the model's opset), in graph ord
 - shapes and element types from onnx shape inference, with every unknown or symbolic dimension of
   the graph inputs set to 1 (or to `--dim NAME=VALUE`); outputs of the nodes run here fill in what
   inference could not (com.microsoft ops);
+- the node planned first, on placeholders of its input shapes, so that sizes the device cannot take
+  are refused (a FAILED line) before any input is drawn;
 - inputs: the model's initializers where the node reads one, else random values (seeded): normal
   for data, uniform in [0.5, 1.5) for a BatchNormalization variance;
 - the node through the generated kernel (`onnx_nodes.run_node`), and the same node alone through
@@ -14,8 +16,9 @@ For each node that `ops()` has a kernel for (at the model's opset), in graph ord
   T when T is float16 as the op specifies, Transpose to NCHW when channels_last, GroupNormalization-21
   (stash_type 1), x * Sigmoid(x) when activation, Transpose back;
 - one line per node: op, input shapes and dtype, the variant taken, the largest error against the
-  tolerance (float32: 1e-5 + 1e-4 * |ref|; float16: 2e-3 + 2e-3 * |ref|), GPU time (timestamp
-  queries when the device has them, else wall clock of queue-synced calls).
+  tolerance (float32: 1e-5 + 1e-4 * |ref|; float16: 2e-3 + 2e-3 * |ref|; a NaN or infinity is
+  within it only where the reference has the same), GPU time (timestamp queries when the device
+  has them, else wall clock of queue-synced calls).
 
 Exit status: 0 when every node run is within tolerance, 1 when one is not (or fails), 2 for a
 model that cannot be read. Needs `onnx` and `onnxruntime` (the kernels themselves do not).
@@ -28,6 +31,7 @@ import argparse
 import statistics
 import sys
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -91,12 +95,21 @@ def _random(role, shape, dtype, rng):
     return values.astype(np.float32).astype(dtype)
 
 
-def _node_inputs(node, entry, known, initializers, rng):
-    """The node's input values in its order (None for an omitted one), or a reason it cannot run."""
+def _placeholder(shape, dtype):
+    """An array of `shape` and `dtype` that takes no memory (one value, broadcast): enough to plan."""
+    return np.broadcast_to(np.zeros((), dtype), shape)
+
+
+def _node_placeholders(node, entry, known, initializers):
+    """The node's inputs in its order, to plan with (None for an omitted one), or a reason it cannot run.
+
+    An initializer is its own value; any other input is a placeholder of its inferred shape, drawn
+    only once the plan takes the sizes (a model's static dims may be far beyond memory).
+    """
     from onnx import numpy_helper
 
     values = []
-    for spec, name in zip(entry.module.INPUTS, node.input):
+    for name in node.input[: len(entry.module.INPUTS)]:
         if not name:
             values.append(None)
             continue
@@ -109,8 +122,17 @@ def _node_inputs(node, entry, known, initializers, rng):
                 None,
                 f"input {name!r}: shape or element type unknown (float32/float16 with inferred shape needed)",
             )
-        values.append(_random(spec.role, shape, dtype, rng))
+        values.append(_placeholder(shape, dtype))
     return values, None
+
+
+def _drawn_inputs(node, entry, placeholders, initializers, rng):
+    """The placeholders of `_node_placeholders` replaced by random values (seeded)."""
+    values = []
+    for spec, name, value in zip(entry.module.INPUTS, node.input, placeholders):
+        drawn = value is not None and name not in initializers
+        values.append(_random(spec.role, value.shape, value.dtype, rng) if drawn else value)
+    return values
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,7 +304,11 @@ def gpu_time(call, plan, device):
 
 
 def worst_error(actual, expected, dtype):
-    """(largest |actual - expected|, largest error / tolerance) over the elements."""
+    """(largest |actual - expected|, largest error / tolerance) over the elements; never NaN.
+
+    A NaN or an infinity agrees only with the same in the reference (NaN with NaN, +inf with
+    +inf); against anything else it is an error of inf, so it cannot drop out of a max().
+    """
     atol, rtol = TOLERANCES[dtype]
     actual = np.asarray(actual, np.float64)
     expected = np.asarray(expected, np.float64)
@@ -290,9 +316,12 @@ def worst_error(actual, expected, dtype):
         return float("inf"), float("inf")
     if actual.size == 0:
         return 0.0, 0.0
-    error = np.abs(actual - expected)
-    error = np.where(np.isnan(actual) | np.isnan(expected), np.inf, error)
-    return float(error.max()), float((error / (atol + rtol * np.abs(expected))).max())
+    finite = np.isfinite(actual) & np.isfinite(expected)
+    agree = (actual == expected) | (np.isnan(actual) & np.isnan(expected))
+    difference = np.abs(np.where(finite, actual, 0.0) - np.where(finite, expected, 0.0))
+    error = np.where(finite, difference, np.where(agree, 0.0, np.inf))
+    tolerance = atol + rtol * np.abs(np.where(finite, expected, 0.0))
+    return float(error.max()), float((error / tolerance).max())
 
 
 def _shape_text(values):
@@ -303,6 +332,42 @@ def _shape_text(values):
 # Command line
 
 
+class _Context(NamedTuple):
+    """What every node of one check shares."""
+
+    initializers: dict  # name -> TensorProto
+    rng: np.random.Generator
+    device: object
+    opsets: dict  # domain -> the model's opset
+    known: dict  # tensor name -> (shape or None, dtype name or None), filled in as nodes run
+
+
+def _run_and_compare(node, entry, placeholders, opset, context: _Context):
+    """Plan, draw the inputs, run on the GPU and on the reference, time: (line after the label, ok)."""
+    initializers, rng, device, opsets, known = context
+    # Planning first: it refuses sizes over the device's limits before any input is drawn.
+    plan = plan_node(bind_node(node, placeholders, opset=opset), device=device)
+    values = _drawn_inputs(node, entry, placeholders, initializers, rng)
+    call = bind_node(node, values, opset=opset)
+    results = run_node(node, values, opset=opset, device=device)
+    expected = reference(node, entry, values, opsets)
+    micros, how = gpu_time(call, plan, device)
+    for name, value in zip(node.output, results):
+        if name:
+            known[name] = (tuple(value.shape), value.dtype.name)
+    worst, ratio = 0.0, 0.0
+    for value, ref in zip(results, expected):
+        if value is not None:
+            error, fraction = worst_error(value, ref, value.dtype.name)
+            worst, ratio = max(worst, error), max(ratio, fraction)
+    ok = ratio <= 1.0
+    line = (
+        f"variant {plan.variant}: max error {worst:.3g} ({ratio:.3g} of tolerance): "
+        f"GPU {micros:.1f} us ({how}): {'ok' if ok else 'OUTSIDE TOLERANCE'}"
+    )
+    return line, ok
+
+
 def check(model, *, dims=None, seed=0, device=None, out=None):
     """Check every supported node of `model`; returns the number of nodes outside tolerance or failed."""
     out = out or sys.stdout
@@ -310,6 +375,7 @@ def check(model, *, dims=None, seed=0, device=None, out=None):
     rng = np.random.default_rng(seed)
     opsets = _opsets(model)
     known, initializers = _known_tensors(_fixed_inputs(model, dims or {}))
+    context = _Context(initializers, rng, device, opsets, known)
     op_types = {(e.domain, e.op_type) for e in ops().values()}
     ran = failed = 0
     for index, node in enumerate(model.graph.node):
@@ -321,38 +387,19 @@ def check(model, *, dims=None, seed=0, device=None, out=None):
         if entry is None:
             print(f"{label}: skipped: {_unsupported(node, opsets.get(domain))}", file=out)
             continue
-        values, why = _node_inputs(node, entry, known, initializers, rng)
-        if values is None:
+        placeholders, why = _node_placeholders(node, entry, known, initializers)
+        if placeholders is None:
             print(f"{label}: skipped: {why}", file=out)
             continue
-        dtype = next(v for v in values if v is not None).dtype.name
-        label = f"{node.name or f'node {index}'}: {entry.op_type}-{entry.since_version} {_shape_text(values)} {dtype}"
+        dtype = next(v for v in placeholders if v is not None).dtype.name
+        label = f"{node.name or f'node {index}'}: {entry.op_type}-{entry.since_version} {_shape_text(placeholders)} {dtype}"
         ran += 1
         try:
-            call = bind_node(node, values, opset=opsets.get(domain))
-            plan = plan_node(call, device=device)
-            results = run_node(node, values, opset=opsets.get(domain), device=device)
-            expected = reference(node, entry, values, opsets)
-            micros, how = gpu_time(call, plan, device)
-        except Exception as error:
-            failed += 1
-            print(f"{label}: FAILED: {type(error).__name__}: {error}", file=out)
-            continue
-        for name, value in zip(node.output, results):
-            if name:
-                known[name] = (tuple(value.shape), value.dtype.name)
-        worst, ratio = 0.0, 0.0
-        for value, ref in zip(results, expected):
-            if value is not None:
-                error, fraction = worst_error(value, ref, value.dtype.name)
-                worst, ratio = max(worst, error), max(ratio, fraction)
-        verdict = "ok" if ratio <= 1.0 else "OUTSIDE TOLERANCE"
-        failed += ratio > 1.0
-        print(
-            f"{label}: variant {plan.variant}: max error {worst:.3g} ({ratio:.3g} of tolerance): "
-            f"GPU {micros:.1f} us ({how}): {verdict}",
-            file=out,
-        )
+            line, ok = _run_and_compare(node, entry, placeholders, opsets.get(domain), context)
+        except Exception as error:  # MemoryError included: a node that cannot run is a line, not a traceback
+            line, ok = f"FAILED: {type(error).__name__}: {error}", False
+        failed += not ok
+        print(f"{label}: {line}", file=out)
     print(f"{ran} normalization nodes run, {failed} outside tolerance or failed", file=out)
     return failed
 
@@ -360,7 +407,7 @@ def check(model, *, dims=None, seed=0, device=None, out=None):
 def _unsupported(node, opset):
     try:
         entry_for(node, opset)
-    except UnsupportedNodeError as error:
+    except (UnsupportedNodeError, _runtime.ContractError) as error:  # the latter: an opset_import below 1
         return str(error)
     return "not supported"
 

@@ -4,23 +4,27 @@
     (y,) = run_node(node, [x, scale, bias], opset=21)
 
 This file is copied verbatim into ``generated/onnx_nodes.py``; it imports the package only
-relatively, and `onnx` only inside `node_attributes()` (for attribute values), so the kernels keep
-needing only wgpu and numpy. Any object with `op_type`, `domain`, `input`, `output` and
-`attribute` (each attribute with `name` and an `onnx.AttributeProto` value) is a node here.
+relatively, and `onnx` only inside the functions that read attributes (values and types), so the
+kernels keep needing only wgpu and numpy. Any object with `op_type`, `domain`, `input`, `output`
+and `attribute` (each attribute with `name` and an `onnx.AttributeProto` value) is a node here.
 
 The node's inputs and outputs are matched to the op's INPUTS and OUTPUTS by position, as ONNX
 defines them; an empty name is an omitted optional input or an output not asked for. The node's
-attributes are passed as they are; the op package's contract checks them (an attribute the op
-does not know, or a value it does not support, is a `ContractError` naming it).
+attributes must have the ONNX type of the op's schema (INT or FLOAT) and are then passed as they
+are; the op package's contract checks them (an attribute the op does not know, or a value it does
+not support, is a `ContractError` naming it).
 """
 
 from __future__ import annotations
 
+import numbers
+from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
 import numpy as np
 
 from . import find_op, ops
+from ._runtime import ContractError
 
 
 class UnsupportedNodeError(ValueError):
@@ -49,9 +53,30 @@ def _supported() -> str:
     return "; ".join(str(e) for e in ops().values())
 
 
+def _node_label(node) -> str:
+    return f"{_domain(node)} {node.op_type} node {node.name or node.op_type!r}"
+
+
+def _checked_opset(node, opset):
+    """`opset` as an int, or None; anything else is the caller's mistake, named as such here
+    rather than as a comparison failing deep in the registry."""
+    if opset is None:
+        return None
+    if isinstance(opset, bool) or not isinstance(opset, numbers.Integral) or opset < 1:
+        raise ContractError(
+            _node_label(node),
+            "opset",
+            "an int >= 1",
+            "opset is the model's opset_import version of the node's domain, an int >= 1 "
+            f"(or None for the op's newest version); got {opset!r} ({type(opset).__name__})",
+        )
+    return int(opset)
+
+
 def entry_for(node, opset=None):
     """The OpEntry of ops() that runs `node` at the model's `opset` for its domain (None: the newest)."""
     domain = _domain(node)
+    opset = _checked_opset(node, opset)
     entry = find_op(domain, node.op_type, opset)
     if entry is not None:
         return entry
@@ -75,11 +100,66 @@ def node_attributes(node) -> dict:
     return values
 
 
+def _checked_attributes(node, module, label) -> dict:
+    """The node's attributes, each of the ONNX type (INT or FLOAT) the op's schema gives it.
+
+    The kernels' own contract takes an integral float for an int attribute (`num_groups=2.0`), a
+    convenience of their Python API; an ONNX node states its attribute's type, and ONNX refuses a
+    FLOAT num_groups, so a node is held to the schema here, the same way at every opset.
+    """
+    attrs = node_attributes(node)
+    if not attrs:
+        return attrs
+    from onnx import AttributeProto
+
+    onnx_types = {"int": AttributeProto.INT, "float": AttributeProto.FLOAT}
+    kinds = {spec.name: spec.kind for spec in module.ATTRIBUTES}
+    for attribute in node.attribute:
+        kind = kinds.get(attribute.name)  # an attribute the op does not know: the contract names it
+        if kind is not None and attribute.type != onnx_types[kind]:
+            wanted = AttributeProto.AttributeType.Name(onnx_types[kind])
+            given = AttributeProto.AttributeType.Name(attribute.type)
+            raise ContractError(
+                label,
+                f"attribute {attribute.name}",
+                f"an ONNX {wanted} attribute",
+                f"the op's schema makes it an ONNX {wanted} attribute; the node gives a {given} "
+                f"({attrs[attribute.name]!r})",
+            )
+    return attrs
+
+
+def _input_values(label, names, inputs) -> list:
+    """The values of the node's inputs `names`, in order, from a sequence in that order or a mapping by name."""
+    if isinstance(inputs, Mapping):
+        missing = [n for n in names if n and n not in inputs]
+        if missing:
+            raise ContractError(
+                label, "inputs", "a value per input", f"no value for input {', '.join(map(repr, missing))}"
+            )
+        return [inputs[n] if n else None for n in names]
+    if isinstance(inputs, (str, bytes)) or not isinstance(inputs, Sequence):
+        raise ContractError(
+            label,
+            "inputs",
+            "a sequence",
+            "inputs is a sequence (list, tuple) of values in the node's input order or a mapping "
+            f"from its input names to values; got {type(inputs).__name__}",
+        )
+    if len(inputs) != len(names):
+        raise ContractError(
+            label, "inputs", "a value per input", f"{len(names)} inputs named, {len(inputs)} values given"
+        )
+    return list(inputs)
+
+
 def bind_node(node, inputs, *, opset=None) -> NodeCall:
     """Match a node's inputs, attributes and outputs to its op package (no GPU work).
 
     `inputs`: a sequence in the node's input order (an omitted optional input: None, or a name of
-    ""), or a mapping from the node's input names to values.
+    ""), or a mapping from the node's input names to values. An `opset` that is not an int >= 1
+    (or None), `inputs` of neither form or not one value per input, or an attribute not of its
+    schema's ONNX type (a FLOAT num_groups) is a ContractError naming it.
     """
     entry = entry_for(node, opset)
     module = entry.module
@@ -87,20 +167,12 @@ def bind_node(node, inputs, *, opset=None) -> NodeCall:
     names = list(node.input)
     if len(names) > len(module.INPUTS):
         raise UnsupportedNodeError(f"{label}: {len(names)} inputs, the op takes at most {len(module.INPUTS)}")
-    if isinstance(inputs, dict):
-        missing = [n for n in names if n and n not in inputs]
-        if missing:
-            raise UnsupportedNodeError(f"{label}: no value for input {', '.join(map(repr, missing))}")
-        values = [inputs[n] if n else None for n in names]
-    else:
-        values = list(inputs)
-        if len(values) != len(names):
-            raise UnsupportedNodeError(f"{label}: {len(names)} inputs named, {len(values)} values given")
+    values = _input_values(label, names, inputs)
     bound = {}
     for spec, name, value in zip(module.INPUTS, names, values):
         if name and value is not None:
             bound[spec.key] = value
-    attrs = node_attributes(node)
+    attrs = _checked_attributes(node, module, label)
     output_names = tuple(node.output)
     if len(output_names) > len(module.OUTPUTS):
         extra = ", ".join(repr(n) for n in output_names[len(module.OUTPUTS) :] if n)

@@ -6,6 +6,7 @@ entries (from the manifests and the ONNX version tables) and re-exports `ops()` 
 
 from __future__ import annotations
 
+import numbers
 from typing import NamedTuple
 
 
@@ -36,8 +37,11 @@ def ops_of(entries) -> dict:
 def find_in(entries, domain: str, op_type: str, opset: int | None = None) -> OpEntry | None:
     """The entry that serves `op_type` at the model's `opset` of `domain` ("" is ai.onnx), or None.
 
-    `opset=None` takes the op's newest version.
+    `opset=None` takes the op's newest version; an opset that is not a whole number is a TypeError
+    saying so (not a failed comparison inside `serves`).
     """
+    if opset is not None and (isinstance(opset, bool) or not isinstance(opset, numbers.Integral)):
+        raise TypeError(f"opset is an int (the model's opset_import version) or None, got {opset!r}")
     domain = domain or "ai.onnx"
     found = [e for e in entries if (e.domain, e.op_type) == (domain, op_type)]
     if opset is None:

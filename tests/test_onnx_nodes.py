@@ -79,6 +79,10 @@ def test_registry_agrees_with_onnx_defs():
         if not entry.note:
             assert [i.name for i in schema.inputs] == [t.role for t in module.INPUTS]
         assert set(schema.attributes) <= {a.name for a in module.ATTRIBUTES}
+        # run_node holds a node's attributes to these types (INT or FLOAT), from the package's kinds.
+        kinds = {a.name: a.kind for a in module.ATTRIBUTES}
+        for name, attribute in schema.attributes.items():
+            assert attribute.type.name == kinds[name].upper(), (op_type, since, name)
 
 
 def _node(op_type, inputs, outputs=("Y",), domain="", **attrs):
@@ -129,14 +133,44 @@ def test_run_node_refuses_clearly():
     training = _node("BatchNormalization", "x s b m v", ["Y", "running_mean", "running_var"], training_mode=1)
     with pytest.raises(UnsupportedNodeError, match=r"asks for outputs 'running_mean', 'running_var'.*Y only"):
         run_node(training, [x] * 5, opset=15)
-    with pytest.raises(UnsupportedNodeError, match=r"3 inputs named, 2 values given"):
+    with pytest.raises(generated.ContractError, match=r"inputs: 3 inputs named, 2 values given"):
         run_node(_node("InstanceNormalization", "x s b"), [x, x], opset=6)
+    with pytest.raises(generated.ContractError, match=r"inputs: no value for input 'b'"):
+        run_node(_node("InstanceNormalization", "x s b"), {"x": x, "s": x}, opset=6)
     bad_groups = _node("GroupNormalization", "x s b", num_groups=3)
     with pytest.raises(UnsupportedNodeError, match=r"num_groups dividing C"):
         run_node(bad_groups, [x, np.ones(3, np.float32), np.ones(3, np.float32)], opset=18)
     # The op's own contract checks the attributes: an unknown one is a ContractError naming it.
     with pytest.raises(generated.ContractError, match="spatial"):
         run_node(_node("InstanceNormalization", "x s b", spatial=1), [x, np.ones(4, np.float32), np.ones(4, np.float32)])
+
+
+@pytest.mark.parametrize("opset", ["21", True, -1, 0, 1.5])
+def test_run_node_refuses_an_opset_that_is_not_a_whole_number(opset):
+    x, s = np.ones((1, 4, 2, 2), np.float32), np.ones(4, np.float32)
+    with pytest.raises(generated.ContractError, match=rf"GroupNormalization node 'groupnormalization': opset: .*an int >= 1.*got {opset!r}"):
+        run_node(_node("GroupNormalization", "x s b", num_groups=2), [x, s, s], opset=opset)
+
+
+@pytest.mark.parametrize("inputs", [None, np.ones((3, 4)), "x s b", 3])
+def test_run_node_refuses_inputs_that_are_neither_a_sequence_nor_a_mapping(inputs):
+    with pytest.raises(generated.ContractError, match=rf"inputs: inputs is a sequence .* got {type(inputs).__name__}"):
+        run_node(_node("GroupNormalization", "x s b", num_groups=2), inputs, opset=21)
+
+
+def test_find_op_names_an_opset_that_is_not_an_int():
+    with pytest.raises(TypeError, match=r"opset is an int .* got '21'"):
+        generated.find_op("", "GroupNormalization", "21")
+
+
+@pytest.mark.parametrize("opset, per_group", [(21, 4), (18, 2)])
+def test_run_node_refuses_a_float_num_groups_at_every_opset(opset, per_group):
+    """ONNX makes num_groups INT: a FLOAT 2.0 is refused alike by GroupNormalization-18 and -21
+    (the kernels' Python API takes 2.0, an ONNX node states its attribute's type)."""
+    x, s = np.ones((1, 4, 2, 2), np.float32), np.ones(per_group, np.float32)
+    node = _node("GroupNormalization", "x s b", num_groups=2.0)
+    with pytest.raises(generated.ContractError, match=r"attribute num_groups: .*an ONNX INT attribute; the node gives a FLOAT \(2.0\)"):
+        run_node(node, [x, s, s], opset=opset)
 
 
 def test_the_kernels_do_not_import_onnx():
@@ -222,3 +256,62 @@ def test_check_model_says_why_it_skips_a_node(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "old: ai.onnx BatchNormalization (opset 8): skipped: ai.onnx BatchNormalization at opset 8: the kernels run" in out
     assert "0 normalization nodes run" in out
+
+
+def test_worst_error_counts_a_nan_or_infinity_the_reference_lacks():
+    def ratio(actual, expected):
+        return check_model.worst_error(np.array(actual), np.array(expected), "float32")[1]
+
+    inf, nan = np.inf, np.nan
+    assert check_model.worst_error(np.array([1.0, 1.0]), np.array([nan, 1.0]), "float32") == (inf, inf)
+    assert ratio([nan, 1.0], [1.0, 1.0]) == inf
+    assert ratio([inf], [-inf]) == inf and ratio([inf], [1e30]) == inf and ratio([1.0], [-inf]) == inf
+    # The same NaN or infinity on both sides agrees; the finite elements are still compared.
+    assert ratio([nan, inf, -inf, 2.0], [nan, inf, -inf, 2.0]) == 0.0
+    assert ratio([nan, 1.0 + 2e-4], [nan, 1.0]) == pytest.approx(2e-4 / (1e-5 + 1e-4), rel=1e-6)
+
+
+def test_check_model_reports_a_nan_in_the_reference_only(tmp_path, capsys, monkeypatch):
+    """A reference NaN where the GPU gives a number is outside tolerance, not dropped from the max."""
+    path = tmp_path / "chain.onnx"
+    onnx.save(chain_model(21), path)
+    real = check_model.reference
+
+    def first_value_nan(*args, **kwargs):
+        expected = real(*args, **kwargs)
+        expected[0].flat[0] = np.nan
+        return expected
+
+    monkeypatch.setattr(check_model, "reference", first_value_nan)
+    assert check_model.main([str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    for line in lines[:4]:
+        assert "max error inf (inf of tolerance)" in line and line.endswith(": OUTSIDE TOLERANCE"), line
+    assert lines[-1] == "4 normalization nodes run, 4 outside tolerance or failed"
+
+
+def test_check_model_plans_before_drawing_inputs(tmp_path, capsys):
+    """A node far over the device's buffer limits is refused on its own line (exit 1), not a
+    MemoryError from drawing 2**42 random values; the next node still runs."""
+    c = 4
+    params = [numpy_helper.from_array(np.ones(c, np.float32), n) for n in ("s", "b", "m", "v")]
+    nodes = [
+        helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="huge"),
+        helper.make_node("BatchNormalization", ["small", "s", "b", "m", "v"], ["z"], name="small"),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2**20, c, 1024, 1024]),
+        helper.make_tensor_value_info("small", TensorProto.FLOAT, [2, c, 3, 3]),
+    ]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("y", "z")]
+    graph = helper.make_graph(nodes, "huge", inputs, outputs, params)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)])
+    path = tmp_path / "huge.onnx"
+    onnx.save(model, path)
+    assert check_model.main([str(path)]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].startswith("huge: BatchNormalization-15 1048576x4x1024x1024, 4, 4, 4, 4 float32: FAILED: ContractError: "), lines
+    assert "maxBufferSize" in lines[0]
+    assert lines[1].startswith("small: BatchNormalization-15 2x4x3x3") and lines[1].endswith(": ok"), lines
+    assert lines[2] == "2 normalization nodes run, 1 outside tolerance or failed"
