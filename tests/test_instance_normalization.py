@@ -32,6 +32,7 @@ from tests.oracles import (
     onnxruntime_run,
     rng_for,
     seed_note,
+    tolerance_ok,
 )
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,8 +124,17 @@ def ort_reference(inputs, epsilon):
 
 
 def assert_matches_both_oracles(actual, inputs, epsilon, dtype, context):
-    assert_close(actual, reference(inputs, epsilon), dtype, context)
-    assert_close(actual, ort_reference(inputs, epsilon), dtype, context + " vs onnxruntime")
+    expected = reference(inputs, epsilon)
+    assert_close(actual, expected, dtype, context)
+    # onnxruntime computes in T: on a plane of a few values whose spread is a few ulps of its mean,
+    # its own float32 error can pass the tolerance against the float64 reference (planes of 4
+    # values, KERNEL_TEST_SEED=1780234088: 1.5x the tolerance, where the kernel is at 0.03x). Such
+    # elements are held to the float64 reference above only; onnxruntime must agree with it nearly
+    # everywhere else to count as an oracle at all.
+    ort = np.asarray(ort_reference(inputs, epsilon), np.float64)
+    trusted = tolerance_ok(ort, expected, dtype)
+    assert trusted.mean() > 0.999, f"{context}: onnxruntime itself is off the float64 reference on {np.count_nonzero(~trusted)} elements"
+    assert_close(np.asarray(actual, np.float64)[trusted], ort[trusted], dtype, context + " vs onnxruntime")
 
 
 @pytest.fixture(scope="module")

@@ -56,6 +56,7 @@ from .caps import (
     _caps_by_device,
     device_caps,
     caps_of,
+    checked_device,
     default_device,
 )
 from .limits import (
@@ -66,9 +67,10 @@ from .limits import (
     check_pass_limits,
     check_binding_sizes,
     check_plan_fits,
+    check_shader_features,
     check_chunk_offsets,
 )
-from .wgsl_facts import ShaderFacts, shader_facts, snake
+from .wgsl_facts import ShaderFacts, shader_facts, snake, required_features
 from .plans import (
     Request,
     Binding,
@@ -86,7 +88,7 @@ from .plans import (
     Chunk,
 )
 from .select import candidate_verdict, select
-from .tensors import checked_shape, Tensor, TensorIn, check_tensor_buffer
+from .tensors import checked_shape, tensor_dtype, Tensor, TensorIn, check_tensor_buffer, check_encoder
 from .pipelines import (
     PIPELINE_CACHE_SIZE,
     UNIFORM_CACHE_SIZE,
@@ -157,6 +159,7 @@ __all__ = [
     "_caps_by_device",
     "device_caps",
     "caps_of",
+    "checked_device",
     "default_device",
     "fold_width",
     "fold_dispatch",
@@ -165,10 +168,12 @@ __all__ = [
     "check_pass_limits",
     "check_binding_sizes",
     "check_plan_fits",
+    "check_shader_features",
     "check_chunk_offsets",
     "ShaderFacts",
     "shader_facts",
     "snake",
+    "required_features",
     "Request",
     "Binding",
     "PassPlan",
@@ -186,9 +191,11 @@ __all__ = [
     "candidate_verdict",
     "select",
     "checked_shape",
+    "tensor_dtype",
     "Tensor",
     "TensorIn",
     "check_tensor_buffer",
+    "check_encoder",
     "PIPELINE_CACHE_SIZE",
     "UNIFORM_CACHE_SIZE",
     "_shader_modules",

@@ -11,13 +11,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from .cache import _per_device
-from .caps import default_device, device_caps
+from .caps import checked_device, default_device, device_caps
 from .errors import ContractError
 from .limits import check_plan_fits
 from .numeric import _storage_nbytes, numel
 from .pipelines import bind_passes, BufferSlice, scratch_buffer
 from .planning import _PLAN_CACHE_SIZE
-from .tensors import _checked_tensor, check_tensor_buffer, Tensor
+from .tensors import _checked_tensor, check_encoder, check_tensor_buffer, Tensor
 
 
 def _plan_inputs(plan, inputs):
@@ -82,7 +82,7 @@ def run_plan(plan, inputs, device=None, out=None, names=None, encoder=None):
     """
     names = names or {}
     recorder = "encoder=" if encoder is not None else None
-    values, out, device, resident = check_call(plan, inputs, device, out, names, recorder)
+    values, out, device, resident = check_call(plan, inputs, device, out, names, recorder, encoder)
     if not plan.passes and not plan.chunks and not resident:
         # Nothing to compute (an empty output): no GPU work at all.
         return {
@@ -92,12 +92,13 @@ def run_plan(plan, inputs, device=None, out=None, names=None, encoder=None):
     return _execute(plan, values, device, out, resident, encoder)
 
 
-def check_call(plan, inputs, device, out, names, recorder=None):
+def check_call(plan, inputs, device, out, names, recorder=None, encoder=None):
     """Everything a call is checked for before GPU work; (values, out, device, resident).
 
     `recorder` names what records the call ("encoder=", "Sequence.kernel()"): its inputs must
-    all be Tensors.
+    all be Tensors; `encoder`, the caller's encoder= it records into, must be able to take it.
     """
+    device = checked_device(plan.op, device)
     values, resident_inputs = _plan_inputs(plan, inputs)
     # Mixed numpy and Tensor inputs: the numpy ones are uploaded and Tensors come back, so that a
     # chain stays on the GPU once any of its inputs is there.
@@ -115,6 +116,8 @@ def check_call(plan, inputs, device, out, names, recorder=None):
     for key, value in values.items():
         _checked_tensor(plan.op, f"input {names.get(key, key)}", value, plan.inputs[key], device)
     out = _checked_out(plan, out, values, device, names)
+    if encoder is not None:
+        check_encoder(plan.op, encoder, device)
     checked = _per_device(_plans_fit, device, _PLAN_CACHE_SIZE)
     if checked.get(id(plan)) is not plan:
         check_plan_fits(plan, device_caps(device), names)
@@ -233,21 +236,37 @@ def _call_tensors(plan, values, device, out):
     return {"input": inputs, "output": outputs}, uploaded
 
 
-def _submit(call, device, encoder):
+def _submit(call, device, encoder, op):
     """Encode a recorded call into the caller's encoder, or into one of ours and submit it."""
     if encoder is not None:
-        encode_calls(encoder, [call])
+        _encode_into_callers(encoder, call, op)
     elif call.bound:  # empty tensors: nothing to dispatch
         own = device.create_command_encoder(label=call.label)
         encode_calls(own, [call])
         device.queue.submit([own.finish()])
 
 
+def _encode_into_callers(encoder, call, op):
+    """encode_calls into the caller's encoder; one that was finished, or has a pass open, fails the
+    call's first command (so nothing of the call is recorded): a ContractError, not wgpu's error."""
+    import wgpu
+
+    try:
+        encode_calls(encoder, [call])
+    except wgpu.GPUValidationError as error:
+        raise ContractError(
+            op,
+            "encoder",
+            "can record",
+            f"the encoder cannot record the call (was it finished, or is a pass of it still open?): {error}",
+        ) from None
+
+
 def _execute(plan, values, device, out, resident, encoder=None):
     tensors, uploaded = _call_tensors(plan, values, device, out)
     try:
         call = record_call(plan, tensors, device)
-        _submit(call, device, encoder)
+        _submit(call, device, encoder, plan.op)
         if resident:
             return dict(tensors["output"])
         results = {key: tensor.numpy() for key, tensor in tensors["output"].items()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -106,39 +106,66 @@ class Caps:
         made for a device one does not have. Names are WebGPU's; an unknown one is refused,
         since a misspelt feature (``shader_f16``) would otherwise plan silently without it.
         """
-        unknown_keys = sorted(set(m) - {"limits", "features", "wgslLanguageFeatures", "adapterInfo"})
+        unknown_keys = [k for k in m if k not in _CAPS_KEYS]
         if unknown_keys:
-            raise _caps_error("keys", f"unknown caps keys: {', '.join(unknown_keys)}", _CAPS_KEYS)
-        given = dict(m.get("limits", {}))
-        unknown = sorted(set(given) - set(WEBGPU_DEFAULT_LIMITS))
-        if unknown:
-            raise _caps_error("limits", f"unknown WebGPU limits: {', '.join(unknown)}", WEBGPU_DEFAULT_LIMITS)
-        features = m.get("features", ())
-        if isinstance(features, str):
-            raise _caps_error(
-                "features", f"features must be a list of names, not the string {features!r}", ()
-            )
+            raise _caps_error("keys", f"unknown caps keys: {_names_text(unknown_keys)}", _CAPS_KEYS)
+        features = _given_names(m, "features")
         unknown = sorted(set(features) - WEBGPU_FEATURES)
         if unknown:
             raise _caps_error("features", f"unknown WebGPU features: {', '.join(unknown)}", WEBGPU_FEATURES)
-        limits = dict(WEBGPU_DEFAULT_LIMITS)
-        for name, value in given.items():
-            try:
-                limit = whole(value, f"limits.{name}")
-            except PlanError as error:
-                raise _caps_error("limits", f"limits.{name}: {error.message}", ()) from None
-            if limit < 0:
-                raise _caps_error("limits", f"limits.{name} = {value!r} is negative", ())
-            limits[name] = limit
         return cls(
-            limits=limits,
+            limits=_given_limits(m),
             features=frozenset(features),
-            wgsl_language_features=frozenset(m.get("wgslLanguageFeatures", ())),
-            adapter_info=dict(m.get("adapterInfo", {})),
+            wgsl_language_features=frozenset(_given_names(m, "wgslLanguageFeatures")),
+            adapter_info=dict(_given_mapping(m, "adapterInfo")),
         )
 
 
 _CAPS_KEYS = ("limits", "features", "wgslLanguageFeatures", "adapterInfo")
+
+
+def _names_text(names):
+    """Names as a message lists them: strings as they are, anything else as its repr."""
+    return ", ".join(sorted(n if isinstance(n, str) else repr(n) for n in names))
+
+
+def _given_mapping(m, key):
+    """`m[key]` where it must be a mapping (limits, adapterInfo); {} when left out."""
+    value = m.get(key, {})
+    if not isinstance(value, Mapping):
+        raise _caps_error(key, f"{key} must be a mapping, not {type(value).__name__}", ())
+    return value
+
+
+def _given_names(m, key):
+    """`m[key]` where it must be a collection of names (features, wgslLanguageFeatures), read once."""
+    value = m.get(key, ())
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        shown = f"the string {value!r}" if isinstance(value, (str, bytes)) else type(value).__name__
+        raise _caps_error(key, f"{key} must be a list of names, not {shown}", ())
+    names = tuple(value)  # an iterator is read once, here
+    odd = [n for n in names if not isinstance(n, str)]
+    if odd:
+        raise _caps_error(key, f"{key} must be a list of names (strings), got {odd[0]!r}", ())
+    return names
+
+
+def _given_limits(m):
+    """WebGPU's default limits with the given ones in their place, each a whole number >= 0."""
+    given = _given_mapping(m, "limits")
+    unknown = [name for name in given if name not in WEBGPU_DEFAULT_LIMITS]
+    if unknown:
+        raise _caps_error("limits", f"unknown WebGPU limits: {_names_text(unknown)}", WEBGPU_DEFAULT_LIMITS)
+    limits = dict(WEBGPU_DEFAULT_LIMITS)
+    for name, value in given.items():
+        try:
+            limit = whole(value, f"limits.{name}")
+        except PlanError as error:
+            raise _caps_error("limits", f"limits.{name}: {error.message}", ()) from None
+        if limit < 0:
+            raise _caps_error("limits", f"limits.{name} = {value!r} is negative", ())
+        limits[name] = limit
+    return limits
 
 
 def _caps_error(what, message, known):
@@ -205,6 +232,29 @@ def caps_of(caps, device=None):
         "caps",
         "a mapping",
         f"caps must be None, a Caps or a mapping of WebGPU facts, not {type(caps).__name__}",
+    )
+
+
+_device_classes: set = set()  # the GPUDevice classes seen, so that a check costs one set lookup
+
+
+def checked_device(op, device):
+    """`device=` as given: None (the caller's default) or a wgpu GPUDevice; anything else is refused
+    by name before it reaches a per-device cache (a string cannot be weakly referenced) or wgpu."""
+    if device is None or type(device) in _device_classes:
+        return device
+    import wgpu
+
+    if isinstance(device, wgpu.GPUDevice):
+        _device_classes.add(type(device))
+        return device
+    hint = (
+        ": pass adapter.request_device_sync()"
+        if isinstance(device, wgpu.GPUAdapter)
+        else " (generated.default_device(), or adapter.request_device_sync())"
+    )
+    raise ContractError(
+        op, "device", "a GPUDevice", f"device= takes a wgpu GPUDevice, not {type(device).__name__}{hint}"
     )
 
 

@@ -14,13 +14,14 @@ import numpy as np
 
 from .cache import _per_device, _watching
 from .calls import _call_tensors, _submit, check_call, encode_calls, record_call, RecordedCall, run_plan
-from .caps import default_device
+from .caps import checked_device, default_device, device_caps
 from .errors import ContractError
+from .limits import check_plan_fits
 from .pipelines import pipelines_created, warm_pipelines
 from .planning import _cached_plan, _op_caps, _typed_items, build_plan
 from .plans import OpContract
-from .requests import _dtype_name, _in_callers_words, _inputs_by_key, _requested_outputs
-from .tensors import _dtype_text, Tensor, TensorIn, destroys_so_far
+from .requests import _dtype_name, _given_shapes, _in_callers_words, _inputs_by_key, _requested_outputs
+from .tensors import _dtype_text, check_encoder, Tensor, TensorIn, destroys_so_far
 
 
 def _kernel_input(op, name, value):
@@ -158,11 +159,14 @@ def run_kernel(
 
     With `encoder`, the op is recorded into that GPUCommandEncoder and nothing is submitted.
     """
+    device = checked_device(contract.op, device)
     repeat_key = _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out)
     if repeat_key is not None:
         repeat = _repeated_call(repeat_key, device, inputs, out)
         if repeat is not None:  # the same Tensors and options as a recent call: encode it again
-            _submit(repeat.call, repeat.device, encoder)
+            if encoder is not None:
+                check_encoder(contract.op, encoder, repeat.device)
+            _submit(repeat.call, repeat.device, encoder, contract.op)
             return {key: out[name] for key, name in repeat.returns}
     values, names, device, plan = _call_plan(
         contract, inputs, attrs, outputs, device, variant, caps, tunables
@@ -261,11 +265,11 @@ def _run_remembered(key, plan, values, device, callers, keyed, encoder, wanted):
     """
     keyed_out, names, out_names = keyed
     values, checked_out, device, _ = check_call(
-        plan, values, device, keyed_out, names, None if encoder is None else "encoder="
+        plan, values, device, keyed_out, names, None if encoder is None else "encoder=", encoder
     )
     tensors, _ = _call_tensors(plan, values, device, checked_out)
     call = record_call(plan, tensors, device)
-    _submit(call, device, encoder)
+    _submit(call, device, encoder, plan.op)
     ordered = _tensors_in_order(*callers)
     repeat = RepeatedCall(
         device, call, tuple((t.shape, t.dtype) for t in ordered), tuple((k, out_names[k]) for k in wanted)
@@ -291,8 +295,10 @@ def warm_up(
 ):
     """warmup(): the plan for these shapes, with every pipeline it needs created on `device`.
 
-    Plans for the device's own capabilities unless `caps` is given; returns the plan.
+    Plans for the device's own capabilities unless `caps` is given (the plan must still fit the
+    device: a feature or limit the caps claim and it lacks is refused); returns the plan.
     """
+    device = checked_device(contract.op, device)
     device = device if device is not None else default_device()
     plan = build_plan(
         contract,
@@ -305,6 +311,10 @@ def warm_up(
         device=device,
         outputs=outputs,
     )
+    try:
+        check_plan_fits(plan, device_caps(device))
+    except ContractError as error:
+        raise _in_callers_words(contract, error, _given_shapes(contract, shapes)[1]) from None
     warm_pipelines(device, plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes))
     return plan
 
@@ -319,6 +329,7 @@ def warm_cases(packages, device=None):
     device's pipelines; values a manifest keeps as `pipelineConstants` are the exception. A
     variant that does not apply to a case (a feature the device lacks, a shape rule) is skipped.
     """
+    device = checked_device("warmup", device)
     device = device if device is not None else default_device()
     before = pipelines_created()
     for op, cases in packages:
@@ -363,6 +374,7 @@ class Sequence:
     """
 
     def __init__(self, device: Any = None) -> None:
+        device = checked_device("Sequence", device)
         self.device = device if device is not None else default_device()
         self._calls: list[RecordedCall] = []
         self._tensors: list[Tensor] = []  # every Tensor a recorded call binds, checked by run()

@@ -4,8 +4,10 @@ memory, dispatch sizes, buffer and binding sizes, chunk offsets.
 
 from __future__ import annotations
 
+from .caps import features_text
 from .errors import ContractError, PlanError
 from .numeric import _storage_nbytes, ceil_div, whole
+from .wgsl_facts import required_features
 
 
 def fold_width(caps):
@@ -111,7 +113,41 @@ def check_plan_fits(plan, caps, names=None):
     check_binding_sizes(plan.op, plan, caps, names)
     for pass_plan in plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes):
         check_pass_limits(plan.op, pass_plan, caps)
+        check_shader_features(plan, pass_plan, caps, names)
     check_chunk_offsets(plan, caps)
+
+
+def check_shader_features(plan, pass_plan, caps, names=None):
+    """Refuse a pass whose shader enables an extension the device lacks the feature of.
+
+    A plan made for caps that claim a feature (`caps=`, or another device's Caps) has such shaders,
+    and wgpu refuses them only when the shader module is made, mid-call.
+    """
+    for extension, feature in required_features(pass_plan.wgsl):
+        if feature in caps.features:
+            continue
+        features = f"(features: {features_text(caps.features)})"
+        if feature == "shader-f16":  # the contract's own words for float16 on such a device
+            message = (
+                f"float16 needs the device feature shader-f16, which this device does not have {features}"
+            )
+            raise PlanError(plan.op, _f16_subject(plan, pass_plan, names or {}), feature, message)
+        raise PlanError(
+            plan.op,
+            f"pass {pass_plan.name}",
+            feature,
+            f"the shader enables {extension}, which needs the device feature {feature}; this device "
+            f"does not have it {features}",
+        )
+
+
+def _f16_subject(plan, pass_plan, names):
+    """An f16 shader serves f16 tensors: the first of them, in the caller's name, as the contract says."""
+    for kind, group in (("input", plan.inputs), ("output", plan.outputs)):
+        for key, (_, dtype_name) in group.items():
+            if dtype_name == "float16":
+                return f"{kind} {names.get(key, key)}"
+    return f"pass {pass_plan.name}"
 
 
 def check_chunk_offsets(plan, caps):

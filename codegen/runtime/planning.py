@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .cache import LRUCache
-from .caps import Caps, caps_of
+from .caps import Caps, caps_of, checked_device
 from .chunking import chunk_request
 from .errors import ContractError, PlanError
 from .limits import check_binding_sizes, check_pass_limits, WORKGROUP_LIMITS
@@ -238,17 +238,8 @@ def planning_caps(caps, device):
     if caps is None and device is None:
         return _webgpu_default_caps()
     if isinstance(caps, Mapping):
-        try:
-            key = tuple(
-                sorted(
-                    [
-                        (k, tuple(sorted(v.items())) if isinstance(v, Mapping) else tuple(sorted(v)))
-                        for k, v in caps.items()
-                    ]
-                )
-            )
-            hash(key)
-        except (TypeError, AttributeError):
+        key = _caps_key(caps)
+        if key is None:
             return caps_of(caps, device)
         cached = _caps_by_mapping.get(key)
         if cached is None:
@@ -258,8 +249,29 @@ def planning_caps(caps, device):
     return caps_of(caps, device)
 
 
+def _caps_key(caps):
+    """The memo key of a caps mapping, or None: plain names and typed values only, so that a limit
+    True (refused) never finds the Caps of a limit 1 (they hash alike), and a value that is read
+    as it is iterated (a generator) is read by Caps.from_mapping alone."""
+    parts = []
+    try:
+        for name, value in caps.items():
+            if isinstance(value, Mapping):
+                parts.append((name, tuple(sorted(_typed_items(value)))))
+            elif isinstance(value, (list, tuple, set, frozenset)) and all(type(v) is str for v in value):
+                parts.append((name, tuple(sorted(value))))
+            else:
+                return None
+        key = tuple(sorted(parts))
+        hash(key)
+    except (TypeError, AttributeError):
+        return None  # unhashable or unorderable: Caps.from_mapping refuses it or reads it
+    return key
+
+
 def _op_caps(contract, caps, device):
-    """planning_caps(), with a refusal of the caps themselves naming the op."""
+    """planning_caps(), with a refusal of the device or the caps themselves naming the op."""
+    device = checked_device(contract.op, device)
     try:
         return planning_caps(caps, device)
     except ContractError as error:

@@ -1,5 +1,5 @@
-"""Tensors resident on a GPU (`Tensor`, and `TensorIn`, what the calls take), and the checks of a
-Tensor's shape, dtype, device and buffer.
+"""Tensors resident on a GPU (`Tensor`, and `TensorIn`, what the calls take), the checks of a
+Tensor's shape, dtype, device and buffer, and of a caller's command encoder (`check_encoder`).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .caps import default_device
+from .caps import checked_device, default_device, device_caps
 from .errors import ContractError
 from .numeric import _storage_nbytes, numel
 
@@ -47,6 +47,21 @@ def checked_shape(op, subject, value):
     return tuple(dims)
 
 
+def tensor_dtype(op, subject, dtype):
+    """A Tensor's dtype as numpy's: float32 or float16 (the kernels' types), in either byte order."""
+    try:
+        value = np.dtype(dtype)
+    except (TypeError, ValueError):
+        value = None
+    if value is None or value.name not in _NP_DTYPES:
+        got = f"dtype {value}" if value is not None else repr(dtype)
+        hint = " (convert with .astype(numpy.float32))" if value is not None and value.kind in "fiub" else ""
+        raise ContractError(
+            op, subject, "float32 or float16", f"a Tensor holds float32 or float16 data, got {got}{hint}"
+        )
+    return value
+
+
 # A caller may destroy `tensor.buffer` itself, and wgpu reports no destroyed state, while
 # wgpu-native aborts the whole process when a submission uses a destroyed buffer. So the runtime
 # wraps the destroy() of each buffer class it sees in a Tensor (once) to remember which buffers
@@ -76,6 +91,26 @@ def _watch_destroy(cls: type) -> None:
     cls.destroy = destroy  # type: ignore[attr-defined]
 
 
+def check_encoder(op: str, encoder: Any, device: Any) -> None:
+    """Refuse an `encoder=` that is not a GPUCommandEncoder or is another device's. (One that was
+    finished or has a pass open is refused when the call's first command fails: `_submit`. wgpu
+    reports neither state, and tracking it would mean wrapping wgpu's classes for the whole app.)"""
+    import wgpu
+
+    if not isinstance(encoder, wgpu.GPUCommandEncoder):
+        raise ContractError(
+            op,
+            "encoder",
+            "a GPUCommandEncoder",
+            f"encoder= takes a GPUCommandEncoder (device.create_command_encoder()), not {type(encoder).__name__}",
+        )
+    # wgpu-py 0.32 keeps the device of a GPU object only as `_device`.
+    if getattr(encoder, "_device", device) is not device:
+        raise ContractError(
+            op, "encoder", "same device", "the encoder belongs to another device than the call"
+        )
+
+
 def buffer_destroyed(buffer: Any) -> bool:
     """Whether `buffer.destroy()` was called on a buffer some Tensor was made over."""
     try:
@@ -98,16 +133,43 @@ class Tensor:
     """
 
     __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes", "destroyed")
+    # What describes the buffer is fixed at creation: a shape set later would make calls read past
+    # the buffer (or short of it). `buffer` may be re-pointed: every call checks it anew.
+    _FIXED = frozenset(("shape", "dtype", "device", "storage_nbytes", "destroyed"))
+    buffer: Any
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    device: Any
+    storage_nbytes: int
+    destroyed: bool
 
     def __init__(self, buffer: Any, shape: abc.Sequence[int], dtype: Any, device: Any) -> None:
         _watch_destroy(type(buffer))
-        self.buffer = buffer
-        self.shape: tuple[int, ...] = checked_shape("Tensor", "shape", shape)
-        self.dtype = np.dtype(dtype)
-        self.device = device
+        if device is None:
+            raise ContractError(
+                "Tensor", "device", "a GPUDevice", "a Tensor needs the device its buffer is on"
+            )
+        fix = object.__setattr__
+        fix(self, "buffer", buffer)
+        fix(self, "shape", checked_shape("Tensor", "shape", shape))
+        fix(self, "dtype", tensor_dtype("Tensor", "dtype", dtype))
+        fix(self, "device", checked_device("Tensor", device))
         # The bytes a binding of the whole tensor covers: its bytes padded to a multiple of 4.
-        self.storage_nbytes = _storage_nbytes(self.shape, self.dtype.name)
-        self.destroyed = False  # set by destroy(): a call or a read-back of it is then refused
+        fix(self, "storage_nbytes", _storage_nbytes(self.shape, self.dtype.name))
+        fix(self, "destroyed", False)  # set by destroy(): a call or a read-back of it is then refused
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in Tensor._FIXED:
+            raise AttributeError(
+                f"Tensor.{name} is read-only: it describes the buffer the Tensor was made over; "
+                "make another Tensor(buffer, shape, dtype, device) for another view"
+            )
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        if name in Tensor._FIXED:
+            raise AttributeError(f"Tensor.{name} is read-only")
+        object.__delattr__(self, name)
 
     @property
     def nbytes(self) -> int:
@@ -117,15 +179,31 @@ class Tensor:
     def empty(
         cls, shape: abc.Sequence[int], dtype: Any, device: Any = None, usage: int | None = None
     ) -> Tensor:
+        device = checked_device("Tensor", device)
         device = device if device is not None else default_device()
         shape = checked_shape("Tensor", "shape", shape)
-        size = _storage_nbytes(shape, np.dtype(dtype).name)
+        dtype = tensor_dtype("Tensor", "dtype", dtype)
+        size = _storage_nbytes(shape, dtype.name)
+        limit = device_caps(device).limits["maxBufferSize"]
+        if size > limit:
+            raise ContractError(
+                "Tensor",
+                "shape",
+                "maxBufferSize",
+                f"{shape} {dtype.name} needs {size} bytes, over the device's maxBufferSize = {limit}",
+            )
         buffer = device.create_buffer(size=size, usage=_buffer_usage() if usage is None else usage)
         return cls(buffer, shape, dtype, device)
 
     @classmethod
     def from_numpy(cls, array: Any, device: Any = None, usage: int | None = None) -> Tensor:
-        array = np.asarray(array)
+        try:
+            array = np.asarray(array)
+        except (TypeError, ValueError) as error:
+            raise ContractError(
+                "Tensor", "array", "an array", f"expected a numpy array, got {type(array).__name__}: {error}"
+            ) from None
+        tensor_dtype("Tensor", "array", array.dtype)
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
         array = np.ascontiguousarray(array)
@@ -150,6 +228,7 @@ class Tensor:
             )
         if numel(self.shape) == 0:
             return np.empty(self.shape, self.dtype)
+        check_tensor_buffer("Tensor", "numpy()", self, ("COPY_SRC",))
         data = self.device.queue.read_buffer(self.buffer, 0, self.storage_nbytes)
         return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
 
@@ -161,7 +240,7 @@ class Tensor:
     def destroy(self) -> None:
         """Free the GPU buffer now rather than when the Tensor is collected; the Tensor is unusable after
         (calls and read-backs refuse it); a buffer destroyed directly is refused too."""
-        self.destroyed = True
+        object.__setattr__(self, "destroyed", True)
         self.buffer.destroy()
 
     def __enter__(self) -> Tensor:
@@ -209,6 +288,11 @@ def check_tensor_buffer(op, subject, tensor, usages):
         )
     if numel(tensor.shape) == 0:
         return
+    # wgpu-py 0.32 keeps the device of a GPU object only as `_device`; `buffer` may be re-pointed.
+    if getattr(tensor.buffer, "_device", tensor.device) is not tensor.device:
+        raise ContractError(
+            op, subject, "same device", "the Tensor's buffer belongs to another device than the Tensor"
+        )
     need = tensor.storage_nbytes
     size = tensor.buffer.size
     if size < need:

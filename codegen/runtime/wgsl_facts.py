@@ -1,6 +1,6 @@
 """What a WGSL text declares, read from the text itself: its overrides and their types, its
 workgroup size, the bytes of its workgroup arrays, whether it uses subgroups, the fields of
-its uniform struct, and its bindings.
+its uniform struct, its bindings, and the device features its `enable` directives need.
 
 The compiler reads a rendered shader with these same functions, so a generated
 shader table need not restate what its WGSL already says; `shader_facts()` reads each distinct
@@ -23,6 +23,10 @@ _OVERRIDE = re.compile(r"^override\s+(\w+)\s*:\s*(\w+)\s*;", re.M)
 _WORKGROUP_SIZE = re.compile(r"@workgroup_size\(\s*(\w+)\s*\)")
 _UNIFORM = re.compile(r"var<uniform>\s+\w+\s*:\s*(\w+)\s*;")
 _BINDING = re.compile(r"@group\(0\)\s*@binding\((\d+)\)\s*var(?:<[^>]*>)?\s+(\w+)")
+_ENABLE = re.compile(r"^\s*enable\s+([\w\s,]+?)\s*,?\s*;", re.M)
+# The WebGPU device feature each WGSL extension needs: a shader that enables one without it fails
+# to compile (a wgpu validation error when the shader module is made).
+EXTENSION_FEATURES = {"f16": "shader-f16", "subgroups": "subgroups", "clip_distances": "clip-distances"}
 
 
 class ShaderFacts(NamedTuple):
@@ -109,3 +113,10 @@ def shader_facts(text: str) -> ShaderFacts:
 def declared_bindings(text: str) -> tuple:
     """(index, WGSL variable) of every binding the text declares, in index order."""
     return tuple(sorted((int(index), name) for index, name in _BINDING.findall(code_of(text))))
+
+
+@functools.lru_cache(maxsize=None)
+def required_features(text: str) -> tuple:
+    """(extension, WebGPU feature) of every `enable` directive of the text, in order."""
+    extensions = [name.strip() for names in _ENABLE.findall(code_of(text)) for name in names.split(",")]
+    return tuple((e, EXTENSION_FEATURES.get(e, e)) for e in extensions if e)
