@@ -25,8 +25,9 @@ F16_CAPS = {"features": ["shader-f16"]}
 # (4, 3, 2), and batches (wrapping from the last channel to channel 0) in (4, 3, 1, 1), (4, 5, 5),
 # (4, 3, 3) and (4, 3, 2) (planes of 1 to 3 values take the per-lane path, larger ones the
 # two-channel one).
-NCHW4 = {"nchw_inference_vec4", "nchw_inference_vec4_pairs"}
-FLAT4 = {"flat_inference_vec4", "flat_inference_vec4_pairs"}
+# The two vec4 variants take two vectors an invocation for float16 (`pairs`), one for float32.
+NCHW4 = {"nchw_inference_vec4"}
+FLAT4 = {"flat_inference_vec4"}
 # 8 halves a load: float16 only, element counts a multiple of 8, planes of at least 7 values.
 HALVES8 = {"flat_inference_halves8"}
 SHAPES = [
@@ -60,9 +61,7 @@ VARIANTS = (
     "inference_scalar",
     "nc_inference_vec4",
     "nchw_inference_vec4",
-    "nchw_inference_vec4_pairs",
     "flat_inference_vec4",
-    "flat_inference_vec4_pairs",
     "flat_inference_halves8",
 )
 
@@ -123,45 +122,42 @@ def test_selection_prefers_vector_variants():
     assert chosen((4, 6)) == "flat_inference_vec4"
     assert chosen((5, 6)) == "inference_scalar"
     assert chosen((2, 3, 7, 4)) == "nchw_inference_vec4"
-    # Two vectors an invocation: measured faster for f16 on the H200, slightly slower for f32.
-    assert chosen((2, 3, 8, 8), "float16") == "nchw_inference_vec4_pairs"
-    assert chosen((2, 3, 8, 8)) == "nchw_inference_vec4"  # demoted for f32
-    # The flat pairs follow the nchw pairs: f16 only, and never ahead of the nc or nchw variants.
-    # ResNet-50 layer4 in float16: 8 halves a load, ahead of the flat vec4 pairs.
+    assert chosen((2, 3, 8, 8), "float16") == "nchw_inference_vec4"  # two vectors an invocation
+    # ResNet-50 layer4 in float16: 8 halves a load, ahead of flat_inference_vec4 (pairs).
     assert chosen((32, 2048, 7, 7), "float16") == "flat_inference_halves8"
     assert chosen((8, 3, 7), "float16") == "flat_inference_halves8"
-    assert chosen((4, 3, 6), "float16") == "flat_inference_vec4_pairs"  # planes under 7 values
-    assert chosen((32, 2048, 7, 7)) == "flat_inference_vec4"  # demoted for f32
-    assert chosen((4, 6), "float16") == "flat_inference_vec4_pairs"
+    assert chosen((4, 3, 6), "float16") == "flat_inference_vec4"  # planes under 7 values
+    assert chosen((32, 2048, 7, 7)) == "flat_inference_vec4"
+    assert chosen((4, 6), "float16") == "flat_inference_vec4"
     for dtype in ("float32", "float16"):
         assert chosen((4, 8), dtype) == "nc_inference_vec4"
         assert chosen((2, 3, 5, 5), dtype) == "inference_scalar"
 
 
 @pytest.mark.parametrize(
-    "variant,shape,workgroup_size",
+    "variant,shape,workgroup_size,dtype",
     [
         # 300000 elements at 4 invocations a workgroup need 75000 workgroups: folded into y.
-        ("inference_scalar", (2, 3, 50000), 4),
+        ("inference_scalar", (2, 3, 50000), 4, np.float32),
         # 75000 vectors, one a workgroup.
-        ("flat_inference_vec4", (2, 3, 50000), 1),
-        ("nchw_inference_vec4", (2, 3, 50000), 1),
-        # 140000 vectors, two a workgroup.
-        ("nchw_inference_vec4_pairs", (2, 4, 70000), 1),
-        ("flat_inference_vec4_pairs", (2, 4, 70000), 1),
+        ("flat_inference_vec4", (2, 3, 50000), 1, np.float32),
+        ("nchw_inference_vec4", (2, 3, 50000), 1, np.float32),
+        # float16: 140000 vectors, two a workgroup.
+        ("nchw_inference_vec4", (2, 4, 70000), 1, np.float16),
+        ("flat_inference_vec4", (2, 4, 70000), 1, np.float16),
     ],
 )
-def test_dispatch_folds_past_65535_workgroups(variant, shape, workgroup_size, request):
+def test_dispatch_folds_past_65535_workgroups(variant, shape, workgroup_size, dtype, request):
     rng, seed = rng_for(request.node.name)
-    inputs = random_inputs(rng, shape, np.float32)
+    inputs = random_inputs(rng, shape, dtype)
     tunables = {"WORKGROUP_SIZE": workgroup_size}
-    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float32"}, tunables=tunables, variant=variant)
+    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": np.dtype(dtype).name}, tunables=tunables, variant=variant, caps=F16_CAPS)
     assert p.passes[0].dispatch[:2] == (65535, 2)
     actual = run_poisoned(inputs, variant=variant, tunables=tunables)
-    assert_close(actual, reference(inputs, 1e-5), np.float32, f"{variant} folded dispatch {seed_note(seed)}")
+    assert_close(actual, reference(inputs, 1e-5), dtype, f"{variant} folded dispatch {seed_note(seed)}")
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("dtype", [np.float16], ids=["f16"])  # pairs: float16 only
 @pytest.mark.parametrize(
     "shape,workgroup_size",
     [
@@ -178,9 +174,9 @@ def test_flat_pairs_cover_a_partial_last_block(shape, workgroup_size, dtype, req
     tunables = {"WORKGROUP_SIZE": workgroup_size}
     count4 = int(np.prod(shape)) // 4
     assert count4 % (2 * workgroup_size) != 0
-    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": np.dtype(dtype).name}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_vec4_pairs")
+    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": np.dtype(dtype).name}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_vec4")
     assert p.passes[0].dispatch == (-(-count4 // (2 * workgroup_size)), 1, 1)
-    actual = run_poisoned(inputs, variant="flat_inference_vec4_pairs", tunables=tunables)
+    actual = run_poisoned(inputs, variant="flat_inference_vec4", tunables=tunables)
     assert_close(actual, reference(inputs, 1e-5), dtype, f"flat pairs {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}")
 
 
@@ -249,7 +245,7 @@ def test_plan_touches_no_gpu_and_reports_values():
     shapes = {"x": (32, 256, 56, 56), "scale": (256,), "b": (256,), "inputMean": (256,), "inputVar": (256,)}
     p = bn.plan(shapes, {"T": "float16"}, attrs={"epsilon": 1e-3}, caps=F16_CAPS)
     (main,) = p.passes
-    assert p.variant == "nchw_inference_vec4_pairs"
+    assert p.variant == "nchw_inference_vec4"
     assert main.uniforms == {"count4": 32 * 256 * 56 * 56 // 4, "spatial4": 56 * 56 // 4, "channels": 256, "epsilon": 1e-3}
     assert main.dispatch == (32 * 256 * 56 * 56 // 8 // 256, 1, 1)
     assert main.overrides == {"DISPATCH_FOLD_WIDTH": 65535, "WORKGROUP_SIZE": 256}

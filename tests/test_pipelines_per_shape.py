@@ -87,9 +87,7 @@ BN_CASES = [
     ("inference_scalar", (2, 3, 5), (3, 4, 2, 3)),
     ("nc_inference_vec4", (3, 8), (5, 12)),
     ("nchw_inference_vec4", (2, 3, 4, 4), (3, 5, 2, 6)),
-    ("nchw_inference_vec4_pairs", (2, 3, 4, 4), (3, 5, 2, 6)),
     ("flat_inference_vec4", (4, 3, 7, 7), (2, 5, 3, 2)),
-    ("flat_inference_vec4_pairs", (4, 3, 7, 7), (2, 5, 3, 2)),
 ]
 
 
