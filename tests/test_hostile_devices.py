@@ -371,3 +371,67 @@ def test_tensor_needs_a_device():
     assert_refused(lambda: Tensor(buffer, (4,), np.float32, None), "Tensor", "device")
     assert_refused(lambda: Tensor(buffer, (4,), np.float32, "cuda"), "Tensor", "device")
     assert refusal(lambda: Tensor(buffer, (4,), np.float64, rt.default_device())).subject == "dtype"
+
+
+# --- Sequence over re-pointed buffers; no adapter; copies -------------------------------------
+
+
+def _recorded_sequence():
+    tensors = gn_tensors()
+    sequence = Sequence()
+    y = sequence.kernel(gn, tensors, ATTRS)["y"]
+    return sequence, tensors, y
+
+
+@pytest.mark.parametrize("which", ["input", "output"])
+@pytest.mark.parametrize("destroy_old", [False, True], ids=["kept", "destroyed"])
+def test_sequence_refuses_a_tensor_whose_buffer_was_repointed(which, destroy_old):
+    """A recorded call binds the buffer a Tensor had then: after `tensor.buffer = other`, run()
+    would read the old buffer (silently stale), or, with the old one destroyed, abort the process
+    in wgpu-native's submit. Refused by name instead; pointing it back runs again."""
+    sequence, tensors, y = _recorded_sequence()
+    sequence.run()
+    tensor = tensors["x"] if which == "input" else y
+    old = tensor.buffer
+    tensor.buffer = rt.default_device().create_buffer(size=old.size, usage=old.usage)
+    error = refusal(sequence.run)
+    assert error.subject == "run()" and "re-pointed" in str(error), str(error)
+    if destroy_old:
+        old.destroy()
+        assert "re-pointed" in str(refusal(sequence.run))
+        return
+    tensor.buffer = old
+    sequence.run()
+    np.testing.assert_array_equal(y.numpy(), gn.kernel(gn_arrays(), attrs=ATTRS)["y"])
+
+
+def test_no_adapter_is_one_clear_error(monkeypatch):
+    """wgpu 0.32 raises (where older versions returned None) when it finds no adapter: the default
+    device says so in one line and how to get one, and the error names wgpu's own reason."""
+    import wgpu
+
+    from generated._runtime import caps as caps_module
+
+    def no_adapter(**_):
+        raise RuntimeError("Request adapter failed (3): Validation Error\n\nCaused by:\n  No suitable graphics adapter found")
+
+    monkeypatch.setattr(caps_module, "_default_device", None)
+    monkeypatch.setattr(wgpu.gpu, "request_adapter_sync", no_adapter)
+    with pytest.raises(generated.NoAdapterError) as info:
+        rt.default_device()
+    assert info.value.reason == "No suitable graphics adapter found"
+    assert str(info.value).startswith("no WebGPU adapter (No suitable graphics adapter found); ")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("how", ["copy", "deepcopy", "pickle"])
+def test_a_tensor_or_sequence_cannot_be_copied_and_says_why(how):
+    import copy
+    import pickle
+
+    action = {"copy": copy.copy, "deepcopy": copy.deepcopy, "pickle": pickle.dumps}[how]
+    sequence, tensors, _ = _recorded_sequence()
+    with pytest.raises(TypeError, match="a Tensor is a GPU buffer"):
+        action(tensors["x"])
+    with pytest.raises(TypeError, match="a Sequence holds GPU pipelines"):
+        action(sequence)

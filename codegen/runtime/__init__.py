@@ -31,7 +31,7 @@ which an import would copy. Names with a leading underscore are the package's ow
 
 from __future__ import annotations
 
-from .errors import ContractError, PlanError, DimensionError
+from .errors import ContractError, PlanError, DimensionError, NoAdapterError
 from .cache import LRUCache, _per_device
 from .numeric import (
     js_div,
@@ -137,6 +137,7 @@ __all__ = [
     "ContractError",
     "PlanError",
     "DimensionError",
+    "NoAdapterError",
     "LRUCache",
     "_per_device",
     "js_div",

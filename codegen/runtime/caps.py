@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import ContractError, PlanError
+from .errors import ContractError, NoAdapterError, PlanError
 from .numeric import whole
 
 
@@ -269,12 +269,13 @@ def default_device() -> Any:
         if _default_device is None:
             import wgpu
 
-            adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+            try:
+                adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+            except RuntimeError as error:  # wgpu 0.32 raises where older ones returned None
+                lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+                raise NoAdapterError(lines[-1] if lines else type(error).__name__) from None
             if adapter is None:
-                raise RuntimeError(
-                    "no WebGPU adapter; on a GPU-less Linux machine install Mesa's Vulkan driver "
-                    "and set WGPU_BACKEND_TYPE=Vulkan"
-                )
+                raise NoAdapterError("the request for an adapter returned none")
             wanted = (_NATIVE_FEATURE_NAMES.get(f, f) for f in _DEFAULT_DEVICE_FEATURES)
             _default_device = adapter.request_device_sync(
                 required_features=[f for f in wanted if f in adapter.features],

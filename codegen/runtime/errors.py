@@ -1,5 +1,5 @@
 """The runtime's errors: a call that breaks the op's contract, a plan value that cannot be used, a
-dimension outside a shape.
+dimension outside a shape, a machine without a WebGPU adapter.
 """
 
 from __future__ import annotations
@@ -26,3 +26,17 @@ class PlanError(ContractError):
 
 class DimensionError(IndexError):
     """A dimension index outside a shape's rank."""
+
+
+class NoAdapterError(RuntimeError):
+    """No WebGPU adapter on this machine (for the default device): `reason` is wgpu's own word."""
+
+    def __init__(self, reason):
+        super().__init__(
+            f"no WebGPU adapter ({reason}); on a GPU-less Linux machine install Mesa's Vulkan driver "
+            "(mesa-vulkan-drivers) and set WGPU_BACKEND_TYPE=Vulkan"
+        )
+        self.reason = reason
+
+    def __reduce__(self):
+        return (NoAdapterError, (self.reason,))

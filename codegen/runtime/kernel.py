@@ -21,7 +21,7 @@ from .pipelines import pipelines_created, warm_pipelines
 from .planning import _cached_plan, _op_caps, _typed_items, build_plan
 from .plans import OpContract
 from .requests import _dtype_name, _given_shapes, _in_callers_words, _inputs_by_key, _requested_outputs
-from .tensors import _dtype_text, check_encoder, Tensor, TensorIn, destroys_so_far
+from .tensors import _dtype_text, buffer_changes_so_far, check_encoder, Tensor, TensorIn
 
 
 def _kernel_input(op, name, value):
@@ -377,8 +377,9 @@ class Sequence:
         device = checked_device("Sequence", device)
         self.device = device if device is not None else default_device()
         self._calls: list[RecordedCall] = []
-        self._tensors: list[Tensor] = []  # every Tensor a recorded call binds, checked by run()
-        self._checked_at = -1  # destroys_so_far() when run() last found all of them alive
+        # Every Tensor a recorded call binds, with the buffer it bound then: checked by run().
+        self._tensors: list[tuple[Tensor, Any]] = []
+        self._checked_at = -1  # buffer_changes_so_far() when run() last found them all as recorded
 
     def kernel(
         self,
@@ -411,28 +412,43 @@ class Sequence:
         call = record_call(plan, tensors, device)
         if call.bound:
             self._calls.append(call)
-            self._tensors += [t for group in tensors.values() for t in group.values()]
+            self._tensors += [(t, t.buffer) for group in tensors.values() for t in group.values()]
         return {o: tensors["output"][o] for o in wanted}
 
     def __len__(self) -> int:
         return len(self._calls)
 
-    def run(self) -> None:
-        """Encode every recorded call into one command buffer and submit it."""
-        if not self._calls:
-            return
-        if self._checked_at != destroys_so_far():
-            # A destroyed buffer in a submission aborts wgpu-native: refuse it first. Rechecked
-            # only when some buffer was destroyed since the last run.
-            dead = next((t for t in self._tensors if t.gone), None)
-            if dead is not None:
+    def __reduce__(self) -> Any:  # deepcopy and pickle: its calls hold GPU objects
+        raise TypeError("a Sequence holds GPU pipelines and buffers and cannot be copied or pickled")
+
+    def _check_buffers(self) -> None:
+        """A destroyed buffer in a submission aborts wgpu-native, and a re-pointed one would leave
+        the recorded calls on the old buffer: refuse both first. (Only when some buffer was
+        destroyed or re-pointed since the last run.)"""
+        for tensor, recorded in self._tensors:
+            if tensor.buffer is not recorded:
+                raise ContractError(
+                    "Sequence",
+                    "run()",
+                    "as recorded",
+                    f"a {tensor.shape} Tensor that a recorded call binds has another buffer now "
+                    "(tensor.buffer was re-pointed): record the calls again",
+                )
+            if tensor.gone:
                 raise ContractError(
                     "Sequence",
                     "run()",
                     "not destroyed",
-                    f"a {dead.shape} Tensor that a recorded call binds was destroyed: record the calls again",
+                    f"a {tensor.shape} Tensor that a recorded call binds was destroyed: record the calls again",
                 )
-            self._checked_at = destroys_so_far()
+
+    def run(self) -> None:
+        """Encode every recorded call into one command buffer and submit it."""
+        if not self._calls:
+            return
+        if self._checked_at != buffer_changes_so_far():
+            self._check_buffers()
+            self._checked_at = buffer_changes_so_far()
         encoder = self.device.create_command_encoder(label="Sequence")
         encode_calls(encoder, self._calls, label="Sequence")
         self.device.queue.submit([encoder.finish()])

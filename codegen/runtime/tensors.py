@@ -68,7 +68,9 @@ def tensor_dtype(op, subject, dtype):
 # were destroyed: a call refuses them by name instead.
 _destroyed_buffers: weakref.WeakSet = weakref.WeakSet()
 _watched_classes: set = set()
-_destroys = [0]  # buffers destroyed so far: Sequence.run() rechecks its buffers only when it moved
+# Buffers destroyed and Tensor buffers re-pointed so far: Sequence.run() rechecks the buffers its
+# calls bind only when this moved.
+_buffer_changes = [0]
 
 
 def _watch_destroy(cls: type) -> None:
@@ -85,7 +87,7 @@ def _watch_destroy(cls: type) -> None:
             _destroyed_buffers.add(self)
         except TypeError:  # not weakly referable: nothing to remember it by
             pass
-        _destroys[0] += 1
+        _buffer_changes[0] += 1
         return original(self, *args, **kwargs)
 
     cls.destroy = destroy  # type: ignore[attr-defined]
@@ -119,8 +121,9 @@ def buffer_destroyed(buffer: Any) -> bool:
         return False
 
 
-def destroys_so_far() -> int:
-    return _destroys[0]
+def buffer_changes_so_far() -> int:
+    """Buffers destroyed and Tensor buffers re-pointed in this process so far."""
+    return _buffer_changes[0]
 
 
 class Tensor:
@@ -164,7 +167,19 @@ class Tensor:
                 f"Tensor.{name} is read-only: it describes the buffer the Tensor was made over; "
                 "make another Tensor(buffer, shape, dtype, device) for another view"
             )
+        if name == "buffer":
+            _buffer_changes[0] += 1
         object.__setattr__(self, name, value)
+
+    # A Tensor is a GPU buffer: no copy of one can be made in Python, nor can one cross processes.
+    def __copy__(self) -> Tensor:
+        raise TypeError("a Tensor is a GPU buffer and cannot be copied: tensor.numpy() copies its data")
+
+    def __deepcopy__(self, memo: Any) -> Tensor:
+        raise TypeError("a Tensor is a GPU buffer and cannot be copied: tensor.numpy() copies its data")
+
+    def __reduce__(self) -> Any:
+        raise TypeError("a Tensor is a GPU buffer and cannot be pickled: pickle tensor.numpy()")
 
     def __delattr__(self, name: str) -> None:
         if name in Tensor._FIXED:
