@@ -2,7 +2,8 @@
 
 Only parses the arguments and prints: `build.build()` makes the files in memory, `build.write()`
 replaces those whose bytes changed, or with `--check` `build.stale()` lists every stale file and
-the command exits 1.
+the command exits 1. Problems (the sources', an OUT that is a file or cannot be written) are
+printed one a line and the command exits 2.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import build, stale, write
+from .build import build, check_out, stale, write
 from .emit import REGENERATE
 from .problems import CompileError
 
@@ -48,25 +49,31 @@ def main(argv: list[str] | None = None) -> int:
     options = parse_args(sys.argv[1:] if argv is None else argv)
     started = time.perf_counter()
     try:
+        check_out(options.out)
         files = build(options.manifests, options.templates, options.only)
+        if options.check:
+            return print_stale(options, files)
+        changed = write(files, options.out, only=bool(options.only))
     except CompileError as error:
         print_problems(error)
         return 2
-    if options.check:
-        found = stale(files, options.out, only=bool(options.only))
-        if found:
-            print(f"{options.out}/ is stale; regenerate with `{REGENERATE}`:", file=sys.stderr)
-            for item in found:
-                print(f"  {item}", file=sys.stderr)
-            return 1
-        print(f"{options.out}/ is up to date ({len(files)} files)")
-        return 0
-    changed = write(files, options.out, only=bool(options.only))
     elapsed = time.perf_counter() - started
     print(f"wrote {len(changed)} of {len(files)} files to {options.out}/ in {elapsed:.2f} s")
     if options.verbose:
         for item in changed:
             print(f"  {item}")
+    return 0
+
+
+def print_stale(options: Options, files: dict[str, str]) -> int:
+    """--check: 1 listing every stale file with the command that fixes them, else 0."""
+    found = stale(files, options.out, only=bool(options.only))
+    if found:
+        print(f"{options.out}/ is stale; regenerate with `{REGENERATE}`:", file=sys.stderr)
+        for item in found:
+            print(f"  {item}", file=sys.stderr)
+        return 1
+    print(f"{options.out}/ is up to date ({len(files)} files)")
     return 0
 
 

@@ -23,7 +23,7 @@ from .manifest import load_manifests
 from .problems import CompileError, Problem
 from .report import emit_report
 from .resolve import resolve_op
-from .sources import CASE_FILES, Snapshot, read_snapshot
+from .sources import CASE_FILES, TEMPLATE_SUFFIX, Snapshot, read_snapshot
 from .store import store_shaders
 from .validate import NagaProcess, validate
 from .wgsl import missing_templates, render_op
@@ -82,6 +82,8 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     With `only`, just those ops' own files (their package folders): nothing shared is rebuilt.
     Every source is read once, first (sources.read_snapshot); nothing after that opens a source.
     """
+    # Resolved, so that the render stage's name for the folder (its last part) is the snapshot's.
+    templates = templates.resolve()
     with _validator(device) as validator, ThreadPoolExecutor(max_workers=1) as background:
         snapshot = read_snapshot(manifests, templates, copied_sources())
         emitted, skipped = _rendered_ops(manifests, templates, only, snapshot)
@@ -114,19 +116,51 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
 
 def _rendered_ops(manifests: Path, templates: Path, only: tuple[str, ...], snapshot: Snapshot):
     """(op, its RenderedPasses) of every op with a variant whose templates exist, and the
-    (op, variant, missing templates) of the variants left out."""
-    emitted, skipped = [], []
+    (op, variant, missing templates) of the variants left out; an op with no such variant is a
+    problem at each pass whose template is missing, and every op's problems are reported together."""
+    emitted, skipped, problems = [], [], []
+    loaded = selected_ops(manifests, only, snapshot)
+    _check_templates(templates, snapshot)
     texts = snapshot.template_texts()
-    for op in [resolve_op(op) for op in selected_ops(manifests, only, snapshot)]:
+    for op in [resolve_op(op) for op in loaded]:
         # A variant whose templates are not written yet is left out; the op needs at least one.
-        ready = tuple(v for v in op.variants if not missing_templates(v, templates, texts))
-        for variant in op.variants:
-            if variant not in ready:
-                skipped.append((op, variant, missing_templates(variant, templates, texts)))
-        if ready:
-            op = replace(op, variants=ready)
+        missing = [missing_templates(variant, templates, texts) for variant in op.variants]
+        ready = tuple(variant for variant, names in zip(op.variants, missing) if not names)
+        if not ready:
+            problems += _unwritten(op, missing, snapshot.templates)
+            continue
+        skipped += [(op, variant, names) for variant, names in zip(op.variants, missing) if names]
+        op = replace(op, variants=ready)
+        try:
             emitted.append((op, list(render_op(op, templates, texts))))
+        except CompileError as error:
+            problems += error.problems
+    if problems:
+        raise CompileError(problems)
     return emitted, skipped
+
+
+def _check_templates(templates: Path, snapshot: Snapshot) -> None:
+    """The templates folder must be a folder with templates in it: else a one-problem CompileError,
+    before anything renders (every op would be left out, the package empty)."""
+    if not templates.is_dir():
+        what = "not a folder" if templates.exists() else "no such folder"
+        hint = "pass --templates, or keep templates/ beside MANIFESTS"
+        raise CompileError([Problem(None, f"{templates}: {what} of *{TEMPLATE_SUFFIX} templates; {hint}")])
+    if not snapshot.template_texts():
+        raise CompileError([Problem(None, f"{templates}: no *{TEMPLATE_SUFFIX} templates in this folder")])
+
+
+def _unwritten(op, missing: list[list[str]], folder: str) -> list[Problem]:
+    """An op none of whose variants has all its templates: a problem at each pass whose template
+    is missing (`missing`: each variant's missing templates)."""
+    why = f"no variant of {op.ir.id} has all its templates, so none can be emitted"
+    return [
+        Problem(pass_.ir.origin, f"template `{folder}/{pass_.ir.template}` does not exist; {why}")
+        for variant, names in zip(op.variants, missing)
+        for pass_ in variant.passes
+        if pass_.ir.template in names
+    ]
 
 
 @contextmanager
@@ -213,9 +247,37 @@ def _leftovers(files: dict[str, str], out: Path) -> list[Path]:
     return found
 
 
+def check_out(out: Path) -> None:
+    """OUT is a folder, or a path a folder can be made at: else a one-problem CompileError (the CLI
+    asks before it builds; write() and stale() ask again)."""
+    existing = next(path for path in (out, *out.absolute().parents) if path.exists())
+    if not existing.is_dir():
+        reason = "a file, not a folder" if existing == out else f"under {existing}, which is a file"
+        raise CompileError([Problem(None, f"{out}: {reason}; OUT is the folder the generated package is written into")])
+
+
 def write(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
     """Replace files whose bytes changed, each atomically, and delete generated files that are no
-    longer built (with `only`, only inside the folders this build wrote)."""
+    longer built (with `only`, only inside the folders this build wrote). An OUT that is a file or
+    cannot be made, or a file where a package folder goes, is a CompileError naming the path and
+    the reason, raised before anything is written."""
+    check_out(out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise CompileError([Problem(None, f"{out}: cannot create this folder: {error.strerror or error}")]) from None
+    folders = {folder for relative in files for folder in Path(relative).parents if folder != Path(".")}
+    in_the_way = [
+        Problem(None, f"{out / folder}: a file, where the generated package has a folder")
+        for folder in sorted(folders)
+        if (out / folder).is_file()
+    ]
+    if in_the_way:
+        raise CompileError(in_the_way)
+    return _write_changed(files, out) + _remove_leftovers(files, out, only)
+
+
+def _write_changed(files: dict[str, str], out: Path) -> list[str]:
     changed = []
     for relative, text in files.items():
         path = out / relative
@@ -223,13 +285,18 @@ def write(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
             path.parent.mkdir(parents=True, exist_ok=True)
             _replace_file(path, text)
             changed.append(relative)
+    return changed
+
+
+def _remove_leftovers(files: dict[str, str], out: Path, only: bool) -> list[str]:
+    removed = []
     folders = {Path(relative).parent for relative in files}
     for path in _leftovers(files, out):
         if only and path.relative_to(out).parent not in folders:
             continue
         path.unlink()
-        changed.append(f"{path.relative_to(out).as_posix()} (removed)")
-    return changed
+        removed.append(f"{path.relative_to(out).as_posix()} (removed)")
+    return removed
 
 
 def _replace_file(path: Path, text: str) -> None:
@@ -245,7 +312,9 @@ def _replace_file(path: Path, text: str) -> None:
 
 
 def stale(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
-    """What --check reports: missing, changed, and (within the folders built, with `only`) leftover files."""
+    """What --check reports: missing, changed, and (within the folders built, with `only`) leftover
+    files; an OUT that is a file is a one-problem CompileError."""
+    check_out(out)
     found = []
     for relative, text in files.items():
         path = out / relative

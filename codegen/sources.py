@@ -14,13 +14,17 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 CASE_FILES = ("test.json", "bench.json")
+TEMPLATE_SUFFIX = ".jinja"
 
 
 @dataclass(frozen=True)
 class Snapshot:
     files: Mapping[str, bytes]  # repository-relative posix path -> the bytes read
     manifests: str  # the MANIFESTS folder, repository-relative ("manifests")
-    templates: str  # the templates folder, repository-relative where it can be ("templates")
+    # The templates folder as the render stage names it in template paths and problems: its name
+    # ("templates"), which is its repository-relative path in the usual layout (templates/ beside
+    # MANIFESTS) and still names no absolute path where the folder lies anywhere else.
+    templates: str
 
     def text(self, path: str) -> str:
         return self.files[path].decode()
@@ -34,7 +38,11 @@ class Snapshot:
     def template_texts(self) -> dict[str, str]:
         """{template name as the Jinja loader knows it (`_lib/reduce.wgsl.jinja`): text}."""
         prefix = f"{self.templates}/"
-        return {path[len(prefix) :]: data.decode() for path, data in self.files.items() if path.startswith(prefix)}
+        return {
+            path[len(prefix) :]: data.decode()
+            for path, data in self.files.items()
+            if path.startswith(prefix) and path.endswith(TEMPLATE_SUFFIX)
+        }
 
 
 def _relative(path: Path, root: Path) -> str:
@@ -53,9 +61,11 @@ def read_snapshot(manifests: Path, templates: Path, copied: Mapping[str, Path]) 
         for name in ("manifest.json", *CASE_FILES):
             if (folder / name).is_file():
                 files[_relative(folder / name, root)] = (folder / name).read_bytes()
-    templates_at = _relative(templates, root)
+    # Named as the render stage names it (`wgsl.render_pass`: the folder's name), so the snapshot's
+    # keys, the banners and the problems agree wherever the folder lies.
+    templates_at = templates.resolve().name
     if templates.is_dir():
-        for path in sorted(templates.rglob("*.jinja")):
+        for path in sorted(templates.rglob(f"*{TEMPLATE_SUFFIX}")):
             files[f"{templates_at}/{path.relative_to(templates).as_posix()}"] = path.read_bytes()
     for name, path in copied.items():
         files[str(PurePosixPath(name))] = path.read_bytes()

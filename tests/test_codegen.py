@@ -1694,3 +1694,95 @@ def test_the_uniform_cannot_have_a_when(tmp_path):
     manifests, _ = _tiny_repo(tmp_path, OPTIONAL_INPUT_TEMPLATE, data)
     with pytest.raises(CompileError, match=r"bindings/2/when: the uniform is bound by every shader of a pass"):
         resolve_op(load_manifests(manifests)[0])
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line: an OUT it cannot write and a templates folder without templates are one
+# problem each, before anything is written; manifests and templates that lie apart build
+
+
+def _one_problem(result: subprocess.CompletedProcess) -> str:
+    """The problem line of a CLI run that failed with exactly one (exit 2, as a manifest error)."""
+    assert result.returncode == 2, result.stdout + result.stderr
+    head, *lines = result.stderr.splitlines()
+    assert head == "codegen failed: 1 problem" and len(lines) == 1, result.stderr
+    return lines[0].strip()
+
+
+def test_cli_refuses_an_out_that_is_a_file_before_building(tmp_path):
+    manifests, _ = _tiny_repo(tmp_path)
+    (tmp_path / "README.md").write_text("mine\n")
+    reasons = {
+        "README.md": "README.md: a file, not a folder; OUT is the folder the generated package is written into",
+        "README.md/sub": f"README.md/sub: under {tmp_path.resolve() / 'README.md'}, which is a file; OUT is the folder",
+    }
+    for out, reason in reasons.items():
+        for check in ([], ["--check"]):
+            line = _one_problem(_cli(str(manifests), out, *check, cwd=tmp_path))
+            assert line.startswith(reason), line
+    assert (tmp_path / "README.md").read_text() == "mine\n"
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
+def test_cli_reports_an_out_that_cannot_be_made(tmp_path):
+    manifests, _ = _tiny_repo(tmp_path)
+    line = _one_problem(_cli(str(manifests), "/proc/genout", cwd=tmp_path))
+    assert line.startswith("/proc/genout: cannot create this folder: "), line
+
+
+def test_write_refuses_a_file_where_a_package_folder_goes_before_writing(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "pkg").write_text("a file where the package folder goes\n")
+    with pytest.raises(CompileError) as info:
+        builder.write({"a.py": "x = 1\n", "pkg/sub/module.py": "x = 1\n"}, out)
+    assert _messages(info.value) == [f"{out / 'pkg'}: a file, where the generated package has a folder"]
+    assert sorted(p.name for p in out.iterdir()) == ["pkg"]
+
+
+@pytest.mark.parametrize("case", ["missing", "a file", "empty", "not beside the manifests"])
+def test_cli_refuses_a_templates_folder_without_templates(tmp_path, case):
+    manifests, templates = _tiny_repo(tmp_path / "repo")
+    (tmp_path / "empty").mkdir()
+    hint = "*.jinja templates; pass --templates, or keep templates/ beside MANIFESTS"
+    args, expected = {
+        "missing": (["--templates", str(tmp_path / "nowhere")], f"{tmp_path.resolve() / 'nowhere'}: no such folder of {hint}"),
+        "a file": (["--templates", str(templates / "tiny.wgsl.jinja")], f"{templates.resolve() / 'tiny.wgsl.jinja'}: not a folder of {hint}"),
+        "empty": (["--templates", str(tmp_path / "empty")], f"{tmp_path.resolve() / 'empty'}: no *.jinja templates in this folder"),
+        "not beside the manifests": ([], f"{tmp_path.resolve() / 'templates'}: no such folder of {hint}"),
+    }[case]
+    if case == "not beside the manifests":
+        manifests = shutil.copytree(manifests, tmp_path / "manifests")
+    assert _one_problem(_cli(str(manifests), str(tmp_path / "out"), *args, cwd=tmp_path)) == expected
+    assert not (tmp_path / "out").exists()
+
+
+def test_an_op_without_its_templates_is_a_located_problem_and_nothing_is_written(tmp_path):
+    """Every op left out used to give a package __init__ importing nothing (black refused it)."""
+    manifests, templates = _tiny_repo(tmp_path)
+    (templates / "tiny.wgsl.jinja").rename(templates / "other.wgsl.jinja")
+    line = _one_problem(_cli(str(manifests), str(tmp_path / "out"), cwd=tmp_path))
+    assert line == (
+        "manifests/test.Tiny/manifest.json#/variants/0/passes/0: template `templates/tiny.wgsl.jinja` does not exist; "
+        "no variant of test.Tiny has all its templates, so none can be emitted"
+    )
+    assert not (tmp_path / "out").exists()
+
+
+def test_manifests_and_templates_that_lie_apart_build(tmp_path, device):
+    """MANIFESTS outside the repository and --templates elsewhere (a KeyError on the library template
+    once): the banners name the templates by the folder's name, as problems do, and no absolute path."""
+    _tiny_repo(tmp_path / "repo")
+    templates = tmp_path / "repo" / "templates"
+    _with_macro(SimpleNamespace(templates=templates), MACRO_FILE.replace("    let wrong: u32 = x[i];\n", ""))
+    manifests = shutil.copytree(tmp_path / "repo" / "manifests", tmp_path / "m3")
+    files = build(manifests, templates, device=device)
+    banner = files["tiny/copy.py"].split("# Do not edit")[0]
+    for source in ("m3/test.Tiny/manifest.json", "templates/_lib/body.wgsl.jinja", "templates/tiny.wgsl.jinja"):
+        assert f"#   {source} (sha256 " in banner, banner
+    assert not [path for path, text in files.items() if str(tmp_path.resolve()) in text or str(tmp_path) in text]
+    out = tmp_path / "out"
+    for args, said in (([], "wrote "), (["--check"], "is up to date")):
+        result = _cli(str(manifests), str(out), "--templates", str(templates), *args, cwd=tmp_path)
+        assert result.returncode == 0 and said in result.stdout, result.stdout + result.stderr
+    assert _tree(out) == {path: text.encode() for path, text in sorted(files.items())}
