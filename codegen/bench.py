@@ -4,11 +4,12 @@
                               [--json FILE] [--markdown FILE] [--plot FILE] [--torch]
                               [--variant ID] [--tunable NAME=VALUE] [--per-pass] [--wall-clock]
 
-Checked before anything runs (exit 2, the message lists what exists): op, variant and tunable
-names (a variant or tunable must exist in at least one of the ops run), dtypes (float32,
-float16), tunable values (whole numbers >= 1), output files (opened for writing first), and
---plot's matplotlib (`pip install matplotlib`, or the project's `bench` extra). A plot that cannot
-be drawn (no results) makes the exit status 1.
+Checked before anything runs (exit 2, the message lists what exists): op, variant, tunable and
+case names (a variant, tunable or case must exist in at least one of the ops run), dtypes
+(float32, float16), tunable values (whole numbers >= 1), --sequences only against the ops'
+sequences, output files (opened for writing first), and --plot's matplotlib (`pip install
+matplotlib`, or the project's `bench` extra). Without a WebGPU adapter: one line saying so (as
+doctor says it), exit 1. A plot that cannot be drawn (no results) makes the exit status 1.
 
 Cases come from each op package's `cases.py` (`BENCH_CASES`, written from the `bench.json`
 beside the op's manifest): {"name", "source", "inputs": {bind key: shape}, "dtypes": {type
@@ -42,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import importlib
 import itertools
 import json
@@ -55,7 +57,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _runtime, bench_calls
+from . import _runtime, bench_calls, doctor
 from ._runtime import Tensor
 from .bench_torch import TorchPeer
 
@@ -159,12 +161,12 @@ def select_cases(ops, quick, dtypes, names=()):
         cases = bench_cases(op_name)
         if names:
             cases = [c for c in cases if c.name in names]
+        if dtypes:  # before --quick's first case, which might be of another dtype
+            # The first type variable (T) decides; the others (SkipGroupNorm's M) follow the case.
+            cases = [c for c in cases if next(iter(c.dtypes.values())) in dtypes]
         if quick:
             marked = [c for c in cases if c.quick]
             cases = marked or cases[:1]
-        if dtypes:
-            # The first type variable (T) decides; the others (SkipGroupNorm's M) follow the case.
-            cases = [c for c in cases if next(iter(c.dtypes.values())) in dtypes]
         chosen += cases
     return chosen
 
@@ -818,6 +820,7 @@ def parse_args(argv):
         parser.error(f"--ops: unknown op {', '.join(unknown)}; choose from {', '.join(packages)}")
     chosen = {name: packages[name] for name in args.ops}
     _check_choices(parser, args, chosen)
+    _check_cases(parser, args, chosen)
     args.packages = chosen
     args.files = _open_outputs(
         parser,
@@ -844,6 +847,23 @@ def _check_choices(parser, args, chosen):
             importlib.import_module("matplotlib")
         except ImportError:
             parser.error("--plot needs matplotlib: pip install matplotlib (or the project's bench extra)")
+
+
+def _check_cases(parser, args, chosen):
+    """--cases against the chosen ops' case names; --sequences only against their sequences."""
+    names = _names(args.cases)
+    by_op = {op: list(dict.fromkeys(c.name for c in bench_cases(op))) for op in chosen}
+    known = {name for cases in by_op.values() for name in cases}
+    unknown = [name for name in dict.fromkeys(names) if name not in known]
+    if unknown:
+        close = [m for name in unknown for m in difflib.get_close_matches(name, sorted(known), n=1)]
+        hint = f" (did you mean {', '.join(repr(m) for m in close)}?)" if close else ""
+        parser.error(f"--cases: unknown case {', '.join(unknown)}{hint}; cases: {_listing(by_op)}")
+    dtypes = {name for names in args.dtype or () for name in names}
+    if args.sequences == "only" and not bench_calls.sequence_runs(chosen, dtypes):
+        which = f" in {', '.join(sorted(dtypes))}" if dtypes and bench_calls.sequences_of(chosen) else ""
+        have = "has" if len(chosen) == 1 else "have"
+        parser.exit(2, f"{parser.prog}: --sequences only: {', '.join(chosen)} {have} no sequences{which} to run\n")
 
 
 def _parser():
@@ -896,50 +916,65 @@ def _main(args):
     settings = Settings.quick() if args.quick else Settings.full()
     packages = args.packages
     dtypes = {name for names in args.dtype or () for name in names}
-    tunables = dict(args.tunable)
-    names = {name for names in args.cases or () for name in names.split(",")}
-    cases = select_cases(list(packages), args.quick, dtypes, names)
-    if not cases:
-        print("no benchmark cases (is there a bench.json beside the manifests?)", file=sys.stderr)
+    names = set(_names(args.cases))
+    cases = select_cases(list(packages), args.quick, dtypes, names) if args.sequences != "only" else []
+    if not cases and args.sequences != "only":
+        print(_no_cases_text(packages, dtypes, names), file=sys.stderr)
         return 2
-
-    device = _runtime.default_device()
+    device = doctor.open_device(sys.stderr)
+    if device is None:
+        return 1
     timer = GpuTimer(device, settings.batch, use_timestamps=not args.wall_clock)
     meta = {"device": device_info(device), "timing": timer.method, "quick": args.quick, "warnings": []}
-    torch_peer = None
-    if args.torch:
-        try:
-            torch_peer = TorchPeer(settings)
-            meta["torch"] = torch_peer.info
-            meta["torch_copy_gbps"] = torch_peer.copy_gbps()
-        except Exception as error:
-            meta["warnings"].append(f"--torch skipped: {type(error).__name__}: {error}")
-    bench = Bench(device, settings, timer, torch_peer, args.variant, tunables, args.per_pass)
-
-    results = []
-    for case in cases if args.sequences != "only" else ():
-        result = bench.run(packages[case.op], case)
-        results.append(result)
-        status = (
-            result.error
-            or f"{result.variant}: {result.gpu_us:.1f} us, {result.gbps:.0f} GB/s, {100 * result.fraction_of_copy:.0f}% of copy"
-        )
-        print(f"# {case.op} {case.name} {case.dtype_label}: {status}", file=sys.stderr, flush=True)
+    torch_peer = _torch_peer(args, settings, meta)
+    bench = Bench(device, settings, timer, torch_peer, args.variant, dict(args.tunable), args.per_pass)
+    results = [_run_case(bench, packages[case.op], case) for case in cases]
     if timer.suspicious:
-        meta["warnings"].append(
-            "summed GPU timestamps exceeded wall time: timestamp ticks may not be nanoseconds"
-        )
-
+        meta["warnings"].append("summed GPU timestamps exceeded wall time: timestamp ticks may not be nanoseconds")
     steps = []
     if args.sequences == "only" or (args.sequences == "auto" and not args.quick):
-        for op, entry in bench_calls.sequences_of(packages):
-            for dtype in entry["dtypes"]:
-                if not dtypes or dtype in dtypes:
-                    steps.append(bench_calls.run_sequence(op, entry, dtype, device, timer, settings, torch_peer))
-                    print(f"# sequence {entry['name']} {dtype}: {steps[-1]['sequence_wall_us']:.0f} us a step", file=sys.stderr, flush=True)
+        for op, entry, dtype in bench_calls.sequence_runs(packages, dtypes):
+            steps.append(bench_calls.run_sequence(op, entry, dtype, device, timer, settings, torch_peer))
+            print(f"# sequence {entry['name']} {dtype}: {steps[-1]['sequence_wall_us']:.0f} us a step", file=sys.stderr, flush=True)
     text = (markdown(results, meta) if results else "") + bench_calls.sequences_markdown(steps)
+    return _write(args.files, text, meta, results, steps)
+
+
+def _no_cases_text(packages, dtypes, names):
+    """One line for a run left without cases: which ops, and the filters that left none."""
+    filters = " ".join(f"--{option} {','.join(sorted(v))}" for option, v in (("cases", names), ("dtype", dtypes)) if v)
+    why = f"match {filters}" if filters else "(is there a bench.json beside the manifests?)"
+    return f"no benchmark cases of {', '.join(packages)} {why}"
+
+
+def _torch_peer(args, settings, meta):
+    """The PyTorch peer with --torch (None without, or when it cannot start: a warning in meta)."""
+    if not args.torch:
+        return None
+    try:
+        torch_peer = TorchPeer(settings)
+        meta["torch"] = torch_peer.info
+        meta["torch_copy_gbps"] = torch_peer.copy_gbps()
+    except Exception as error:
+        meta["warnings"].append(f"--torch skipped: {type(error).__name__}: {error}")
+        return None
+    return torch_peer
+
+
+def _run_case(bench, op, case):
+    """One case's Result, its one-line status on stderr as it finishes."""
+    result = bench.run(op, case)
+    status = (
+        result.error
+        or f"{result.variant}: {result.gpu_us:.1f} us, {result.gbps:.0f} GB/s, {100 * result.fraction_of_copy:.0f}% of copy"
+    )
+    print(f"# {case.op} {case.name} {case.dtype_label}: {status}", file=sys.stderr, flush=True)
+    return result
+
+
+def _write(files, text, meta, results, steps):
+    """Print the tables, write the files asked for; the exit status (1 when a case or the plot failed)."""
     print(text)
-    files = args.files
     if files["markdown"]:
         files["markdown"].write(text)
     if files["json"]:

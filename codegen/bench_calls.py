@@ -132,6 +132,11 @@ def sequences_of(packages):
     return found
 
 
+def sequence_runs(packages, dtypes):
+    """(op module, sequence entry, dtype) for every sequence of the op packages in `dtypes` (all if empty)."""
+    return [(op, entry, d) for op, entry in sequences_of(packages) for d in entry["dtypes"] if not dtypes or d in dtypes]
+
+
 def _calls(entry, dtype, device, rng):
     """Per call: (inputs as Tensors, attrs, out= Tensors)."""
     calls = []

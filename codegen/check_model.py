@@ -20,14 +20,18 @@ For each node that `ops()` has a kernel for (at the model's opset), in graph ord
   within it only where the reference has the same), GPU time (timestamp queries when the device
   has them, else wall clock of queue-synced calls).
 
-Exit status: 0 when every node run is within tolerance, 1 when one is not (or fails), 2 for a
-model that cannot be read. Needs `onnx` and `onnxruntime` (the kernels themselves do not).
+Exit status: 0 when every node run is within tolerance (a model without normalization nodes too),
+1 when one is not (or fails) or there is no WebGPU adapter, 2 for a model that cannot be read (a
+file onnx cannot parse, or one without an IR version or a graph, such as an empty file) or a
+`--dim` that no graph input has. Needs `onnx` and `onnxruntime` (the kernels themselves do not).
 This file is copied verbatim into ``generated/check_model.py`` and imports the package relatively.
 """
 
 from __future__ import annotations
 
 import argparse
+import difflib
+import re
 import statistics
 import sys
 import time
@@ -35,11 +39,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import _runtime, find_op, ops
+from . import _runtime, doctor, find_op, ops
 from .onnx_nodes import UnsupportedNodeError, bind_node, entry_for, plan_node, run_node
 
 TOLERANCES = {"float32": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
 ONNX_TYPES = {1: "float32", 10: "float16"}  # TensorProto element types the kernels take
+ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # ONNX Runtime colours its log lines
 
 
 def _opsets(model) -> dict:
@@ -255,7 +260,7 @@ def reference(node, entry, values, opsets):
         model = _single_node_model([copy], feeds, outputs, imports)
         fetch = outputs
     options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
+    options.log_severity_level = 4  # fatal only: an error comes back as the exception, not a coloured log line
     session = onnxruntime.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
@@ -332,6 +337,22 @@ def _shape_text(values):
 # Command line
 
 
+class ReferenceFailed(Exception):
+    """ONNX Runtime could not run the node (the GPU's result is then not checked)."""
+
+
+def one_line(error):
+    """An error's message as one line: ANSI escapes dropped, lines joined (ONNX Runtime's end in a newline)."""
+    text = ANSI_ESCAPE.sub("", str(error))
+    return " ".join(line.strip() for line in text.splitlines() if line.strip()) or type(error).__name__
+
+
+def _failure(error):
+    if isinstance(error, ReferenceFailed):
+        return f"the reference (ONNX Runtime) failed: {error}"
+    return f"{type(error).__name__}: {one_line(error)}"
+
+
 class _Context(NamedTuple):
     """What every node of one check shares."""
 
@@ -350,7 +371,10 @@ def _run_and_compare(node, entry, placeholders, opset, context: _Context):
     values = _drawn_inputs(node, entry, placeholders, initializers, rng)
     call = bind_node(node, values, opset=opset)
     results = run_node(node, values, opset=opset, device=device)
-    expected = reference(node, entry, values, opsets)
+    try:
+        expected = reference(node, entry, values, opsets)
+    except Exception as error:
+        raise ReferenceFailed(f"{type(error).__name__}: {one_line(error)}") from error
     micros, how = gpu_time(call, plan, device)
     for name, value in zip(node.output, results):
         if name:
@@ -397,7 +421,7 @@ def check(model, *, dims=None, seed=0, device=None, out=None):
         try:
             line, ok = _run_and_compare(node, entry, placeholders, opsets.get(domain), context)
         except Exception as error:  # MemoryError included: a node that cannot run is a line, not a traceback
-            line, ok = f"FAILED: {type(error).__name__}: {error}", False
+            line, ok = f"FAILED: {_failure(error)}", False
         failed += not ok
         print(f"{label}: {line}", file=out)
     print(f"{ran} normalization nodes run, {failed} outside tolerance or failed", file=out)
@@ -419,6 +443,46 @@ def _dim(text):
     return name, int(value)
 
 
+def symbolic_dims(model):
+    """The names of the graph inputs' symbolic dimensions, in order of first use."""
+    names = {}
+    for value in model.graph.input:
+        if value.type.HasField("tensor_type"):
+            for dim in value.type.tensor_type.shape.dim:
+                if not dim.HasField("dim_value") and dim.dim_param:
+                    names[dim.dim_param] = None
+    return list(names)
+
+
+def _unknown_dims(model, dims):
+    """One line refusing the --dim names that no graph input has, or None when all are used."""
+    known = symbolic_dims(model)
+    unknown = [name for name in dims if name not in known]
+    if not unknown:
+        return None
+    folded = {name.lower(): name for name in known}  # case folded: n finds N
+    close = [folded[m] for name in unknown for m in difflib.get_close_matches(name.lower(), list(folded), n=1)]
+    hint = f" (did you mean {', '.join(close)}?)" if close else ""
+    have = f"the model's symbolic dims are {', '.join(known)}" if known else "the model has no symbolic dims"
+    return f"--dim {', '.join(unknown)}: no graph input has such a dimension{hint}; {have}"
+
+
+def _load(path):
+    """(the model, None) or (None, one line saying why it cannot be read)."""
+    try:
+        import onnx
+
+        model = onnx.load(path)
+    except ImportError as error:
+        return None, f"check_model needs onnx and onnxruntime: {error}"
+    except Exception as error:
+        return None, f"cannot read {path}: {type(error).__name__}: {one_line(error)}"
+    missing = [what for what, there in (("no IR version", model.ir_version), ("no graph", model.HasField("graph"))) if not there]
+    if missing:  # an empty file parses as an empty ModelProto
+        return None, f"cannot read {path}: not an ONNX model ({', '.join(missing)})"
+    return model, None
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(
         prog=f"python -m {__package__}.check_model", description=__doc__.splitlines()[0]
@@ -434,17 +498,19 @@ def main(argv=None):
     )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        import onnx
-
-        model = onnx.load(args.model)
-    except ImportError as error:
-        print(f"check_model needs onnx and onnxruntime: {error}", file=sys.stderr)
+    model, why = _load(args.model)
+    if model is None:
+        print(why, file=sys.stderr)
         return 2
-    except Exception as error:
-        print(f"cannot read {args.model}: {type(error).__name__}: {error}", file=sys.stderr)
+    dims = dict(args.dim)
+    why = _unknown_dims(model, dims)
+    if why:
+        print(why, file=sys.stderr)
         return 2
-    return 1 if check(model, dims=dict(args.dim), seed=args.seed) else 0
+    device = doctor.open_device(sys.stderr)
+    if device is None:
+        return 1
+    return 1 if check(model, dims=dims, seed=args.seed, device=device) else 0
 
 
 if __name__ == "__main__":

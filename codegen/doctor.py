@@ -119,6 +119,8 @@ OVERFLOW_GAMMA = 30000.0
 # to the device, so doctor asks it. Outputs up to IN_RANGE are held to the usual tolerance.
 F16_OVERFLOW = 65536.0
 IN_RANGE = 65000.0
+NO_ADAPTER_HINT = ("on a GPU-less Linux machine install Mesa's Vulkan driver (mesa-vulkan-drivers) and set "
+                   "WGPU_BACKEND_TYPE=Vulkan")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -271,24 +273,44 @@ def run_checks(device, caps, out):
     return failed
 
 
+def no_adapter_message(error):
+    """What to say when the runtime's default_device() fails, and how to get an adapter: for its
+    NoAdapterError, wgpu's reason (`error.reason`); for wgpu's raw RuntimeError ("Request adapter
+    failed (3): ... Caused by: ..."), its last line; for another error that says "no WebGPU
+    adapter" (a ContractError, say), that sentence on."""
+    reason = getattr(error, "reason", None)
+    if not reason:
+        text = getattr(error, "message", None) or str(error)
+        reason = ([line.strip() for line in text.splitlines() if line.strip()] or [type(error).__name__])[-1]
+        if "no webgpu adapter" in reason.lower():
+            said = reason[reason.lower().index("no webgpu adapter"):]
+            return said if "WGPU_BACKEND_TYPE" in said else f"{said}\n{NO_ADAPTER_HINT}"
+    return f"no WebGPU adapter: {reason}\n{NO_ADAPTER_HINT}"
+
+
+def open_device(out):
+    """The runtime's default device, or None once `out` says why there is none (no wgpu, no adapter):
+    what doctor, bench and check_model do before any GPU work."""
+    try:
+        importlib.import_module("wgpu")
+    except ImportError as error:
+        print(f"wgpu is not installed ({error}): pip install wgpu", file=out)
+        return None
+    try:
+        return _runtime.default_device()
+    except Exception as error:  # wgpu raises RuntimeError when it finds no adapter
+        print(no_adapter_message(error), file=out)
+        return None
+
+
 def main(argv=None, out=None):
     """`python -m generated doctor`: 0 when every check passes, 1 on a failure or without an adapter."""
     out = out or sys.stdout
     if argv:
         print("usage: python -m generated doctor (no options)", file=sys.stderr)
         return 2
-    try:
-        importlib.import_module("wgpu")
-    except ImportError as error:
-        print(f"wgpu is not installed ({error}): pip install wgpu", file=out)
-        return 1
-    try:
-        device = _runtime.default_device()
-    except Exception as error:  # wgpu raises RuntimeError when it finds no adapter
-        reason = (str(error).strip().splitlines() or [type(error).__name__])[-1].strip()
-        print(f"no WebGPU adapter: {reason}", file=out)
-        print("on a GPU-less Linux machine install Mesa's Vulkan driver (mesa-vulkan-drivers) and set "
-              "WGPU_BACKEND_TYPE=Vulkan", file=out)
+    device = open_device(out)
+    if device is None:
         return 1
     try:
         caps = describe_device(device, out)

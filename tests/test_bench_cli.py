@@ -1,11 +1,17 @@
 """The benchmark's command line refuses bad arguments before any benchmark runs (exit 2, naming what exists)."""
 
+import os
+import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
-from generated import bench
+import generated
+from generated import bench, doctor
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def _refused(capsys, *argv):
@@ -60,3 +66,50 @@ def test_a_plot_that_cannot_be_drawn_fails_the_run(capsys, monkeypatch, tmp_path
     code = bench.main(["--quick", "--ops", "batch_normalization", "--dtype", "float32", "--plot", str(tmp_path / "b.png")])
     assert code == 1
     assert "plot not written: no results to plot" in capsys.readouterr().err
+
+
+def test_unknown_case_names_are_refused_with_the_known_ones(capsys):
+    err = _refused(capsys, "--ops", "batch_normalization", "--cases", "nosuch,resnet50-layr1")
+    assert "--cases: unknown case nosuch, resnet50-layr1 (did you mean 'resnet50-layer1'?)" in err, err
+    assert "cases: batch_normalization: resnet50-layer1, " in err and "resnet50-stem-b1" in err, err
+
+
+def test_sequences_only_without_sequences_says_so_in_one_line(capsys):
+    err = _refused(capsys, "--ops", "batch_normalization", "--sequences", "only")
+    assert err.strip() == "python -m generated.bench: --sequences only: batch_normalization has no sequences to run", err
+
+
+def test_bench_without_an_adapter_says_so_in_one_line(tmp_path):
+    """As doctor does (the same function): no traceback, exit 1, before any case runs."""
+    missing = str(tmp_path / "no-such-icd.json")
+    environment = {**os.environ, "WGPU_BACKEND_TYPE": "Vulkan", "VK_ICD_FILENAMES": missing, "VK_DRIVER_FILES": missing}
+    for args in (["generated", "bench"], ["generated.bench"]):
+        done = subprocess.run([sys.executable, "-m", *args, "--quick", "--ops", "batch_normalization"], cwd=ROOT,
+                              env=environment, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 1, done.stdout + done.stderr
+        said = [line for line in done.stderr.splitlines() if not line.startswith("Forcing backend")]  # wgpu's own
+        assert said[0].startswith("no WebGPU adapter: ") and "mesa-vulkan-drivers" in said[1] and len(said) == 2, done.stderr
+        assert "Traceback" not in done.stdout + done.stderr and not done.stdout.strip(), done.stdout + done.stderr
+
+
+def test_the_adapter_message_takes_the_runtimes_error_or_wgpus(monkeypatch, capsys):
+    raw = RuntimeError("Request adapter failed (3): Validation Error\n\nCaused by:\n  No suitable graphics adapter found")
+    own = generated.ContractError("device", "adapter", "an adapter", "no WebGPU adapter (none found)")
+    for error in (raw, own, RuntimeError("no WebGPU adapter; set WGPU_BACKEND_TYPE=Vulkan")):
+        text = doctor.no_adapter_message(error)
+        assert text.startswith("no WebGPU adapter") and "no WebGPU adapter" not in text[1:], text
+        assert "WGPU_BACKEND_TYPE=Vulkan" in text and "Traceback" not in text, text
+    assert doctor.no_adapter_message(raw).startswith("no WebGPU adapter: No suitable graphics adapter found\n")
+
+    def no_adapter():
+        raise raw
+
+    monkeypatch.setattr(bench._runtime, "default_device", no_adapter)
+    assert bench.main(["--quick", "--ops", "batch_normalization"]) == 1
+    assert capsys.readouterr().err.startswith("no WebGPU adapter: No suitable graphics adapter found\n")
+
+
+def test_quick_takes_the_first_case_of_the_dtype_asked_for():
+    """--quick's fallback (no case of the name marked quick) is the first case left after --dtype."""
+    cases = bench.select_cases(["batch_normalization"], True, {"float16"}, {"resnet50-layer4"})
+    assert [(c.name, c.dtype_label) for c in cases] == [("resnet50-layer4", "f16")]

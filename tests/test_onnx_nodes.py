@@ -1,5 +1,6 @@
 """ONNX models: the registry `generated.ops()`, `generated.onnx_nodes.run_node` and `python -m generated.check_model`."""
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -315,3 +316,63 @@ def test_check_model_plans_before_drawing_inputs(tmp_path, capsys):
     assert "maxBufferSize" in lines[0]
     assert lines[1].startswith("small: BatchNormalization-15 2x4x3x3") and lines[1].endswith(": ok"), lines
     assert lines[2] == "2 normalization nodes run, 1 outside tolerance or failed"
+
+
+def _bn_model(path, dims=("N", 2, 3, 3)):
+    """One BatchNormalization-15 over an input of `dims` (a string is a symbolic dimension)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))
+    params = [numpy_helper.from_array(np.ones(dims[1], np.float32), n) for n in "sbmv"]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn")
+    graph = helper.make_graph([node], "bn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), path)
+    return str(path)
+
+
+def test_check_model_refuses_a_dim_that_no_graph_input_has(tmp_path, capsys):
+    path = _bn_model(tmp_path / "bn.onnx")
+    assert check_model.main([path, "--dim", "Q=3", "--dim", "n=2"]) == 2
+    captured = capsys.readouterr()
+    assert captured.err == "--dim Q, n: no graph input has such a dimension (did you mean N?); the model's symbolic dims are N\n"
+    assert captured.out == ""
+    fixed = _bn_model(tmp_path / "fixed.onnx", (1, 2, 3, 3))
+    assert check_model.main([fixed, "--dim", "N=2"]) == 2
+    assert "the model has no symbolic dims" in capsys.readouterr().err
+
+
+def test_check_model_reads_an_empty_file_as_no_model_but_runs_a_model_without_normalizations(tmp_path, capsys):
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    assert check_model.main([str(tmp_path / "empty.onnx")]) == 2
+    assert capsys.readouterr().err == f"cannot read {tmp_path / 'empty.onnx'}: not an ONNX model (no IR version, no graph)\n"
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), tmp_path / "relu.onnx")
+    assert check_model.main([str(tmp_path / "relu.onnx")]) == 0
+    assert capsys.readouterr().out == "0 normalization nodes run, 0 outside tolerance or failed\n"
+
+
+def test_check_model_gives_a_failing_reference_one_line_without_ansi_escapes(tmp_path):
+    """ONNX Runtime's GroupNormalization cannot take a batch of 0 (its Reshape fails): that node's
+    line names the reference, on one line; ONNX Runtime logs nothing coloured of its own."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 2, 2])
+    params = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b")]
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn", num_groups=2)
+    graph = helper.make_graph([node], "gn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "gn.onnx")
+    done = subprocess.run([sys.executable, "-m", "generated.check_model", str(tmp_path / "gn.onnx"), "--dim", "N=0"],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and lines[1] == "1 normalization nodes run, 1 outside tolerance or failed", lines
+    assert lines[0].startswith("gn: GroupNormalization-21 0x4x2x2, 4, 4 float32: FAILED: the reference (ONNX Runtime) failed: "), lines
+    assert "\x1b" not in done.stdout + done.stderr and "onnxruntime" not in done.stderr, done.stderr
+    assert check_model.one_line(RuntimeError("\x1b[1;31mfirst\n\n  second\n\x1b[m")) == "first second"
+
+
+def test_check_model_without_an_adapter_says_so_in_one_line(tmp_path):
+    missing = str(tmp_path / "no-such-icd.json")
+    environment = {**os.environ, "WGPU_BACKEND_TYPE": "Vulkan", "VK_ICD_FILENAMES": missing, "VK_DRIVER_FILES": missing}
+    done = subprocess.run([sys.executable, "-m", "generated.check_model", _bn_model(tmp_path / "bn.onnx")], env=environment,
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
+    said = [line for line in done.stderr.splitlines() if not line.startswith("Forcing backend")]  # wgpu's own
+    assert said[0].startswith("no WebGPU adapter: ") and "mesa-vulkan-drivers" in said[1], done.stderr
