@@ -298,8 +298,11 @@ def open_device(out):
         return None
     try:
         return _runtime.default_device()
-    except Exception as error:  # wgpu raises RuntimeError when it finds no adapter
-        print(no_adapter_message(error), file=out)
+    except Exception as error:
+        if isinstance(error, _runtime.NoAdapterError) or "adapter" in str(error).lower():
+            print(no_adapter_message(error), file=out)
+        else:  # an adapter, but no device: request_device_sync failed
+            print(f"no WebGPU device: {type(error).__name__}: {' '.join(str(error).split())}", file=out)
         return None
 
 

@@ -333,12 +333,20 @@ class _Resolver:
             for b in pass_.bindings
             if b.element_type is not None
         )
-        bound = tuple(
-            self.attempt(lambda: NamedCode(b.name, compile_expr(b.when, scope, "bool"))) for b in pass_.bindings if b.when is not None
-        )
+        bound = tuple(self.attempt(lambda: self.bound(b, scope)) for b in pass_.bindings if b.when is not None)
         shadowed = {v.name for v in values}
         visible = tuple(v for v in variant_level.compiled() if v.name not in shadowed) + values
         return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible, bound)
+
+    def bound(self, binding, scope: Scope) -> NamedCode:
+        """A binding's `when`. It must read the request only through named values (`hasBias`, a
+        `derive` of `has(shapes, "bias")`): the compiler enumerates each named boolean once, so a
+        `when` that read the request itself would be enumerated apart from the template value that
+        says the same, and render shaders binding what their code does not have."""
+        code = compile_expr(binding.when, scope, "bool")
+        if reads_request(code):
+            raise ExprError(binding.when.origin, binding.when.text(), "a binding's `when` must name derived values, not read the request itself: derive it (`hasBias: has(shapes, \"bias\")`) and name that")
+        return NamedCode(binding.name, code)
 
     def element_type(self, expr: Expr, scope: Scope) -> Compiled:
         """`$name` reads a value (`$T` with no value named T means dtypes.T); other text is WGSL."""

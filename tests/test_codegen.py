@@ -1786,3 +1786,11 @@ def test_manifests_and_templates_that_lie_apart_build(tmp_path, device):
         result = _cli(str(manifests), str(out), "--templates", str(templates), *args, cwd=tmp_path)
         assert result.returncode == 0 and said in result.stdout, result.stdout + result.stderr
     assert _tree(out) == {path: text.encode() for path, text in sorted(files.items())}
+
+
+def test_a_binding_when_that_reads_the_request_itself_is_a_located_problem(tmp_path):
+    """`when: has(shapes, "b")` beside the template's `hasB` would be enumerated apart from it (shaders
+    whose code uses b without binding it): a `when` names derived values instead."""
+    manifests, _ = _tiny_repo(tmp_path, OPTIONAL_INPUT_TEMPLATE, _optional_input_manifest(["x", {"use": "b", "when": 'has(shapes, "b")'}, "y"]))
+    with pytest.raises(CompileError, match=r"bindings/1/when: .*must name derived values"):
+        resolve_op(load_manifests(manifests)[0])

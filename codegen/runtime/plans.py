@@ -172,9 +172,8 @@ def _declared(bindings: tuple, text: str, name: str) -> tuple:
     by_name = {b.name: b for b in bindings}
     declared = declared_bindings(text)
     if any(variable not in by_name for _, variable in declared):
-        raise PlanError(
-            "plan", name, "shader bindings", f"the shader declares bindings {declared}, the table {bindings}"
-        )
+        # The build checks every shader against its table: this is a generator defect, not a caller's error.
+        raise RuntimeError(f"shader {name} declares bindings {declared}; its table has {bindings}")
     return tuple(replace(by_name[variable], index=index) for index, variable in declared)
 
 
