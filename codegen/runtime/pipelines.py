@@ -196,7 +196,11 @@ def _binding_views(pass_plan, tensors, device):
             buffer = _uniform_buffer(device, pass_plan)
             view = BufferSlice(buffer, 0, buffer.size)
         else:
-            view = tensors[b.kind][b.resource]
+            view = tensors[b.kind].get(b.resource)
+            if view is None:  # a manifest defect: a binding of an optional tensor needs a `when`
+                raise RuntimeError(
+                    f"pass {pass_plan.name} binds {b.kind} {b.resource!r}, which this call does not have"
+                )
             if isinstance(view, Tensor):
                 view = whole_tensor(view)
         views.append((b.index, view))
