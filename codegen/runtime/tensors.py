@@ -172,14 +172,11 @@ class Tensor:
         object.__setattr__(self, name, value)
 
     # A Tensor is a GPU buffer: no copy of one can be made in Python, nor can one cross processes.
-    def __copy__(self) -> Tensor:
-        raise TypeError("a Tensor is a GPU buffer and cannot be copied: tensor.numpy() copies its data")
-
-    def __deepcopy__(self, memo: Any) -> Tensor:
-        raise TypeError("a Tensor is a GPU buffer and cannot be copied: tensor.numpy() copies its data")
-
+    # copy, deepcopy and pickle all reduce it first (object.__reduce_ex__ calls this).
     def __reduce__(self) -> Any:
-        raise TypeError("a Tensor is a GPU buffer and cannot be pickled: pickle tensor.numpy()")
+        raise TypeError(
+            "a Tensor is a GPU buffer and cannot be copied or pickled: tensor.numpy() copies its data"
+        )
 
     def __delattr__(self, name: str) -> None:
         if name in Tensor._FIXED:
