@@ -513,6 +513,7 @@ REGISTER_CASES = [
     ((2, 8, 10, 44), 2, {"REGISTER_SINGLE_WORKGROUP_SIZE": 100}, (100, 1, "5"), (100, 1, "3")),  # 440 / 220 units: tails
     ((1, 4, 16, 24), 1, {"REGISTER_SINGLE_WORKGROUP_SIZE": 33}, (33, 1, "12"), (33, 1, "6")),  # 384 / 192 units on 33
     ((2, 6, 7, 32), 3, {"REGISTER_SINGLE_WORKGROUP_SIZE": 16}, (16, 1, "8"), (16, 1, "4")),  # 7 -> 8, 3.5 -> 4: spare units
+    ((1, 4, 14, 32), 2, {"REGISTER_SINGLE_WORKGROUP_SIZE": 16}, (16, 1, "16"), (16, 1, "8")),  # 14 -> 16, 7 -> 8: spare units
     ((1, 8, 32, 40), 2, {**SPLIT_SHORT_ROWS, "REGISTER_WORKGROUP_SIZE": 64}, (64, 2, "20"), (64, 2, "10")),  # two workgroups a row
     ((2, 4, 24, 24), 2, {**SPLIT_SHORT_ROWS, "REGISTER_WORKGROUP_SIZE": 32, "REGISTER_SPLIT": 3}, (32, 3, "10"), (32, 3, "5")),
     ((1, 4, 24, 32), 1, {"REGISTER_SINGLE_WORKGROUP_SIZE": 32, "REGISTER_MAX_UNITS": 24}, (32, 1, "24"), (32, 1, "12")),  # largest bucket
@@ -540,10 +541,27 @@ def test_row_registers_against_float64_reference(shape, num_groups, tunables, f3
     attrs = {"num_groups": num_groups, "epsilon": float(rng.choice([1e-5, 1e-3, 0.1]))}
     (p,) = register_plan(inputs, attrs, tunables).passes
     workgroup, split, bucket = f32_geometry if dtype == np.float32 else f16_geometry
-    assert (p.workgroup_size, p.uniforms["split"], held_units(p)) == (workgroup, split, bucket)
+    assert (p.workgroup_size, p.values["split"], held_units(p)) == (workgroup, split, bucket)
     assert p.dispatch == (shape[0] * num_groups * split, 1, 1) and p.uses_subgroups
     actual = run_poisoned(inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers")
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} {attrs} {tunables} {seed_note(seed)}")
+
+
+def test_row_registers_cases_meet_every_bucket_fill():
+    """REGISTER_CASES run each of the template's three fills on this device, in both dtypes:
+    "exact" (every unit of every invocation in the row: loads unclamped, no held() test), "last"
+    (only the last unit tested) and "any" (spare bucket units); expected_fill is the definition."""
+    from tests.test_pipelines_per_shape import expected_fill
+
+    seen = set()
+    for shape, num_groups, tunables, _, _ in REGISTER_CASES:
+        for dtype in (np.float32, np.float16):
+            inputs = {"x": np.zeros(shape, dtype), "scale": np.zeros(shape[1], dtype), "bias": np.zeros(shape[1], dtype)}
+            (p,) = register_plan(inputs, {"num_groups": num_groups}, tunables).passes
+            fill = p.spec.split(".")[1].split("-")[0]
+            assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (shape, dtype)
+            seen.add((fill, dtype))
+    assert {fill for fill, _ in seen} == {"exact", "last", "any"} and len(seen) == 6, seen
 
 
 @DTYPES
@@ -554,7 +572,7 @@ def test_row_registers_folded_dispatch(dtype, request):
     attrs = {"num_groups": 70000}
     tunables = {**SPLIT_SHORT_ROWS, "SM_COUNT_PROXY": 1_000_000}
     (p,) = register_plan(inputs, attrs, tunables).passes
-    assert p.dispatch == (65535, 3, 1) and p.uniforms["split"] == 2
+    assert p.dispatch == (65535, 3, 1) and p.values["split"] == 2
     actual = run_poisoned(inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers")
     assert_close(actual, reference(inputs, attrs), dtype, f"folded {seed_note(seed)}")
 
@@ -569,7 +587,7 @@ def test_row_registers_every_split_gives_the_bits_of_one_workgroup(dtype, reques
     runs = []
     for split in (1, 2, 3):
         tunables = {**SPLIT_SHORT_ROWS, "REGISTER_SPLIT": split, "REGISTER_WORKGROUP_SIZE": 64, "REGISTER_SINGLE_WORKGROUP_SIZE": 64}
-        assert register_plan(inputs, attrs, tunables).passes[0].uniforms["split"] == split
+        assert register_plan(inputs, attrs, tunables).passes[0].values["split"] == split
         runs.append(run_poisoned(inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers"))
     assert all(r.tobytes() == runs[0].tobytes() for r in runs[1:])
 
@@ -584,7 +602,7 @@ def test_row_registers_selection():
         main = p.passes[0]
         if p.variant != "group_row_registers":
             return p.variant
-        return p.variant, main.workgroup_size, main.uniforms["split"], held_units(main)
+        return p.variant, main.workgroup_size, main.values["split"], held_units(main)
 
     registers = "group_row_registers"
     # The SD UNet rows of bench.json: 40960, 20480 and 10240 values, 64 rows; 640 invocations a

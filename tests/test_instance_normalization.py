@@ -496,7 +496,7 @@ def held_units(pass_plan):
 
 def register_geometry(plan):
     (p,) = plan.passes
-    return p.workgroup_size, p.uniforms["split"], held_units(p)
+    return p.workgroup_size, p.values["split"], held_units(p)
 
 
 def register_plan(inputs, tunables, caps=REGISTER_CAPS):
@@ -516,7 +516,7 @@ def test_row_registers_against_reference_and_onnxruntime(shape, tunables, f32_ge
     assert register_geometry(plan) == (f32_geometry if dtype == np.float32 else f16_geometry)
     (p,) = plan.passes
     planes = shape[0] * shape[1]
-    assert p.dispatch == (planes * p.uniforms["split"], 1, 1) and p.uses_subgroups
+    assert p.dispatch == (planes * p.values["split"], 1, 1) and p.uses_subgroups
     assert (p.uniforms["numGroups"], p.overrides["channelsPerGroup"]) == (shape[1], 1)
     assert p.workgroup_storage_bytes <= p.workgroup_size * 16 + 4100 + 8  # regWorkgroupBytes
     actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS)
@@ -545,7 +545,7 @@ def test_row_registers_folded_dispatch(dtype, request):
     inputs = random_inputs(rng, (1, 70000, 8), dtype)
     tunables = {**SPLIT_SMALL_PLANES, "SM_COUNT_PROXY": 1_000_000}
     (p,) = register_plan(inputs, tunables).passes
-    assert p.dispatch == (65535, 3, 1) and p.uniforms["split"] == 2
+    assert p.dispatch == (65535, 3, 1) and p.values["split"] == 2
     actual = run_poisoned(inputs, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS)
     assert_close(actual, reference(inputs, 1e-5), dtype, f"{REGISTERS} folded {seed_note(seed)}")
 

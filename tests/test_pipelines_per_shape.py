@@ -355,8 +355,8 @@ def test_fifty_shapes_share_a_handful_of_pipelines(package, variant, attrs, caps
 
 
 def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucket(request):
-    """50 shapes of group_row_registers: a pipeline is told apart only by its workgroup size and the
-    specialization's unit bucket (the shader's UNITS), never by a shape value; per dtype at most
+    """50 shapes of group_row_registers: a pipeline is told apart only by its workgroup size, the
+    specialization's unit bucket (the shader's UNITS) and its fill, and split, never by a shape value; per dtype at most
     the powers of two below the workgroup cap (one unit each) and the cap with each of 12 buckets."""
     rng, seed = rng_for(request.node.name)
 
@@ -372,7 +372,7 @@ def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
 def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucket(request):
     """The same for InstanceNorm's plane_row_registers (GroupNorm's template, one channel a group)
     over 50 shapes, planes of 8 to 20000 values (buckets up to 20 units at 256 invocations):
-    pipelines differ only by workgroup size and unit bucket."""
+    pipelines differ only by workgroup size, unit bucket, fill and split."""
     rng, seed = rng_for(request.node.name)
 
     def plans():
@@ -385,18 +385,31 @@ def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
     assert_one_pipeline_per_workgroup_and_bucket(plans(), seed)
 
 
+def expected_fill(row_units, workgroup, bucket):
+    """How a row fills its unit bucket, from the definition: "exact" when it is `bucket` whole
+    sweeps of the workgroup, "last" when the bucket is the row's own ceil(row / workgroup) units
+    (so only an invocation's last unit can lie past the row), else "any"."""
+    needed = -(-row_units // workgroup)
+    if needed != bucket:
+        return "any"
+    return "exact" if row_units == needed * workgroup else "last"
+
+
 def assert_one_pipeline_per_workgroup_and_bucket(plans, seed):
     """Over (shapes, dtype, plan) of a row-in-registers variant: pipelines differ only by dtype,
-    workgroup size and unit bucket, never by a shape value."""
+    workgroup size, unit bucket, the bucket's fill and split (1 or REGISTER_SPLIT: both overrides
+    and specializations that take a handful of values), never by a shape value."""
     keys, kinds = set(), set()
     for shapes, dtype, plan in plans:
         (p,) = plan.passes
         keys.add(pipeline_key(p))
-        kinds.add((dtype, p.workgroup_size, held_units(p)))
+        fill = p.spec.split(".")[1].split("-")[0]
+        assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (shapes, dtype, p.spec)
+        kinds.add((dtype, p.workgroup_size, held_units(p), fill, p.overrides["split"]))
         assert not set(p.overrides) & set(p.uniforms), p.name
         # A workgroup below the cap (256 under WebGPU's default limits) covers its row at once.
         assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
-    assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket) ({seed_note(seed)})"
+    assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket, fill, split) ({seed_note(seed)})"
 
 
 # --- the compiler's choice, for every shader ------------------------------------------------------

@@ -775,6 +775,24 @@ def register_outputs(member):
     return ("Y", "S") if member.endswith("sum") else ("Y",)
 
 
+def test_register_cases_meet_exact_and_partial_rows():
+    """REGISTER_CASES run both forms of the shader in both dtypes: exactRow (spatial is UNITS x
+    positionLanes, so no load is clamped and no unit tested) and the general one; one exact case
+    splits its rows over two workgroups (split as an override)."""
+    seen = set()
+    for shape, groups, tunables, _, _ in REGISTER_CASES:
+        for t in ("float32", "float16"):
+            shapes = register_shapes(shape, "bias_sum", "full")
+            attrs = {"groups": groups, "activation": 0}
+            p = sgn.plan(shapes, {"T": t, "M": "float32"}, attrs=attrs, outputs=("Y", "S"), tunables=tunables, variant="registers", caps=SUBGROUP_CAPS)
+            (main,) = p.passes
+            exact = shape[1] * shape[2] == int(held_units(main)) * main.values["positionLanes"]
+            assert ("exact-row" in main.spec.split(".")[1]) == exact, (shape, t, main.spec)
+            seen.add((exact, t, main.overrides["split"]))
+    assert {(e, t) for e, t, _ in seen} == {(e, t) for e in (True, False) for t in ("float32", "float16")}, seen
+    assert (True, "float16", 2) in seen and (True, "float32", 2) in seen, seen
+
+
 @pytest.mark.parametrize("skip_form", ["full", "NC"])
 @pytest.mark.parametrize("member", REGISTER_MEMBERS)
 @pytest.mark.parametrize("t", ["float32", "float16"])
@@ -793,7 +811,7 @@ def test_registers_against_float64_reference(shape, groups, tunables, f32_geomet
     p = sgn.plan(shapes, {"T": t, "M": m}, attrs=attrs, outputs=outputs, tunables=tunables, variant=variant, caps=SUBGROUP_CAPS)
     (main,) = p.passes
     workgroup, split, units = f32_geometry if t == "float32" else f16_geometry
-    assert (main.workgroup_size, main.uniforms["split"], held_units(main)) == (workgroup, split, units)
+    assert (main.workgroup_size, main.values["split"], held_units(main)) == (workgroup, split, units)
     assert main.dispatch == (shape[0] * groups * split, 1, 1) and main.uses_subgroups
     result = run_poisoned(inputs, attrs, outputs, tunables=tunables, variant=variant)
     check(result, inputs, attrs, f"{variant} {shape} g{groups} skip {skip_form} T={t} M={m} {tunables} {seed_note(seed)}")
@@ -811,7 +829,7 @@ def test_registers_every_split_gives_the_bits_of_one_workgroup(t, request):
     for split in (1, 2, 3):
         tunables = {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_SPLIT": split, "REGISTER_WORKGROUP_SIZE": 64, "REGISTER_SINGLE_WORKGROUP_SIZE": 64}
         p = sgn.plan(shapes, {"T": t, "M": "float32"}, attrs=attrs, outputs=("Y", "S"), tunables=tunables, variant="registers", caps=SUBGROUP_CAPS)
-        assert p.passes[0].uniforms["split"] == split
+        assert p.passes[0].values["split"] == split
         runs.append(run_poisoned(inputs, attrs, ("Y", "S"), tunables=tunables, variant="registers"))
     for key in ("Y", "S"):
         assert all(r[key].tobytes() == runs[0][key].tobytes() for r in runs[1:]), f"{key} {seed_note(seed)}"
@@ -906,7 +924,7 @@ def registers_choice(shape, t="float16", caps=H200_CAPS, groups=32, skip="full",
     if not p.variant == "registers":
         return p.variant
     (main,) = p.passes
-    return p.variant, main.workgroup_size, main.uniforms["split"], held_units(main)
+    return p.variant, main.workgroup_size, main.values["split"], held_units(main)
 
 
 def test_registers_take_the_sdxl_bench_cases():
@@ -924,8 +942,8 @@ def test_registers_take_the_sdxl_bench_cases():
         p = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS, tunables={"REGISTER_MIN_UNIT_BYTES": 4})
         assert p.variant == "registers", (case["name"], p.explanation)
         (main,) = p.passes
-        assert (main.workgroup_size, main.uniforms["split"], held_units(main)) == expected[shapes["X"]], case["name"]
-        assert main.dispatch == (64 * main.uniforms["split"], 1, 1)
+        assert (main.workgroup_size, main.values["split"], held_units(main)) == expected[shapes["X"]], case["name"]
+        assert main.dispatch == (64 * main.values["split"], 1, 1)
         without = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=F16_CAPS)
         assert not without.variant == "registers", case["name"]
 

@@ -123,7 +123,7 @@ def test_group_normalization(config, dtype, pattern, request):
     elif "split" in variant:
         assert p.passes[0].values["split"] == 8
     elif variant == "group_row_registers":
-        assert (p.passes[0].workgroup_size, p.passes[0].uniforms["split"]) == (256, 2)
+        assert (p.passes[0].workgroup_size, p.passes[0].values["split"]) == (256, 2)
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(gn, inputs, attrs=attrs, caps=caps, tunables=tunables, variant=variant)["y"]
@@ -206,7 +206,7 @@ def test_instance_normalization(config, dtype, pattern, request):
     elif variant == "plane_batched_vec4":
         assert p.passes[0].uniforms["lanesPerPlane"] == 16
     elif variant == "plane_row_registers":
-        assert (p.passes[0].workgroup_size, p.passes[0].uniforms["split"]) == (256, 2)
+        assert (p.passes[0].workgroup_size, p.passes[0].values["split"]) == (256, 2)
     else:
         assert p.passes[0].workgroup_size == 64
     actual = poisoned_call(inn, inputs, caps=caps, tunables=tunables, variant=variant)["output"]
