@@ -946,11 +946,11 @@ def emit_package_init(ops: list[ResolvedOp], sources: list[Source], version: str
     w.line('"""')
     w.line()
     w.line("from . import " + ", ".join(snake(op.ir.name) for op in ops))
-    w.line("from ._runtime import ContractError, NoAdapterError, Sequence, Tensor, default_device")
+    w.line("from ._runtime import ContractError, DeviceLostError, NoAdapterError, Sequence, Tensor, default_device")
     w.line("from .registry import OpEntry, find_in, ops_of")
     w.line()
     w.line(f"__version__ = {version!r}  # [project] version in pyproject.toml")
-    names = ["ContractError", "NoAdapterError", "OpEntry", "Sequence", "Tensor", "__version__", "default_device", "find_op", "ops", "warmup"]
+    names = ["ContractError", "DeviceLostError", "NoAdapterError", "OpEntry", "Sequence", "Tensor", "__version__", "default_device", "find_op", "ops", "warmup"]
     w.line(f"__all__ = {names + [snake(op.ir.name) for op in ops]!r}")
     w.line()
     w.comment("From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).")

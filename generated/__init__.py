@@ -15,12 +15,13 @@ op packages; `onnx_nodes.run_node()` runs an ONNX node through them.
 """
 
 from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
-from ._runtime import ContractError, NoAdapterError, Sequence, Tensor, default_device
+from ._runtime import ContractError, DeviceLostError, NoAdapterError, Sequence, Tensor, default_device
 from .registry import OpEntry, find_in, ops_of
 
 __version__ = "0.1.0"  # [project] version in pyproject.toml
 __all__ = [
     "ContractError",
+    "DeviceLostError",
     "NoAdapterError",
     "OpEntry",
     "Sequence",

@@ -9,6 +9,8 @@ GPU work, never a wgpu error or a raw TypeError / AttributeError from inside the
 - `Tensor.empty` over maxBufferSize, and Tensors of dtypes no kernel takes (float64, object).
 - caps mappings of the wrong types, and a limit `True` after the same request with `1`.
 - a Tensor's shape, dtype and device are read-only; a re-pointed buffer is checked on read-back.
+- a device that was destroyed: every entry point raises DeviceLostError naming the caller's call, and
+  a lost process default device is replaced by the next default_device().
 
 Shapes are tiny: lavapipe is slow.
 """
@@ -435,3 +437,66 @@ def test_a_tensor_or_sequence_cannot_be_copied_and_says_why(how):
         action(tensors["x"])
     with pytest.raises(TypeError, match="a Sequence holds GPU pipelines"):
         action(sequence)
+
+
+# --- a lost device ---------------------------------------------------------------------------------
+
+
+def lost_device_calls(device, tensors, out, sequence):
+    """Every public entry point, on a device that is lost by the time they run."""
+    return {
+        "kernel() of arrays": lambda: gn.kernel(gn_arrays(), attrs=ATTRS, device=device),
+        "kernel() of Tensors, out=": lambda: gn.kernel(tensors, attrs=ATTRS, out={"y": out}),
+        "kernel() of Tensors": lambda: gn.kernel(tensors, attrs=ATTRS),
+        "Sequence.run()": sequence.run,
+        "Sequence.kernel()": lambda: sequence.kernel(gn, tensors, attrs=ATTRS),
+        "Tensor.numpy()": out.numpy,
+        "Tensor.from_numpy()": lambda: Tensor.from_numpy(np.ones(3, np.float32), device),
+        "Tensor.empty()": lambda: Tensor.empty((3,), "float32", device),
+        "warmup()": lambda: gn.warmup({"x": (1, 8, 4), "scale": (8,), "bias": (8,)}, {"T": "float32"}, ATTRS, device=device),
+    }
+
+
+EXPECTED_OP = {
+    "Sequence.run()": "Sequence.run()",
+    "Sequence.kernel()": "Sequence.kernel()",
+    "Tensor.numpy()": "Tensor.numpy()",
+    "Tensor.from_numpy()": "Tensor.from_numpy()",
+    "Tensor.empty()": "Tensor.empty()",
+}
+
+
+def test_a_destroyed_device_is_one_clear_error_at_every_entry_point(adapter):
+    """After device.destroy(), every entry point raises DeviceLostError naming the call the caller
+    made (not wgpu's "Parent device is lost" validation error), and the process goes on. The same
+    call that worked before the destroy is among them (its repeat memo holds the recorded call)."""
+    device = adapter.request_device_sync(required_features=[])
+    tensors = {k: Tensor.from_numpy(v, device) for k, v in gn_arrays().items()}
+    out = Tensor.empty((2, 4, 3), "float32", device)
+    sequence = Sequence(device)
+    sequence.kernel(gn, tensors, attrs=ATTRS)
+    gn.kernel(tensors, attrs=ATTRS, out={"y": out})
+    device.destroy()
+    for name, call in lost_device_calls(device, tensors, out, sequence).items():
+        with pytest.raises(generated.DeviceLostError) as caught:
+            call()
+        op = EXPECTED_OP.get(name, GN)
+        assert str(caught.value).startswith(f"{op}: the GPU device is lost"), (name, str(caught.value))
+        assert caught.value.op == op
+
+
+def test_a_lost_default_device_is_replaced_by_the_next_default_device(adapter, monkeypatch):
+    """Where the lost device is the process default one, the error also forgets it, so that
+    default_device() (and every call without device=) makes a new one."""
+    from generated._runtime import caps as runtime_caps
+
+    lost = adapter.request_device_sync(required_features=[])
+    monkeypatch.setattr(runtime_caps, "_default_device", lost)
+    assert generated.default_device() is lost
+    lost.destroy()
+    with pytest.raises(generated.DeviceLostError):
+        gn.kernel(gn_arrays(), attrs=ATTRS)
+    fresh = generated.default_device()
+    assert fresh is not lost
+    np.testing.assert_allclose(gn.kernel(gn_arrays(), attrs=ATTRS)["y"], gn.kernel(gn_arrays(), attrs=ATTRS, device=fresh)["y"])
+    monkeypatch.setattr(runtime_caps, "_default_device", None)  # the fresh one goes with the test

@@ -31,7 +31,7 @@ which an import would copy. Names with a leading underscore are the package's ow
 
 from __future__ import annotations
 
-from .errors import ContractError, PlanError, DimensionError, NoAdapterError
+from .errors import ContractError, PlanError, DimensionError, NoAdapterError, DeviceLostError
 from .cache import LRUCache, _per_device
 from .numeric import (
     js_div,
@@ -138,6 +138,7 @@ __all__ = [
     "PlanError",
     "DimensionError",
     "NoAdapterError",
+    "DeviceLostError",
     "LRUCache",
     "_per_device",
     "js_div",

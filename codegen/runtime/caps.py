@@ -4,13 +4,14 @@ snapshot of a wgpu device's, and the process's default device.
 
 from __future__ import annotations
 
+import functools
 import threading
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
-from .errors import ContractError, NoAdapterError, PlanError
+from .errors import ContractError, DeviceLostError, NoAdapterError, PlanError
 from .numeric import whole
 
 
@@ -282,3 +283,55 @@ def default_device() -> Any:
                 required_limits=adapter.limits,
             )
         return _default_device
+
+
+# wgpu-native's validation error for any use of a destroyed or lost device ("Parent device is lost").
+_LOST_DEVICE_TEXT = "device is lost"
+
+
+def _lost(device) -> bool:
+    """Whether `device` is lost: a 4-byte buffer it cannot make says so (only asked after an error)."""
+    import wgpu
+
+    try:
+        device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_DST).destroy()
+    except wgpu.GPUValidationError as error:
+        return _LOST_DEVICE_TEXT in str(error)
+    return False
+
+
+def raise_if_device_lost(op, error):
+    """Raise DeviceLostError where a wgpu error says the device is lost, instead of wgpu's
+    validation error (naming the outermost call that found out); the process default device, if it
+    is the lost one, is forgotten so that default_device() makes a new one. Any other error is the
+    caller's to re-raise."""
+    global _default_device
+    if isinstance(error, DeviceLostError):  # found by a call inside this one: name the caller's
+        raise DeviceLostError(op) from None
+    if type(error).__name__ != "GPUValidationError" or _LOST_DEVICE_TEXT not in str(error):
+        return
+    with _default_device_lock:
+        if _default_device is not None and _lost(_default_device):
+            _default_device = None
+    raise DeviceLostError(op) from None
+
+
+_Call = TypeVar("_Call", bound=Callable[..., Any])
+
+
+def refusing_lost_device(op: str | Callable[..., str]) -> Callable[[_Call], _Call]:
+    """Decorator: what the call raises because its device is lost becomes DeviceLostError naming
+    `op` (a name, or a function of the call's arguments that gives it)."""
+
+    def decorate(function):
+        @functools.wraps(function)
+        def call(*args, **kwargs):
+            try:
+                return function(*args, **kwargs)
+            except Exception as error:
+                raise_if_device_lost(op(*args) if callable(op) else op, error)
+                raise
+
+        return call
+
+    return decorate

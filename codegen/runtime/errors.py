@@ -1,5 +1,5 @@
 """The runtime's errors: a call that breaks the op's contract, a plan value that cannot be used, a
-dimension outside a shape, a machine without a WebGPU adapter.
+dimension outside a shape, a machine without a WebGPU adapter, a device that is lost.
 """
 
 from __future__ import annotations
@@ -40,3 +40,19 @@ class NoAdapterError(RuntimeError):
 
     def __reduce__(self):
         return (NoAdapterError, (self.reason,))
+
+
+class DeviceLostError(RuntimeError):
+    """The call's GPU device is lost: its owner destroyed it, or its driver lost it. Nothing more runs
+    on it; `op` names the call that found out."""
+
+    def __init__(self, op):
+        super().__init__(
+            f"{op}: the GPU device is lost (destroyed, or lost by its driver), so nothing more runs on it: "
+            "make a new one (adapter.request_device_sync(); generated.default_device() makes a new one "
+            "once its own is lost)"
+        )
+        self.op = op
+
+    def __reduce__(self):
+        return (DeviceLostError, (self.op,))

@@ -14,7 +14,7 @@ import numpy as np
 
 from .cache import _per_device, _watching
 from .calls import _call_tensors, _submit, check_call, encode_calls, record_call, RecordedCall, run_plan
-from .caps import checked_device, default_device, device_caps
+from .caps import checked_device, default_device, device_caps, refusing_lost_device
 from .errors import ContractError
 from .limits import check_plan_fits
 from .pipelines import pipelines_created, warm_pipelines
@@ -142,6 +142,7 @@ def _call_plan(contract, inputs, attrs, outputs, device, variant, caps, tunables
     return values, names, device, plan
 
 
+@refusing_lost_device(lambda contract, *args: contract.op)
 def run_kernel(
     contract,
     inputs,
@@ -281,6 +282,7 @@ def _run_remembered(key, plan, values, device, callers, keyed, encoder, wanted):
     return {k: checked_out[k] for k in wanted}
 
 
+@refusing_lost_device(lambda contract, *args: contract.op)
 def warm_up(
     contract,
     shapes,
@@ -319,6 +321,7 @@ def warm_up(
     return plan
 
 
+@refusing_lost_device("warmup")
 def warm_cases(packages, device=None):
     """`generated.warmup()`: create, on `device`, the pipelines that every variant of every op
     needs for the op's shipped test and bench cases, with the default tunables; returns how many
@@ -381,6 +384,7 @@ class Sequence:
         self._tensors: list[tuple[Tensor, Any]] = []
         self._checked_at = -1  # buffer_changes_so_far() when run() last found them all as recorded
 
+    @refusing_lost_device("Sequence.kernel()")
     def kernel(
         self,
         op: Any,
@@ -442,6 +446,7 @@ class Sequence:
                     f"a {tensor.shape} Tensor that a recorded call binds was destroyed: record the calls again",
                 )
 
+    @refusing_lost_device("Sequence.run()")
     def run(self) -> None:
         """Encode every recorded call into one command buffer and submit it."""
         if not self._calls:

@@ -13,7 +13,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .caps import checked_device, default_device, device_caps
+from .caps import checked_device, default_device, device_caps, refusing_lost_device
 from .errors import ContractError
 from .numeric import _storage_nbytes, numel
 
@@ -188,6 +188,7 @@ class Tensor:
         return numel(self.shape) * self.dtype.itemsize
 
     @classmethod
+    @refusing_lost_device("Tensor.empty()")
     def empty(
         cls, shape: abc.Sequence[int], dtype: Any, device: Any = None, usage: int | None = None
     ) -> Tensor:
@@ -208,6 +209,7 @@ class Tensor:
         return cls(buffer, shape, dtype, device)
 
     @classmethod
+    @refusing_lost_device("Tensor.from_numpy()")
     def from_numpy(cls, array: Any, device: Any = None, usage: int | None = None) -> Tensor:
         try:
             array = np.asarray(array)
@@ -232,6 +234,7 @@ class Tensor:
         """Whether its buffer was destroyed, by destroy() or by `buffer.destroy()` directly."""
         return self.destroyed or buffer_destroyed(self.buffer)
 
+    @refusing_lost_device("Tensor.numpy()")
     def numpy(self) -> np.ndarray:
         """Read the tensor back (waits for the GPU work that writes it)."""
         if self.gone:
