@@ -548,7 +548,8 @@ def test_row_registers_against_float64_reference(shape, num_groups, tunables, f3
 
 
 def test_row_registers_cases_meet_every_bucket_fill():
-    """REGISTER_CASES run each of the template's three fills on this device, in both dtypes:
+    """REGISTER_CASES plan (so test_row_registers_against_float64_reference runs) each of the
+    template's three fills, in both dtypes:
     "exact" (every unit of every invocation in the row: loads unclamped, no held() test), "last"
     (only the last unit tested) and "any" (spare bucket units); expected_fill is the definition."""
     from tests.test_pipelines_per_shape import expected_fill

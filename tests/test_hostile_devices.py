@@ -453,11 +453,14 @@ def lost_device_calls(device, tensors, out, sequence):
         "Tensor.numpy()": out.numpy,
         "Tensor.from_numpy()": lambda: Tensor.from_numpy(np.ones(3, np.float32), device),
         "Tensor.empty()": lambda: Tensor.empty((3,), "float32", device),
-        "warmup()": lambda: gn.warmup({"x": (1, 8, 4), "scale": (8,), "bias": (8,)}, {"T": "float32"}, ATTRS, device=device),
+        "warmup() of a new shape": lambda: gn.warmup({"x": (1, 8, 4), "scale": (8,), "bias": (8,)}, {"T": "float32"}, ATTRS, device=device),
+        "warmup() of pipelines it made": lambda: gn.warmup(SHAPES, {"T": "float32"}, ATTRS, device=device),
+        "package warmup()": lambda: generated.warmup(device),
     }
 
 
 EXPECTED_OP = {
+    "package warmup()": "warmup",
     "Sequence.run()": "Sequence.run()",
     "Sequence.kernel()": "Sequence.kernel()",
     "Tensor.numpy()": "Tensor.numpy()",
@@ -476,6 +479,7 @@ def test_a_destroyed_device_is_one_clear_error_at_every_entry_point(adapter):
     sequence = Sequence(device)
     sequence.kernel(gn, tensors, attrs=ATTRS)
     gn.kernel(tensors, attrs=ATTRS, out={"y": out})
+    gn.warmup(SHAPES, {"T": "float32"}, ATTRS, device=device)
     device.destroy()
     for name, call in lost_device_calls(device, tensors, out, sequence).items():
         with pytest.raises(generated.DeviceLostError) as caught:
@@ -499,4 +503,3 @@ def test_a_lost_default_device_is_replaced_by_the_next_default_device(adapter, m
     fresh = generated.default_device()
     assert fresh is not lost
     np.testing.assert_allclose(gn.kernel(gn_arrays(), attrs=ATTRS)["y"], gn.kernel(gn_arrays(), attrs=ATTRS, device=fresh)["y"])
-    monkeypatch.setattr(runtime_caps, "_default_device", None)  # the fresh one goes with the test

@@ -58,9 +58,9 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
         context = f"{variant} {np.dtype(dtype).name} {shape} {attrs} {seed_note(seed)}"
         if len(plans) == 2:
             created = _runtime.pipelines_created() - before
-            if kept_constants(package, variant):
-                # The manifest keeps some request-dependent values as overrides (measured to pay):
-                # a new shape may create this variant's pipelines, one a pass at most.
+            if kept_values_differ(plans, kept_constants(package, variant)):
+                # The manifest keeps some request-dependent values as overrides (measured to pay),
+                # and they differ: a new shape may create this variant's pipelines, one a pass at most.
                 assert created <= len(plan.passes), f"{context}: {created} pipelines for {len(plan.passes)} passes"
             else:
                 assert created == 0, f"{context}: the second shape created a pipeline"
@@ -68,11 +68,18 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
     first, second = plans
     kept = kept_constants(package, variant)
     for a, b in zip(first.passes, second.passes):
-        if kept:
-            assert set(a.overrides) & set(kept) or a.overrides.keys() == b.overrides.keys(), a.name
+        if kept_values_differ(([a], [b]), kept):
+            assert a.overrides.keys() == b.overrides.keys(), a.name
             continue
         assert pipeline_key(a) == pipeline_key(b), f"{variant} {a.name}: overrides {a.overrides} != {b.overrides}"
         assert a.uniforms != b.uniforms, f"{variant} {a.name}: the shapes were meant to differ in Params"
+
+
+def kept_values_differ(plans, kept):
+    """Whether the two plans (or two lists of passes) differ in a value the manifest keeps as an
+    override: only then may the second shape make pipelines."""
+    first, second = (getattr(p, "passes", p) for p in plans)
+    return any(a.overrides.get(k) != b.overrides.get(k) for a, b in zip(first, second) for k in kept)
 
 
 def kept_constants(package, variant):
@@ -177,9 +184,10 @@ def test_group_normalization_second_shape_reuses_pipelines(variant, tunables, ca
 
 
 SUBGROUPS = {"features": ["shader-f16", "subgroups"]}
-# group_row_registers holds 8 f16 values a unit (spatial % 8 == 0): first (2, 6, 8, 24) with 3
-# groups (96 f32 / 48 f16 units a row), then (3, 8, 5, 16) with 2 groups (80 / 40 units), both on
-# 32 invocations: the same unit bucket (3 f32 units, 2 f16 units an invocation) and workgroup.
+# group_row_registers holds 8 f16 values a unit (spatial % 8 == 0): first (2, 6, 8, 20) with 3
+# groups (80 f32 / 40 f16 units a row), then (3, 8, 8, 11) with 2 groups (88 / 44 units), both on
+# 32 invocations: the same unit bucket (3 f32 units, 2 f16 units an invocation), fill ("last":
+# only the last unit can fall past the row), split (1) and workgroup.
 REGISTER_TUNABLES = {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}
 
 
@@ -187,8 +195,8 @@ REGISTER_TUNABLES = {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}
 def test_group_row_registers_second_shape_reuses_pipelines(dtype, request):
     rng, seed = rng_for(request.node.name)
     cases = [
-        ((2, 6, 8, 24), {"num_groups": 3, "stash_type": 1, "epsilon": 1e-5}),
-        ((3, 8, 5, 16), {"num_groups": 2, "stash_type": 1, "epsilon": 1e-3}),
+        ((2, 6, 8, 20), {"num_groups": 3, "stash_type": 1, "epsilon": 1e-5}),
+        ((3, 8, 8, 11), {"num_groups": 2, "stash_type": 1, "epsilon": 1e-3}),
     ]
     run_two_shapes(
         gn, "group_row_registers", cases, gn_inputs, gn_check, dtype, rng, seed,
@@ -226,9 +234,10 @@ IN_CASES = [
     ("plane_splitk_vec4", (2, 3, 8, 12), (3, 5, 4, 28), SPLIT_IN, SUBGROUP_ID),
     ("plane_splitk", (2, 3, 7, 9), (3, 2, 5, 11), SPLIT_IN, F16),
     ("plane_batched_vec4", (2, 9, 16), (4, 5, 24), {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, F16),
-    # 384 then 320 values a plane (96 / 80 f32 units, 48 / 40 f16 units) on 32 invocations: the
-    # same unit bucket (3 f32 units, 2 f16 units an invocation) and workgroup, other N and C.
-    ("plane_row_registers", (2, 3, 8, 48), (3, 5, 10, 32), {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}, SUBGROUPS),
+    # 320 then 352 values a plane (80 / 88 f32 units, 40 / 44 f16 units) on 32 invocations: the
+    # same unit bucket (3 f32 units, 2 f16 units an invocation), fill ("last"), split and
+    # workgroup, other N and C.
+    ("plane_row_registers", (2, 3, 8, 40), (3, 5, 8, 44), {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}, SUBGROUPS),
     # 384 then 320 values a plane in chunks of 8 x 2 units: 6 then 5 chunks (f32), 3 and 3 (f16);
     # the chunk geometry comes from tunables, so only the uniforms differ.
     ("plane_splitk_registers", (2, 3, 8, 48), (3, 5, 10, 32), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 8, "CHUNK_UNITS_F32": 2, "CHUNK_UNITS_F16": 2}, F16),
@@ -356,8 +365,9 @@ def test_fifty_shapes_share_a_handful_of_pipelines(package, variant, attrs, caps
 
 def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucket(request):
     """50 shapes of group_row_registers: a pipeline is told apart only by its workgroup size, the
-    specialization's unit bucket (the shader's UNITS) and its fill, and split, never by a shape value; per dtype at most
-    the powers of two below the workgroup cap (one unit each) and the cap with each of 12 buckets."""
+    specialization's unit bucket (the shader's UNITS), its fill and split, never by a shape value:
+    per dtype the powers of two below the workgroup cap (one unit each) and the cap with each of
+    12 buckets, times at most 3 fills and 2 splits."""
     rng, seed = rng_for(request.node.name)
 
     def plans():

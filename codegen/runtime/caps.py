@@ -285,19 +285,39 @@ def default_device() -> Any:
         return _default_device
 
 
-# wgpu-native's validation error for any use of a destroyed or lost device ("Parent device is lost").
+# wgpu's validation error for any use of a destroyed or lost device ("Parent device is lost",
+# wgpu-hal's "Device is lost"), compared in lower case.
 _LOST_DEVICE_TEXT = "device is lost"
 
 
+def _says_lost(error) -> bool:
+    return type(error).__name__ == "GPUValidationError" and _LOST_DEVICE_TEXT in str(error).lower()
+
+
 def _lost(device) -> bool:
-    """Whether `device` is lost: a 4-byte buffer it cannot make says so (only asked after an error)."""
+    """Whether `device` is lost: a 4-byte buffer it cannot make says so (asked after an error, and by
+    warmup, whose pipelines may all be cached)."""
     import wgpu
 
     try:
         device.create_buffer(size=4, usage=wgpu.BufferUsage.COPY_DST).destroy()
-    except wgpu.GPUValidationError as error:
-        return _LOST_DEVICE_TEXT in str(error)
+    except Exception as error:
+        return _says_lost(error)
     return False
+
+
+def _forget_lost_default_device():
+    global _default_device
+    with _default_device_lock:
+        if _default_device is not None and _lost(_default_device):
+            _default_device = None
+
+
+def refuse_lost_device(op, device):
+    """DeviceLostError if `device` is lost, for calls that may do no GPU work of their own."""
+    if _lost(device):
+        _forget_lost_default_device()
+        raise DeviceLostError(op)
 
 
 def raise_if_device_lost(op, error):
@@ -305,15 +325,12 @@ def raise_if_device_lost(op, error):
     validation error (naming the outermost call that found out); the process default device, if it
     is the lost one, is forgotten so that default_device() makes a new one. Any other error is the
     caller's to re-raise."""
-    global _default_device
     if isinstance(error, DeviceLostError):  # found by a call inside this one: name the caller's
-        raise DeviceLostError(op) from None
-    if type(error).__name__ != "GPUValidationError" or _LOST_DEVICE_TEXT not in str(error):
+        raise DeviceLostError(op) from error.__cause__
+    if not _says_lost(error):
         return
-    with _default_device_lock:
-        if _default_device is not None and _lost(_default_device):
-            _default_device = None
-    raise DeviceLostError(op) from None
+    _forget_lost_default_device()
+    raise DeviceLostError(op) from error
 
 
 _Call = TypeVar("_Call", bound=Callable[..., Any])

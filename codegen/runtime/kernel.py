@@ -14,7 +14,7 @@ import numpy as np
 
 from .cache import _per_device, _watching
 from .calls import _call_tensors, _submit, check_call, encode_calls, record_call, RecordedCall, run_plan
-from .caps import checked_device, default_device, device_caps, refusing_lost_device
+from .caps import checked_device, default_device, device_caps, refuse_lost_device, refusing_lost_device
 from .errors import ContractError
 from .limits import check_plan_fits
 from .pipelines import pipelines_created, warm_pipelines
@@ -302,6 +302,7 @@ def warm_up(
     """
     device = checked_device(contract.op, device)
     device = device if device is not None else default_device()
+    refuse_lost_device(contract.op, device)  # its pipelines may all be cached: no GPU work to fail
     plan = build_plan(
         contract,
         shapes,
@@ -334,6 +335,7 @@ def warm_cases(packages, device=None):
     """
     device = checked_device("warmup", device)
     device = device if device is not None else default_device()
+    refuse_lost_device("warmup", device)
     before = pipelines_created()
     for op, cases in packages:
         all_outputs = tuple(t.key for t in op.OUTPUTS)

@@ -9,7 +9,7 @@
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
 #   templates/skip-group-norm-fused.wgsl.jinja (sha256 ab81d3b3a2487184)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 2f00dd477c5932ee)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 40bbc358ad316ba8)
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 e627da5570a1c419)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -4,7 +4,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 48b22642abccad3c)
 #   templates/_lib/stats.wgsl.jinja (sha256 a15338e3c058f678)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 2f00dd477c5932ee)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 40bbc358ad316ba8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `registers` of com.microsoft SkipGroupNorm-1.

@@ -9,7 +9,7 @@
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
 #   templates/skip-group-norm-fused.wgsl.jinja (sha256 ab81d3b3a2487184)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 2f00dd477c5932ee)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 40bbc358ad316ba8)
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 e627da5570a1c419)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
@@ -78,8 +78,8 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 // replaced by zero past the row (select), so all UNITS loads can be issued before the first is
 // used; the bucket's spare units reload the row's last unit (a cache hit). With exactRow (spatial
 // is UNITS * positionLanes, so every unit of every invocation lies in the row) there is no clamp
-// and no test: in_row() is true, and with split an override each workgroup's share is known when
-// the pipeline is made. Measured on the H200 (docs/PERFORMANCE.md, session 7).
+// and no test: in_row() is true. (The share bounds below still come from the uniforms.) Measured
+// on the H200 (docs/PERFORMANCE.md, session 7).
 //
 // S: (X + skip) + bias in f32, then rounded to T (exactly, by `half`, for f16) before anything
 // sees it, the same bits as the split and fused variants write. skip is bound as units like X in
