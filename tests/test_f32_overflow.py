@@ -68,3 +68,35 @@ def test_rows_beyond_float32_squares_normalize_to_the_bias(case, pattern):
     if got.shape[0] > 1:
         reference = profile_cases.reference(case, inputs)[first]
         assert_close(got[1:], reference[1:], np.float32, f"{context}: the other batch items")
+
+
+# The subgroup combine (the subgroup_id path) took a subgroup's mean from the sum of n_i hi_i and
+# the workgroup's from the sum of n_k mean_k: for a row of n |x| > 3.4e38 those sums overflow, so a
+# constant row (variance 0, Y = bias) came back NaN (an adversarial audit found it). Now both are
+# weighted means, whose partial sums stay within the largest |mean|.
+SUBGROUP_COMBINE = {"features": ["subgroups", "shader-f16"], "wgslLanguageFeatures": ["subgroup_id"]}
+CONSTANT_ROW_CASES = [
+    ("instance_normalization", "plane_subgroup", (1, 2, 64, 64), {}),
+    ("instance_normalization", "plane_subgroup_vec4", (1, 2, 64, 64), {}),
+    ("group_normalization", "group_subgroup", (1, 8, 64, 64), {"num_groups": 2}),
+    ("group_normalization", "group_subgroup_vec4", (1, 8, 64, 64), {"num_groups": 2}),
+]
+
+
+@pytest.mark.parametrize("op,variant,shape,attrs", CONSTANT_ROW_CASES, ids=[c[1] for c in CONSTANT_ROW_CASES])
+def test_constant_rows_whose_sum_passes_float32_normalize_to_the_bias(op, variant, shape, attrs):
+    """Rows of 4096 / 16384 values all 1e35 (their sum is 4e38 / 1.6e39): variance 0, so Y is the
+    bias in float64 and in every variant; the other batch item's values are ordinary."""
+    import importlib
+
+    package = importlib.import_module(f"generated.{op}")
+    rng = np.random.default_rng(run_seed())
+    x = rng.standard_normal((2,) + shape[1:]).astype(np.float32)
+    x[0] = 1e35
+    c = shape[1]
+    bias = rng.uniform(-1, 1, c).astype(np.float32)
+    keys = ("input", "scale", "b") if op == "instance_normalization" else ("x", "scale", "bias")
+    inputs = dict(zip(keys, (x, rng.uniform(0.5, 1.5, c).astype(np.float32), bias)))
+    result = next(iter(package.kernel(inputs, attrs=attrs, variant=variant, caps=SUBGROUP_COMBINE).values()))
+    np.testing.assert_array_equal(result[0], np.broadcast_to(bias[:, None, None], result[0].shape), err_msg=f"{variant} {seed_note(run_seed())}")
+    assert np.isfinite(result[1]).all(), variant
