@@ -20,10 +20,16 @@ For each node that `ops()` has a kernel for (at the model's opset), in graph ord
   within it only where the reference has the same), GPU time (timestamp queries when the device
   has them, else wall clock of queue-synced calls).
 
+A node is skipped, on a line saying why, when the kernels have no version of it at the model's
+opset, when the model imports no opset for its domain, or when an input's shape or element type is
+unknown, its shape has a negative dimension (a dim_value of -1) or its type is not float32/float16;
+a node that omits a required input (every input name empty, say) is a FAILED line.
+
 Exit status: 0 when every node run is within tolerance (a model without normalization nodes too),
 1 when one is not (or fails) or there is no WebGPU adapter, 2 for a model that cannot be read (a
-file onnx cannot parse, or one without an IR version or a graph, such as an empty file) or a
-`--dim` that no graph input has. Needs `onnx` and `onnxruntime` (the kernels themselves do not).
+file onnx cannot parse, or one without an IR version or a graph, such as an empty file), a
+`--dim` that no graph input has, or a `--dim` size or `--seed` that is not a whole number >= 0.
+Needs `onnx` and `onnxruntime` (the kernels themselves do not).
 This file is copied verbatim into ``generated/check_model.py`` and imports the package relatively.
 """
 
@@ -44,6 +50,7 @@ from .onnx_nodes import UnsupportedNodeError, bind_node, entry_for, plan_node, r
 
 TOLERANCES = {"float32": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
 ONNX_TYPES = {1: "float32", 10: "float16"}  # TensorProto element types the kernels take
+NUMPY_NAMES = {"float": "float32", "double": "float64"}  # TensorProto names that are not numpy's
 ANSI_ESCAPE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # ONNX Runtime colours its log lines
 
 
@@ -68,6 +75,16 @@ def _fixed_inputs(model, dims):
     return fixed
 
 
+def _element_type(elem_type):
+    """The name of a TensorProto element type (numpy's: float64, int64, bfloat16), or None when undefined."""
+    from onnx import TensorProto
+
+    if elem_type == TensorProto.UNDEFINED or elem_type not in TensorProto.DataType.values():
+        return None
+    name = TensorProto.DataType.Name(elem_type).lower()
+    return NUMPY_NAMES.get(name, name)
+
+
 def _known_tensors(model):
     """{name: (shape or None, dtype name or None)} from shape inference and the initializers."""
     import onnx
@@ -85,10 +102,10 @@ def _known_tensors(model):
         shape = None
         if tensor.HasField("shape") and all(d.HasField("dim_value") for d in tensor.shape.dim):
             shape = tuple(d.dim_value for d in tensor.shape.dim)
-        known[value.name] = (shape, ONNX_TYPES.get(tensor.elem_type))
+        known[value.name] = (shape, _element_type(tensor.elem_type))
     initializers = {t.name: t for t in graph.initializer}
     for name, tensor in initializers.items():
-        known[name] = (tuple(tensor.dims), ONNX_TYPES.get(tensor.data_type))
+        known[name] = (tuple(tensor.dims), _element_type(tensor.data_type))
     return known, initializers
 
 
@@ -122,13 +139,29 @@ def _node_placeholders(node, entry, known, initializers):
             values.append(numpy_helper.to_array(initializers[name]))
             continue
         shape, dtype = known.get(name, (None, None))
-        if shape is None or dtype is None:
-            return (
-                None,
-                f"input {name!r}: shape or element type unknown (float32/float16 with inferred shape needed)",
-            )
+        why = _unusable(name, shape, dtype)
+        if why:
+            return None, why
         values.append(_placeholder(shape, dtype))
     return values, None
+
+
+def _unusable(name, shape, dtype):
+    """Why input `name`, of inferred `shape` and element type `dtype`, cannot be planned with (or None)."""
+    if dtype is None:
+        what = "shape and element type" if shape is None else "element type"
+        return f"input {name!r}: {what} unknown (float32 or float16 of a known shape needed)"
+    if dtype not in ONNX_TYPES.values():
+        return f"input {name!r}: {dtype} is not a type these kernels take ({', '.join(ONNX_TYPES.values())})"
+    if shape is None:
+        return f"input {name!r}: shape unknown (shape inference cannot give it)"
+    negative = [i for i, size in enumerate(shape) if size < 0]
+    if negative:
+        return (
+            f"input {name!r}: shape {shape} has dimension {negative[0]} = {shape[negative[0]]}, not a size; "
+            "an unknown dimension is a named one (dim_param), which --dim NAME=SIZE sets (else 1)"
+        )
+    return None
 
 
 def _drawn_inputs(node, entry, placeholders, initializers, rng):
@@ -403,29 +436,50 @@ def check(model, *, dims=None, seed=0, device=None, out=None):
     op_types = {(e.domain, e.op_type) for e in ops().values()}
     ran = failed = 0
     for index, node in enumerate(model.graph.node):
-        domain = node.domain or "ai.onnx"
-        if (domain, node.op_type) not in op_types:
+        if ((node.domain or "ai.onnx"), node.op_type) not in op_types:
             continue
-        label = f"{node.name or f'node {index}'}: {domain} {node.op_type} (opset {opsets.get(domain)})"
-        entry = find_op(domain, node.op_type, opsets.get(domain, 0))
-        if entry is None:
-            print(f"{label}: skipped: {_unsupported(node, opsets.get(domain))}", file=out)
-            continue
-        placeholders, why = _node_placeholders(node, entry, known, initializers)
-        if placeholders is None:
-            print(f"{label}: skipped: {why}", file=out)
-            continue
-        dtype = next(v for v in placeholders if v is not None).dtype.name
-        label = f"{node.name or f'node {index}'}: {entry.op_type}-{entry.since_version} {_shape_text(placeholders)} {dtype}"
-        ran += 1
-        try:
-            line, ok = _run_and_compare(node, entry, placeholders, opsets.get(domain), context)
-        except Exception as error:  # MemoryError included: a node that cannot run is a line, not a traceback
-            line, ok = f"FAILED: {_failure(error)}", False
-        failed += not ok
-        print(f"{label}: {line}", file=out)
+        line, ok = _check_node(node, node.name or f"node {index}", context)
+        if ok is not None:
+            ran += 1
+            failed += not ok
+        print(line, file=out)
     print(f"{ran} normalization nodes run, {failed} outside tolerance or failed", file=out)
     return failed
+
+
+def _check_node(node, name, context: _Context):
+    """(the node's line, whether it is within tolerance: None when it is skipped, not run)."""
+    domain = node.domain or "ai.onnx"
+    opset = context.opsets.get(domain)
+    label = f"{name}: {domain} {node.op_type} (opset {'not imported' if opset is None else opset})"
+    entry, why = _entry_or_why(node, domain, context.opsets)
+    if entry is None:
+        return f"{label}: skipped: {why}", None
+    try:
+        placeholders, why = _node_placeholders(node, entry, context.known, context.initializers)
+    except Exception as error:  # an initializer numpy cannot read: a line, not a traceback
+        return f"{label}: FAILED: {_failure(error)}", False
+    if placeholders is None:
+        return f"{label}: skipped: {why}", None
+    dtypes = [v.dtype.name for v in placeholders if v is not None] or ["(no inputs)"]  # every input omitted
+    label = f"{name}: {entry.op_type}-{entry.since_version} {_shape_text(placeholders)} {dtypes[0]}"
+    try:
+        line, ok = _run_and_compare(node, entry, placeholders, opset, context)
+    except Exception as error:  # MemoryError included: a node that cannot run is a line, not a traceback
+        line, ok = f"FAILED: {_failure(error)}", False
+    return f"{label}: {line}", ok
+
+
+def _entry_or_why(node, domain, opsets):
+    """(the OpEntry that runs `node` at the model's opset of `domain`, None), or (None, why there is none)."""
+    if domain not in opsets:
+        imported = ", ".join(f"{d} {v}" for d, v in opsets.items()) or "none"
+        return None, (
+            f"the model imports no opset for domain {domain} (its opset_import: {imported}), "
+            f"so no version of {node.op_type} is defined"
+        )
+    entry = find_op(domain, node.op_type, opsets[domain])
+    return (entry, None) if entry is not None else (None, _unsupported(node, opsets[domain]))
 
 
 def _unsupported(node, opset):
@@ -434,6 +488,12 @@ def _unsupported(node, opset):
     except (UnsupportedNodeError, _runtime.ContractError) as error:  # the latter: an opset_import below 1
         return str(error)
     return "not supported"
+
+
+def _seed(text):
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 0 (numpy's seeds are), got {text!r}")
+    return int(text)
 
 
 def _dim(text):
@@ -496,7 +556,7 @@ def main(argv=None):
         metavar="NAME=SIZE",
         help="size of a symbolic input dimension (default 1)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    parser.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs, >= 0 (default 0)")
     args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     model, why = _load(args.model)
     if model is None:

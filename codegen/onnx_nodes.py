@@ -5,14 +5,19 @@
 
 This file is copied verbatim into ``generated/onnx_nodes.py``; it imports the package only
 relatively, and `onnx` only inside the functions that read attributes (values and types), so the
-kernels keep needing only wgpu and numpy. Any object with `op_type`, `domain`, `input`, `output`
-and `attribute` (each attribute with `name` and an `onnx.AttributeProto` value) is a node here.
+kernels keep needing only wgpu and numpy. Any object with `op_type` (a str), `domain`, `input`,
+`output` and `attribute` (each attribute with `name` and an `onnx.AttributeProto` value) is a node
+here; anything else (None, a str, a serialized node, a ModelProto) is a TypeError saying so.
 
 The node's inputs and outputs are matched to the op's INPUTS and OUTPUTS by position, as ONNX
 defines them; an empty name is an omitted optional input or an output not asked for. The node's
-attributes must have the ONNX type of the op's schema (INT or FLOAT) and are then passed as they
-are; the op package's contract checks them (an attribute the op does not know, or a value it does
-not support, is a `ContractError` naming it).
+attributes must be those of the schema of its ONNX version (`onnx.defs`: GroupNormalization-18 has
+no stash_type, BatchNormalization-9 no training_mode), each given once and of its schema's ONNX type
+(INT or FLOAT); they are then passed as they are, and the op package's contract checks them (a value
+it does not support is a `ContractError` naming it).
+
+The opset is not bounded above: the registry serves an op's newest version at every later opset
+(ONNX's own checker takes opset_import 10**6 too), so a far-future opset runs the newest version.
 """
 
 from __future__ import annotations
@@ -53,8 +58,31 @@ def _supported() -> str:
     return "; ".join(str(e) for e in ops().values())
 
 
+def _node_name(node) -> str:
+    return getattr(node, "name", "") or node.op_type
+
+
 def _node_label(node) -> str:
-    return f"{_domain(node)} {node.op_type} node {node.name or node.op_type!r}"
+    return f"{_domain(node)} {node.op_type} node {_node_name(node)!r}"
+
+
+NODE_FIELDS = ("op_type", "domain", "input", "output", "attribute")
+
+
+def _checked_node(node):
+    """Refuse, as a TypeError naming what it takes, a `node` that is not a NodeProto (or an object like one)."""
+    missing = [field for field in NODE_FIELDS if not hasattr(node, field)]
+    if not missing and isinstance(node.op_type, str) and isinstance(node.domain or "", str):
+        return
+    what = type(node).__name__
+    if isinstance(node, (bytes, bytearray)):
+        what += " (a serialized node? parse it with onnx.NodeProto.FromString)"
+    elif not missing:
+        what += f" whose op_type is {node.op_type!r} and domain {node.domain!r}, not strings"
+    raise TypeError(
+        "node is an onnx NodeProto (or an object with op_type and domain strings, input, output and "
+        f"attribute); got {what}"
+    )
 
 
 def _checked_opset(node, opset):
@@ -75,6 +103,7 @@ def _checked_opset(node, opset):
 
 def entry_for(node, opset=None):
     """The OpEntry of ops() that runs `node` at the model's `opset` for its domain (None: the newest)."""
+    _checked_node(node)
     domain = _domain(node)
     opset = _checked_opset(node, opset)
     entry = find_op(domain, node.op_type, opset)
@@ -100,20 +129,61 @@ def node_attributes(node) -> dict:
     return values
 
 
-def _checked_attributes(node, module, label) -> dict:
-    """The node's attributes, each of the ONNX type (INT or FLOAT) the op's schema gives it.
+def _schema_attributes(entry):
+    """The attribute names of the entry's ONNX version (onnx.defs), or None where onnx has no schema of
+    that version (com.microsoft ops, an older onnx): the op package's contract alone checks them then."""
+    if entry.domain != "ai.onnx":
+        return None
+    from onnx import defs
+
+    try:
+        schema = defs.get_schema(entry.op_type, entry.since_version, "")
+    except defs.SchemaError:
+        return None
+    return set(schema.attributes) if schema.since_version == entry.since_version else None
+
+
+def _refuse_unknown_attributes(node, entry, label):
+    """A ContractError for an attribute given twice, or one the schema of the node's ONNX version lacks."""
+    names = [attribute.name for attribute in node.attribute]
+    repeated = [name for name in names if names.count(name) > 1]
+    if repeated:
+        raise ContractError(
+            label,
+            f"attribute {repeated[0]}",
+            "each attribute once",
+            f"given {names.count(repeated[0])} times; a node gives each attribute once (ONNX's checker refuses it)",
+        )
+    known = _schema_attributes(entry)
+    unknown = [name for name in names if known is not None and name not in known]
+    if unknown:
+        in_package = unknown[0] in {a.name for a in entry.module.ATTRIBUTES}
+        later = " (a later version of the op has it)" if in_package else ""
+        raise ContractError(
+            label,
+            f"attribute {unknown[0]}",
+            "the attributes of its schema",
+            f"{entry.op_type}-{entry.since_version} has no attribute {unknown[0]!r}{later}; ONNX's checker takes "
+            f"only the attributes of its schema: {', '.join(sorted(known)) or 'none'}",
+        )
+
+
+def _checked_attributes(node, entry, label) -> dict:
+    """The node's attributes: each given once, each of the schema of the node's version, and each of
+    the ONNX type (INT or FLOAT) the op's schema gives it.
 
     The kernels' own contract takes an integral float for an int attribute (`num_groups=2.0`), a
     convenience of their Python API; an ONNX node states its attribute's type, and ONNX refuses a
     FLOAT num_groups, so a node is held to the schema here, the same way at every opset.
     """
+    if not node.attribute:
+        return {}
+    _refuse_unknown_attributes(node, entry, label)
     attrs = node_attributes(node)
-    if not attrs:
-        return attrs
     from onnx import AttributeProto
 
     onnx_types = {"int": AttributeProto.INT, "float": AttributeProto.FLOAT}
-    kinds = {spec.name: spec.kind for spec in module.ATTRIBUTES}
+    kinds = {spec.name: spec.kind for spec in entry.module.ATTRIBUTES}
     for attribute in node.attribute:
         kind = kinds.get(attribute.name)  # an attribute the op does not know: the contract names it
         if kind is not None and attribute.type != onnx_types[kind]:
@@ -163,7 +233,7 @@ def bind_node(node, inputs, *, opset=None) -> NodeCall:
     """
     entry = entry_for(node, opset)
     module = entry.module
-    label = f"{entry} node {node.name or node.op_type!r}"
+    label = f"{entry} node {_node_name(node)!r}"
     names = list(node.input)
     if len(names) > len(module.INPUTS):
         raise UnsupportedNodeError(f"{label}: {len(names)} inputs, the op takes at most {len(module.INPUTS)}")
@@ -172,7 +242,7 @@ def bind_node(node, inputs, *, opset=None) -> NodeCall:
     for spec, name, value in zip(module.INPUTS, names, values):
         if name and value is not None:
             bound[spec.key] = value
-    attrs = _checked_attributes(node, module, label)
+    attrs = _checked_attributes(node, entry, label)
     output_names = tuple(node.output)
     if len(output_names) > len(module.OUTPUTS):
         extra = ", ".join(repr(n) for n in output_names[len(module.OUTPUTS) :] if n)
@@ -194,9 +264,17 @@ def _adapt(entry, label, inputs, attrs):
     version = (entry.domain, entry.op_type, entry.since_version)
     if version == ("ai.onnx", "GroupNormalization", 18):
         x, scale, bias = inputs.get("x"), inputs.get("scale"), inputs.get("bias")
-        groups = attrs.get("num_groups")
-        if not all(isinstance(v, np.ndarray) for v in (x, scale, bias)) or not isinstance(groups, int):
-            raise UnsupportedNodeError(f"{label}: needs numpy X, scale and bias and an int num_groups")
+        if "num_groups" not in attrs:
+            raise ContractError(
+                label, "attribute num_groups", "required", "the attribute is required and has no default"
+            )
+        groups = attrs["num_groups"]
+        if not all(isinstance(v, np.ndarray) for v in (x, scale, bias)):
+            given = ", ".join(type(v).__name__ for v in (x, scale, bias))
+            raise UnsupportedNodeError(
+                f"{label}: needs numpy X, scale and bias (its per-group scale and bias are repeated over "
+                f"each group's channels on the host); got {given}"
+            )
         channels = x.shape[1] if x.ndim >= 2 else None
         if (
             groups < 1

@@ -503,3 +503,115 @@ def test_a_lost_default_device_is_replaced_by_the_next_default_device(adapter, m
     fresh = generated.default_device()
     assert fresh is not lost
     np.testing.assert_allclose(gn.kernel(gn_arrays(), attrs=ATTRS)["y"], gn.kernel(gn_arrays(), attrs=ATTRS, device=fresh)["y"])
+
+
+# --- buffers, usages, caps and values an audit found reaching wgpu or Python's own errors --------
+
+
+def mapped_tensor(dtype=np.float32, shape=(2, 4, 3)):
+    import wgpu
+
+    device = generated.default_device()
+    nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC
+    buffer = device.create_buffer(size=nbytes, usage=usage, mapped_at_creation=True)
+    return Tensor(buffer, shape, dtype, device)
+
+
+def test_a_mapped_buffer_is_refused_wherever_it_would_be_submitted():
+    """A submission that uses a still-mapped buffer aborts wgpu-native (the whole process): as an
+    input, as out=, read back, or recorded into a Sequence, it is refused by name first."""
+    arrays = gn_arrays()
+    cases = {
+        "input x": lambda: gn.kernel({**arrays, "x": mapped_tensor()}, attrs=ATTRS),
+        "out y": lambda: gn.kernel(gn_tensors(), attrs=ATTRS, out={"y": mapped_tensor()}),
+        "numpy()": lambda: mapped_tensor().numpy(),
+        "Sequence input x": lambda: Sequence().kernel(gn, {**gn_tensors(), "x": mapped_tensor()}, attrs=ATTRS),
+    }
+    for subject, call in cases.items():
+        error = refusal(call)
+        assert "is mapped" in error.message and "unmap()" in error.message and error.rule == "unmapped", (subject, error)
+
+
+def test_a_call_in_pieces_needs_copy_sources():
+    """A call whose tensors pass maxStorageBufferBindingSize runs in pieces that copy per-channel
+    inputs to aligned scratch: an input buffer without COPY_SRC is refused up front, naming why,
+    not left to fail in wgpu's finish() (or the caller's, with encoder=)."""
+    import wgpu
+
+    arrays = gn_arrays(shape=(4, 4, 512))
+    scale = Tensor.from_numpy(arrays["scale"], usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
+    tensors = {**{k: Tensor.from_numpy(v) for k, v in arrays.items()}, "scale": scale}
+    caps = {"limits": {"maxStorageBufferBindingSize": 4 * 4 * 512}}
+    assert gn.plan({k: v.shape for k, v in arrays.items()}, {"T": "float32"}, ATTRS, caps=caps).chunks
+    error = refusal(lambda: gn.kernel(tensors, attrs=ATTRS, caps=caps))
+    assert error.subject == "input scale" and "COPY_SRC (the call runs in pieces" in error.message, error
+    np.testing.assert_allclose(  # the same call without pieces takes the buffer as it is
+        gn.kernel(tensors, attrs=ATTRS)["y"], gn.kernel(arrays, attrs=ATTRS)["y"], rtol=1e-6, atol=1e-6
+    )
+
+
+@pytest.mark.parametrize(
+    "usage,words",
+    [(0, "BufferUsage flags"), (-1, "BufferUsage flags"), (True, "BufferUsage flags"), (1 << 12, "BufferUsage flags"), (0x81, "mappable")],
+)
+def test_tensor_empty_refuses_usages_wgpu_would_refuse(usage, words):
+    error = refusal(lambda: Tensor.empty((3,), "float32", usage=usage))
+    assert words in error.message, error
+
+
+def test_tensor_from_numpy_needs_copy_dst_and_keeps_a_0d_shape():
+    import wgpu
+
+    error = refusal(lambda: Tensor.from_numpy(np.ones(3, np.float32), usage=wgpu.BufferUsage.STORAGE))
+    assert "COPY_DST" in error.message, error
+    scalar = Tensor.from_numpy(np.float32(3.5))
+    assert scalar.shape == () and scalar.numpy() == np.float32(3.5)
+
+
+@pytest.mark.parametrize("buffer", [None, "buffer", 3, np.zeros(4)])
+def test_a_tensor_is_made_over_a_gpu_buffer_only(buffer):
+    error = refusal(lambda: Tensor(buffer, (4,), np.float32, generated.default_device()))
+    assert error.subject == "buffer" and type(buffer).__name__ in error.message, error
+    tensor = Tensor.from_numpy(np.ones(4, np.float32))
+    with pytest.raises(ContractError, match="GPUBuffer"):
+        tensor.buffer = buffer
+
+
+@pytest.mark.parametrize(
+    "limits,words",
+    [
+        ({"maxComputeWorkgroupsPerDimension": 0}, "at least 1"),
+        ({"maxComputeInvocationsPerWorkgroup": 0}, "at least 1"),
+        ({"minStorageBufferOffsetAlignment": 0}, "power of two"),
+        ({"minStorageBufferOffsetAlignment": 3}, "power of two"),
+        ({"minUniformBufferOffsetAlignment": 96}, "power of two"),
+    ],
+)
+def test_caps_limits_no_device_can_have_are_refused(limits, words):
+    for call in (gn.plan, gn.explain):
+        if call is gn.explain:
+            assert words in gn.explain(SHAPES, {"T": "float32"}, ATTRS, caps={"limits": limits}).splitlines()[0]
+            continue
+        error = refusal(lambda: call(SHAPES, {"T": "float32"}, ATTRS, caps={"limits": limits}))
+        assert words in error.message, error
+
+
+@pytest.mark.parametrize("name", ["epsilon", "num_groups"])
+def test_an_attribute_beyond_floats_range_is_refused(name):
+    attrs = {**ATTRS, name: 10**400}
+    error = refusal(lambda: gn.kernel(gn_arrays(), attrs=attrs))
+    assert error.subject == f"attribute {name}" and "32-bit" in error.message, error
+    assert "32-bit" in gn.explain(SHAPES, {"T": "float32"}, attrs).splitlines()[0]
+
+
+def test_shapes_that_are_0d_arrays_or_iterators():
+    error = refusal(lambda: gn.plan({**SHAPES, "x": np.array(5)}, {"T": "float32"}, ATTRS))
+    assert "a shape is a sequence" in error.message, error
+    once = gn.plan({**SHAPES, "x": (d for d in SHAPES["x"])}, {"T": "float32"}, ATTRS)
+    assert once.variant == gn.plan(SHAPES, {"T": "float32"}, ATTRS).variant  # read once, planned right
+
+
+def test_outputs_naming_none_is_refused():
+    error = refusal(lambda: gn.kernel(gn_arrays(), attrs=ATTRS, outputs=()))
+    assert error.subject == "outputs" and "at least one output" in error.message, error

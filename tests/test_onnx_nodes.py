@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import generated
 from generated import check_model
-from generated.onnx_nodes import UnsupportedNodeError, run_node
+from generated.onnx_nodes import UnsupportedNodeError, bind_node, run_node
 from oracles import (
     assert_close,
     batch_normalization_ref,
@@ -172,6 +172,42 @@ def test_run_node_refuses_a_float_num_groups_at_every_opset(opset, per_group):
     node = _node("GroupNormalization", "x s b", num_groups=2.0)
     with pytest.raises(generated.ContractError, match=r"attribute num_groups: .*an ONNX INT attribute; the node gives a FLOAT \(2.0\)"):
         run_node(node, [x, s, s], opset=opset)
+
+
+@pytest.mark.parametrize(
+    "node, got",
+    [
+        (None, "NoneType"),
+        ("GroupNormalization", "str"),
+        (_node("GroupNormalization", "x s b", num_groups=2).SerializeToString(), r"bytes \(a serialized node\? parse it with onnx.NodeProto.FromString\)"),
+        (onnx.ModelProto(), "ModelProto"),
+    ],
+    ids=["None", "str", "bytes", "ModelProto"],
+)
+def test_run_node_refuses_what_is_not_a_node(node, got):
+    x, s = np.ones((1, 4, 2, 2), np.float32), np.ones(4, np.float32)
+    with pytest.raises(TypeError, match=rf"^node is an onnx NodeProto \(or an object with op_type .*\); got {got}$"):
+        run_node(node, [x, s, s], opset=21)
+
+
+def test_run_node_holds_attributes_to_the_schema_of_the_nodes_version():
+    """An attribute the node's ONNX version lacks (a later version's), or one given twice, is refused as
+    ONNX's checker refuses it; GroupNormalization-18 without num_groups names the attribute."""
+    x, per_group, per_channel = np.ones((1, 4, 2, 2), np.float32), np.ones(2, np.float32), np.ones(4, np.float32)
+    with pytest.raises(generated.ContractError, match=r"attribute stash_type: GroupNormalization-18 has no attribute 'stash_type' \(a later version of the op has it\); .*: epsilon, num_groups$"):
+        run_node(_node("GroupNormalization", "x s b", num_groups=2, stash_type=1), [x, per_group, per_group], opset=18)
+    params = [per_channel] * 4
+    with pytest.raises(generated.ContractError, match=r"attribute training_mode: BatchNormalization-9 has no attribute 'training_mode'"):
+        run_node(_node("BatchNormalization", "x s b m v", training_mode=0), [x, *params], opset=9)
+    twice = _node("GroupNormalization", "x s b", num_groups=2)
+    twice.attribute.append(helper.make_attribute("num_groups", 4))
+    with pytest.raises(generated.ContractError, match=r"attribute num_groups: given 2 times; a node gives each attribute once"):
+        run_node(twice, [x, per_channel, per_channel], opset=21)
+    with pytest.raises(generated.ContractError, match=r"GroupNormalization-18 .*: attribute num_groups: the attribute is required and has no default"):
+        run_node(_node("GroupNormalization", "x s b"), [x, per_group, per_group], opset=18)
+    # The versions that have them take them (bound only: no GPU work).
+    assert bind_node(_node("GroupNormalization", "x s b", num_groups=2, stash_type=1), [x, per_channel, per_channel], opset=21).attrs["stash_type"] == 1
+    assert bind_node(_node("BatchNormalization", "x s b m v", training_mode=0), [x, *params], opset=14).attrs == {"training_mode": 0}
 
 
 def test_the_kernels_do_not_import_onnx():

@@ -165,8 +165,24 @@ def _given_limits(m):
             raise _caps_error("limits", f"limits.{name}: {error.message}", ()) from None
         if limit < 0:
             raise _caps_error("limits", f"limits.{name} = {value!r} is negative", ())
+        if name.endswith("Alignment") and (limit < 1 or limit & (limit - 1)):
+            raise _caps_error("limits", f"limits.{name} = {value!r}: an alignment is a power of two", ())
+        if name in _AT_LEAST_ONE and limit < 1:
+            raise _caps_error("limits", f"limits.{name} = {value!r}: a device has at least 1", ())
         limits[name] = limit
     return limits
+
+
+# Limits every WebGPU device has at least 1 of, and that plans divide by or dispatch against.
+_AT_LEAST_ONE = frozenset(
+    (
+        "maxComputeWorkgroupsPerDimension",
+        "maxComputeInvocationsPerWorkgroup",
+        "maxComputeWorkgroupSizeX",
+        "maxComputeWorkgroupSizeY",
+        "maxComputeWorkgroupSizeZ",
+    )
+)
 
 
 def _caps_error(what, message, known):
@@ -247,6 +263,9 @@ def checked_device(op, device):
     import wgpu
 
     if isinstance(device, wgpu.GPUDevice):
+        from .tensors import watch_buffers_of  # (tensors imports this module)
+
+        watch_buffers_of(device)
         _device_classes.add(type(device))
         return device
     hint = (
@@ -282,6 +301,9 @@ def default_device() -> Any:
                 required_features=[f for f in wanted if f in adapter.features],
                 required_limits=adapter.limits,
             )
+            from .tensors import watch_buffers_of  # (tensors imports this module)
+
+            watch_buffers_of(_default_device)
         return _default_device
 
 

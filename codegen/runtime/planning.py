@@ -199,6 +199,8 @@ def _typed_items(mapping):
 def _shape_key(shape):
     if type(shape) is tuple and all([type(d) is int for d in shape]):
         return shape
+    if iter(shape) is shape:  # an iterator: reading it for a key would leave nothing to plan
+        raise TypeError("an iterator is not a key")
     return (type(shape), tuple(map(type, shape)), tuple(shape))
 
 

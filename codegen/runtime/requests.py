@@ -49,7 +49,14 @@ def _attribute_value(op, name, spec, value):
     subject = f"attribute {name}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ContractError(op, subject, spec.kind, f"expected a number, got {value!r}")
-    if not math.isfinite(value):
+    try:
+        finite = math.isfinite(value)
+    except OverflowError:  # an int beyond float's range: beyond both 32-bit types too
+        kind = "32-bit int" if spec.kind == "int" else "f32 range"
+        raise ContractError(
+            op, subject, kind, f"{value!r} does not fit the 32-bit type the kernels use"
+        ) from None
+    if not finite:
         raise ContractError(op, subject, "finite", f"must be a finite number, got {value!r}")
     if spec.kind == "int":
         if not float(value).is_integer():
@@ -142,6 +149,13 @@ def _requested_outputs(contract, outputs):
             "outputs",
             "output names",
             f"outputs= takes output names, like ('Y', 'S'); got {outputs!r}",
+        )
+    if not outputs:
+        raise ContractError(
+            contract.op,
+            "outputs",
+            "an output",
+            "outputs= names at least one output (None: the required ones)",
         )
     unknown = [o for o in outputs if o not in by_name]
     if unknown:

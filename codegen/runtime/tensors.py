@@ -31,7 +31,11 @@ def checked_shape(op, subject, value):
     """A shape as a tuple of ints; anything that is not a sequence of whole numbers >= 0 is refused."""
     if type(value) is tuple and all(type(d) is int and d >= 0 for d in value):
         return value  # the common case, cheaply
-    if isinstance(value, (str, bytes, Mapping)) or not hasattr(value, "__iter__"):
+    if (
+        isinstance(value, (str, bytes, Mapping))
+        or not hasattr(value, "__iter__")
+        or (isinstance(value, np.ndarray) and value.ndim != 1)
+    ):
         raise ContractError(op, subject, "shape", f"a shape is a sequence of whole numbers, got {value!r}")
     dims = []
     for d in value:
@@ -93,6 +97,57 @@ def _watch_destroy(cls: type) -> None:
     cls.destroy = destroy  # type: ignore[attr-defined]
 
 
+def _checked_buffer(buffer: Any) -> None:
+    """A Tensor's buffer must be a wgpu GPUBuffer (whose destroy() is then watched)."""
+    import wgpu
+
+    if not isinstance(buffer, wgpu.GPUBuffer):
+        raise ContractError(
+            "Tensor",
+            "buffer",
+            "a GPUBuffer",
+            f"a Tensor is made over a wgpu GPUBuffer (device.create_buffer()), not {type(buffer).__name__}",
+        )
+    _watch_destroy(type(buffer))
+
+
+def watch_buffers_of(device: Any) -> None:
+    """Watch the destroy() of `device`'s buffer class from the first time a device is seen, so that
+    a buffer destroyed before any Tensor was made over it is still known (wgpu reports no destroyed
+    state; a submission that uses one aborts wgpu-native)."""
+    import sys
+
+    buffer_class = getattr(sys.modules.get(type(device).__module__), "GPUBuffer", None)
+    if isinstance(buffer_class, type):
+        _watch_destroy(buffer_class)
+
+
+# The usages a buffer may have (WebGPU's GPUBufferUsage bits), and the two that combine with one
+# other only: MAP_READ with COPY_DST, MAP_WRITE with COPY_SRC.
+_ALL_USAGES = 0x3FF
+_MAP_PARTNERS = {0x01: 0x08, 0x02: 0x04}
+
+
+def _checked_usage(usage: Any, needs: int, why: str) -> int:
+    """`usage=` of Tensor.empty / from_numpy: wgpu BufferUsage flags that wgpu accepts, with `needs`."""
+    if isinstance(usage, bool) or not isinstance(usage, numbers.Integral) or not 0 < usage <= _ALL_USAGES:
+        raise ContractError(
+            "Tensor", "usage", "BufferUsage flags", f"usage= takes wgpu.BufferUsage flags, got {usage!r}"
+        )
+    usage = int(usage)
+    for map_bit, partner in _MAP_PARTNERS.items():
+        if usage & map_bit and usage & ~(map_bit | partner):
+            raise ContractError(
+                "Tensor",
+                "usage",
+                "mappable usages",
+                f"usage {usage:#x}: a mappable buffer takes only MAP_READ | COPY_DST or MAP_WRITE | COPY_SRC",
+            )
+    if usage & needs != needs:
+        raise ContractError("Tensor", "usage", "buffer usage", f"usage {usage:#x} lacks {why}")
+    return usage
+
+
 def check_encoder(op: str, encoder: Any, device: Any) -> None:
     """Refuse an `encoder=` that is not a GPUCommandEncoder or is another device's. (One that was
     finished or has a pass open is refused when the call's first command fails: `_submit`. wgpu
@@ -147,7 +202,7 @@ class Tensor:
     destroyed: bool
 
     def __init__(self, buffer: Any, shape: abc.Sequence[int], dtype: Any, device: Any) -> None:
-        _watch_destroy(type(buffer))
+        _checked_buffer(buffer)
         if device is None:
             raise ContractError(
                 "Tensor", "device", "a GPUDevice", "a Tensor needs the device its buffer is on"
@@ -168,6 +223,7 @@ class Tensor:
                 "make another Tensor(buffer, shape, dtype, device) for another view"
             )
         if name == "buffer":
+            _checked_buffer(value)
             _buffer_changes[0] += 1
         object.__setattr__(self, name, value)
 
@@ -205,7 +261,8 @@ class Tensor:
                 "maxBufferSize",
                 f"{shape} {dtype.name} needs {size} bytes, over the device's maxBufferSize = {limit}",
             )
-        buffer = device.create_buffer(size=size, usage=_buffer_usage() if usage is None else usage)
+        usage = _buffer_usage() if usage is None else _checked_usage(usage, 0, "")
+        buffer = device.create_buffer(size=size, usage=usage)
         return cls(buffer, shape, dtype, device)
 
     @classmethod
@@ -220,7 +277,10 @@ class Tensor:
         tensor_dtype("Tensor", "array", array.dtype)
         if not array.dtype.isnative:
             array = array.astype(array.dtype.newbyteorder("="))
-        array = np.ascontiguousarray(array)
+        if not array.flags.c_contiguous:  # (np.ascontiguousarray would make a 0-d array 1-d)
+            array = array.copy(order="C")
+        if usage is not None:
+            usage = _checked_usage(usage, 0x08, "COPY_DST, which from_numpy writes the array with")
         tensor = cls.empty(array.shape, array.dtype, device, usage)
         data = array.tobytes()
         if len(data) % 4:
@@ -287,8 +347,9 @@ def _usage_names(flags):
 _USAGE_FLAGS = {"COPY_SRC": 0x04, "COPY_DST": 0x08, "UNIFORM": 0x40, "STORAGE": 0x80}
 
 
-def check_tensor_buffer(op, subject, tensor, usages):
-    """Refuse a Tensor whose buffer cannot back its shape, or lacks a usage the call needs.
+def check_tensor_buffer(op, subject, tensor, usages, why=""):
+    """Refuse a Tensor whose buffer cannot back its shape, is mapped, or lacks a usage the call
+    needs (`why`: the reason for those usages, where it is not plain).
 
     A Tensor of no elements is never bound, so its buffer may be anything, 0 bytes included.
     """
@@ -303,6 +364,16 @@ def check_tensor_buffer(op, subject, tensor, usages):
         )
     if numel(tensor.shape) == 0:
         return
+    # A submission that uses a mapped buffer aborts wgpu-native. (A STORAGE buffer can be mapped
+    # only at its creation, so one found unmapped stays so.)
+    state = getattr(tensor.buffer, "map_state", "unmapped")
+    if state != "unmapped":
+        raise ContractError(
+            op,
+            subject,
+            "unmapped",
+            f"the Tensor's buffer is {state} (mapped_at_creation=True, or map_async()): call buffer.unmap() first",
+        )
     # wgpu-py 0.32 keeps the device of a GPU object only as `_device`; `buffer` may be re-pointed.
     if getattr(tensor.buffer, "_device", tensor.device) is not tensor.device:
         raise ContractError(
@@ -326,11 +397,11 @@ def check_tensor_buffer(op, subject, tensor, usages):
             op,
             subject,
             "buffer usage",
-            f"the Tensor's buffer needs usage {' | '.join(missing)}; it was created with {has}",
+            f"the Tensor's buffer needs usage {' | '.join(missing)}{why}; it was created with {has}",
         )
 
 
-def _checked_tensor(op, subject, value, spec, device):
+def _checked_tensor(op, subject, value, spec, device, usages=("STORAGE",), why=""):
     shape, dtype_name = spec
     expected = _NP_DTYPES.get(dtype_name) or np.dtype(dtype_name)
     if value.shape != tuple(shape) or value.dtype != expected or not value.dtype.isnative:
@@ -345,7 +416,7 @@ def _checked_tensor(op, subject, value, spec, device):
             raise ContractError(
                 op, subject, "same device", "the tensor lives on another device than the call"
             )
-        check_tensor_buffer(op, subject, value, ("STORAGE",))
+        check_tensor_buffer(op, subject, value, usages, why)
     return value
 
 

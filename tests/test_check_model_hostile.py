@@ -1,0 +1,87 @@
+"""`python -m generated.check_model` on models and arguments it cannot use: a line or exit 2, never a traceback."""
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from generated import check_model
+
+
+def _save(path, nodes, inputs, initializers=(), opsets=(("", 21),)):
+    """A model of `nodes` over graph inputs `inputs` ([(name, elem_type, dims)]), saved at `path`."""
+    graph = helper.make_graph(
+        nodes,
+        path.stem,
+        [helper.make_tensor_value_info(name, elem_type, dims) for name, elem_type, dims in inputs],
+        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for node in nodes for name in node.output],
+        initializer=list(initializers),
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], ir_version=10)
+    onnx.save(model, path)
+    return str(path)
+
+
+def _group_norm(path, x_type=TensorProto.FLOAT, dims=(2, 4, 3, 3), opsets=(("", 21),)):
+    np_type = helper.tensor_dtype_to_np_dtype(x_type)
+    params = [numpy_helper.from_array(np.ones(4, np_type), n) for n in ("s", "b")]
+    node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn", num_groups=2)
+    return _save(path, [node], [("x", x_type, list(dims))], params, opsets)
+
+
+def _lines(capsys):
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.out + captured.err
+    return captured.out.splitlines()
+
+
+def test_a_node_whose_inputs_are_all_omitted_is_a_failed_line(tmp_path, capsys):
+    node = helper.make_node("InstanceNormalization", ["", "", ""], ["y"], name="empty")
+    path = _save(tmp_path / "empty_inputs.onnx", [node], [], opsets=(("", 17),))
+    assert check_model.main([path]) == 1
+    lines = _lines(capsys)
+    assert lines[0].startswith("empty: InstanceNormalization-6 -, -, - (no inputs): FAILED: ContractError: "), lines
+    assert "required input input is missing" in lines[0]
+    assert lines[1] == "1 normalization nodes run, 1 outside tolerance or failed"
+
+
+def test_a_negative_input_dimension_is_a_skip_line_that_points_at_dim(tmp_path, capsys):
+    path = _group_norm(tmp_path / "negdim.onnx", dims=(-1, 4, 3, 3))
+    assert check_model.main([path]) == 0
+    lines = _lines(capsys)
+    assert lines[0] == (
+        "gn: ai.onnx GroupNormalization (opset 21): skipped: input 'x': shape (-1, 4, 3, 3) has dimension 0 = -1, "
+        "not a size; an unknown dimension is a named one (dim_param), which --dim NAME=SIZE sets (else 1)"
+    ), lines
+    assert lines[1] == "0 normalization nodes run, 0 outside tolerance or failed"
+
+
+@pytest.mark.parametrize("seed", ["-1", "1.5", "x"])
+def test_a_seed_that_is_not_a_whole_number_is_exit_2(tmp_path, capsys, seed):
+    path = _group_norm(tmp_path / "gn.onnx")
+    with pytest.raises(SystemExit) as exited:
+        check_model.main([path, "--seed", seed])
+    assert exited.value.code == 2
+    captured = capsys.readouterr()
+    assert f"argument --seed: expected a whole number >= 0 (numpy's seeds are), got {seed!r}" in captured.err
+    assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_a_domain_the_model_imports_no_opset_for_is_named(tmp_path, capsys):
+    path = _group_norm(tmp_path / "noopset.onnx", opsets=(("com.microsoft", 1),))
+    assert check_model.main([path]) == 0
+    lines = _lines(capsys)
+    assert lines[0] == (
+        "gn: ai.onnx GroupNormalization (opset not imported): skipped: the model imports no opset for domain "
+        "ai.onnx (its opset_import: com.microsoft 1), so no version of GroupNormalization is defined"
+    ), lines
+
+
+def test_an_element_type_the_kernels_do_not_take_is_named(tmp_path, capsys):
+    path = _group_norm(tmp_path / "f64.onnx", x_type=TensorProto.DOUBLE)
+    assert check_model.main([path]) == 0
+    lines = _lines(capsys)
+    assert lines[0] == (
+        "gn: ai.onnx GroupNormalization (opset 21): skipped: input 'x': float64 is not a type these kernels "
+        "take (float32, float16)"
+    ), lines
