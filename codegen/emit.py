@@ -217,6 +217,8 @@ def _emit_op_imports(w: Writer, op: ResolvedOp) -> None:
     runtime_names = ["AttributeSpec", "Caps", "ContractError", "OpContract", "Plan", "Tensor", "TensorIn", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show", "warm_up"]
     if op.ir.chunking is not None:
         runtime_names.append("ChunkSpec")
+    if any(t.optional for t in op.ir.outputs):  # the plain function's return_<output>= flags
+        runtime_names.append("checked_flag")
     runtime_names += [h for h in helpers if h != "math"]
     if any(_F16_RULE.fullmatch(rule.source) for rule in op.rules):
         runtime_names.append("features_text")
@@ -435,7 +437,7 @@ def _emit_plain_function(w: Writer, op: ResolvedOp) -> None:
         w.line(f'outputs: tuple[str, ...] = ("{first.key}",)')
         for t in optional_outputs:
             flag = t.api_flag or "return_" + snake(t.key)
-            with w.block(f"if {flag}:"):
+            with w.block(f'if checked_flag(OP, "{flag}", {flag}):'):
                 w.line(f'outputs += ("{t.key}",)')
         w.line("result = kernel(inputs, attrs=attrs, outputs=outputs, device=device, variant=variant)")
         w.line("values = tuple(result[k] for k in outputs)")

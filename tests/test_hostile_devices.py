@@ -615,3 +615,14 @@ def test_shapes_that_are_0d_arrays_or_iterators():
 def test_outputs_naming_none_is_refused():
     error = refusal(lambda: gn.kernel(gn_arrays(), attrs=ATTRS, outputs=()))
     assert error.subject == "outputs" and "at least one output" in error.message, error
+
+
+@pytest.mark.parametrize("flag", ["no", 1, None, np.float32(1)])
+def test_a_plain_functions_output_flag_is_a_bool(flag):
+    """return_sum="no" used to ask for S (any truthy value did); a flag is True or False."""
+    x = np.ones((1, 2, 2, 4), np.float32)
+    c = np.ones(4, np.float32)
+    error = refusal(lambda: sgn.skip_group_norm(x, c, c, x, None, groups=2, activation=0, return_sum=flag))
+    assert error.subject == "argument return_sum" and "True or False" in error.message, error
+    y, s = sgn.skip_group_norm(x, c, c, x, None, groups=2, activation=0, return_sum=np.bool_(True))
+    assert y.shape == s.shape == x.shape

@@ -88,6 +88,7 @@ from .plans import (
     Chunk,
 )
 from .select import candidate_verdict, select
+from .requests import checked_flag
 from .tensors import checked_shape, tensor_dtype, Tensor, TensorIn, check_tensor_buffer, check_encoder
 from .pipelines import (
     PIPELINE_CACHE_SIZE,
@@ -152,6 +153,7 @@ __all__ = [
     "outer",
     "onnx_dtype_code",
     "show",
+    "checked_flag",
     "whole",
     "u32",
     "WEBGPU_DEFAULT_LIMITS",

@@ -44,6 +44,13 @@ _F32_MAX = float(np.finfo(np.float32).max)
 _F32_TINY = float(np.finfo(np.float32).tiny)
 
 
+def checked_flag(op, name, value):
+    """A plain function's flag argument (return_sum=): True or False, nothing that merely converts."""
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    raise ContractError(op, f"argument {name}", "a bool", f"{name}= takes True or False, got {value!r}")
+
+
 def _attribute_value(op, name, spec, value):
     """One attribute value checked against its kind and the 32-bit type the kernels give it."""
     subject = f"attribute {name}"

@@ -77,6 +77,7 @@ from .._runtime import (
     TensorSpec,
     build_plan,
     ceil_div,
+    checked_flag,
     explain_plan,
     features_text,
     js_div,
@@ -838,7 +839,7 @@ def skip_group_norm(
     inputs = {k: v for k, v in inputs.items() if v is not None}
     attrs = {"groups": groups, "activation": activation, "channels_last": channels_last, "epsilon": epsilon}
     outputs: tuple[str, ...] = ("Y",)
-    if return_sum:
+    if checked_flag(OP, "return_sum", return_sum):
         outputs += ("S",)
     result = kernel(inputs, attrs=attrs, outputs=outputs, device=device, variant=variant)
     values = tuple(result[k] for k in outputs)
