@@ -533,22 +533,55 @@ def test_a_mapped_buffer_is_refused_wherever_it_would_be_submitted():
         assert "is mapped" in error.message and "unmap()" in error.message and error.rule == "unmapped", (subject, error)
 
 
-def test_a_call_in_pieces_needs_copy_sources():
-    """A call whose tensors pass maxStorageBufferBindingSize runs in pieces that copy per-channel
-    inputs to aligned scratch: an input buffer without COPY_SRC is refused up front, naming why,
-    not left to fail in wgpu's finish() (or the caller's, with encoder=)."""
+def test_a_call_in_pieces_needs_copy_sources_where_it_copies():
+    """A call whose tensors pass maxStorageBufferBindingSize runs in pieces; a cut within a batch
+    item copies each piece's per-channel inputs (scale, bias) to aligned scratch, so a scale buffer
+    without COPY_SRC is refused up front, naming why, not left to fail in wgpu's finish() (or the
+    caller's, with encoder=). X is bound by ranges, never copied: it needs no COPY_SRC, nor does
+    any input of a call cut only between batch items."""
     import wgpu
 
-    arrays = gn_arrays(shape=(4, 4, 512))
-    scale = Tensor.from_numpy(arrays["scale"], usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST)
-    tensors = {**{k: Tensor.from_numpy(v) for k, v in arrays.items()}, "scale": scale}
-    caps = {"limits": {"maxStorageBufferBindingSize": 4 * 4 * 512}}
-    assert gn.plan({k: v.shape for k, v in arrays.items()}, {"T": "float32"}, ATTRS, caps=caps).chunks
-    error = refusal(lambda: gn.kernel(tensors, attrs=ATTRS, caps=caps))
-    assert error.subject == "input scale" and "COPY_SRC (the call runs in pieces" in error.message, error
-    np.testing.assert_allclose(  # the same call without pieces takes the buffer as it is
-        gn.kernel(tensors, attrs=ATTRS)["y"], gn.kernel(arrays, attrs=ATTRS)["y"], rtol=1e-6, atol=1e-6
+    no_copy_src = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST
+    attrs = {"num_groups": 6}
+    arrays = gn_arrays(shape=(1, 12, 1024))
+    caps = {"limits": {"maxStorageBufferBindingSize": 4 * 4 * 1024}}
+    plan = gn.plan({k: v.shape for k, v in arrays.items()}, {"T": "float32"}, attrs, caps=caps)
+    assert {key for chunk in plan.chunks for key in chunk.copies} == {"scale", "bias"}
+    expected = gn.kernel(arrays, attrs=attrs)["y"]
+    for key in ("x", "scale"):
+        tensors = {k: Tensor.from_numpy(v, usage=no_copy_src if k == key else None) for k, v in arrays.items()}
+        if key == "scale":
+            error = refusal(lambda: gn.kernel(tensors, attrs=attrs, caps=caps))
+            assert error.subject == "input scale" and "COPY_SRC (the call runs in pieces" in error.message, error
+        else:
+            np.testing.assert_allclose(gn.kernel(tensors, attrs=attrs, caps=caps)["y"].numpy(), expected, rtol=1e-5, atol=1e-5)
+    batch_cut = gn_arrays(shape=(4, 4, 512))
+    batch_caps = {"limits": {"maxStorageBufferBindingSize": 4 * 4 * 512}}
+    tensors = {k: Tensor.from_numpy(v, usage=no_copy_src) for k, v in batch_cut.items()}
+    np.testing.assert_allclose(
+        gn.kernel(tensors, attrs=ATTRS, caps=batch_caps)["y"].numpy(), gn.kernel(batch_cut, attrs=ATTRS)["y"], rtol=1e-5, atol=1e-5
     )
+
+
+def test_a_mappable_buffer_is_refused_for_a_call_and_string_usages_are_read(adapter):
+    """With wgpu's native mappable-primary-buffers a STORAGE buffer can also be MAP_READ, and a map
+    while a recorded call (a repeat of kernel(out=), a Sequence) binds it would abort wgpu-native:
+    a call refuses such a buffer. usage= also takes wgpu's "STORAGE | COPY_DST" text."""
+    import wgpu
+
+    tensor = Tensor.empty((4,), "float32", usage="STORAGE | COPY_SRC | COPY_DST")
+    assert tensor.buffer.usage == wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    assert "BufferUsage flags" in refusal(lambda: Tensor.empty((4,), "float32", usage="STORAGE | NOPE")).message
+    if "mappable-primary-buffers" not in adapter.features:
+        pytest.skip("the adapter has no mappable-primary-buffers")
+    device = adapter.request_device_sync(required_features=["mappable-primary-buffers"])
+    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.MAP_READ
+    mappable = Tensor(device.create_buffer(size=96, usage=usage), (2, 4, 3), np.float32, device)
+    tensors = {k: Tensor.from_numpy(v, device) for k, v in gn_arrays().items()}
+    error = refusal(lambda: gn.kernel(tensors, attrs=ATTRS, out={"y": mappable}))
+    assert error.rule == "not mappable", error
+    error = refusal(lambda: gn.kernel({**tensors, "x": mappable}, attrs=ATTRS))
+    assert error.rule == "not mappable" and error.subject == "input x", error
 
 
 @pytest.mark.parametrize(
@@ -626,3 +659,34 @@ def test_a_plain_functions_output_flag_is_a_bool(flag):
     assert error.subject == "argument return_sum" and "True or False" in error.message, error
     y, s = sgn.skip_group_norm(x, c, c, x, None, groups=2, activation=0, return_sum=np.bool_(True))
     assert y.shape == s.shape == x.shape
+
+
+WATCHED_BEFORE_ANY_TENSOR = """
+import numpy as np, wgpu
+import generated
+from generated import group_normalization as gn
+device = generated.default_device()  # the package sees a device; no Tensor exists yet
+buffer = device.create_buffer(size=2 * 8 * 16 * 4, usage=wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC)
+buffer.destroy()
+x = generated.Tensor(buffer, (2, 8, 16), np.float32, device)
+try:
+    gn.kernel({"x": x, "scale": np.ones(8, np.float32), "bias": np.zeros(8, np.float32)}, attrs={"num_groups": 4})
+    print("ran")
+except generated.ContractError as error:
+    print("refused:", error.rule)
+"""
+
+
+def test_a_buffer_destroyed_before_any_tensor_is_known_once_the_device_was_seen():
+    """wgpu reports no destroyed state, so the package watches destroy() from the first device it
+    sees (here the default one), not from the first Tensor: a fresh process, where no Tensor has
+    been made yet, still refuses the destroyed buffer by name (a submission with it can abort)."""
+    import os
+    import subprocess
+    import sys
+
+    child = subprocess.run(
+        [sys.executable, "-c", WATCHED_BEFORE_ANY_TENSOR], capture_output=True, text=True, timeout=120, env=os.environ
+    )
+    assert child.returncode == 0, child.stderr[-2000:]
+    assert "refused: not destroyed" in child.stdout, (child.stdout, child.stderr[-2000:])

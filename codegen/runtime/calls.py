@@ -20,7 +20,7 @@ from .planning import _PLAN_CACHE_SIZE
 from .tensors import _checked_tensor, check_encoder, check_tensor_buffer, Tensor
 
 
-_PIECES_COPY = " (the call runs in pieces, which copy parts of its inputs)"
+_PIECES_COPY = " (the call runs in pieces, which copy parts of this input)"
 
 
 def _plan_inputs(plan, inputs):
@@ -117,9 +117,10 @@ def check_call(plan, inputs, device, out, names, recorder=None, encoder=None):
     if device is None:
         device = resident_inputs[0].device if resident_inputs else default_device()
     # A call in pieces copies parts of some inputs (per-channel tensors, an (N, C) skip) to aligned
-    # scratch: their buffers are copy sources.
-    usages, why = (("STORAGE", "COPY_SRC"), _PIECES_COPY) if plan.chunks else (("STORAGE",), "")
+    # scratch: those buffers are copy sources.
+    copied = {key for chunk in plan.chunks for key in chunk.copies} if plan.chunks else ()
     for key, value in values.items():
+        usages, why = (("STORAGE", "COPY_SRC"), _PIECES_COPY) if key in copied else (("STORAGE",), "")
         _checked_tensor(plan.op, f"input {names.get(key, key)}", value, plan.inputs[key], device, usages, why)
     out = _checked_out(plan, out, values, device, names)
     if encoder is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import numbers
+import threading
 import weakref
 from collections import abc
 from collections.abc import Mapping
@@ -77,10 +78,19 @@ _watched_classes: set = set()
 _buffer_changes = [0]
 
 
+_watch_lock = threading.Lock()
+
+
 def _watch_destroy(cls: type) -> None:
     if cls in _watched_classes:
         return
-    _watched_classes.add(cls)
+    with _watch_lock:  # wrapped once, and marked watched only once it is
+        if cls not in _watched_classes:
+            _wrap_destroy(cls)
+            _watched_classes.add(cls)
+
+
+def _wrap_destroy(cls: type) -> None:
     original = getattr(cls, "destroy", None)
     if not callable(original):
         return
@@ -129,7 +139,18 @@ _MAP_PARTNERS = {0x01: 0x08, 0x02: 0x04}
 
 
 def _checked_usage(usage: Any, needs: int, why: str) -> int:
-    """`usage=` of Tensor.empty / from_numpy: wgpu BufferUsage flags that wgpu accepts, with `needs`."""
+    """`usage=` of Tensor.empty / from_numpy: wgpu BufferUsage flags that wgpu accepts (an int, or
+    wgpu's "STORAGE | COPY_DST" text), with `needs`."""
+    if isinstance(usage, str):
+        from wgpu._coreutils import str_flag_to_int
+        import wgpu
+
+        try:
+            usage = str_flag_to_int(wgpu.BufferUsage, usage)
+        except (KeyError, ValueError, AttributeError) as error:
+            raise ContractError(
+                "Tensor", "usage", "BufferUsage flags", f"usage= {usage!r} is not BufferUsage flags: {error}"
+            ) from None
     if isinstance(usage, bool) or not isinstance(usage, numbers.Integral) or not 0 < usage <= _ALL_USAGES:
         raise ContractError(
             "Tensor", "usage", "BufferUsage flags", f"usage= takes wgpu.BufferUsage flags, got {usage!r}"
@@ -303,7 +324,7 @@ class Tensor:
             )
         if numel(self.shape) == 0:
             return np.empty(self.shape, self.dtype)
-        check_tensor_buffer("Tensor", "numpy()", self, ("COPY_SRC",))
+        check_tensor_buffer("Tensor", "numpy()", self, ("COPY_SRC",), mappable_refused=False)
         data = self.device.queue.read_buffer(self.buffer, 0, self.storage_nbytes)
         return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
 
@@ -347,9 +368,10 @@ def _usage_names(flags):
 _USAGE_FLAGS = {"COPY_SRC": 0x04, "COPY_DST": 0x08, "UNIFORM": 0x40, "STORAGE": 0x80}
 
 
-def check_tensor_buffer(op, subject, tensor, usages, why=""):
-    """Refuse a Tensor whose buffer cannot back its shape, is mapped, or lacks a usage the call
-    needs (`why`: the reason for those usages, where it is not plain).
+def check_tensor_buffer(op, subject, tensor, usages, why="", mappable_refused=True):
+    """Refuse a Tensor whose buffer cannot back its shape, is mapped (or, for a call's binding,
+    mappable), or lacks a usage the call needs (`why`: the reason for those usages, where it is
+    not plain).
 
     A Tensor of no elements is never bound, so its buffer may be anything, 0 bytes included.
     """
@@ -364,8 +386,18 @@ def check_tensor_buffer(op, subject, tensor, usages, why=""):
         )
     if numel(tensor.shape) == 0:
         return
-    # A submission that uses a mapped buffer aborts wgpu-native. (A STORAGE buffer can be mapped
-    # only at its creation, so one found unmapped stays so.)
+    # A submission that uses a mapped buffer aborts wgpu-native. A STORAGE buffer can be mapped only
+    # at its creation, unless the device has wgpu's native mappable-primary-buffers: a call refuses
+    # a mappable buffer then, since it could be mapped while a recorded call (a repeat, a Sequence)
+    # binds it.
+    if mappable_refused and tensor.buffer.usage & 0x03:
+        raise ContractError(
+            op,
+            subject,
+            "not mappable",
+            "the Tensor's buffer has MAP_READ / MAP_WRITE usage, so it could be mapped while a recorded "
+            "call binds it: bind a buffer without them and copy to a mappable one",
+        )
     state = getattr(tensor.buffer, "map_state", "unmapped")
     if state != "unmapped":
         raise ContractError(
