@@ -368,24 +368,7 @@ def _usage_names(flags):
 _USAGE_FLAGS = {"COPY_SRC": 0x04, "COPY_DST": 0x08, "UNIFORM": 0x40, "STORAGE": 0x80}
 
 
-def check_tensor_buffer(op, subject, tensor, usages, why="", mappable_refused=True):
-    """Refuse a Tensor whose buffer cannot back its shape, is mapped (or, for a call's binding,
-    mappable), or lacks a usage the call needs (`why`: the reason for those usages, where it is
-    not plain).
-
-    A Tensor of no elements is never bound, so its buffer may be anything, 0 bytes included.
-    """
-    if tensor.destroyed:
-        raise ContractError(op, subject, "not destroyed", "the Tensor was destroyed: its buffer is gone")
-    if buffer_destroyed(tensor.buffer):
-        raise ContractError(
-            op,
-            subject,
-            "not destroyed",
-            "the Tensor's buffer was destroyed (buffer.destroy()): make a new Tensor",
-        )
-    if numel(tensor.shape) == 0:
-        return
+def _check_not_mapped(op, subject, tensor, mappable_refused):
     # A submission that uses a mapped buffer aborts wgpu-native. A STORAGE buffer can be mapped only
     # at its creation, unless the device has wgpu's native mappable-primary-buffers: a call refuses
     # a mappable buffer then, since it could be mapped while a recorded call (a repeat, a Sequence)
@@ -406,6 +389,27 @@ def check_tensor_buffer(op, subject, tensor, usages, why="", mappable_refused=Tr
             "unmapped",
             f"the Tensor's buffer is {state} (mapped_at_creation=True, or map_async()): call buffer.unmap() first",
         )
+
+
+def check_tensor_buffer(op, subject, tensor, usages, why="", mappable_refused=True):
+    """Refuse a Tensor whose buffer cannot back its shape, is mapped (or, for a call's binding,
+    mappable), or lacks a usage the call needs (`why`: the reason for those usages, where it is
+    not plain).
+
+    A Tensor of no elements is never bound, so its buffer may be anything, 0 bytes included.
+    """
+    if tensor.destroyed:
+        raise ContractError(op, subject, "not destroyed", "the Tensor was destroyed: its buffer is gone")
+    if buffer_destroyed(tensor.buffer):
+        raise ContractError(
+            op,
+            subject,
+            "not destroyed",
+            "the Tensor's buffer was destroyed (buffer.destroy()): make a new Tensor",
+        )
+    if numel(tensor.shape) == 0:
+        return
+    _check_not_mapped(op, subject, tensor, mappable_refused)
     # wgpu-py 0.32 keeps the device of a GPU object only as `_device`; `buffer` may be re-pointed.
     if getattr(tensor.buffer, "_device", tensor.device) is not tensor.device:
         raise ContractError(
