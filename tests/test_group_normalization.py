@@ -552,14 +552,14 @@ def test_row_registers_cases_meet_every_bucket_fill():
     template's three fills, in both dtypes:
     "exact" (every unit of every invocation in the row: loads unclamped, no held() test), "last"
     (only the last unit tested) and "any" (spare bucket units); expected_fill is the definition."""
-    from tests.test_pipelines_per_shape import expected_fill
+    from tests.test_pipelines_per_shape import bucket_fill, expected_fill
 
     seen = set()
     for shape, num_groups, tunables, _, _ in REGISTER_CASES:
         for dtype in (np.float32, np.float16):
             inputs = {"x": np.zeros(shape, dtype), "scale": np.zeros(shape[1], dtype), "bias": np.zeros(shape[1], dtype)}
             (p,) = register_plan(inputs, {"num_groups": num_groups}, tunables).passes
-            fill = p.spec.split(".")[1].split("-")[0]
+            fill = bucket_fill(p)
             assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (shape, dtype)
             seen.add((fill, dtype))
     assert {fill for fill, _ in seen} == {"exact", "last", "any"} and len(seen) == 6, seen

@@ -58,7 +58,7 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
         context = f"{variant} {np.dtype(dtype).name} {shape} {attrs} {seed_note(seed)}"
         if len(plans) == 2:
             created = _runtime.pipelines_created() - before
-            if kept_values_differ(plans, kept_constants(package, variant)):
+            if kept_values_differ(plans[0].passes, plans[1].passes, kept_constants(package, variant)):
                 # The manifest keeps some request-dependent values as overrides (measured to pay),
                 # and they differ: a new shape may create this variant's pipelines, one a pass at most.
                 assert created <= len(plan.passes), f"{context}: {created} pipelines for {len(plan.passes)} passes"
@@ -68,17 +68,16 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
     first, second = plans
     kept = kept_constants(package, variant)
     for a, b in zip(first.passes, second.passes):
-        if kept_values_differ(([a], [b]), kept):
+        if kept_values_differ([a], [b], kept):
             assert a.overrides.keys() == b.overrides.keys(), a.name
             continue
         assert pipeline_key(a) == pipeline_key(b), f"{variant} {a.name}: overrides {a.overrides} != {b.overrides}"
         assert a.uniforms != b.uniforms, f"{variant} {a.name}: the shapes were meant to differ in Params"
 
 
-def kept_values_differ(plans, kept):
-    """Whether the two plans (or two lists of passes) differ in a value the manifest keeps as an
-    override: only then may the second shape make pipelines."""
-    first, second = (getattr(p, "passes", p) for p in plans)
+def kept_values_differ(first, second, kept):
+    """Whether two plans' passes differ in a value the manifest keeps as an override: only then
+    may the second shape make pipelines."""
     return any(a.overrides.get(k) != b.overrides.get(k) for a, b in zip(first, second) for k in kept)
 
 
@@ -395,6 +394,11 @@ def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
     assert_one_pipeline_per_workgroup_and_bucket(plans(), seed)
 
 
+def bucket_fill(pass_plan):
+    """The fill a row-registers shader was specialized for: the first word of its spec's key."""
+    return pass_plan.spec.split(".")[1].split("-")[0]
+
+
 def expected_fill(row_units, workgroup, bucket):
     """How a row fills its unit bucket, from the definition: "exact" when it is `bucket` whole
     sweeps of the workgroup, "last" when the bucket is the row's own ceil(row / workgroup) units
@@ -413,7 +417,7 @@ def assert_one_pipeline_per_workgroup_and_bucket(plans, seed):
     for shapes, dtype, plan in plans:
         (p,) = plan.passes
         keys.add(pipeline_key(p))
-        fill = p.spec.split(".")[1].split("-")[0]
+        fill = bucket_fill(p)
         assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (shapes, dtype, p.spec)
         kinds.add((dtype, p.workgroup_size, held_units(p), fill, p.overrides["split"]))
         assert not set(p.overrides) & set(p.uniforms), p.name

@@ -24,6 +24,11 @@ from .requests import _dtype_name, _given_shapes, _in_callers_words, _inputs_by_
 from .tensors import _dtype_text, buffer_changes_so_far, check_encoder, Tensor, TensorIn
 
 
+def _contract_op(contract, *args):
+    """The op a call names (its first argument is the op's contract), for refusing_lost_device."""
+    return contract.op
+
+
 def _kernel_input(op, name, value):
     """A Tensor as it is; anything else as a native-order numpy array (big-endian data converted)."""
     if isinstance(value, Tensor):
@@ -142,7 +147,7 @@ def _call_plan(contract, inputs, attrs, outputs, device, variant, caps, tunables
     return values, names, device, plan
 
 
-@refusing_lost_device(lambda contract, *args: contract.op)
+@refusing_lost_device(_contract_op)
 def run_kernel(
     contract,
     inputs,
@@ -282,7 +287,7 @@ def _run_remembered(key, plan, values, device, callers, keyed, encoder, wanted):
     return {k: checked_out[k] for k in wanted}
 
 
-@refusing_lost_device(lambda contract, *args: contract.op)
+@refusing_lost_device(_contract_op)
 def warm_up(
     contract,
     shapes,
