@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 047fb75362c591de)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/stats.wgsl.jinja (sha256 a15338e3c058f678)
+#   templates/_lib/stats.wgsl.jinja (sha256 60e1b9ccd73a0f49)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/norm-row-stats.wgsl.jinja (sha256 81460f34e567952f)
 # Do not edit: change the sources above and regenerate.

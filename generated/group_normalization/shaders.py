@@ -2,18 +2,18 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 047fb75362c591de)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 b46ca92fc91e9b7c)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 966b777b7f3f1bcd)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 a15338e3c058f678)
+#   templates/_lib/stats.wgsl.jinja (sha256 60e1b9ccd73a0f49)
 #   templates/_lib/units.wgsl.jinja (sha256 4f4f04a4b6b5615a)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
-#   templates/norm-row-registers.wgsl.jinja (sha256 c978b3d28c74086a)
+#   templates/norm-row-registers.wgsl.jinja (sha256 a7e33a685c40ebd4)
 #   templates/norm-row-stats.wgsl.jinja (sha256 81460f34e567952f)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 81b1cc6944515100)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 9e524b6496a2df63)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 6cbd4dfe7826de67)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Every shader of ai.onnx GroupNormalization-21, each distinct WGSL text stored once.
@@ -669,11 +669,29 @@ fn chunk_units(row_units: u32, chunk: u32) -> u32 {
 
 // One summary per invocation, merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "alias Unit": """\
+    "fn finite": """\
+// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
+fn finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}""",
+    "fn running_mean": """\
+// (mean, count) of some values moved on by the values of v, one at a time: no sum of them is
+// formed, so values up to f32's largest keep a finite mean. For an invocation whose plain sum
+// overflowed (values past about 1e36); compilers may factor a scale out of a sum, never out of this.
+fn running_mean(mean_count: vec2<f32>, v: vec4<f32>) -> vec2<f32> {
+    var m = mean_count.x;
+    var k = mean_count.y;
+    for (var i = 0u; i < 4u; i++) {
+        k += 1.0;
+        m += (v[i] - m) / k;
+    }
+    return vec2<f32>(m, k);
+}
+
 // A unit is one 16-byte load: a vec4<f32>.
 alias Unit = vec4<f32>;
-const UNIT_VALUES: u32 = 4u;
-
+const UNIT_VALUES: u32 = 4u;""",
+    "fn unit_sum": """\
 fn unit_sum(u: Unit) -> f32 {
     return lanes_sum(u);
 }
@@ -718,7 +736,14 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);""",
     "main: let n#2": """\
     let n = f32(max(count, 1u));
-    let mean0 = total / n;
+    var mean0 = total / n;
+    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
+    if (!finite(total)) {
+        var running = vec2<f32>(0.0);
+        running = select(running, running_mean(running, u0), h0);""",
+    "main: mean0": """\
+        mean0 = running.x;
+    }
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);""",
     "main: let lo": """\
@@ -771,6 +796,16 @@ const UNITS: u32 = 8u;""",
     "main: count#2": """\
     count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
     count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);""",
+    "main: running": """\
+        running = select(running, running_mean(running, u1), h1);
+        running = select(running, running_mean(running, u2), h2);""",
+    "main: running#2": """\
+        running = select(running, running_mean(running, u3), h3);
+        running = select(running, running_mean(running, u4), h4);
+        running = select(running, running_mean(running, u5), h5);""",
+    "main: running#3": """\
+        running = select(running, running_mean(running, u6), h6);
+        running = select(running, running_mean(running, u7), h7);""",
     "main: deviations": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
     deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
@@ -798,6 +833,8 @@ const UNITS: u32 = 4u;""",
     count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);""",
     "main: count#4": """\
     count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);""",
+    "main: running#4": """\
+        running = select(running, running_mean(running, u3), h3);""",
     "main: deviations#3": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
     deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);""",
@@ -813,6 +850,8 @@ const UNITS: u32 = 2u;""",
     let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid);""",
     "main: count#5": """\
     count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);""",
+    "main: running#5": """\
+        running = select(running, running_mean(running, u1), h1);""",
     "main: deviations#5": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);""",
     "const UNITS#7": """\
@@ -845,6 +884,16 @@ const UNITS: u32 = 16u;""",
     count += select(0u, UNIT_VALUES, h13); total += select(0.0, unit_sum(u13), h13);
     count += select(0u, UNIT_VALUES, h14); total += select(0.0, unit_sum(u14), h14);
     count += select(0u, UNIT_VALUES, h15); total += select(0.0, unit_sum(u15), h15);""",
+    "main: running#6": """\
+        running = select(running, running_mean(running, u8), h8);
+        running = select(running, running_mean(running, u9), h9);
+        running = select(running, running_mean(running, u10), h10);
+        running = select(running, running_mean(running, u11), h11);""",
+    "main: running#7": """\
+        running = select(running, running_mean(running, u12), h12);
+        running = select(running, running_mean(running, u13), h13);
+        running = select(running, running_mean(running, u14), h14);
+        running = select(running, running_mean(running, u15), h15);""",
     "main: deviations#6": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean0), h8);
     deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean0), h9);
@@ -861,7 +910,7 @@ const UNITS: u32 = 12u;""",
 override DISPATCH_FOLD_WIDTH: u32;
 override workgroupSize: u32;
 @group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
-    "alias Unit#2": """\
+    "alias Unit": """\
 // A unit is one 16-byte load: 8 halves packed in a vec4<u32>, widened to f32 (no f16 arithmetic,
 // no `enable f16` needed for it); rounded once to f16 at the store (pack2x16float).
 alias Unit = vec4<u32>;
@@ -893,6 +942,11 @@ fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
     let second = ((high_half(u) - hi) - lo) * k + b;
     return vec4<u32>(pack2x16float(first.xy), pack2x16float(first.zw), pack2x16float(second.xy), pack2x16float(second.zw));
 }""",
+    "main: let n#3": """\
+    let n = f32(max(count, 1u));
+    var mean0 = total / n;
+    var deviations = vec2<f32>(0.0);
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);""",
     "override DISPATCH_FOLD_WIDTH#4": """\
 override DISPATCH_FOLD_WIDTH: u32;
 override applyOrder: u32;
@@ -934,6 +988,10 @@ struct Params { rows: u32, epsilon: f32, rowUnits: u32, chunks: u32, spatialUnit
 // The units each invocation holds in registers: a constant of this specialization, so the loads
 // are straight-line code (a private array sized by an override is not WGSL, and one under a loop
 // bounded by an override spilled on the H200).""",
+    "alias Unit#2": """\
+// A unit is one 16-byte load: a vec4<f32>.
+alias Unit = vec4<f32>;
+const UNIT_VALUES: u32 = 4u;""",
     "struct Store": """\
 // What the stores of one invocation share.
 struct Store {
@@ -1385,13 +1443,35 @@ fn held_count(lid: u32) -> u32 {
         return 0u;
     }
     return min((params.rowUnits - 1u - lid) / workgroupSize + 1u, UNITS);""",
-    "fn subgroup_mean": """\
+    "fn finite#2": """\
 }
 
-// (the subgroup's mean, its count of values) from this invocation's sum and count of values.
-fn subgroup_mean(own: f32, n: f32) -> vec2<f32> {
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    return vec2<f32>(select(0.0, totals.x / totals.y, totals.y > 0.0), totals.y);
+// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
+fn finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// A subgroup's sum for its mean is of each invocation's sum times 2^-MEAN_EXPONENT (exact, ldexp):
+// up to 65536 finite f32 values then stay inside f32 (a subgroup of rows of 1e36 sums past 3.4e38
+// unscaled, and its mean came back inf).
+const MEAN_EXPONENT: i32 = 16;
+
+// (the subgroup's mean, its count of values) from this invocation's sum of its values times
+// 2^-MEAN_EXPONENT and its count of values.
+fn subgroup_mean(scaled: f32, n: f32) -> vec2<f32> {
+    let totals = subgroupAdd(vec2<f32>(scaled, n));
+    return vec2<f32>(select(0.0, ldexp(totals.x / totals.y, MEAN_EXPONENT), totals.y > 0.0), totals.y);
+}
+
+// A row's statistics: the mean is shift + delta, M2 the sum of squared deviations from it.
+// finite_values: every subgroup's mean was finite, which with MEAN_EXPONENT's sums means every value
+// was (a mean past f32 can then only be an overflow of the merge).
+struct RowStats {
+    n: f32,
+    shift: f32,
+    delta: f32,
+    m2: f32,
+    finite_values: bool,
 }
 
 // The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
@@ -1401,17 +1481,18 @@ fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
     return vec4<f32>(n, m, lo, select(max(d.y - d.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(d.y) & 0x7f800000u) == 0x7f800000u));
 }
 
-// (n, shift, delta, M2) of the row from the subgroups' summaries: the mean is shift + delta. Lane
-// l of every subgroup takes slots l, l + width, ... in that order (one each where there are no
-// more slots than lanes) and subgroupAdd sums the lanes, so every subgroup gets the same bits.
-// Meaningful only when every subgroup is full and regular (row_stats says which result it takes).
-fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
+// The row's RowStats from the subgroups' summaries. Lane l of every subgroup takes slots l,
+// l + width, ... in that order (one each where there are no more slots than lanes) and subgroupAdd
+// sums the lanes, so every subgroup gets the same bits. Meaningful only when every subgroup is
+// full and regular (row_stats says which result it takes).
+fn merged_subgroups(lane: u32, width: u32) -> RowStats {
     let count = min(workgroupSize / width, 256u);
     let shift = wg_subgroups[0].y;
-    var n_offset = vec2<f32>(0.0);
+    // (n, n times the offset from shift, subgroups whose mean is not finite)
+    var n_offset = vec3<f32>(0.0);
     for (var i = lane; i < count; i += width) {
         let s = wg_subgroups[i];
-        n_offset += vec2<f32>(s.x, s.x * ((s.y - shift) + s.z));
+        n_offset += vec3<f32>(s.x, s.x * ((s.y - shift) + s.z), select(1.0, 0.0, finite(s.y)));
     }
     let totals = subgroupAdd(n_offset);
     let delta = totals.y / totals.x;
@@ -1421,19 +1502,21 @@ fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return vec4<f32>(totals.x, shift, delta, subgroupAdd(m2));
+    return RowStats(totals.x, shift, delta, subgroupAdd(m2), totals.z == 0.0);
 }
 
 // The same from every invocation's summary, one by one in order: no subgroup operation, so any
 // subgroup layout gets the same bits everywhere.
-fn merged_invocations() -> vec4<f32> {
+fn merged_invocations() -> RowStats {
     let shift = wg_invocations[0].y;
     var n = 0.0;
     var offset = 0.0;
+    var finite_values = true;
     for (var i = 0u; i < workgroupSize; i++) {
         let s = wg_invocations[i];
         n += s.x;
         offset += s.x * ((s.y - shift) + s.z);
+        finite_values = finite_values && finite(s.y);
     }
     let delta = offset / n;
     var m2 = 0.0;
@@ -1442,13 +1525,13 @@ fn merged_invocations() -> vec4<f32> {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return vec4<f32>(n, shift, delta, m2);
+    return RowStats(n, shift, delta, m2, finite_values);
 }
 
-// The row's (n, shift, delta, M2) from this invocation's n values, its subgroup's mean (and count)
-// and its deviations from that mean: the same bits in every invocation of every workgroup of the
-// row. Call in uniform control flow, once.
-fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> vec4<f32> {
+// The row's RowStats from this invocation's n values, its subgroup's mean (and count) and its
+// deviations from that mean: the same bits in every invocation of every workgroup of the row.
+// Call in uniform control flow, once.
+fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> RowStats {
     // Every subgroup operation runs in uniform control flow: none under `&&` or under the flag.
     let numbered = subgroupAll(lane == lid % width);
     let lanes = subgroupAdd(1u);
@@ -1469,6 +1552,18 @@ fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviation
         return merged_invocations();
     }
     return by_subgroups;
+}
+
+// (shift, delta, inv_std) that normalize a row of `count` values from its row_stats: y is
+// ((x - shift) - delta) * inv_std * scale + bias. A row of finite values whose merge or variance
+// passed f32's range (values that far apart differ by more than f32's squares hold) gets
+// (0, 0, 0): Y is the bias, as for every row whose squared deviations overflow. A row holding an
+// infinity or NaN gets NaN, as in the definition.
+fn normalization(stats: RowStats, count: u32, epsilon: f32) -> vec3<f32> {
+    let variance = stats.m2 / f32(count);
+    let usable = stats.finite_values && finite(stats.shift) && finite(stats.delta) && finite(variance);
+    let fallback = select(vec3<f32>(bitcast<f32>(0x7fc00000u)), vec3<f32>(0.0), stats.finite_values);
+    return select(fallback, vec3<f32>(stats.shift, stats.delta, inverseSqrt(variance + epsilon)), usable);
 }
 
 // (channel within the group, unit within the channel) moved on by `step` = (whole channels,
@@ -1500,9 +1595,8 @@ struct Walk {
 fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
     if (walk.owner == s.share && held(j, s.lid)) {
         let affine = wg_affine[walk.at.x];
-        let k = s.inv_std * affine.x;
-        // delta is folded into the bias, so the unit's lo is 0 (x - 0.0 is exact: no bit changes).
-        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, 0.0, k, affine.y - s.delta * k);
+        // Not folded into the bias as bias - delta * k: with an infinite scale that is inf - inf.
+        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, s.delta, s.inv_std * affine.x, affine.y);
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == split), advance(walk.at, s.step, params.spatialUnits));
 }
@@ -1596,58 +1690,93 @@ fn main(
     own += select(0.0, unit_sum(u21), held(21u, lid));
     own += select(0.0, unit_sum(u22), held(22u, lid));
     own += select(0.0, unit_sum(u23), held(23u, lid));""",
-    "main: let n#3": """\
+    "main: var scaled": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);
+    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
+    if (!finite(own)) {
+        var running = vec2<f32>(0.0);
+        running = select(running, running_mean(running, u0), held(0u, lid));
+        running = select(running, running_mean(running, u1), held(1u, lid));
+        running = select(running, running_mean(running, u2), held(2u, lid));
+        running = select(running, running_mean(running, u3), held(3u, lid));
+        running = select(running, running_mean(running, u4), held(4u, lid));""",
+    "main: running#8": """\
+        running = select(running, running_mean(running, u5), held(5u, lid));
+        running = select(running, running_mean(running, u6), held(6u, lid));
+        running = select(running, running_mean(running, u7), held(7u, lid));
+        running = select(running, running_mean(running, u8), held(8u, lid));
+        running = select(running, running_mean(running, u9), held(9u, lid));
+        running = select(running, running_mean(running, u10), held(10u, lid));
+        running = select(running, running_mean(running, u11), held(11u, lid));""",
+    "main: running#9": """\
+        running = select(running, running_mean(running, u12), held(12u, lid));
+        running = select(running, running_mean(running, u13), held(13u, lid));
+        running = select(running, running_mean(running, u14), held(14u, lid));
+        running = select(running, running_mean(running, u15), held(15u, lid));""",
+    "main: running#10": """\
+        running = select(running, running_mean(running, u16), held(16u, lid));
+        running = select(running, running_mean(running, u17), held(17u, lid));
+        running = select(running, running_mean(running, u18), held(18u, lid));
+        running = select(running, running_mean(running, u19), held(19u, lid));""",
+    "main: running#11": """\
+        running = select(running, running_mean(running, u20), held(20u, lid));
+        running = select(running, running_mean(running, u21), held(21u, lid));
+        running = select(running, running_mean(running, u22), held(22u, lid));
+        running = select(running, running_mean(running, u23), held(23u, lid));""",
+    "main: scaled": """\
+        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
+    }
     let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
+    let mean = subgroup_mean(scaled, n);
     var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));""",
+    "main: deviations#8": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));""",
-    "main: deviations#8": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));""",
+    "main: deviations#9": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));""",
-    "main: deviations#9": """\
+    "main: deviations#10": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u16, mean.x), held(16u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u17, mean.x), held(17u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u18, mean.x), held(18u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u19, mean.x), held(19u, lid));""",
-    "main: deviations#10": """\
+    "main: deviations#11": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u20, mean.x), held(20u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u21, mean.x), held(21u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u22, mean.x), held(22u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u23, mean.x), held(23u, lid));""",
-    "main: let stats": """\
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);
+    "main: let norm": """\
+    let norm = normalization(row_stats(lid, lane, width, n, mean, deviations), params.hidden, params.epsilon);
 
     // ---- normalize and store this workgroup's share
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
+    let store = Store(base, lid, share, norm.x, norm.y, norm.z, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
     walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);""",
+    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);""",
     "main: walk": """\
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
     walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);
+    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);""",
+    "main: walk#2": """\
     walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
     walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
     walk = store_unit(store, walk, 16u, u16); walk = store_unit(store, walk, 17u, u17);
     walk = store_unit(store, walk, 18u, u18); walk = store_unit(store, walk, 19u, u19);""",
-    "main: walk#2": """\
+    "main: walk#3": """\
     walk = store_unit(store, walk, 20u, u20); walk = store_unit(store, walk, 21u, u21);
     walk = store_unit(store, walk, 22u, u22); walk = store_unit(store, walk, 23u, u23);""",
     "main: }#4": """\
@@ -1659,41 +1788,37 @@ fn main(
     own += select(0.0, unit_sum(u5), held(5u, lid));
     own += select(0.0, unit_sum(u6), held(6u, lid));
     own += select(0.0, unit_sum(u7), held(7u, lid));""",
+    "main: running#12": """\
+        running = select(running, running_mean(running, u5), held(5u, lid));
+        running = select(running, running_mean(running, u6), held(6u, lid));
+        running = select(running, running_mean(running, u7), held(7u, lid));""",
+    "main: deviations#12": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));""",
+    "main: deviations#13": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));""",
+    "main: walk#4": """\
+    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
+    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);""",
     "main: let u4#2": """\
     let u4 = x[base + min(4u * workgroupSize + lid, last)];""",
     "main: let u5": """\
     let u5 = x[base + min(5u * workgroupSize + lid, last)];""",
     "main: own#8": """\
     own += select(0.0, unit_sum(u5), held(5u, lid));""",
-    "main: let n#4": """\
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));""",
-    "main: deviations#11": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));""",
-    "main: deviations#12": """\
+    "main: running#13": """\
+        running = select(running, running_mean(running, u5), held(5u, lid));""",
+    "main: deviations#14": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));""",
-    "main: let stats#2": """\
-    let stats = row_stats(lid, lane, width, n, mean, deviations);
-    let variance = stats.w / f32(params.hidden);
-    let inv_std = inverseSqrt(variance + params.epsilon);
-
-    // ---- normalize and store this workgroup's share
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, stats.y, stats.z, inv_std, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));""",
-    "main: walk#3": """\
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);""",
-    "main: walk#4": """\
+    "main: walk#5": """\
     walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);""",
     "const UNITS#10": """\
 const UNITS: u32 = 5u;""",
-    "main: walk#5": """\
+    "main: walk#6": """\
     walk = store_unit(store, walk, 4u, u4);""",
     "main: let first_channel#4": """\
     let first_channel = (row % params.numGroups) * params.channelsPerGroup;
@@ -1709,44 +1834,54 @@ const UNITS: u32 = 5u;""",
     own += select(0.0, unit_sum(u2), held(2u, lid));""",
     "main: own#10": """\
     own += select(0.0, unit_sum(u3), held(3u, lid));""",
-    "main: deviations#13": """\
+    "main: var scaled#2": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);
+    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
+    if (!finite(own)) {
+        var running = vec2<f32>(0.0);
+        running = select(running, running_mean(running, u0), held(0u, lid));""",
+    "main: running#14": """\
+        running = select(running, running_mean(running, u1), held(1u, lid));
+        running = select(running, running_mean(running, u2), held(2u, lid));""",
+    "main: running#15": """\
+        running = select(running, running_mean(running, u3), held(3u, lid));""",
+    "main: deviations#15": """\
+    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
+    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));""",
+    "main: deviations#16": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));""",
     "main: let u0#2": """\
     let u0 = x[base + min(0u * workgroupSize + lid, last)];
     let u1 = x[base + min(1u * workgroupSize + lid, last)];""",
     "main: let u2": """\
     let u2 = x[base + min(2u * workgroupSize + lid, last)];""",
-    "main: walk#6": """\
+    "main: let norm#2": """\
+    let norm = normalization(row_stats(lid, lane, width, n, mean, deviations), params.hidden, params.epsilon);
+
+    // ---- normalize and store this workgroup's share
+    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
+    let store = Store(base, lid, share, norm.x, norm.y, norm.z, step);
+    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));""",
+    "main: walk#7": """\
     walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
     walk = store_unit(store, walk, 2u, u2);""",
     "const UNITS#11": """\
 const UNITS: u32 = 20u;""",
     "main: own#11": """\
     own += select(0.0, unit_sum(u1), held(1u, lid));""",
-    "main: let n#5": """\
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));""",
-    "main: deviations#14": """\
+    "main: running#16": """\
+        running = select(running, running_mean(running, u1), held(1u, lid));""",
+    "main: deviations#17": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));""",
-    "main: walk#7": """\
+    "main: walk#8": """\
     walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);""",
     "main: let u15#2": """\
     let u15 = x[base + min(15u * workgroupSize + lid, last)];""",
-    "main: walk#8": """\
-    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);""",
     "main: walk#9": """\
     walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
     walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);""",
     "main: let u11#2": """\
     let u11 = x[base + min(11u * workgroupSize + lid, last)];""",
-    "main: deviations#15": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));""",
     "const UNITS#12": """\
 const UNITS: u32 = 10u;""",
     "main: let u7#3": """\
@@ -1757,7 +1892,10 @@ const UNITS: u32 = 10u;""",
     "main: own#12": """\
     own += select(0.0, unit_sum(u8), held(8u, lid));
     own += select(0.0, unit_sum(u9), held(9u, lid));""",
-    "main: deviations#16": """\
+    "main: running#17": """\
+        running = select(running, running_mean(running, u8), held(8u, lid));
+        running = select(running, running_mean(running, u9), held(9u, lid));""",
+    "main: deviations#18": """\
     deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
     deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));""",
     "main: walk#10": """\
@@ -1855,6 +1993,12 @@ override workgroupSize: u32;
 @group(0) @binding(2) var<storage, read> bias: array<f16>;
 @group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;
 struct Params { rows: u32, rowStride: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, channelsPerGroup: u32, numGroups: u32 }""",
+    "main: var scaled#3": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);
+    let n = f32(held_count(lid) * UNIT_VALUES);
+    let mean = subgroup_mean(scaled, n);
+    var deviations = vec2<f32>(0.0);
+    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));""",
 }
 
 # fmt: off
@@ -1956,183 +2100,191 @@ SHADERS = {
     ),
     'norm-splitk-partials.units1': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let h0',
-        'main: var count', '+main: let n#2', '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let h0', 'main: var count', '+main: let n#2', '+main: mean0', '+main: let lo',
     ),
     'norm-splitk-partials.units8': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS#2',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1',
-        '+main: let u6', '+main: let h0#2', '+main: let h6', 'main: var count', '+main: count',
-        '+main: count#2', '+main: let n#2', '+main: deviations', '+main: deviations#2', '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let u1', '+main: let u6', '+main: let h0#2', '+main: let h6', 'main: var count',
+        '+main: count', '+main: count#2', '+main: let n#2', '+main: running', '+main: running#2',
+        '+main: running#3', '+main: mean0', '+main: deviations', '+main: deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.units6': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS#3',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1',
-        '+main: let h0#2', 'main: var count', '+main: count', '+main: let n#2', '+main: deviations',
-        '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let u1', '+main: let h0#2', 'main: var count', '+main: count', '+main: let n#2',
+        '+main: running', '+main: running#2', '+main: mean0', '+main: deviations', '+main: let lo',
     ),
     'norm-splitk-partials.units4': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS#4',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1#2',
-        '+main: let u3', '+main: let h0#3', '+main: let h3', 'main: var count', '+main: count#3',
-        '+main: count#4', '+main: let n#2', '+main: deviations#3', '+main: deviations#4', '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let u1#2', '+main: let u3', '+main: let h0#3', '+main: let h3',
+        'main: var count', '+main: count#3', '+main: count#4', '+main: let n#2', '+main: running',
+        '+main: running#4', '+main: mean0', '+main: deviations#3', '+main: deviations#4', '+main: let lo',
     ),
     'norm-splitk-partials.units3': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS#5',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1#2',
-        '+main: let h0#3', 'main: var count', '+main: count#3', '+main: let n#2', '+main: deviations#3',
-        '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let u1#2', '+main: let h0#3', 'main: var count', '+main: count#3',
+        '+main: let n#2', '+main: running', '+main: mean0', '+main: deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.units2': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS#6',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1#3',
-        '+main: let h0#4', 'main: var count', '+main: count#5', '+main: let n#2', '+main: deviations#5',
-        '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let u1#3', '+main: let h0#4', 'main: var count', '+main: count#5',
+        '+main: let n#2', '+main: running#5', '+main: mean0', '+main: deviations#5', '+main: let lo',
     ),
     'norm-splitk-partials.units16': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS#7',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1',
-        '+main: let u6#2', '+main: let u12', '+main: let h0#2', '+main: let h6#2', '+main: let h12',
-        'main: var count', '+main: count', '+main: count#2', '+main: count#6', '+main: count#7',
-        '+main: let n#2', '+main: deviations', '+main: deviations#2', '+main: deviations#6',
-        '+main: deviations#7', '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let u1', '+main: let u6#2', '+main: let u12', '+main: let h0#2',
+        '+main: let h6#2', '+main: let h12', 'main: var count', '+main: count', '+main: count#2',
+        '+main: count#6', '+main: count#7', '+main: let n#2', '+main: running', '+main: running#2',
+        '+main: running#3', '+main: running#6', '+main: running#7', '+main: mean0', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#6', '+main: deviations#7', '+main: let lo',
     ),
     'norm-splitk-partials.units12': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#4', '+binding partials#4', '+const UNITS#8',
-        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1',
-        '+main: let u6#2', '+main: let h0#2', '+main: let h6#2', 'main: var count', '+main: count',
-        '+main: count#2', '+main: count#6', '+main: let n#2', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#6', '+main: let lo',
+        'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn unit_sum',
+        'fn held', '+main: let u1', '+main: let u6#2', '+main: let h0#2', '+main: let h6#2',
+        'main: var count', '+main: count', '+main: count#2', '+main: count#6', '+main: let n#2',
+        '+main: running', '+main: running#2', '+main: running#3', '+main: running#6', '+main: mean0',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#6', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units1': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let h0', 'main: var count',
-        '+main: let n#2', '+main: let lo',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let h0', 'main: var count',
+        '+main: let n#3', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units8': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS#2', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let u1', '+main: let u6',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1', '+main: let u6',
         '+main: let h0#2', '+main: let h6', 'main: var count', '+main: count', '+main: count#2',
-        '+main: let n#2', '+main: deviations', '+main: deviations#2', '+main: let lo',
+        '+main: let n#3', '+main: deviations', '+main: deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units6': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS#3', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let u1', '+main: let h0#2',
-        'main: var count', '+main: count', '+main: let n#2', '+main: deviations', '+main: let lo',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1', '+main: let h0#2',
+        'main: var count', '+main: count', '+main: let n#3', '+main: deviations', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units4': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS#4', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let u1#2', '+main: let u3',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1#2', '+main: let u3',
         '+main: let h0#3', '+main: let h3', 'main: var count', '+main: count#3', '+main: count#4',
-        '+main: let n#2', '+main: deviations#3', '+main: deviations#4', '+main: let lo',
+        '+main: let n#3', '+main: deviations#3', '+main: deviations#4', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units3': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS#5', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let u1#2', '+main: let h0#3',
-        'main: var count', '+main: count#3', '+main: let n#2', '+main: deviations#3', '+main: let lo',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1#2', '+main: let h0#3',
+        'main: var count', '+main: count#3', '+main: let n#3', '+main: deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units2': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS#6', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let u1#3', '+main: let h0#4',
-        'main: var count', '+main: count#5', '+main: let n#2', '+main: deviations#5', '+main: let lo',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1#3', '+main: let h0#4',
+        'main: var count', '+main: count#5', '+main: let n#3', '+main: deviations#5', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units16': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS#7', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let u1', '+main: let u6#2',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1', '+main: let u6#2',
         '+main: let u12', '+main: let h0#2', '+main: let h6#2', '+main: let h12', 'main: var count',
-        '+main: count', '+main: count#2', '+main: count#6', '+main: count#7', '+main: let n#2',
+        '+main: count', '+main: count#2', '+main: count#6', '+main: count#7', '+main: let n#3',
         '+main: deviations', '+main: deviations#2', '+main: deviations#6', '+main: deviations#7',
         '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units12': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding partials#4', '+const UNITS#8', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn held', '+main: let u1', '+main: let u6#2',
+        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+main: let u1', '+main: let u6#2',
         '+main: let h0#2', '+main: let h6#2', 'main: var count', '+main: count', '+main: count#2',
-        '+main: count#6', '+main: let n#2', '+main: deviations', '+main: deviations#2',
+        '+main: count#6', '+main: let n#3', '+main: deviations', '+main: deviations#2',
         '+main: deviations#6', '+main: let lo',
     ),
     'norm-splitk-apply.units1': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', 'main: var own#4', '+load: }',
+        '+const UNITS', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn unit_sum',
+        'fn advance', 'struct Store', 'main: var own#4', '+load: }',
     ),
     'norm-splitk-apply.units8': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS#2', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', '+main: let u1', '+main: let u6', 'main: var own#4', '+main: at#4', '+main: at#5',
-        '+main: at#6', '+load: }',
+        '+const UNITS#2', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2',
+        'fn unit_sum', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6', 'main: var own#4',
+        '+main: at#4', '+main: at#5', '+main: at#6', '+load: }',
     ),
     'norm-splitk-apply.units6': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS#3', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', '+main: let u1', 'main: var own#4', '+main: at#4', '+main: at#5', '+load: }',
+        '+const UNITS#3', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2',
+        'fn unit_sum', 'fn advance', 'struct Store', '+main: let u1', 'main: var own#4', '+main: at#4',
+        '+main: at#5', '+load: }',
     ),
     'norm-splitk-apply.units4': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS#4', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', '+main: let u1#2', '+main: let u3', 'main: var own#4', '+main: at#4', '+main: at#7',
-        '+load: }',
+        '+const UNITS#4', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2',
+        'fn unit_sum', 'fn advance', 'struct Store', '+main: let u1#2', '+main: let u3', 'main: var own#4',
+        '+main: at#4', '+main: at#7', '+load: }',
     ),
     'norm-splitk-apply.units3': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS#5', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', '+main: let u1#2', 'main: var own#4', '+main: at#4', '+load: }',
+        '+const UNITS#5', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2',
+        'fn unit_sum', 'fn advance', 'struct Store', '+main: let u1#2', 'main: var own#4', '+main: at#4',
+        '+load: }',
     ),
     'norm-splitk-apply.units2': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS#6', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', '+main: let u1#3', 'main: var own#4', '+main: at#8', '+load: }',
+        '+const UNITS#6', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2',
+        'fn unit_sum', 'fn advance', 'struct Store', '+main: let u1#3', 'main: var own#4', '+main: at#8',
+        '+load: }',
     ),
     'norm-splitk-apply.units16': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS#7', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', '+main: let u1', '+main: let u6#2', '+main: let u12', 'main: var own#4',
-        '+main: at#4', '+main: at#5', '+main: at#6', '+main: at#9', '+main: at#10', '+load: }',
+        '+const UNITS#7', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2',
+        'fn unit_sum', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6#2', '+main: let u12',
+        'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#6', '+main: at#9', '+main: at#10',
+        '+load: }',
     ),
     'norm-splitk-apply.units12': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding x#6', '+binding partials#5', '+binding params#3',
-        '+const UNITS#8', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn advance',
-        'struct Store', '+main: let u1', '+main: let u6#2', 'main: var own#4', '+main: at#4', '+main: at#5',
-        '+main: at#6', '+main: at#9', '+load: }',
+        '+const UNITS#8', 'fn chunk_units', 'struct Stats', 'fn pack_stats#2', 'alias Unit#2',
+        'fn unit_sum', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6#2', 'main: var own#4',
+        '+main: at#4', '+main: at#5', '+main: at#6', '+main: at#9', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units1': (
         'enable#3', '+binding params#3', '+const UNITS', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', 'main: var own#4', '+load: }',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', 'main: var own#4', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units8': (
         'enable#3', '+binding params#3', '+const UNITS#2', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6',
         'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#6', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units6': (
         'enable#3', '+binding params#3', '+const UNITS#3', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', '+main: let u1', 'main: var own#4',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', '+main: let u1', 'main: var own#4',
         '+main: at#4', '+main: at#5', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units4': (
         'enable#3', '+binding params#3', '+const UNITS#4', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', '+main: let u1#2', '+main: let u3',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', '+main: let u1#2', '+main: let u3',
         'main: var own#4', '+main: at#4', '+main: at#7', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units3': (
         'enable#3', '+binding params#3', '+const UNITS#5', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', '+main: let u1#2',
-        'main: var own#4', '+main: at#4', '+load: }',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', '+main: let u1#2', 'main: var own#4',
+        '+main: at#4', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units2': (
         'enable#3', '+binding params#3', '+const UNITS#6', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', '+main: let u1#3',
-        'main: var own#4', '+main: at#8', '+load: }',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', '+main: let u1#3', 'main: var own#4',
+        '+main: at#8', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units16': (
         'enable#3', '+binding params#3', '+const UNITS#7', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6#2',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6#2',
         '+main: let u12', 'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#6', '+main: at#9',
         '+main: at#10', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units12': (
         'enable#3', '+binding params#3', '+const UNITS#8', 'fn chunk_units', 'struct Stats',
-        'fn pack_stats#2', 'alias Unit#2', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6#2',
+        'fn pack_stats#2', 'alias Unit', 'fn advance', 'struct Store', '+main: let u1', '+main: let u6#2',
         'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#6', '+main: at#9', '+load: }',
     ),
     'norm-row-stats.f32': (
@@ -2193,446 +2345,483 @@ SHADERS = {
     ),
     'norm-row-registers.any-units24': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#9', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11', '+main: let u15', '+main: let u20', '+main: let u23',
-        '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
-        '+main: let n#3', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
-        '+main: let stats', '+main: walk', '+main: walk#2', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4', '+main: let u7', '+main: let u11', '+main: let u15', '+main: let u20',
+        '+main: let u23', '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5',
+        '+main: own#6', '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10',
+        '+main: running#11', '+main: scaled', '+main: deviations#8', '+main: deviations#9',
+        '+main: deviations#10', '+main: deviations#11', '+main: let norm', '+main: walk', '+main: walk#2',
+        '+main: walk#3', '+main: }#4',
     ),
     'norm-row-registers.any-units8': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#2', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4',
-        '+main: let u7#2', '+main: let first_channel#3', '+main: own#7', '+main: let n#3',
-        '+main: let stats', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4', '+main: let u7#2', '+main: let first_channel#3', '+main: own#7',
+        '+main: var scaled', '+main: running#12', '+main: scaled', '+main: deviations#12',
+        '+main: deviations#13', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.any-units6': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#3', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0',
-        '+main: let u4#2', '+main: let u5', '+main: let first_channel#3', '+main: own#8', '+main: let n#4',
-        '+main: deviations#11', '+main: deviations#12', '+main: let stats#2', '+main: walk#3',
-        '+main: walk#4', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4#2', '+main: let u5', '+main: let first_channel#3', '+main: own#8',
+        '+main: var scaled', '+main: running#13', '+main: scaled', '+main: deviations#12',
+        '+main: deviations#14', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.any-units5': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#10', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0',
-        '+main: let u4#2', '+main: let first_channel#3', '+main: let n#4', '+main: deviations#11',
-        '+main: let stats#2', '+main: walk#3', '+main: walk#5', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4#2', '+main: let first_channel#3', '+main: var scaled', '+main: scaled',
+        '+main: deviations#12', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.any-units4': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#4', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0',
-        '+main: let first_channel#4', '+main: own#9', '+main: own#10', '+main: let n#4',
-        '+main: deviations#13', '+main: let stats#2', '+main: walk#3', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let first_channel#4', '+main: own#9', '+main: own#10', '+main: var scaled#2',
+        '+main: running#14', '+main: running#15', '+main: scaled', '+main: deviations#15',
+        '+main: deviations#16', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.any-units3': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#5', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0#2',
-        '+main: let u2', '+main: let first_channel#4', '+main: own#9', '+main: let n#4',
-        '+main: let stats#2', '+main: walk#6', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0#2',
+        '+main: let u2', '+main: let first_channel#4', '+main: own#9', '+main: var scaled#2',
+        '+main: running#14', '+main: scaled', '+main: deviations#15', '+main: let norm#2', '+main: walk#7',
+        '+main: }#4',
     ),
     'norm-row-registers.any-units20': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#11', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11', '+main: let u15', '+main: let first_channel#3', '+main: own#3',
-        '+main: own#4', '+main: own#5', '+main: let n#3', '+main: deviations#8', '+main: deviations#9',
-        '+main: let stats', '+main: walk', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4', '+main: let u7', '+main: let u11', '+main: let u15', '+main: let first_channel#3',
+        '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled', '+main: running#8',
+        '+main: running#9', '+main: running#10', '+main: scaled', '+main: deviations#8',
+        '+main: deviations#9', '+main: deviations#10', '+main: let norm', '+main: walk', '+main: walk#2',
+        '+main: }#4',
     ),
     'norm-row-registers.any-units2': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#6', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0#2',
-        '+main: let first_channel#4', '+main: own#11', '+main: let n#5', '+main: deviations#14',
-        '+main: let stats#2', '+main: walk#7', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0#2',
+        '+main: let first_channel#4', '+main: own#11', '+main: var scaled#2', '+main: running#16',
+        '+main: scaled', '+main: deviations#17', '+main: let norm#2', '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.any-units16': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#7', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11', '+main: let u15#2', '+main: let first_channel#3', '+main: own#3',
-        '+main: own#4', '+main: let n#3', '+main: deviations#8', '+main: let stats', '+main: walk#8',
-        '+main: walk#9', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4', '+main: let u7', '+main: let u11', '+main: let u15#2',
+        '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: var scaled',
+        '+main: running#8', '+main: running#9', '+main: scaled', '+main: deviations#8',
+        '+main: deviations#9', '+main: let norm', '+main: walk', '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.any-units12': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#8', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11#2', '+main: let first_channel#3', '+main: own#3', '+main: let n#3',
-        '+main: deviations#15', '+main: let stats', '+main: walk#8', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4', '+main: let u7', '+main: let u11#2', '+main: let first_channel#3', '+main: own#3',
+        '+main: var scaled', '+main: running#8', '+main: scaled', '+main: deviations#8', '+main: let norm',
+        '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.any-units10': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#12', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4',
-        '+main: let u7#3', '+main: let u9', '+main: let first_channel#3', '+main: own#7', '+main: own#12',
-        '+main: let n#3', '+main: deviations#16', '+main: let stats', '+main: walk#10', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0',
+        '+main: let u4', '+main: let u7#3', '+main: let u9', '+main: let first_channel#3', '+main: own#7',
+        '+main: own#12', '+main: var scaled', '+main: running#12', '+main: running#17', '+main: scaled',
+        '+main: deviations#12', '+main: deviations#13', '+main: deviations#18', '+main: let norm',
+        '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.any-units1': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS', 'var wg_subgroups',
-        'alias Unit', 'fn held#2', '+fn held_count', '+fn subgroup_mean', '+main: let u0#3',
-        '+main: let first_channel#4', '+main: let n#5', '+main: let stats#2', '+main: walk#11',
-        '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#2', '+fn held_count', '+fn finite#2', '+main: let u0#3',
+        '+main: let first_channel#4', '+main: var scaled#2', '+main: scaled', '+main: let norm#2',
+        '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.last-units24': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#9', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#4',
         '+main: let u8', '+main: let u16', '+main: let u20#2', '+main: let u22', '+main: let u23',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
-        '+main: let n#3', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
-        '+main: let stats', '+main: walk', '+main: walk#2', '+main: }#4',
+        '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10',
+        '+main: running#11', '+main: scaled', '+main: deviations#8', '+main: deviations#9',
+        '+main: deviations#10', '+main: deviations#11', '+main: let norm', '+main: walk', '+main: walk#2',
+        '+main: walk#3', '+main: }#4',
     ),
     'norm-row-registers.exact-units24': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#9', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#4', '+main: let u8',
         '+main: let u16', '+main: let u20#2', '+main: let u22#2', '+main: let first_channel#3',
-        '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6', '+main: let n#3',
-        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let stats',
-        '+main: walk', '+main: walk#2', '+main: }#4',
+        '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6', '+main: var scaled',
+        '+main: running#8', '+main: running#9', '+main: running#10', '+main: running#11', '+main: scaled',
+        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: deviations#11',
+        '+main: let norm', '+main: walk', '+main: walk#2', '+main: walk#3', '+main: }#4',
     ),
     'norm-row-registers.last-units8': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#2', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#5',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#5',
         '+main: let u4#3', '+main: let u6#3', '+main: let u7#2', '+main: let first_channel#3',
-        '+main: own#7', '+main: let n#3', '+main: let stats', '+main: }#4',
+        '+main: own#7', '+main: var scaled', '+main: running#12', '+main: scaled', '+main: deviations#12',
+        '+main: deviations#13', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.exact-units8': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#2', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#4', '+main: let first_channel#3',
-        '+main: own#7', '+main: let n#3', '+main: let stats', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#4',
+        '+main: let first_channel#3', '+main: own#7', '+main: var scaled', '+main: running#12',
+        '+main: scaled', '+main: deviations#12', '+main: deviations#13', '+main: let norm', '+main: walk#4',
+        '+main: }#4',
     ),
     'norm-row-registers.last-units6': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#3', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#5',
-        '+main: let u4#4', '+main: let u5', '+main: let first_channel#3', '+main: own#8', '+main: let n#4',
-        '+main: deviations#11', '+main: deviations#12', '+main: let stats#2', '+main: walk#3',
-        '+main: walk#4', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#5',
+        '+main: let u4#4', '+main: let u5', '+main: let first_channel#3', '+main: own#8',
+        '+main: var scaled', '+main: running#13', '+main: scaled', '+main: deviations#12',
+        '+main: deviations#14', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.exact-units6': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#3', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#5', '+main: let u4#3',
-        '+main: let first_channel#3', '+main: own#8', '+main: let n#4', '+main: deviations#11',
-        '+main: deviations#12', '+main: let stats#2', '+main: walk#3', '+main: walk#4', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#5', '+main: let u4#3',
+        '+main: let first_channel#3', '+main: own#8', '+main: var scaled', '+main: running#13',
+        '+main: scaled', '+main: deviations#12', '+main: deviations#14', '+main: let norm', '+main: walk#5',
+        '+main: }#4',
     ),
     'norm-row-registers.last-units5': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#10', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#5',
-        '+main: let u4#2', '+main: let first_channel#3', '+main: let n#4', '+main: deviations#11',
-        '+main: let stats#2', '+main: walk#3', '+main: walk#5', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#5',
+        '+main: let u4#2', '+main: let first_channel#3', '+main: var scaled', '+main: scaled',
+        '+main: deviations#12', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.exact-units5': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#10', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#5', '+main: let u4#4',
-        '+main: let first_channel#3', '+main: let n#4', '+main: deviations#11', '+main: let stats#2',
-        '+main: walk#3', '+main: walk#5', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#5', '+main: let u4#4',
+        '+main: let first_channel#3', '+main: var scaled', '+main: scaled', '+main: deviations#12',
+        '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.last-units4': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#4', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#6',
-        '+main: let u3#2', '+main: let first_channel#4', '+main: own#9', '+main: own#10', '+main: let n#4',
-        '+main: deviations#13', '+main: let stats#2', '+main: walk#3', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#6',
+        '+main: let u3#2', '+main: let first_channel#4', '+main: own#9', '+main: own#10',
+        '+main: var scaled#2', '+main: running#14', '+main: running#15', '+main: scaled',
+        '+main: deviations#15', '+main: deviations#16', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.exact-units4': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#4', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#5', '+main: let first_channel#4',
-        '+main: own#9', '+main: own#10', '+main: let n#4', '+main: deviations#13', '+main: let stats#2',
-        '+main: walk#3', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#5',
+        '+main: let first_channel#4', '+main: own#9', '+main: own#10', '+main: var scaled#2',
+        '+main: running#14', '+main: running#15', '+main: scaled', '+main: deviations#15',
+        '+main: deviations#16', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.last-units3': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#5', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#7',
-        '+main: let u2', '+main: let first_channel#4', '+main: own#9', '+main: let n#4',
-        '+main: let stats#2', '+main: walk#6', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        '+main: let u2', '+main: let first_channel#4', '+main: own#9', '+main: var scaled#2',
+        '+main: running#14', '+main: scaled', '+main: deviations#15', '+main: let norm#2', '+main: walk#7',
+        '+main: }#4',
     ),
     'norm-row-registers.exact-units3': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#5', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#6', '+main: let first_channel#4',
-        '+main: own#9', '+main: let n#4', '+main: let stats#2', '+main: walk#6', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#6',
+        '+main: let first_channel#4', '+main: own#9', '+main: var scaled#2', '+main: running#14',
+        '+main: scaled', '+main: deviations#15', '+main: let norm#2', '+main: walk#7', '+main: }#4',
     ),
     'norm-row-registers.last-units20': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#11', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#4',
         '+main: let u8', '+main: let u16#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
-        '+main: own#5', '+main: let n#3', '+main: deviations#8', '+main: deviations#9', '+main: let stats',
-        '+main: walk', '+main: }#4',
+        '+main: own#5', '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10',
+        '+main: scaled', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
+        '+main: let norm', '+main: walk', '+main: walk#2', '+main: }#4',
     ),
     'norm-row-registers.exact-units20': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#11', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#4', '+main: let u8',
         '+main: let u16', '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5',
-        '+main: let n#3', '+main: deviations#8', '+main: deviations#9', '+main: let stats', '+main: walk',
-        '+main: }#4',
+        '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10', '+main: scaled',
+        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let norm',
+        '+main: walk', '+main: walk#2', '+main: }#4',
     ),
     'norm-row-registers.last-units2': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#6', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#8',
-        '+main: let u1#4', '+main: let first_channel#4', '+main: own#11', '+main: let n#5',
-        '+main: deviations#14', '+main: let stats#2', '+main: walk#7', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#8',
+        '+main: let u1#4', '+main: let first_channel#4', '+main: own#11', '+main: var scaled#2',
+        '+main: running#16', '+main: scaled', '+main: deviations#17', '+main: let norm#2', '+main: walk#8',
+        '+main: }#4',
     ),
     'norm-row-registers.exact-units2': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#6', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#7', '+main: let first_channel#4',
-        '+main: own#11', '+main: let n#5', '+main: deviations#14', '+main: let stats#2', '+main: walk#7',
-        '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#7',
+        '+main: let first_channel#4', '+main: own#11', '+main: var scaled#2', '+main: running#16',
+        '+main: scaled', '+main: deviations#17', '+main: let norm#2', '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.last-units16': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#7', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#4',
         '+main: let u8#2', '+main: let u12#2', '+main: let u15#2', '+main: let first_channel#3',
-        '+main: own#3', '+main: own#4', '+main: let n#3', '+main: deviations#8', '+main: let stats',
-        '+main: walk#8', '+main: walk#9', '+main: }#4',
+        '+main: own#3', '+main: own#4', '+main: var scaled', '+main: running#8', '+main: running#9',
+        '+main: scaled', '+main: deviations#8', '+main: deviations#9', '+main: let norm', '+main: walk',
+        '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.exact-units16': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#7', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8',
-        '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: let n#3',
-        '+main: deviations#8', '+main: let stats', '+main: walk#8', '+main: walk#9', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#4', '+main: let u8',
+        '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: var scaled',
+        '+main: running#8', '+main: running#9', '+main: scaled', '+main: deviations#8',
+        '+main: deviations#9', '+main: let norm', '+main: walk', '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.last-units12': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#8', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#4',
         '+main: let u8#3', '+main: let u10', '+main: let u11#2', '+main: let first_channel#3',
-        '+main: own#3', '+main: let n#3', '+main: deviations#15', '+main: let stats', '+main: walk#8',
-        '+main: }#4',
+        '+main: own#3', '+main: var scaled', '+main: running#8', '+main: scaled', '+main: deviations#8',
+        '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.exact-units12': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#8', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8#2',
-        '+main: let first_channel#3', '+main: own#3', '+main: let n#3', '+main: deviations#15',
-        '+main: let stats', '+main: walk#8', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#4', '+main: let u8#2',
+        '+main: let first_channel#3', '+main: own#3', '+main: var scaled', '+main: running#8',
+        '+main: scaled', '+main: deviations#8', '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.last-units10': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#12', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#4',
         '+main: let u8#4', '+main: let u9', '+main: let first_channel#3', '+main: own#7', '+main: own#12',
-        '+main: let n#3', '+main: deviations#16', '+main: let stats', '+main: walk#10', '+main: }#4',
+        '+main: var scaled', '+main: running#12', '+main: running#17', '+main: scaled',
+        '+main: deviations#12', '+main: deviations#13', '+main: deviations#18', '+main: let norm',
+        '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.exact-units10': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS#12', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8#3',
-        '+main: let first_channel#3', '+main: own#7', '+main: own#12', '+main: let n#3',
-        '+main: deviations#16', '+main: let stats', '+main: walk#10', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#4', '+main: let u8#3',
+        '+main: let first_channel#3', '+main: own#7', '+main: own#12', '+main: var scaled',
+        '+main: running#12', '+main: running#17', '+main: scaled', '+main: deviations#12',
+        '+main: deviations#13', '+main: deviations#18', '+main: let norm', '+main: walk#4',
+        '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.last-units1': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS', 'var wg_subgroups',
-        'alias Unit', 'fn held#3', '+fn held_count', '+fn subgroup_mean', '+main: let u0#3',
-        '+main: let first_channel#4', '+main: let n#5', '+main: let stats#2', '+main: walk#11',
-        '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#3',
+        '+main: let first_channel#4', '+main: var scaled#2', '+main: scaled', '+main: let norm#2',
+        '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.exact-units1': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#5', '+const UNITS', 'var wg_subgroups',
-        'alias Unit', 'fn held#4', '+fn subgroup_mean', '+main: let u0#8', '+main: let first_channel#4',
-        '+main: let n#5', '+main: let stats#2', '+main: walk#11', '+main: }#4',
+        'fn running_mean', 'fn unit_sum', 'fn held#4', '+fn finite#2', '+main: let u0#8',
+        '+main: let first_channel#4', '+main: var scaled#2', '+main: scaled', '+main: let norm#2',
+        '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units24': (
-        'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4', '+main: let u7',
+        'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4', '+main: let u7',
         '+main: let u11', '+main: let u15', '+main: let u20', '+main: let u23',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
-        '+main: let n#3', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
-        '+main: let stats', '+main: walk', '+main: walk#2', '+main: }#4',
+        '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
+        '+main: deviations#11', '+main: let norm', '+main: walk', '+main: walk#2', '+main: walk#3',
+        '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units8': (
-        'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4', '+main: let u7#2',
-        '+main: let first_channel#3', '+main: own#7', '+main: let n#3', '+main: let stats', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4', '+main: let u7#2',
+        '+main: let first_channel#3', '+main: own#7', '+main: var scaled#3', '+main: deviations#12',
+        '+main: deviations#13', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units6': (
-        'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4#2', '+main: let u5',
-        '+main: let first_channel#3', '+main: own#8', '+main: let n#4', '+main: deviations#11',
-        '+main: deviations#12', '+main: let stats#2', '+main: walk#3', '+main: walk#4', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4#2', '+main: let u5',
+        '+main: let first_channel#3', '+main: own#8', '+main: var scaled#3', '+main: deviations#12',
+        '+main: deviations#14', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units5': (
-        'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4#2',
-        '+main: let first_channel#3', '+main: let n#4', '+main: deviations#11', '+main: let stats#2',
-        '+main: walk#3', '+main: walk#5', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4#2', '+main: let first_channel#3',
+        '+main: var scaled#3', '+main: deviations#12', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units4': (
-        'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let first_channel#4',
-        '+main: own#9', '+main: own#10', '+main: let n#4', '+main: deviations#13', '+main: let stats#2',
-        '+main: walk#3', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let first_channel#4', '+main: own#9',
+        '+main: own#10', '+main: var scaled#3', '+main: deviations#15', '+main: deviations#16',
+        '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units3': (
-        'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#2', '+main: let u2',
-        '+main: let first_channel#4', '+main: own#9', '+main: let n#4', '+main: let stats#2',
-        '+main: walk#6', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0#2', '+main: let u2', '+main: let first_channel#4',
+        '+main: own#9', '+main: var scaled#3', '+main: deviations#15', '+main: let norm#2', '+main: walk#7',
+        '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units20': (
-        'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4', '+main: let u7',
+        'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4', '+main: let u7',
         '+main: let u11', '+main: let u15', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
-        '+main: own#5', '+main: let n#3', '+main: deviations#8', '+main: deviations#9', '+main: let stats',
-        '+main: walk', '+main: }#4',
+        '+main: own#5', '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9',
+        '+main: deviations#10', '+main: let norm', '+main: walk', '+main: walk#2', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units2': (
-        'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#2', '+main: let first_channel#4',
-        '+main: own#11', '+main: let n#5', '+main: deviations#14', '+main: let stats#2', '+main: walk#7',
-        '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0#2', '+main: let first_channel#4', '+main: own#11',
+        '+main: var scaled#3', '+main: deviations#17', '+main: let norm#2', '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units16': (
-        'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4', '+main: let u7',
+        'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4', '+main: let u7',
         '+main: let u11', '+main: let u15#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
-        '+main: let n#3', '+main: deviations#8', '+main: let stats', '+main: walk#8', '+main: walk#9',
-        '+main: }#4',
+        '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9', '+main: let norm',
+        '+main: walk', '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units12': (
-        'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4', '+main: let u7',
-        '+main: let u11#2', '+main: let first_channel#3', '+main: own#3', '+main: let n#3',
-        '+main: deviations#15', '+main: let stats', '+main: walk#8', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4', '+main: let u7',
+        '+main: let u11#2', '+main: let first_channel#3', '+main: own#3', '+main: var scaled#3',
+        '+main: deviations#8', '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units10': (
-        'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0', '+main: let u4', '+main: let u7#3',
-        '+main: let u9', '+main: let first_channel#3', '+main: own#7', '+main: own#12', '+main: let n#3',
-        '+main: deviations#16', '+main: let stats', '+main: walk#10', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0', '+main: let u4', '+main: let u7#3',
+        '+main: let u9', '+main: let first_channel#3', '+main: own#7', '+main: own#12',
+        '+main: var scaled#3', '+main: deviations#12', '+main: deviations#13', '+main: deviations#18',
+        '+main: let norm', '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units1': (
-        'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit#2', 'fn held#2',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#3', '+main: let first_channel#4',
-        '+main: let n#5', '+main: let stats#2', '+main: walk#11', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#2',
+        '+fn held_count', '+fn finite#2', '+main: let u0#3', '+main: let first_channel#4',
+        '+main: var scaled#3', '+main: let norm#2', '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units24': (
-        'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8', '+main: let u16',
+        'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#4', '+main: let u8', '+main: let u16',
         '+main: let u20#2', '+main: let u22', '+main: let u23', '+main: let first_channel#3',
-        '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6', '+main: let n#3',
-        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let stats',
-        '+main: walk', '+main: walk#2', '+main: }#4',
+        '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6', '+main: var scaled#3',
+        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: deviations#11',
+        '+main: let norm', '+main: walk', '+main: walk#2', '+main: walk#3', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units24': (
-        'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#4', '+main: let u8', '+main: let u16', '+main: let u20#2',
+        'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#4', '+main: let u8', '+main: let u16', '+main: let u20#2',
         '+main: let u22#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5',
-        '+main: own#6', '+main: let n#3', '+main: deviations#8', '+main: deviations#9',
-        '+main: deviations#10', '+main: let stats', '+main: walk', '+main: walk#2', '+main: }#4',
+        '+main: own#6', '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9',
+        '+main: deviations#10', '+main: deviations#11', '+main: let norm', '+main: walk', '+main: walk#2',
+        '+main: walk#3', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units8': (
-        'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#5', '+main: let u4#3', '+main: let u6#3',
-        '+main: let u7#2', '+main: let first_channel#3', '+main: own#7', '+main: let n#3',
-        '+main: let stats', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#5', '+main: let u4#3', '+main: let u6#3',
+        '+main: let u7#2', '+main: let first_channel#3', '+main: own#7', '+main: var scaled#3',
+        '+main: deviations#12', '+main: deviations#13', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units8': (
-        'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#4', '+main: let first_channel#3', '+main: own#7',
-        '+main: let n#3', '+main: let stats', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#4', '+main: let first_channel#3', '+main: own#7',
+        '+main: var scaled#3', '+main: deviations#12', '+main: deviations#13', '+main: let norm',
+        '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units6': (
-        'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#5', '+main: let u4#4', '+main: let u5',
-        '+main: let first_channel#3', '+main: own#8', '+main: let n#4', '+main: deviations#11',
-        '+main: deviations#12', '+main: let stats#2', '+main: walk#3', '+main: walk#4', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#5', '+main: let u4#4', '+main: let u5',
+        '+main: let first_channel#3', '+main: own#8', '+main: var scaled#3', '+main: deviations#12',
+        '+main: deviations#14', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units6': (
-        'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#5', '+main: let u4#3', '+main: let first_channel#3',
-        '+main: own#8', '+main: let n#4', '+main: deviations#11', '+main: deviations#12',
-        '+main: let stats#2', '+main: walk#3', '+main: walk#4', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#5', '+main: let u4#3', '+main: let first_channel#3', '+main: own#8',
+        '+main: var scaled#3', '+main: deviations#12', '+main: deviations#14', '+main: let norm',
+        '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units5': (
-        'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#5', '+main: let u4#2',
-        '+main: let first_channel#3', '+main: let n#4', '+main: deviations#11', '+main: let stats#2',
-        '+main: walk#3', '+main: walk#5', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#5', '+main: let u4#2',
+        '+main: let first_channel#3', '+main: var scaled#3', '+main: deviations#12', '+main: let norm',
+        '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units5': (
-        'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#5', '+main: let u4#4', '+main: let first_channel#3',
-        '+main: let n#4', '+main: deviations#11', '+main: let stats#2', '+main: walk#3', '+main: walk#5',
-        '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#5', '+main: let u4#4', '+main: let first_channel#3',
+        '+main: var scaled#3', '+main: deviations#12', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units4': (
-        'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#6', '+main: let u3#2',
-        '+main: let first_channel#4', '+main: own#9', '+main: own#10', '+main: let n#4',
-        '+main: deviations#13', '+main: let stats#2', '+main: walk#3', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#6', '+main: let u3#2',
+        '+main: let first_channel#4', '+main: own#9', '+main: own#10', '+main: var scaled#3',
+        '+main: deviations#15', '+main: deviations#16', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units4': (
-        'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#5', '+main: let first_channel#4', '+main: own#9',
-        '+main: own#10', '+main: let n#4', '+main: deviations#13', '+main: let stats#2', '+main: walk#3',
+        'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#5', '+main: let first_channel#4', '+main: own#9', '+main: own#10',
+        '+main: var scaled#3', '+main: deviations#15', '+main: deviations#16', '+main: let norm',
         '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units3': (
-        'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#7', '+main: let u2',
-        '+main: let first_channel#4', '+main: own#9', '+main: let n#4', '+main: let stats#2',
-        '+main: walk#6', '+main: }#4',
-    ),
-    'norm-row-registers.exact-packed-halves-units3': (
-        'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#6', '+main: let first_channel#4', '+main: own#9',
-        '+main: let n#4', '+main: let stats#2', '+main: walk#6', '+main: }#4',
-    ),
-    'norm-row-registers.last-packed-halves-units20': (
-        'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8', '+main: let u16#2',
-        '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: let n#3',
-        '+main: deviations#8', '+main: deviations#9', '+main: let stats', '+main: walk', '+main: }#4',
-    ),
-    'norm-row-registers.exact-packed-halves-units20': (
-        'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#4', '+main: let u8', '+main: let u16',
-        '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: let n#3',
-        '+main: deviations#8', '+main: deviations#9', '+main: let stats', '+main: walk', '+main: }#4',
-    ),
-    'norm-row-registers.last-packed-halves-units2': (
-        'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#8', '+main: let u1#4',
-        '+main: let first_channel#4', '+main: own#11', '+main: let n#5', '+main: deviations#14',
-        '+main: let stats#2', '+main: walk#7', '+main: }#4',
-    ),
-    'norm-row-registers.exact-packed-halves-units2': (
-        'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#7', '+main: let first_channel#4', '+main: own#11',
-        '+main: let n#5', '+main: deviations#14', '+main: let stats#2', '+main: walk#7', '+main: }#4',
-    ),
-    'norm-row-registers.last-packed-halves-units16': (
-        'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8#2', '+main: let u12#2',
-        '+main: let u15#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: let n#3',
-        '+main: deviations#8', '+main: let stats', '+main: walk#8', '+main: walk#9', '+main: }#4',
-    ),
-    'norm-row-registers.exact-packed-halves-units16': (
-        'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#4', '+main: let u8', '+main: let first_channel#3',
-        '+main: own#3', '+main: own#4', '+main: let n#3', '+main: deviations#8', '+main: let stats',
-        '+main: walk#8', '+main: walk#9', '+main: }#4',
-    ),
-    'norm-row-registers.last-packed-halves-units12': (
-        'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8#3', '+main: let u10',
-        '+main: let u11#2', '+main: let first_channel#3', '+main: own#3', '+main: let n#3',
-        '+main: deviations#15', '+main: let stats', '+main: walk#8', '+main: }#4',
-    ),
-    'norm-row-registers.exact-packed-halves-units12': (
-        'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#4', '+main: let u8#2', '+main: let first_channel#3',
-        '+main: own#3', '+main: let n#3', '+main: deviations#15', '+main: let stats', '+main: walk#8',
+        'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u2', '+main: let first_channel#4',
+        '+main: own#9', '+main: var scaled#3', '+main: deviations#15', '+main: let norm#2', '+main: walk#7',
         '+main: }#4',
     ),
+    'norm-row-registers.exact-packed-halves-units3': (
+        'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#6', '+main: let first_channel#4', '+main: own#9',
+        '+main: var scaled#3', '+main: deviations#15', '+main: let norm#2', '+main: walk#7', '+main: }#4',
+    ),
+    'norm-row-registers.last-packed-halves-units20': (
+        'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#4', '+main: let u8', '+main: let u16#2',
+        '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled#3',
+        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let norm',
+        '+main: walk', '+main: walk#2', '+main: }#4',
+    ),
+    'norm-row-registers.exact-packed-halves-units20': (
+        'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#4', '+main: let u8', '+main: let u16', '+main: let first_channel#3',
+        '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled#3', '+main: deviations#8',
+        '+main: deviations#9', '+main: deviations#10', '+main: let norm', '+main: walk', '+main: walk#2',
+        '+main: }#4',
+    ),
+    'norm-row-registers.last-packed-halves-units2': (
+        'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#8', '+main: let u1#4',
+        '+main: let first_channel#4', '+main: own#11', '+main: var scaled#3', '+main: deviations#17',
+        '+main: let norm#2', '+main: walk#8', '+main: }#4',
+    ),
+    'norm-row-registers.exact-packed-halves-units2': (
+        'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#7', '+main: let first_channel#4', '+main: own#11',
+        '+main: var scaled#3', '+main: deviations#17', '+main: let norm#2', '+main: walk#8', '+main: }#4',
+    ),
+    'norm-row-registers.last-packed-halves-units16': (
+        'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#4', '+main: let u8#2', '+main: let u12#2',
+        '+main: let u15#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
+        '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9', '+main: let norm',
+        '+main: walk', '+main: walk#9', '+main: }#4',
+    ),
+    'norm-row-registers.exact-packed-halves-units16': (
+        'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#4', '+main: let u8', '+main: let first_channel#3', '+main: own#3',
+        '+main: own#4', '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9',
+        '+main: let norm', '+main: walk', '+main: walk#9', '+main: }#4',
+    ),
+    'norm-row-registers.last-packed-halves-units12': (
+        'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#4', '+main: let u8#3', '+main: let u10',
+        '+main: let u11#2', '+main: let first_channel#3', '+main: own#3', '+main: var scaled#3',
+        '+main: deviations#8', '+main: let norm', '+main: walk', '+main: }#4',
+    ),
+    'norm-row-registers.exact-packed-halves-units12': (
+        'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#4', '+main: let u8#2', '+main: let first_channel#3', '+main: own#3',
+        '+main: var scaled#3', '+main: deviations#8', '+main: let norm', '+main: walk', '+main: }#4',
+    ),
     'norm-row-registers.last-packed-halves-units10': (
-        'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#4', '+main: let u8#4', '+main: let u9',
-        '+main: let first_channel#3', '+main: own#7', '+main: own#12', '+main: let n#3',
-        '+main: deviations#16', '+main: let stats', '+main: walk#10', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#4', '+main: let u8#4', '+main: let u9',
+        '+main: let first_channel#3', '+main: own#7', '+main: own#12', '+main: var scaled#3',
+        '+main: deviations#12', '+main: deviations#13', '+main: deviations#18', '+main: let norm',
+        '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units10': (
-        'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#4', '+main: let u8#3', '+main: let first_channel#3',
-        '+main: own#7', '+main: own#12', '+main: let n#3', '+main: deviations#16', '+main: let stats',
-        '+main: walk#10', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#4', '+main: let u8#3', '+main: let first_channel#3', '+main: own#7',
+        '+main: own#12', '+main: var scaled#3', '+main: deviations#12', '+main: deviations#13',
+        '+main: deviations#18', '+main: let norm', '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units1': (
-        'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit#2', 'fn held#3',
-        '+fn held_count', '+fn subgroup_mean', '+main: let u0#3', '+main: let first_channel#4',
-        '+main: let n#5', '+main: let stats#2', '+main: walk#11', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#3',
+        '+fn held_count', '+fn finite#2', '+main: let u0#3', '+main: let first_channel#4',
+        '+main: var scaled#3', '+main: let norm#2', '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units1': (
-        'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit#2', 'fn held#4',
-        '+fn subgroup_mean', '+main: let u0#8', '+main: let first_channel#4', '+main: let n#5',
-        '+main: let stats#2', '+main: walk#11', '+main: }#4',
+        'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#4',
+        '+fn finite#2', '+main: let u0#8', '+main: let first_channel#4', '+main: var scaled#3',
+        '+main: let norm#2', '+main: walk#11', '+main: }#4',
     ),
 }
 # fmt: on

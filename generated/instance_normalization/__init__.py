@@ -2,19 +2,19 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 487bd02f46fd6283)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 b46ca92fc91e9b7c)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 966b777b7f3f1bcd)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 a15338e3c058f678)
+#   templates/_lib/stats.wgsl.jinja (sha256 60e1b9ccd73a0f49)
 #   templates/_lib/units.wgsl.jinja (sha256 4f4f04a4b6b5615a)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 06c2226b12f64dbf)
 #   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 9bedc38798186b19)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 aac5781d5c04db8f)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 2157b36905db6f81)
-#   templates/norm-row-registers.wgsl.jinja (sha256 c978b3d28c74086a)
+#   templates/norm-row-registers.wgsl.jinja (sha256 a7e33a685c40ebd4)
 #   templates/norm-row-stats.wgsl.jinja (sha256 81460f34e567952f)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 81b1cc6944515100)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 9e524b6496a2df63)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 6cbd4dfe7826de67)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """ai.onnx InstanceNormalization-6: the contract, derived values, selection and the public calls.

@@ -3,11 +3,11 @@
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 a15338e3c058f678)
+#   templates/_lib/stats.wgsl.jinja (sha256 60e1b9ccd73a0f49)
 #   templates/_lib/units.wgsl.jinja (sha256 4f4f04a4b6b5615a)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 81b1cc6944515100)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 9e524b6496a2df63)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 6cbd4dfe7826de67)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `plane_splitk_registers` of ai.onnx InstanceNormalization-6.

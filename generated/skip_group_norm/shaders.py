@@ -2,14 +2,14 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 d2033cc9714e616d)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 b46ca92fc91e9b7c)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 966b777b7f3f1bcd)
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 48b22642abccad3c)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 a15338e3c058f678)
+#   templates/_lib/stats.wgsl.jinja (sha256 60e1b9ccd73a0f49)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
 #   templates/skip-group-norm-fused.wgsl.jinja (sha256 ab81d3b3a2487184)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 40bbc358ad316ba8)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 a6a5291889833263)
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 e627da5570a1c419)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
@@ -93,8 +93,9 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 // Statistics, from registers, as GroupNorm's norm-row-registers takes them (_lib/row_stats, whose
 // header there says why): two-pass within each subgroup (its mean, then the deviations from it),
 // one barrier, the subgroups' summaries merged as sums by subgroupAdd into the mean as the pair
-// (mean0 = shift, lo = delta) and M2, a sum of terms >= 0; variance = max(M2 / n, 0). Every
-// invocation of every workgroup of the row gets the same bits; a subgroup layout other than
+// (mean0 = shift, lo = delta) and M2, a sum of terms >= 0; variance = M2 / n. Every
+// invocation of every workgroup of the row gets the same bits (a row whose sums pass f32 gets
+// the bias: _lib/row_stats normalization); a subgroup layout other than
 // lid = k * width + lane (or a partial subgroup: rows of few positions) merges every invocation's
 // summary one by one instead.
 //
@@ -128,6 +129,19 @@ alias Wide = FV;
 
 fn lanes_sum(v: vec2<f32>) -> f32 {
     return v.x + v.y;
+}
+
+// (mean, count) of some values moved on by the values of v, one at a time: no sum of them is
+// formed, so values up to f32's largest keep a finite mean. For an invocation whose plain sum
+// overflowed (values past about 1e36); compilers may factor a scale out of a sum, never out of this.
+fn running_mean(mean_count: vec2<f32>, v: vec2<f32>) -> vec2<f32> {
+    var m = mean_count.x;
+    var k = mean_count.y;
+    for (var i = 0u; i < 2u; i++) {
+        k += 1.0;
+        m += (v[i] - m) / k;
+    }
+    return vec2<f32>(m, k);
 }
 
 fn wide(u: Unit) -> Wide {
@@ -250,7 +264,7 @@ fn unit_deviations(l: Lane, j: u32, s: Unit, mean0: f32) -> vec2<f32> {
 fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     if (j >= n.own_first && j < n.own_end && in_row(l, j)) {
         let i = l.first + j * l.stride;""",
-    "fn subgroup_mean": """\
+    "fn finite": """\
         var v = wide_affine(wide(s), n.mean0, n.lo, n.scale, n.shift);
         if (params.activation != 0u) {
             v = wide_silu(v);
@@ -259,10 +273,32 @@ fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     }
 }
 
-// (the subgroup's mean, its count of values) from this invocation's sum and count of values.
-fn subgroup_mean(own: f32, n: f32) -> vec2<f32> {
-    let totals = subgroupAdd(vec2<f32>(own, n));
-    return vec2<f32>(select(0.0, totals.x / totals.y, totals.y > 0.0), totals.y);
+// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
+fn finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// A subgroup's sum for its mean is of each invocation's sum times 2^-MEAN_EXPONENT (exact, ldexp):
+// up to 65536 finite f32 values then stay inside f32 (a subgroup of rows of 1e36 sums past 3.4e38
+// unscaled, and its mean came back inf).
+const MEAN_EXPONENT: i32 = 16;
+
+// (the subgroup's mean, its count of values) from this invocation's sum of its values times
+// 2^-MEAN_EXPONENT and its count of values.
+fn subgroup_mean(scaled: f32, n: f32) -> vec2<f32> {
+    let totals = subgroupAdd(vec2<f32>(scaled, n));
+    return vec2<f32>(select(0.0, ldexp(totals.x / totals.y, MEAN_EXPONENT), totals.y > 0.0), totals.y);
+}
+
+// A row's statistics: the mean is shift + delta, M2 the sum of squared deviations from it.
+// finite_values: every subgroup's mean was finite, which with MEAN_EXPONENT's sums means every value
+// was (a mean past f32 can then only be an overflow of the merge).
+struct RowStats {
+    n: f32,
+    shift: f32,
+    delta: f32,
+    m2: f32,
+    finite_values: bool,
 }
 
 // The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
@@ -272,17 +308,18 @@ fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
     return vec4<f32>(n, m, lo, select(max(d.y - d.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(d.y) & 0x7f800000u) == 0x7f800000u));
 }
 
-// (n, shift, delta, M2) of the row from the subgroups' summaries: the mean is shift + delta. Lane
-// l of every subgroup takes slots l, l + width, ... in that order (one each where there are no
-// more slots than lanes) and subgroupAdd sums the lanes, so every subgroup gets the same bits.
-// Meaningful only when every subgroup is full and regular (row_stats says which result it takes).
-fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
+// The row's RowStats from the subgroups' summaries. Lane l of every subgroup takes slots l,
+// l + width, ... in that order (one each where there are no more slots than lanes) and subgroupAdd
+// sums the lanes, so every subgroup gets the same bits. Meaningful only when every subgroup is
+// full and regular (row_stats says which result it takes).
+fn merged_subgroups(lane: u32, width: u32) -> RowStats {
     let count = min(workgroupSize / width, 256u);
     let shift = wg_subgroups[0].y;
-    var n_offset = vec2<f32>(0.0);
+    // (n, n times the offset from shift, subgroups whose mean is not finite)
+    var n_offset = vec3<f32>(0.0);
     for (var i = lane; i < count; i += width) {
         let s = wg_subgroups[i];
-        n_offset += vec2<f32>(s.x, s.x * ((s.y - shift) + s.z));
+        n_offset += vec3<f32>(s.x, s.x * ((s.y - shift) + s.z), select(1.0, 0.0, finite(s.y)));
     }
     let totals = subgroupAdd(n_offset);
     let delta = totals.y / totals.x;
@@ -292,19 +329,21 @@ fn merged_subgroups(lane: u32, width: u32) -> vec4<f32> {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return vec4<f32>(totals.x, shift, delta, subgroupAdd(m2));
+    return RowStats(totals.x, shift, delta, subgroupAdd(m2), totals.z == 0.0);
 }
 
 // The same from every invocation's summary, one by one in order: no subgroup operation, so any
 // subgroup layout gets the same bits everywhere.
-fn merged_invocations() -> vec4<f32> {
+fn merged_invocations() -> RowStats {
     let shift = wg_invocations[0].y;
     var n = 0.0;
     var offset = 0.0;
+    var finite_values = true;
     for (var i = 0u; i < workgroupSize; i++) {
         let s = wg_invocations[i];
         n += s.x;
         offset += s.x * ((s.y - shift) + s.z);
+        finite_values = finite_values && finite(s.y);
     }
     let delta = offset / n;
     var m2 = 0.0;
@@ -313,13 +352,13 @@ fn merged_invocations() -> vec4<f32> {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return vec4<f32>(n, shift, delta, m2);
+    return RowStats(n, shift, delta, m2, finite_values);
 }
 
-// The row's (n, shift, delta, M2) from this invocation's n values, its subgroup's mean (and count)
-// and its deviations from that mean: the same bits in every invocation of every workgroup of the
-// row. Call in uniform control flow, once.
-fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> vec4<f32> {
+// The row's RowStats from this invocation's n values, its subgroup's mean (and count) and its
+// deviations from that mean: the same bits in every invocation of every workgroup of the row.
+// Call in uniform control flow, once.
+fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> RowStats {
     // Every subgroup operation runs in uniform control flow: none under `&&` or under the flag.
     let numbered = subgroupAll(lane == lid % width);
     let lanes = subgroupAdd(1u);
@@ -340,6 +379,18 @@ fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviation
         return merged_invocations();
     }
     return by_subgroups;
+}
+
+// (shift, delta, inv_std) that normalize a row of `count` values from its row_stats: y is
+// ((x - shift) - delta) * inv_std * scale + bias. A row of finite values whose merge or variance
+// passed f32's range (values that far apart differ by more than f32's squares hold) gets
+// (0, 0, 0): Y is the bias, as for every row whose squared deviations overflow. A row holding an
+// infinity or NaN gets NaN, as in the definition.
+fn normalization(stats: RowStats, count: u32, epsilon: f32) -> vec3<f32> {
+    let variance = stats.m2 / f32(count);
+    let usable = stats.finite_values && finite(stats.shift) && finite(stats.delta) && finite(variance);
+    let fallback = select(vec3<f32>(bitcast<f32>(0x7fc00000u)), vec3<f32>(0.0), stats.finite_values);
+    return select(fallback, vec3<f32>(stats.shift, stats.delta, inverseSqrt(variance + epsilon)), usable);
 }
 
 @compute @workgroup_size(workgroupSize)
@@ -409,9 +460,66 @@ fn main(
     own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
     own += unit_sum(s40); own += unit_sum(s41); own += unit_sum(s42); own += unit_sum(s43);
     own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);""",
-    "main: let n": """\
+    "main: var scaled": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);
+    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
+    if (!finite(own)) {
+        var running = vec2<f32>(0.0);
+        running = select(running, running_mean(running, wide(s0)), in_row(l, 0u));
+        running = select(running, running_mean(running, wide(s1)), in_row(l, 1u));
+        running = select(running, running_mean(running, wide(s2)), in_row(l, 2u));
+        running = select(running, running_mean(running, wide(s3)), in_row(l, 3u));
+        running = select(running, running_mean(running, wide(s4)), in_row(l, 4u));
+        running = select(running, running_mean(running, wide(s5)), in_row(l, 5u));
+        running = select(running, running_mean(running, wide(s6)), in_row(l, 6u));
+        running = select(running, running_mean(running, wide(s7)), in_row(l, 7u));
+        running = select(running, running_mean(running, wide(s8)), in_row(l, 8u));
+        running = select(running, running_mean(running, wide(s9)), in_row(l, 9u));
+        running = select(running, running_mean(running, wide(s10)), in_row(l, 10u));
+        running = select(running, running_mean(running, wide(s11)), in_row(l, 11u));
+        running = select(running, running_mean(running, wide(s12)), in_row(l, 12u));
+        running = select(running, running_mean(running, wide(s13)), in_row(l, 13u));
+        running = select(running, running_mean(running, wide(s14)), in_row(l, 14u));
+        running = select(running, running_mean(running, wide(s15)), in_row(l, 15u));
+        running = select(running, running_mean(running, wide(s16)), in_row(l, 16u));
+        running = select(running, running_mean(running, wide(s17)), in_row(l, 17u));
+        running = select(running, running_mean(running, wide(s18)), in_row(l, 18u));
+        running = select(running, running_mean(running, wide(s19)), in_row(l, 19u));""",
+    "main: running": """\
+        running = select(running, running_mean(running, wide(s20)), in_row(l, 20u));
+        running = select(running, running_mean(running, wide(s21)), in_row(l, 21u));
+        running = select(running, running_mean(running, wide(s22)), in_row(l, 22u));
+        running = select(running, running_mean(running, wide(s23)), in_row(l, 23u));
+        running = select(running, running_mean(running, wide(s24)), in_row(l, 24u));
+        running = select(running, running_mean(running, wide(s25)), in_row(l, 25u));
+        running = select(running, running_mean(running, wide(s26)), in_row(l, 26u));
+        running = select(running, running_mean(running, wide(s27)), in_row(l, 27u));
+        running = select(running, running_mean(running, wide(s28)), in_row(l, 28u));
+        running = select(running, running_mean(running, wide(s29)), in_row(l, 29u));
+        running = select(running, running_mean(running, wide(s30)), in_row(l, 30u));
+        running = select(running, running_mean(running, wide(s31)), in_row(l, 31u));""",
+    "main: running#2": """\
+        running = select(running, running_mean(running, wide(s32)), in_row(l, 32u));
+        running = select(running, running_mean(running, wide(s33)), in_row(l, 33u));
+        running = select(running, running_mean(running, wide(s34)), in_row(l, 34u));
+        running = select(running, running_mean(running, wide(s35)), in_row(l, 35u));
+        running = select(running, running_mean(running, wide(s36)), in_row(l, 36u));
+        running = select(running, running_mean(running, wide(s37)), in_row(l, 37u));
+        running = select(running, running_mean(running, wide(s38)), in_row(l, 38u));
+        running = select(running, running_mean(running, wide(s39)), in_row(l, 39u));""",
+    "main: running#3": """\
+        running = select(running, running_mean(running, wide(s40)), in_row(l, 40u));
+        running = select(running, running_mean(running, wide(s41)), in_row(l, 41u));
+        running = select(running, running_mean(running, wide(s42)), in_row(l, 42u));
+        running = select(running, running_mean(running, wide(s43)), in_row(l, 43u));
+        running = select(running, running_mean(running, wide(s44)), in_row(l, 44u));
+        running = select(running, running_mean(running, wide(s45)), in_row(l, 45u));
+        running = select(running, running_mean(running, wide(s46)), in_row(l, 46u));
+        running = select(running, running_mean(running, wide(s47)), in_row(l, 47u));
+        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
+    }
     let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
+    let mean = subgroup_mean(scaled, n);
     var deviations = vec2<f32>(0.0);
     deviations += unit_deviations(l, 0u, s0, mean.x);
     deviations += unit_deviations(l, 1u, s1, mean.x);
@@ -420,7 +528,8 @@ fn main(
     deviations += unit_deviations(l, 4u, s4, mean.x);
     deviations += unit_deviations(l, 5u, s5, mean.x);
     deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
+    deviations += unit_deviations(l, 7u, s7, mean.x);""",
+    "main: deviations": """\
     deviations += unit_deviations(l, 8u, s8, mean.x);
     deviations += unit_deviations(l, 9u, s9, mean.x);
     deviations += unit_deviations(l, 10u, s10, mean.x);
@@ -436,8 +545,7 @@ fn main(
     deviations += unit_deviations(l, 20u, s20, mean.x);
     deviations += unit_deviations(l, 21u, s21, mean.x);
     deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);""",
-    "main: deviations": """\
+    deviations += unit_deviations(l, 23u, s23, mean.x);
     deviations += unit_deviations(l, 24u, s24, mean.x);
     deviations += unit_deviations(l, 25u, s25, mean.x);
     deviations += unit_deviations(l, 26u, s26, mean.x);
@@ -463,15 +571,14 @@ fn main(
     deviations += unit_deviations(l, 45u, s45, mean.x);
     deviations += unit_deviations(l, 46u, s46, mean.x);
     deviations += unit_deviations(l, 47u, s47, mean.x);""",
-    "main: let stats": """\
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+    "main: let coefficients": """\
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
 
     // ---- normalize and store this workgroup's share: a range of j, so a range of positions
     let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
     let per_share = (row_units + split - 1u) / split;
     let own_first = (w % split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
     store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
     store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
     store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
@@ -524,6 +631,20 @@ const UNITS: u32 = 40u;""",
     "main: own#2": """\
     own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
     own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);""",
+    "main: scaled": """\
+        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
+    }
+    let n = f32(held * UNIT_VALUES);
+    let mean = subgroup_mean(scaled, n);
+    var deviations = vec2<f32>(0.0);
+    deviations += unit_deviations(l, 0u, s0, mean.x);
+    deviations += unit_deviations(l, 1u, s1, mean.x);
+    deviations += unit_deviations(l, 2u, s2, mean.x);
+    deviations += unit_deviations(l, 3u, s3, mean.x);
+    deviations += unit_deviations(l, 4u, s4, mean.x);
+    deviations += unit_deviations(l, 5u, s5, mean.x);
+    deviations += unit_deviations(l, 6u, s6, mean.x);
+    deviations += unit_deviations(l, 7u, s7, mean.x);""",
     "main: store_unit#2": """\
     store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
     store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
@@ -539,22 +660,34 @@ const UNITS: u32 = 4u;""",
 
     // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
     var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);""",
+    "main: var scaled#2": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);
+    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
+    if (!finite(own)) {
+        var running = vec2<f32>(0.0);
+        running = select(running, running_mean(running, wide(s0)), in_row(l, 0u));
+        running = select(running, running_mean(running, wide(s1)), in_row(l, 1u));""",
+    "main: running#4": """\
+        running = select(running, running_mean(running, wide(s2)), in_row(l, 2u));
+        running = select(running, running_mean(running, wide(s3)), in_row(l, 3u));
+        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
+    }""",
+    "main: let n": """\
     let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
+    let mean = subgroup_mean(scaled, n);
     var deviations = vec2<f32>(0.0);
     deviations += unit_deviations(l, 0u, s0, mean.x);
     deviations += unit_deviations(l, 1u, s1, mean.x);
     deviations += unit_deviations(l, 2u, s2, mean.x);
     deviations += unit_deviations(l, 3u, s3, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
 
     // ---- normalize and store this workgroup's share: a range of j, so a range of positions
     let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
     let per_share = (row_units + split - 1u) / split;
     let own_first = (w % split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
     store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
     store_unit(l, norm, 3u, s3);
 }
@@ -562,6 +695,23 @@ const UNITS: u32 = 4u;""",
     "const UNITS#4": """\
 const UNITS: u32 = 32u;""",
     "main: deviations#3": """\
+    deviations += unit_deviations(l, 8u, s8, mean.x);
+    deviations += unit_deviations(l, 9u, s9, mean.x);
+    deviations += unit_deviations(l, 10u, s10, mean.x);
+    deviations += unit_deviations(l, 11u, s11, mean.x);
+    deviations += unit_deviations(l, 12u, s12, mean.x);
+    deviations += unit_deviations(l, 13u, s13, mean.x);
+    deviations += unit_deviations(l, 14u, s14, mean.x);
+    deviations += unit_deviations(l, 15u, s15, mean.x);
+    deviations += unit_deviations(l, 16u, s16, mean.x);
+    deviations += unit_deviations(l, 17u, s17, mean.x);
+    deviations += unit_deviations(l, 18u, s18, mean.x);
+    deviations += unit_deviations(l, 19u, s19, mean.x);
+    deviations += unit_deviations(l, 20u, s20, mean.x);
+    deviations += unit_deviations(l, 21u, s21, mean.x);
+    deviations += unit_deviations(l, 22u, s22, mean.x);
+    deviations += unit_deviations(l, 23u, s23, mean.x);""",
+    "main: deviations#4": """\
     deviations += unit_deviations(l, 24u, s24, mean.x);
     deviations += unit_deviations(l, 25u, s25, mean.x);
     deviations += unit_deviations(l, 26u, s26, mean.x);
@@ -595,20 +745,23 @@ const UNITS: u32 = 24u;""",
     own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
     own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
     own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);""",
-    "main: let stats#2": """\
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+    "main: running#5": """\
+        running = select(running, running_mean(running, wide(s20)), in_row(l, 20u));
+        running = select(running, running_mean(running, wide(s21)), in_row(l, 21u));
+        running = select(running, running_mean(running, wide(s22)), in_row(l, 22u));
+        running = select(running, running_mean(running, wide(s23)), in_row(l, 23u));""",
+    "main: let coefficients#2": """\
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
 
     // ---- normalize and store this workgroup's share: a range of j, so a range of positions
     let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
     let per_share = (row_units + split - 1u) / split;
     let own_first = (w % split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
     store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
     store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
     store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);""",
-    "main: store_unit#4": """\
+    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
     store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
     store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
     store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
@@ -631,18 +784,30 @@ const UNITS: u32 = 16u;""",
     own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
     own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
     own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);""",
-    "main: let n#2": """\
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
+    "main: var scaled#3": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);
+    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
+    if (!finite(own)) {
+        var running = vec2<f32>(0.0);
+        running = select(running, running_mean(running, wide(s0)), in_row(l, 0u));
+        running = select(running, running_mean(running, wide(s1)), in_row(l, 1u));
+        running = select(running, running_mean(running, wide(s2)), in_row(l, 2u));
+        running = select(running, running_mean(running, wide(s3)), in_row(l, 3u));
+        running = select(running, running_mean(running, wide(s4)), in_row(l, 4u));
+        running = select(running, running_mean(running, wide(s5)), in_row(l, 5u));""",
+    "main: running#6": """\
+        running = select(running, running_mean(running, wide(s6)), in_row(l, 6u));
+        running = select(running, running_mean(running, wide(s7)), in_row(l, 7u));
+        running = select(running, running_mean(running, wide(s8)), in_row(l, 8u));
+        running = select(running, running_mean(running, wide(s9)), in_row(l, 9u));
+        running = select(running, running_mean(running, wide(s10)), in_row(l, 10u));
+        running = select(running, running_mean(running, wide(s11)), in_row(l, 11u));""",
+    "main: running#7": """\
+        running = select(running, running_mean(running, wide(s12)), in_row(l, 12u));
+        running = select(running, running_mean(running, wide(s13)), in_row(l, 13u));
+        running = select(running, running_mean(running, wide(s14)), in_row(l, 14u));
+        running = select(running, running_mean(running, wide(s15)), in_row(l, 15u));""",
+    "main: deviations#5": """\
     deviations += unit_deviations(l, 8u, s8, mean.x);
     deviations += unit_deviations(l, 9u, s9, mean.x);
     deviations += unit_deviations(l, 10u, s10, mean.x);
@@ -650,8 +815,18 @@ const UNITS: u32 = 16u;""",
     deviations += unit_deviations(l, 12u, s12, mean.x);
     deviations += unit_deviations(l, 13u, s13, mean.x);
     deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);""",
-    "main: store_unit#5": """\
+    deviations += unit_deviations(l, 15u, s15, mean.x);
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
+
+    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
+    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
+    let per_share = (row_units + split - 1u) / split;
+    let own_first = (w % split) * per_share;
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
+    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
+    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
+    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
     store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
     store_unit(l, norm, 15u, s15);
 }
@@ -669,22 +844,24 @@ const UNITS: u32 = 12u;""",
     var own = 0.0;
     own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
     own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
+    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);""",
+    "main: deviations#6": """\
     deviations += unit_deviations(l, 8u, s8, mean.x);
     deviations += unit_deviations(l, 9u, s9, mean.x);
     deviations += unit_deviations(l, 10u, s10, mean.x);
     deviations += unit_deviations(l, 11u, s11, mean.x);""",
+    "main: let coefficients#3": """\
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
+
+    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
+    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
+    let per_share = (row_units + split - 1u) / split;
+    let own_first = (w % split) * per_share;
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
+    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
+    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
+    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);""",
     "main: }": """\
 }
 """,
@@ -698,9 +875,15 @@ const UNITS: u32 = 8u;""",
     // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
     var own = 0.0;
     own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
+    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);""",
+    "main: running#8": """\
+        running = select(running, running_mean(running, wide(s6)), in_row(l, 6u));
+        running = select(running, running_mean(running, wide(s7)), in_row(l, 7u));
+        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
+    }""",
+    "main: let n#2": """\
     let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
+    let mean = subgroup_mean(scaled, n);
     var deviations = vec2<f32>(0.0);
     deviations += unit_deviations(l, 0u, s0, mean.x);
     deviations += unit_deviations(l, 1u, s1, mean.x);
@@ -710,14 +893,13 @@ const UNITS: u32 = 8u;""",
     deviations += unit_deviations(l, 5u, s5, mean.x);
     deviations += unit_deviations(l, 6u, s6, mean.x);
     deviations += unit_deviations(l, 7u, s7, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
 
     // ---- normalize and store this workgroup's share: a range of j, so a range of positions
     let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
     let per_share = (row_units + split - 1u) / split;
     let own_first = (w % split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
     store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
     store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
     store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7);
@@ -753,6 +935,19 @@ alias Wide = FV;
 
 fn lanes_sum(v: vec4<f32>) -> f32 {
     return (v.x + v.y) + (v.z + v.w);
+}
+
+// (mean, count) of some values moved on by the values of v, one at a time: no sum of them is
+// formed, so values up to f32's largest keep a finite mean. For an invocation whose plain sum
+// overflowed (values past about 1e36); compilers may factor a scale out of a sum, never out of this.
+fn running_mean(mean_count: vec2<f32>, v: vec4<f32>) -> vec2<f32> {
+    var m = mean_count.x;
+    var k = mean_count.y;
+    for (var i = 0u; i < 4u; i++) {
+        k += 1.0;
+        m += (v[i] - m) / k;
+    }
+    return vec2<f32>(m, k);
 }
 
 fn wide(u: Unit) -> Wide {
@@ -819,12 +1014,20 @@ const UNITS: u32 = 20u;""",
     own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
     own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
     own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);""",
-    "main: deviations#4": """\
+    "main: deviations#7": """\
+    deviations += unit_deviations(l, 8u, s8, mean.x);
+    deviations += unit_deviations(l, 9u, s9, mean.x);
+    deviations += unit_deviations(l, 10u, s10, mean.x);
+    deviations += unit_deviations(l, 11u, s11, mean.x);
+    deviations += unit_deviations(l, 12u, s12, mean.x);
+    deviations += unit_deviations(l, 13u, s13, mean.x);
+    deviations += unit_deviations(l, 14u, s14, mean.x);
+    deviations += unit_deviations(l, 15u, s15, mean.x);
     deviations += unit_deviations(l, 16u, s16, mean.x);
     deviations += unit_deviations(l, 17u, s17, mean.x);
     deviations += unit_deviations(l, 18u, s18, mean.x);
     deviations += unit_deviations(l, 19u, s19, mean.x);""",
-    "main: store_unit#6": """\
+    "main: store_unit#4": """\
     store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
     store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
     store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19);
@@ -838,20 +1041,23 @@ const UNITS: u32 = 2u;""",
 
     // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
     var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1);
+    own += unit_sum(s0); own += unit_sum(s1);""",
+    "main: scaled#2": """\
+        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
+    }""",
+    "main: let n#3": """\
     let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
+    let mean = subgroup_mean(scaled, n);
     var deviations = vec2<f32>(0.0);
     deviations += unit_deviations(l, 0u, s0, mean.x);
     deviations += unit_deviations(l, 1u, s1, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
 
     // ---- normalize and store this workgroup's share: a range of j, so a range of positions
     let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
     let per_share = (row_units + split - 1u) / split;
     let own_first = (w % split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
     store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1);
 }
 """,
@@ -865,9 +1071,10 @@ const UNITS: u32 = 6u;""",
     // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
     var own = 0.0;
     own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5);
+    own += unit_sum(s4); own += unit_sum(s5);""",
+    "main: let n#4": """\
     let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(own, n);
+    let mean = subgroup_mean(scaled, n);
     var deviations = vec2<f32>(0.0);
     deviations += unit_deviations(l, 0u, s0, mean.x);
     deviations += unit_deviations(l, 1u, s1, mean.x);
@@ -875,14 +1082,13 @@ const UNITS: u32 = 6u;""",
     deviations += unit_deviations(l, 3u, s3, mean.x);
     deviations += unit_deviations(l, 4u, s4, mean.x);
     deviations += unit_deviations(l, 5u, s5, mean.x);
-    let stats = row_stats(lid, lane, lane_width, n, mean, deviations);
-    let inv_std = inverseSqrt(max(stats.w / f32(params.groupValues), 0.0) + params.epsilon);
+    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
 
     // ---- normalize and store this workgroup's share: a range of j, so a range of positions
     let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
     let per_share = (row_units + split - 1u) / split;
     let own_first = (w % split) * per_share;
-    let norm = Norm(stats.y, stats.z, wide_scaled(inv_std, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
+    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
     store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
     store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
 }
@@ -1229,7 +1435,20 @@ fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     own += unit_sum(s84); own += unit_sum(s85); own += unit_sum(s86); own += unit_sum(s87);
     own += unit_sum(s88); own += unit_sum(s89); own += unit_sum(s90); own += unit_sum(s91);
     own += unit_sum(s92); own += unit_sum(s93); own += unit_sum(s94); own += unit_sum(s95);""",
-    "main: deviations#5": """\
+    "main: var scaled#4": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);
+    let n = f32(held * UNIT_VALUES);
+    let mean = subgroup_mean(scaled, n);
+    var deviations = vec2<f32>(0.0);
+    deviations += unit_deviations(l, 0u, s0, mean.x);
+    deviations += unit_deviations(l, 1u, s1, mean.x);
+    deviations += unit_deviations(l, 2u, s2, mean.x);
+    deviations += unit_deviations(l, 3u, s3, mean.x);
+    deviations += unit_deviations(l, 4u, s4, mean.x);
+    deviations += unit_deviations(l, 5u, s5, mean.x);
+    deviations += unit_deviations(l, 6u, s6, mean.x);
+    deviations += unit_deviations(l, 7u, s7, mean.x);""",
+    "main: deviations#8": """\
     deviations += unit_deviations(l, 48u, s48, mean.x);
     deviations += unit_deviations(l, 49u, s49, mean.x);
     deviations += unit_deviations(l, 50u, s50, mean.x);
@@ -1246,7 +1465,7 @@ fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     deviations += unit_deviations(l, 61u, s61, mean.x);
     deviations += unit_deviations(l, 62u, s62, mean.x);
     deviations += unit_deviations(l, 63u, s63, mean.x);""",
-    "main: deviations#6": """\
+    "main: deviations#9": """\
     deviations += unit_deviations(l, 64u, s64, mean.x);
     deviations += unit_deviations(l, 65u, s65, mean.x);
     deviations += unit_deviations(l, 66u, s66, mean.x);
@@ -1263,7 +1482,7 @@ fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     deviations += unit_deviations(l, 77u, s77, mean.x);
     deviations += unit_deviations(l, 78u, s78, mean.x);
     deviations += unit_deviations(l, 79u, s79, mean.x);""",
-    "main: deviations#7": """\
+    "main: deviations#10": """\
     deviations += unit_deviations(l, 80u, s80, mean.x);
     deviations += unit_deviations(l, 81u, s81, mean.x);
     deviations += unit_deviations(l, 82u, s82, mean.x);
@@ -1280,7 +1499,7 @@ fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     deviations += unit_deviations(l, 93u, s93, mean.x);
     deviations += unit_deviations(l, 94u, s94, mean.x);
     deviations += unit_deviations(l, 95u, s95, mean.x);""",
-    "main: store_unit#7": """\
+    "main: store_unit#5": """\
     store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
     store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
     store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
@@ -1292,13 +1511,13 @@ fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
     store_unit(l, norm, 54u, s54); store_unit(l, norm, 55u, s55); store_unit(l, norm, 56u, s56);
     store_unit(l, norm, 57u, s57); store_unit(l, norm, 58u, s58); store_unit(l, norm, 59u, s59);
     store_unit(l, norm, 60u, s60); store_unit(l, norm, 61u, s61); store_unit(l, norm, 62u, s62);""",
-    "main: store_unit#8": """\
+    "main: store_unit#6": """\
     store_unit(l, norm, 63u, s63); store_unit(l, norm, 64u, s64); store_unit(l, norm, 65u, s65);
     store_unit(l, norm, 66u, s66); store_unit(l, norm, 67u, s67); store_unit(l, norm, 68u, s68);
     store_unit(l, norm, 69u, s69); store_unit(l, norm, 70u, s70); store_unit(l, norm, 71u, s71);
     store_unit(l, norm, 72u, s72); store_unit(l, norm, 73u, s73); store_unit(l, norm, 74u, s74);
     store_unit(l, norm, 75u, s75); store_unit(l, norm, 76u, s76); store_unit(l, norm, 77u, s77);""",
-    "main: store_unit#9": """\
+    "main: store_unit#7": """\
     store_unit(l, norm, 78u, s78); store_unit(l, norm, 79u, s79); store_unit(l, norm, 80u, s80);
     store_unit(l, norm, 81u, s81); store_unit(l, norm, 82u, s82); store_unit(l, norm, 83u, s83);
     store_unit(l, norm, 84u, s84); store_unit(l, norm, 85u, s85); store_unit(l, norm, 86u, s86);
@@ -1332,10 +1551,20 @@ fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
         sumOut[i] = s;""",
     "const UNITS#13": """\
 const UNITS: u32 = 80u;""",
-    "main: store_unit#10": """\
+    "main: store_unit#8": """\
     store_unit(l, norm, 78u, s78); store_unit(l, norm, 79u, s79);
 }
 """,
+    "main: let s0#10": """\
+    // ---- the row into registers: S formed on load
+    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
+    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
+
+    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
+    var own = 0.0;
+    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
+    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
+    var scaled = ldexp(own, -MEAN_EXPONENT);""",
     "const UNITS#14": """\
 const UNITS: u32 = 64u;""",
     "main: let s62#2": """\
@@ -1345,7 +1574,7 @@ const UNITS: u32 = 64u;""",
     own += unit_sum(s52); own += unit_sum(s53); own += unit_sum(s54); own += unit_sum(s55);
     own += unit_sum(s56); own += unit_sum(s57); own += unit_sum(s58); own += unit_sum(s59);
     own += unit_sum(s60); own += unit_sum(s61); own += unit_sum(s62); own += unit_sum(s63);""",
-    "main: store_unit#11": """\
+    "main: store_unit#9": """\
     store_unit(l, norm, 63u, s63);
 }
 """,
@@ -1483,6 +1712,8 @@ override workgroupSize: u32;
 @group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<u32>>;
 struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
 @group(0) @binding(6) var<uniform> params: Params;""",
+    "main: var scaled#5": """\
+    var scaled = ldexp(own, -MEAN_EXPONENT);""",
     "override DISPATCH_FOLD_WIDTH#8": """\
 override DISPATCH_FOLD_WIDTH: u32;
 override paramsF16: u32;
@@ -2738,1909 +2969,2011 @@ SHADERS = {
     'skip-group-norm-row-registers.vec2f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: running#3', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: running#3', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#2',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
-        '+main: let stats', '+main: store_unit#2',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#2',
+        'main: var own', '+main: own#2', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: scaled', '+main: deviations', '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n',
-        '+main: deviations', '+main: let stats', '+main: store_unit#2',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled', '+main: running',
+        '+main: running#2', '+main: scaled', '+main: deviations', '+main: let coefficients',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#3',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#2',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats',
-        '+main: store_unit#3',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0',
+        'main: var own', '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#7',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        'struct Norm', '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.vec2f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#6',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn finite', '+main: let item', 'main: let s0#3', '+main: var scaled', '+main: running#5',
+        '+main: scaled', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#7', '+main: let n#2', '+main: deviations#4',
-        '+main: let stats#2', '+main: store_unit#6',
+        '+fn finite', '+main: let item', 'main: let s0#7', '+main: var scaled', '+main: scaled',
+        '+main: deviations#7', '+main: let coefficients#3', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#7',
+        '+main: var scaled', '+main: scaled', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#8',
+        '+fn finite', '+main: let item', 'main: let s0#8', '+main: var scaled#2', '+main: scaled#2',
+        '+main: let n#3',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#8',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#8',
+        '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn finite', '+main: let item', 'main: let s0#4', '+main: var scaled#3', '+main: running#6',
+        '+main: running#7', '+main: scaled', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+fn finite', '+main: let item', 'main: let s0#5', '+main: var scaled#3', '+main: running#6',
+        '+main: scaled', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+fn finite', '+main: let item', 'main: let s0#6', '+main: var scaled#3', '+main: running#8',
+        '+main: let n#2',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#6',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#9',
+        '+fn finite', '+main: let item', 'main: let s0#9', '+main: var scaled#3', '+main: scaled#2',
+        '+main: let n#4',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#9',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#9',
+        '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2',
         '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+fn finite', '+main: let item', 'main: let s0#2', '+main: var scaled#2', '+main: running#4',
+        '+main: let n',
     ),
     'skip-group-norm-row-registers.vec4f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#2',
+        '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: let stats', '+main: store_unit',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32', 'main: var own',
+        '+main: own', '+main: var scaled', '+main: running', '+main: running#2', '+main: running#3',
+        '+main: deviations', '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: let stats', '+main: store_unit',
+        '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: running#3', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#2',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#2',
-        'main: var own', '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats',
-        '+main: store_unit#2',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#2',
+        'main: var own', '+main: own#2', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: scaled', '+main: deviations', '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
-        '+main: let stats', '+main: store_unit#2',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled', '+main: running',
+        '+main: running#2', '+main: scaled', '+main: deviations', '+main: let coefficients',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#3',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#2', '+main: var scaled#2',
+        '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own',
-        '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0',
+        'main: var own', '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
-        '+main: let stats#2', '+main: store_unit#4',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#3', '+main: var scaled',
+        '+main: running#5', '+main: scaled', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#2',
-        '+main: let stats#2', '+main: store_unit#5',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#4', '+main: var scaled#3',
+        '+main: running#6', '+main: running#7', '+main: scaled', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#7',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#5', '+main: let stats#2',
-        '+main: }',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#5', '+main: var scaled#3',
+        '+main: running#6', '+main: scaled', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+fn unit_sum', '+fn finite', '+main: let item', 'main: let s0#6', '+main: var scaled#3',
+        '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
+        '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#7', '+main: let n#2', '+main: deviations#4',
-        '+main: let stats#2', '+main: store_unit#6',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
+        '+main: let coefficients#3', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#7',
-        '+main: let n#2', '+main: deviations#4', '+main: let stats#2', '+main: store_unit#6',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#7',
+        '+main: var scaled', '+main: scaled', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#8',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#8',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#8',
+        '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7',
+        '+main: scaled', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
+        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#9',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#9',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#9',
+        '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum',
-        '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
+        '+main: let item', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+struct Lane#2', '+fn unit_sum#2', '+fn finite', '+main: let item', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: running#3', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
-        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled',
+        '+main: running', '+main: running#2', '+main: running#3', '+main: deviations',
+        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
-        '+main: let stats', '+main: store_unit#2',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#2',
+        'main: var own', '+main: own#2', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: scaled', '+main: deviations', '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2',
-        '+main: let n', '+main: deviations', '+main: let stats', '+main: store_unit#2',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled',
+        '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
+        '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#2',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0', 'main: var own',
+        '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3',
-        '+main: let stats', '+main: store_unit#3',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0', 'main: var own', '+main: var scaled', '+main: running', '+main: scaled',
+        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#6',
+        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#7',
+        '+main: var scaled', '+main: scaled', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#7', '+main: let n#2', '+main: deviations#4',
-        '+main: let stats#2', '+main: store_unit#6',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
+        '+main: let coefficients#3', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#8',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#8',
+        '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#8',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#6',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#6',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#9',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#9',
+        '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#9',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#2',
+        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#2',
+        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm#2',
-        '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: let stats', '+main: store_unit',
+        '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled', '+main: running', '+main: running#2',
+        '+main: running#3', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2', 'main: let s0',
+        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled', '+main: running',
+        '+main: running#2', '+main: running#3', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
-        '+main: let stats', '+main: store_unit#2',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled', '+main: running',
+        '+main: running#2', '+main: scaled', '+main: deviations', '+main: let coefficients',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n',
-        '+main: deviations', '+main: let stats', '+main: store_unit#2',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled', '+main: running',
+        '+main: running#2', '+main: scaled', '+main: deviations', '+main: let coefficients',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#2',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0', 'main: var own',
+        '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0', 'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats',
-        '+main: store_unit#3',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2', 'main: let s0',
+        'main: var own', '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
         '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#6',
+        'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#3',
+        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#7',
-        '+main: let n#2', '+main: deviations#4', '+main: let stats#2', '+main: store_unit#6',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#7',
+        '+main: var scaled', '+main: scaled', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
+        '+main: let coefficients#3', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#8',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#8',
+        '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#8',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#4',
+        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#5',
+        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#6',
+        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#6',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#9',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#9',
+        '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#9',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
         '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        'struct Norm#2', '+fn unit_sum', '+fn finite', '+main: let item#2', 'main: let s0#2',
+        '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
         '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#2',
+        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
     ),
     'skip-group-norm-row-registers.u32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#12',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0',
         '+main: let s32#3', '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3',
-        '+main: own#4', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#5',
-        '+main: deviations#6', '+main: deviations#7', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#8', '+main: store_unit#9',
+        '+main: own#4', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let coefficients',
+        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.u32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#12',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0',
         '+main: let s32#3', '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3',
-        '+main: own#4', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#5',
-        '+main: deviations#6', '+main: deviations#7', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#8', '+main: store_unit#9',
+        '+main: own#4', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let coefficients',
+        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.u32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#13',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: let stats', '+main: store_unit#7', '+main: store_unit#8', '+main: store_unit#10',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0',
+        '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
+        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.u32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#13',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: let stats', '+main: store_unit#7', '+main: store_unit#8', '+main: store_unit#10',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0',
+        '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
+        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.u32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#10',
+        '+main: let n#2',
     ),
     'skip-group-norm-row-registers.u32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#10',
+        '+main: let n#2',
     ),
     'skip-group-norm-row-registers.u32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#14',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0',
         '+main: let s32#3', '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5',
-        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#5',
-        '+main: let stats', '+main: store_unit#7', '+main: store_unit#11',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.u32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#14',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0',
         '+main: let s32#3', '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5',
-        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: deviations#5',
-        '+main: let stats', '+main: store_unit#7', '+main: store_unit#11',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.u32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.u32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.u32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.u32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.u32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.u32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.u32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.u32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#7', '+main: var scaled#4', '+main: deviations#7',
+        '+main: let coefficients#3', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#7', '+main: var scaled#4', '+main: deviations#7',
+        '+main: let coefficients#3', '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#8',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#8',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#6',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#6',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#9',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#9',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#2',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#3', '+fn finite',
+        '+main: let item', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.vec4u32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item', 'main: let s0#2',
+        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#4', '+fn finite',
+        '+main: let item', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#2',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
-        '+main: let stats', '+main: store_unit#2',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
+        '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#2',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: let n', '+main: deviations',
-        '+main: let stats', '+main: store_unit#2',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0',
+        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
+        '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#3',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#2',
+        '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#3',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#2',
+        '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0',
-        'main: var own', '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#3',
-        '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#3',
+        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#4',
-        '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#4',
+        '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#7',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#5',
+        '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#7',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#5',
-        '+main: let stats#2', '+main: }',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#5',
+        '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        'struct Norm', '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#10',
+        '+main: let n#2',
     ),
     'skip-group-norm-row-registers.vec2u32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        'struct Norm', '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#10',
+        '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#12',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: deviations#7', '+main: let stats', '+main: store_unit#7', '+main: store_unit#8',
-        '+main: store_unit#9',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#3',
+        '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: deviations#9', '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#6', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#12',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: deviations#7', '+main: let stats', '+main: store_unit#7', '+main: store_unit#8',
-        '+main: store_unit#9',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#3',
+        '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
+        '+main: deviations#9', '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#6', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#13',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', 'main: var own', '+main: own#3', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#5', '+main: deviations#6', '+main: let stats',
-        '+main: store_unit#7', '+main: store_unit#8', '+main: store_unit#10',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#3',
+        '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: let coefficients',
+        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#13',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', 'main: var own', '+main: own#3', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#5', '+main: deviations#6', '+main: let stats',
-        '+main: store_unit#7', '+main: store_unit#8', '+main: store_unit#10',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#3',
+        '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: let coefficients',
+        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#14',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#3',
-        '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: let stats',
-        '+main: store_unit#7', '+main: store_unit#11',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#3',
+        '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: let coefficients',
+        '+main: store_unit#5', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#14',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#3',
-        '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: let stats',
-        '+main: store_unit#7', '+main: store_unit#11',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#3',
+        '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: let coefficients',
+        '+main: store_unit#5', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: let stats', '+main: store_unit',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: let stats', '+main: store_unit',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own',
-        '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own',
-        '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
-        '+main: let stats#2', '+main: store_unit#4',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#3', '+main: var scaled#4',
+        '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
-        '+main: let stats#2', '+main: store_unit#4',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#3', '+main: var scaled#4',
+        '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#2',
-        '+main: let stats#2', '+main: store_unit#5',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#4', '+main: var scaled#4',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-u32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#2',
-        '+main: let stats#2', '+main: store_unit#5',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#4', '+main: var scaled#4',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#7', '+main: var scaled#4', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#7', '+main: var scaled#4', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#8',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#8',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#6',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#6',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#9',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#9',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#2',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#3', '+fn finite', '+main: let item',
+        'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item',
-        'main: let s0#2',
+        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#4', '+fn finite', '+main: let item',
+        'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket96': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: let stats', '+main: store_unit',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket96-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: let stats', '+main: store_unit',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32',
+        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: let coefficients', '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket80': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#2',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#2',
-        'main: var own', '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats',
-        '+main: store_unit#2',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#2',
+        'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
+        '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket80-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#2',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', '+main: let s32#2',
-        'main: var own', '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats',
-        '+main: store_unit#2',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', '+main: let s32#2',
+        'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
+        '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket8': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#3',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#2', '+main: var scaled#5',
+        '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket8-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#3',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#2',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#2', '+main: var scaled#5',
+        '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket64': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own',
-        '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket64-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#4',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0', 'main: var own',
-        '+main: let n', '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0', 'main: var own',
+        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
+        '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket48': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
-        '+main: let stats#2', '+main: store_unit#4',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#3', '+main: var scaled#4',
+        '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket48-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#5',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#3', '+main: let n',
-        '+main: let stats#2', '+main: store_unit#4',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#3', '+main: var scaled#4',
+        '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket32': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#2',
-        '+main: let stats#2', '+main: store_unit#5',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#4', '+main: var scaled#4',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket32-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#6',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#4', '+main: let n#2',
-        '+main: let stats#2', '+main: store_unit#5',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#4', '+main: var scaled#4',
+        '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket24': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#7',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#5', '+main: let stats#2',
-        '+main: }',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#5', '+main: var scaled#4',
+        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket24-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#7',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#5', '+main: let stats#2',
-        '+main: }',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#5', '+main: var scaled#4',
+        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket16': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+fn unit_sum#3', '+fn finite', '+main: let item', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket16-write-sum': (
         'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#8',
         '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item', 'main: let s0#6',
+        '+fn unit_sum#4', '+fn finite', '+main: let item', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket96': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: deviations#7', '+main: let stats', '+main: store_unit#7', '+main: store_unit#8',
-        '+main: store_unit#9',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
+        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: var scaled#4',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
+        '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket96-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: deviations#7', '+main: let stats', '+main: store_unit#7', '+main: store_unit#8',
-        '+main: store_unit#9',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
+        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: var scaled#4',
+        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
+        '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6',
+        '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket80': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        'main: var own', '+main: own#3', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#5', '+main: deviations#6', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#8', '+main: store_unit#10',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
+        'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket80-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        'main: var own', '+main: own#3', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#5', '+main: deviations#6', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#8', '+main: store_unit#10',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
+        'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket8': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn finite', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket8-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn finite', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket64': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
-        'main: var own', '+main: own', '+main: own#5', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#5', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#11',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
+        'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket64-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
-        'main: var own', '+main: own', '+main: own#5', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#5', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#11',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
+        'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket48': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
+        '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite',
         '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
-        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket48-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
+        '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite',
         '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
-        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket32': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn finite', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
+        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket32-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn finite', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
+        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket24': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn finite', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket24-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn finite', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket16': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn finite', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-u32-words-bucket16-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn finite', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#7', '+main: let n#2', '+main: deviations#4',
-        '+main: let stats#2', '+main: store_unit#6',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#7', '+main: var scaled#4', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#7', '+main: let n#2', '+main: deviations#4',
-        '+main: let stats#2', '+main: store_unit#6',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#7', '+main: var scaled#4', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#8',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#8',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#6',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#6',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#9',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#9',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#2',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn subgroup_mean',
-        '+main: let item#2', 'main: let s0#2',
+        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
         '+main: store_unit',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
         '+main: store_unit',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
-        '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats', '+main: store_unit#2',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
+        '+main: own#2', '+main: var scaled#4', '+main: deviations', '+main: let coefficients',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
-        '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats', '+main: store_unit#2',
+        '+fn finite', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
+        '+main: own#2', '+main: var scaled#4', '+main: deviations', '+main: let coefficients',
+        '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        '+fn finite', '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        '+fn finite', '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn finite', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
+        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn finite', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
+        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn finite', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn finite', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn finite', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn finite', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+fn finite', '+main: let item#2', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+fn finite', '+main: let item#2', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn finite', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
         '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn finite', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket96': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: deviations#7', '+main: let stats', '+main: store_unit#7', '+main: store_unit#8',
-        '+main: store_unit#9',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62', '+main: let s80',
+        'main: var own', '+main: own#3', '+main: own#4', '+main: var scaled#4', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
+        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket96-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: let n',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#5', '+main: deviations#6',
-        '+main: deviations#7', '+main: let stats', '+main: store_unit#7', '+main: store_unit#8',
-        '+main: store_unit#9',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62', '+main: let s80',
+        'main: var own', '+main: own#3', '+main: own#4', '+main: var scaled#4', '+main: deviations',
+        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: deviations#10',
+        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket80': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        'main: var own', '+main: own#3', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#5', '+main: deviations#6', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#8', '+main: store_unit#10',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62', 'main: var own',
+        '+main: own#3', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket80-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        'main: var own', '+main: own#3', '+main: let n', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#5', '+main: deviations#6', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#8', '+main: store_unit#10',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62', 'main: var own',
+        '+main: own#3', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5',
+        '+main: store_unit#6', '+main: store_unit#8',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket8': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket8-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket64': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
-        'main: var own', '+main: own', '+main: own#5', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#5', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#11',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2', 'main: var own',
+        '+main: own', '+main: own#5', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket64-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
-        'main: var own', '+main: own', '+main: own#5', '+main: let n', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#5', '+main: let stats', '+main: store_unit#7',
-        '+main: store_unit#11',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2', 'main: var own',
+        '+main: own', '+main: own#5', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
+        '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket48': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean',
+        '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
         '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
-        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket48-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean',
+        '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
         '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
-        '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats', '+main: store_unit',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
+        '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket32': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket32-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket24': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket24-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket16': (
         'enable', '+binding y#9', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket16-write-sum': (
         'enable', '+binding y#10', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket96': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket96-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#3', '+main: let n', '+main: let stats#2', '+main: store_unit#4',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket80': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#7', '+main: var scaled#4', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket80-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#7', '+main: let n#2', '+main: deviations#4', '+main: let stats#2',
-        '+main: store_unit#6',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#7', '+main: var scaled#4', '+main: deviations#7', '+main: let coefficients#3',
+        '+main: store_unit#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket8': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#8',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket8-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#8',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket64': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket64-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#4', '+main: let n#2', '+main: let stats#2', '+main: store_unit#5',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket48': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket48-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#5', '+main: let stats#2', '+main: }',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
+        '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket32': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#6',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket32-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#6',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket24': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#9',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket24-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#9',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket16': (
         'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#2',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#3', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket16-write-sum': (
         'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn subgroup_mean', '+main: let item#2',
-        'main: let s0#2',
+        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#4', '+fn finite', '+main: let item#2',
+        'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket96': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
         '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket96-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: let n', '+main: deviations', '+main: deviations#2', '+main: let stats',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
+        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: let coefficients',
         '+main: store_unit',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket80': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
-        '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats', '+main: store_unit#2',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2',
+        '+main: var scaled#4', '+main: deviations', '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket80-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
-        '+main: own#2', '+main: let n', '+main: deviations', '+main: let stats', '+main: store_unit#2',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2',
+        '+main: var scaled#4', '+main: deviations', '+main: let coefficients', '+main: store_unit#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket8': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket8-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#2',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket64': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket64-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0', 'main: var own', '+main: let n',
-        '+main: deviations#3', '+main: let stats', '+main: store_unit#3',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
+        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket48': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket48-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#3', '+main: let n', '+main: let stats#2',
-        '+main: store_unit#4',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
+        '+main: let coefficients#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket32': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket32-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#4', '+main: let n#2', '+main: let stats#2',
-        '+main: store_unit#5',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket24': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket24-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#5', '+main: let stats#2', '+main: }',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
+        '+main: let coefficients#3', '+main: }',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket16': (
         'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#3', '+fn finite',
+        '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket16-write-sum': (
         'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4',
-        '+fn subgroup_mean', '+main: let item#2', 'main: let s0#6',
+        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#4', '+fn finite',
+        '+main: let item#2', 'main: let s0#10', '+main: let n#2',
     ),
     'skip-group-norm-slab.f32-stats': (
         'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns', '+override segmentLanes', '+binding x#3',
