@@ -706,6 +706,23 @@ def test_splitk_registers_against_float64_reference(shape, num_groups, tunables,
     assert_close(actual, reference(inputs, attrs), dtype, f"{CHUNKS} {shape} {attrs} {tunables} {seed_note(seed)}")
 
 
+def test_splitk_registers_cases_meet_whole_and_cut_chunks():
+    """CHUNK_CASES plan (so the test above runs) both chunkings in both dtypes: every row whole
+    chunks (the wholeChunks specialization: no load clamp, no held() test, constant chunk counts)
+    and rows whose last chunk is short; the definition is row units % chunk units == 0."""
+    seen = set()
+    for shape, num_groups, tunables, _, _ in CHUNK_CASES:
+        for dtype in (np.float32, np.float16):
+            inputs = {"x": np.zeros(shape, dtype), "scale": np.zeros(shape[1], dtype), "bias": np.zeros(shape[1], dtype)}
+            p = plan_for(inputs, {"num_groups": num_groups}, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)
+            workgroup, units, _ = chunk_geometry(p)
+            row_units = p.passes[0].uniforms["rowUnits"]
+            whole = row_units % (workgroup * int(units)) == 0
+            assert all(q.spec.endswith("-whole-chunks") == whole for q in p.passes), (shape, dtype, [q.spec for q in p.passes])
+            seen.add((whole, dtype))
+    assert len(seen) == 4, seen
+
+
 def test_splitk_registers_units_round_down_to_a_bucket():
     """CHUNK_UNITS_F32 / _F16 go down to the nearest of 1, 2, 3, 4, 6, 8, 12, 16 (each a compiled
     constant); the f16 tunable sets f16 tensors only."""

@@ -767,6 +767,21 @@ def test_splitk_registers_against_reference_and_onnxruntime(shape, tunables, f32
     assert_matches_both_oracles(actual, inputs, epsilon, dtype, context)
 
 
+def test_splitk_registers_cases_meet_whole_and_cut_chunks():
+    """CHUNK_CASES plan both chunkings in both dtypes: planes of whole chunks (the wholeChunks
+    specialization) and planes whose last chunk is short (plane units % chunk units != 0)."""
+    seen = set()
+    for shape, tunables, _, _ in CHUNK_CASES:
+        for dtype in ("float32", "float16"):
+            shapes = {"input": shape, "scale": (shape[1],), "b": (shape[1],)}
+            plan = inn.plan(shapes, {"T": dtype}, caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+            workgroup, units, _ = chunk_geometry(plan)
+            whole = plan.passes[0].uniforms["rowUnits"] % (workgroup * int(units)) == 0
+            assert all(q.spec.endswith("-whole-chunks") == whole for q in plan.passes), (shape, dtype)
+            seen.add((whole, dtype))
+    assert len(seen) == 4, seen
+
+
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 def test_splitk_registers_large_common_offset_and_constant_planes(dtype, request):
     """A mean 1000 (f32) or 100 (f16) times the spread costs nothing; a constant plane gives its

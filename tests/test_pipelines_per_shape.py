@@ -204,8 +204,9 @@ def test_group_row_registers_second_shape_reuses_pipelines(dtype, request):
 
 
 # group_splitk_registers: the chunk geometry comes from tunables, so a second shape of whole units
-# (f16: spatial % 8 == 0) differs only in Params: first (2, 6, 8, 24) with 3 groups (384 values a
-# row: 6 f32 / 3 f16 chunks of 8 x 2 units), then (3, 8, 5, 16) with 2 groups (320 values: 5 / 3 chunks).
+# (f16: spatial % 8 == 0) whose rows are again whole chunks (the wholeChunks specialization)
+# differs only in Params: first (2, 6, 8, 24) with 3 groups (384 values a row: 6 f32 / 3 f16
+# chunks of 8 x 2 units), then (3, 8, 8, 16) with 2 groups (512 values: 8 / 4 chunks).
 CHUNK_TUNABLES = {"SPLIT_STATS_MIN_HIDDEN": 1, "CHUNK_WORKGROUP_SIZE": 8, "CHUNK_UNITS_F32": 2, "CHUNK_UNITS_F16": 2}
 
 
@@ -214,7 +215,7 @@ def test_group_splitk_registers_second_shape_reuses_pipelines(dtype, request):
     rng, seed = rng_for(request.node.name)
     cases = [
         ((2, 6, 8, 24), {"num_groups": 3, "stash_type": 1, "epsilon": 1e-5}),
-        ((3, 8, 5, 16), {"num_groups": 2, "stash_type": 1, "epsilon": 1e-3}),
+        ((3, 8, 8, 16), {"num_groups": 2, "stash_type": 1, "epsilon": 1e-3}),
     ]
     run_two_shapes(
         gn, "group_splitk_registers", cases, gn_inputs, gn_check, dtype, rng, seed,
@@ -237,9 +238,9 @@ IN_CASES = [
     # same unit bucket (3 f32 units, 2 f16 units an invocation), fill ("last"), split and
     # workgroup, other N and C.
     ("plane_row_registers", (2, 3, 8, 40), (3, 5, 8, 44), {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}, SUBGROUPS),
-    # 384 then 320 values a plane in chunks of 8 x 2 units: 6 then 5 chunks (f32), 3 and 3 (f16);
-    # the chunk geometry comes from tunables, so only the uniforms differ.
-    ("plane_splitk_registers", (2, 3, 8, 48), (3, 5, 10, 32), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 8, "CHUNK_UNITS_F32": 2, "CHUNK_UNITS_F16": 2}, F16),
+    # 384 then 512 values a plane in chunks of 8 x 2 units: 6 then 8 chunks (f32), 3 and 4 (f16),
+    # whole chunks both times; the chunk geometry comes from tunables, so only the uniforms differ.
+    ("plane_splitk_registers", (2, 3, 8, 48), (3, 5, 16, 32), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 8, "CHUNK_UNITS_F32": 2, "CHUNK_UNITS_F16": 2}, F16),
 ]
 
 
