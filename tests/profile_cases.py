@@ -264,6 +264,19 @@ def profile_caps(device):
     return caps
 
 
+def device_for(case):
+    """(the default device, its profile_caps) for a pytest test of `case`; skips the test where
+    the device lacks a feature the case's variant requires."""
+    import pytest
+
+    device = default_device()
+    caps = profile_caps(device)
+    missing = [f for f in case.required_features if f not in caps.features]
+    if missing:
+        pytest.skip(f"the device lacks {missing}")
+    return device, caps
+
+
 def call_case(case, inputs, device, caps):
     """The case's forced-variant call on `inputs`, into NaN-poisoned outputs: {output key: array}."""
     package = PACKAGES[case.op]

@@ -13,12 +13,13 @@ reference, so a fix that only special-cases the extreme rows shows.
 
 from __future__ import annotations
 
+import dataclasses
 import zlib
 
 import numpy as np
 import pytest
 
-from generated import ContractError, default_device
+from generated import ContractError
 from tests import profile_cases
 from tests.oracles import assert_close, run_seed, seed_note
 
@@ -30,16 +31,12 @@ CASES = [c for c in profile_cases.all_cases() if c.attrs.get("stash_type") != 10
 
 
 def _prepared(case, purpose):
-    device = default_device()
-    caps = profile_cases.profile_caps(device)
-    missing = [f for f in case.required_features if f not in caps.features]
-    if missing:
-        pytest.skip(f"the device lacks {missing}")
+    device, caps = profile_cases.device_for(case)
     seed = run_seed()
     rng = np.random.default_rng([seed, zlib.crc32(f"{purpose}/{case.id}".encode())])
     if case.op == "skip_group_norm":
         # SiLU of -inf is NaN in the definition as well: plain Y keeps the infinities to compare.
-        case = profile_cases.Case(case.op, case.variant, case.dtypes, case.shapes, {**case.attrs, "activation": 0}, case.tunables, case.outputs, case.adapter_info)
+        case = dataclasses.replace(case, attrs={**case.attrs, "activation": 0})
     return device, caps, seed, rng, case
 
 

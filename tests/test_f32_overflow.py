@@ -15,7 +15,6 @@ import zlib
 import numpy as np
 import pytest
 
-from generated import default_device
 from tests import profile_cases
 from tests.oracles import assert_close, run_seed, seed_note
 
@@ -39,11 +38,7 @@ PATTERNS = {
 @pytest.mark.parametrize("pattern", sorted(PATTERNS))
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
 def test_rows_beyond_float32_squares_normalize_to_the_bias(case, pattern):
-    device = default_device()
-    caps = profile_cases.profile_caps(device)
-    missing = [f for f in case.required_features if f not in caps.features]
-    if missing:
-        pytest.skip(f"the device lacks {missing}")
+    device, caps = profile_cases.device_for(case)
     seed = run_seed()
     rng = np.random.default_rng([seed, zlib.crc32(f"f32-overflow/{case.id}/{pattern}".encode())])
     inputs = profile_cases.random_inputs(case, rng)
