@@ -3,9 +3,10 @@
 - **An infinite scale** (gamma): the definition's `(x - mean) / sqrt(var + eps) * scale + bias`
   is then +-inf wherever x is not the mean. The row-register kernels folded the mean into the
   bias, `x * k + (bias - mean * k)`, which is inf - inf = NaN there (an audit found it).
-- **Constant float32 rows of 3e37 and 3e38**: the variance is 0, so Y is the bias. The
-  row-register and split-k register kernels summed an invocation's (and a subgroup's) values
-  before dividing, and a dozen values of 3e37 overflow: NaN.
+- **Constant float32 rows from 1.8e8 to 3e38**: the variance is 0, so Y is the bias. The
+  row-register kernels folded the mean's low part into the bias, which lost the bias at 1e12, and
+  they and the split-k register kernels summed an invocation's (and a subgroup's) values before
+  dividing, and a dozen values of 3e37 overflow: NaN.
 
 The other batch items / channels keep ordinary values and must still match the float64
 reference, so a fix that only special-cases the extreme rows shows.
@@ -79,7 +80,10 @@ def test_an_infinite_scale_gives_the_definitions_infinities(case):
 F32_CASES = [c for c in CASES if c.op in BIAS_KEY and c.dtypes["T"] == "float32" and c.dtypes.get("M", "float32") == "float32"]
 
 
-@pytest.mark.parametrize("value", [3e37, 3e38])
+# 1.8e8 .. 3e19: a subgroup's mean of a constant row can be an ulp off the value, and the row
+# kernels folded that ulp into the bias (bias - delta * k with k = 1/sqrt(epsilon)): the bias was
+# lost at 1e12 (an audit found it). 3e37 and 3e38 overflow the sums.
+@pytest.mark.parametrize("value", [1.78e8, 5.6e10, 1e12, 3e19, 3e37, 3e38])
 @pytest.mark.parametrize("case", F32_CASES, ids=lambda c: c.id)
 def test_constant_huge_rows_normalize_to_the_bias(case, value):
     device, caps, seed, rng, case = _prepared(case, f"constant-{value}")

@@ -2,18 +2,18 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 bc358b7e315409a5)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 25c2f99f6307765b)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 496214a2f375ac1f)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 60e1b9ccd73a0f49)
+#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
 #   templates/_lib/units.wgsl.jinja (sha256 ad9bbd4a25317a80)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
-#   templates/norm-row-registers.wgsl.jinja (sha256 15594668fe21d304)
-#   templates/norm-row-stats.wgsl.jinja (sha256 81460f34e567952f)
+#   templates/norm-row-registers.wgsl.jinja (sha256 1eb99fc942f69c19)
+#   templates/norm-row-stats.wgsl.jinja (sha256 32f9ae9b57846b76)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 1d188157e8bb479f)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 b90d0fb6b8ec545f)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 01d1d1df39fe21bf)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Every shader of ai.onnx GroupNormalization-21, each distinct WGSL text stored once.
@@ -85,7 +85,17 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatia
 // spatial are read as params.<name>).
 // One summary per invocation, merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "struct Stats": """\
+    "fn refined_quotient": """\
+// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
+// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
+// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
+// exact, so the result is the true quotient to within an ulp however the device divides. A
+// quotient that is not finite is kept as it is (its residual would be NaN).
+fn refined_quotient(a: f32, b: f32) -> f32 {
+    let q = a / b;
+    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
+}
+
 // (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
 struct Stats {
     n: u32,
@@ -759,7 +769,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);""",
     "main: let lo": """\
-    let lo = deviations.x / n;
+    let lo = refined_quotient(deviations.x, n);
     let own = Stats(count, mean0, lo, select(max(deviations.y - deviations.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(deviations.y) & 0x7f800000u) == 0x7f800000u));
 
     // ---- the chunk's statistics: a fixed-order tree of Chan merges over the invocations
@@ -1408,7 +1418,7 @@ fn main(
         devs += vec2<f32>(e.x * d, e.w + select(0.0, e.x * d * d, e.x > 0.0));
     }
     let hi = mean0;
-    let lo = devs.x / count;
+    let lo = refined_quotient(devs.x, count);
     let variance = select(max(devs.y - devs.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(devs.y) & 0x7f800000u) == 0x7f800000u) / count;
     let inv_std = inverseSqrt(variance + params.epsilon);""",
     "binding y#7": """\
@@ -1558,13 +1568,22 @@ fn held_count(lid: u32) -> u32 {
     if (lid >= params.rowUnits) {
         return 0u;
     }
-    return min((params.rowUnits - 1u - lid) / workgroupSize + 1u, UNITS);""",
+    return min((params.rowUnits - 1u - lid) / workgroupSize + 1u, UNITS);
+}""",
     "fn finite#2": """\
-}
-
 // Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
 fn finite(v: f32) -> bool {
     return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
+// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
+// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
+// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
+// exact, so the result is the true quotient to within an ulp however the device divides. A
+// quotient that is not finite is kept as it is (its residual would be NaN).
+fn refined_quotient(a: f32, b: f32) -> f32 {
+    let q = a / b;
+    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
 }
 
 // A subgroup's sum for its mean is of each invocation's sum times 2^-MEAN_EXPONENT (exact): up to
@@ -1595,7 +1614,7 @@ struct RowStats {
 // The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
 // d = (sum of x - m, sum of (x - m)^2): the mean is m + lo.
 fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
-    let lo = select(0.0, d.x / n, n > 0.0);
+    let lo = select(0.0, refined_quotient(d.x, n), n > 0.0);
     return vec4<f32>(n, m, lo, select(max(d.y - d.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(d.y) & 0x7f800000u) == 0x7f800000u));
 }
 
@@ -1613,7 +1632,7 @@ fn merged_subgroups(lane: u32, width: u32) -> RowStats {
         n_offset += vec2<f32>(select(bitcast<f32>(0x7fc00000u), s.x, finite(s.y)), s.x * ((s.y - shift) + s.z));
     }
     let totals = subgroupAdd(n_offset);
-    let delta = totals.y / totals.x;
+    let delta = refined_quotient(totals.y, totals.x);
     var m2 = 0.0;
     for (var i = lane; i < count; i += width) {
         let s = wg_subgroups[i];
@@ -1636,7 +1655,7 @@ fn merged_invocations() -> RowStats {
         offset += s.x * ((s.y - shift) + s.z);
         finite_values = finite_values && finite(s.y);
     }
-    let delta = offset / n;
+    let delta = refined_quotient(offset, n);
     var m2 = 0.0;
     for (var i = 0u; i < workgroupSize; i++) {
         let s = wg_invocations[i];
@@ -1678,7 +1697,7 @@ fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviation
 // (0, 0, 0): Y is the bias, as for every row whose squared deviations overflow. A row holding an
 // infinity or NaN gets NaN, as in the definition. One test of the sum covers all three: a part
 // that is not finite makes it inf or NaN, and finite parts whose sum overflows are that far apart.
-// Measured on the H200 with the store below (session 8): -0.9 to +1.5 % on the row-register cases.
+// Measured on the H200 (session 8): -0.9 to +1.5 % on the row-register cases with a folded store.
 fn normalization(stats: RowStats, count: u32, epsilon: f32) -> vec3<f32> {
     let variance = stats.m2 / f32(count);
     let usable = stats.finite_values && finite(stats.shift + stats.delta + variance);
@@ -1700,7 +1719,6 @@ struct Store {
     share: u32,  // the units this workgroup stores: j % split == share
     shift: f32,  // the mean is shift + delta
     delta: f32,
-    mean: f32,  // shift + delta, rounded
     inv_std: f32,
     step: vec2<u32>,  // (whole channels, remainder units) of workgroupSize units
 }
@@ -1716,14 +1734,11 @@ struct Walk {
 fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
     if (walk.owner == s.share && held(j, s.lid)) {
         let affine = wg_affine[walk.at.x];
-        // delta is folded into the bias (x - 0.0 is exact, so the unit's lo is free), except where
-        // k is infinite (an infinite scale), where bias - delta * k would be inf - inf: there the
-        // rounded mean is subtracted instead (k makes every difference +-inf, so its rounding
-        // matters only within an ulp of the mean). Unfolding every unit cost 0.5-2 % on the H200
-        // (session 8).
-        let k = s.inv_std * affine.x;
-        let infinite = !finite(k);
-        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, select(s.shift, s.mean, infinite), 0.0, k, select(affine.y - s.delta * k, affine.y, infinite));
+        // delta is subtracted from each value, not folded into the bias as bias - delta * k: on a
+        // constant row of 1e12 delta is an ulp of 1e12 and k = 1 / sqrt(epsilon), so the folded
+        // bias lost its own digits (Y came back 0), and an infinite scale made it inf - inf. The
+        // subtract costs 0.5-2 % on the H200 (docs/PERFORMANCE.md, session 8).
+        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, s.delta, s.inv_std * affine.x, affine.y);
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == split), advance(walk.at, s.step, params.spatialUnits));
 }
@@ -1889,7 +1904,7 @@ fn main(
 
     // ---- normalize and store this workgroup's share
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, norm.x, norm.y, norm.x + norm.y, norm.z, step);
+    let store = Store(base, lid, share, norm.x, norm.y, norm.z, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
     walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
     walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);""",
@@ -1987,7 +2002,7 @@ const UNITS: u32 = 5u;""",
 
     // ---- normalize and store this workgroup's share
     let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, norm.x, norm.y, norm.x + norm.y, norm.z, step);
+    let store = Store(base, lid, share, norm.x, norm.y, norm.z, step);
     var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));""",
     "main: walk#7": """\
     walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
@@ -2070,7 +2085,8 @@ fn held(j: u32, lid: u32) -> bool {
 
 // How many of invocation lid's UNITS units lie in the row.
 fn held_count(lid: u32) -> u32 {
-    return UNITS;""",
+    return UNITS;
+}""",
     "main: let u22#2": """\
     let u22 = x[base + 22u * workgroupSize + lid]; let u23 = x[base + 23u * workgroupSize + lid];""",
     "main: let u0#11": """\
@@ -2131,183 +2147,185 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, rowUnits: u32, spatialU
 # fmt: off
 SHADERS = {
     'group-normalization-stash-f16-serial.only': (
-        'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding y', '+struct Params', 'struct Stats',
+        'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding y', '+struct Params', 'fn refined_quotient',
         'const STATS_BLOCK', 'fn pack_stats', 'fn half', '+load: return', '+load: }', 'fn advance',
         'fn main', '+main: let base', '+main: }', '+main: let n', '+main: y', '+main: }#2',
     ),
     'group-normalization-stash-f16-serial.uses-f16': (
-        'enable', '+binding x#2', '+binding scale', '+binding y#2', '+struct Params', 'struct Stats',
+        'enable', '+binding x#2', '+binding scale', '+binding y#2', '+struct Params', 'fn refined_quotient',
         'const STATS_BLOCK', 'fn pack_stats', 'fn half', '+load: return#2', '+load: }', 'fn advance',
         'fn main', '+main: let base', '+main: }', '+main: let n', '+main: y#2', '+main: }#2',
     ),
     'group-normalization-splitk-partials.f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding partials', '+struct Params#2',
-        '+binding params', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn balanced_chunk',
+        '+binding params', 'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats', 'fn balanced_chunk',
         'fn main', '+main: let k', '+main: let chunk', '+main: let begin', 'main: var own', '+main: for',
         '+main: s1', '+main: own', '+main: }', 'main: slots', '+main: partials', '+main: }#2',
     ),
     'group-normalization-splitk-partials.f16': (
         'enable', '+binding x#2', '+binding partials', '+struct Params#2', '+binding params',
-        'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn balanced_chunk', 'fn main',
+        'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats', 'fn balanced_chunk', 'fn main',
         '+main: let k', '+main: let chunk', '+main: let begin', 'main: var own', '+main: for', '+main: s1',
         '+main: own', '+main: }', 'main: slots', '+main: partials', '+main: }#2',
     ),
     'group-normalization-splitk-partials.vec4-vec4f32': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials', '+struct Params#3', '+binding params',
-        'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn balanced_chunk', 'fn main',
+        'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn balanced_chunk', 'fn main',
         '+main: let k#2', '+main: let chunk', '+main: let begin', 'main: var own', '+main: for#2',
         '+main: for#3', '+main: s1', '+main: own#2', '+main: }', 'main: slots', '+main: partials',
         '+main: }#2',
     ),
     'group-normalization-splitk-partials.vec4-vec4f16': (
         'enable', '+binding x#4', '+binding partials', '+struct Params#3', '+binding params',
-        'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn balanced_chunk', 'fn main',
+        'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn balanced_chunk', 'fn main',
         '+main: let k#2', '+main: let chunk', '+main: let begin', 'main: var own', '+main: for#2',
         '+main: for#3', '+main: s1', '+main: own#2', '+main: }', 'main: slots', '+main: partials',
         '+main: }#2',
     ),
     'group-normalization-splitk-partials.vec4-vec4f32-pairs': (
         'override DISPATCH_FOLD_WIDTH#3', '+override hiddenVec', '+override split', '+binding x#5',
-        '+binding partials', '+struct Params#4', '+binding params', 'struct Stats', 'const STATS_BLOCK',
+        '+binding partials', '+struct Params#4', '+binding params', 'fn refined_quotient',
+        'const STATS_BLOCK', 'fn pack_stats#2', 'fn balanced_chunk', 'fn main', '+main: let k#3',
+        '+main: let chunk#2', '+main: let begin', 'main: var own#2', '+main: for#2', '+main: for#4',
+        '+main: own#2', '+main: }', 'main: slots', '+main: partials#2', '+main: }#2',
+    ),
+    'group-normalization-splitk-partials.vec4-vec4f16-pairs': (
+        'enable#2', '+override hiddenVec', '+override split', '+binding x#4', '+binding partials',
+        '+struct Params#4', '+binding params', 'fn refined_quotient', 'const STATS_BLOCK',
         'fn pack_stats#2', 'fn balanced_chunk', 'fn main', '+main: let k#3', '+main: let chunk#2',
         '+main: let begin', 'main: var own#2', '+main: for#2', '+main: for#4', '+main: own#2', '+main: }',
         'main: slots', '+main: partials#2', '+main: }#2',
     ),
-    'group-normalization-splitk-partials.vec4-vec4f16-pairs': (
-        'enable#2', '+override hiddenVec', '+override split', '+binding x#4', '+binding partials',
-        '+struct Params#4', '+binding params', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2',
-        'fn balanced_chunk', 'fn main', '+main: let k#3', '+main: let chunk#2', '+main: let begin',
-        'main: var own#2', '+main: for#2', '+main: for#4', '+main: own#2', '+main: }', 'main: slots',
-        '+main: partials#2', '+main: }#2',
-    ),
     'group-normalization-splitk-apply.f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding partials#2', '+binding y#3',
-        '+binding params#2', 'struct Stats', 'fn pack_stats', 'fn balanced_chunk', 'fn advance', 'fn main',
-        '+main: let k', '+main: let unit_values', 'main: var own#3', '+main: for#5', '+main: slots#2',
-        'main: let chunk#3', '+// comment', '+// main: let step', '+main: let step', '+main: let start',
-        '+main: var at', '+main: for#6', '+main: let normalized', '+main: y#3', '+main: at', '+main: }#2',
+        '+binding params#2', 'fn refined_quotient', 'fn pack_stats', 'fn balanced_chunk', 'fn advance',
+        'fn main', '+main: let k', '+main: let unit_values', 'main: var own#3', '+main: for#5',
+        '+main: slots#2', 'main: let chunk#3', '+// comment', '+// main: let step', '+main: let step',
+        '+main: let start', '+main: var at', '+main: for#6', '+main: let normalized', '+main: y#3',
+        '+main: at', '+main: }#2',
     ),
     'group-normalization-splitk-apply.f16': (
         'enable', '+binding x#2', '+binding scale', '+binding partials#2', '+binding y#4',
-        '+binding params#2', 'struct Stats', 'fn pack_stats', 'fn balanced_chunk', 'fn advance', 'fn main',
-        '+main: let k', '+main: let unit_values', 'main: var own#3', '+main: for#5', '+main: slots#2',
-        'main: let chunk#3', '+// comment', '+// main: let step', '+main: let step', '+main: let start',
-        '+main: var at', '+main: for#6', '+main: let normalized', '+main: y#4', '+main: at', '+main: }#2',
+        '+binding params#2', 'fn refined_quotient', 'fn pack_stats', 'fn balanced_chunk', 'fn advance',
+        'fn main', '+main: let k', '+main: let unit_values', 'main: var own#3', '+main: for#5',
+        '+main: slots#2', 'main: let chunk#3', '+// comment', '+// main: let step', '+main: let step',
+        '+main: let start', '+main: var at', '+main: for#6', '+main: let normalized', '+main: y#4',
+        '+main: at', '+main: }#2',
     ),
     'group-normalization-splitk-apply.f32-vec4': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#6', '+binding partials#3', '+struct Params#5',
-        '+binding params#2', 'struct Stats', 'fn pack_stats', 'fn balanced_chunk', 'fn advance', 'fn main',
-        '+main: let k#2', '+main: let unit_values#2', 'main: var own#3', '+main: for#5', '+main: slots#2',
-        'main: let chunk#3', '+// comment#2', '+// main: let step', '+main: let step#2', '+main: let start',
-        '+main: var at#2', '+main: for#6', '+main: let normalized#2', '+main: y#5', '+main: at#2',
-        '+main: }#2',
+        '+binding params#2', 'fn refined_quotient', 'fn pack_stats', 'fn balanced_chunk', 'fn advance',
+        'fn main', '+main: let k#2', '+main: let unit_values#2', 'main: var own#3', '+main: for#5',
+        '+main: slots#2', 'main: let chunk#3', '+// comment#2', '+// main: let step', '+main: let step#2',
+        '+main: let start', '+main: var at#2', '+main: for#6', '+main: let normalized#2', '+main: y#5',
+        '+main: at#2', '+main: }#2',
     ),
     'group-normalization-splitk-apply.f16-vec4': (
         'enable', '+binding x#4', '+binding scale', '+binding partials#2', '+binding y#5',
-        '+struct Params#5', '+binding params#2', 'struct Stats', 'fn pack_stats', 'fn balanced_chunk',
-        'fn advance', 'fn main', '+main: let k#2', '+main: let unit_values#2', 'main: var own#3',
-        '+main: for#5', '+main: slots#2', 'main: let chunk#3', '+// comment#2', '+// main: let step',
-        '+main: let step#2', '+main: let start', '+main: var at#2', '+main: for#6',
+        '+struct Params#5', '+binding params#2', 'fn refined_quotient', 'fn pack_stats',
+        'fn balanced_chunk', 'fn advance', 'fn main', '+main: let k#2', '+main: let unit_values#2',
+        'main: var own#3', '+main: for#5', '+main: slots#2', 'main: let chunk#3', '+// comment#2',
+        '+// main: let step', '+main: let step#2', '+main: let start', '+main: var at#2', '+main: for#6',
         '+main: let normalized#2', '+main: y#6', '+main: at#2', '+main: }#2',
     ),
     'group-normalization-splitk-apply.f32-vec4-pairs': (
         'override DISPATCH_FOLD_WIDTH#3', '+override channelsPerGroup', '+override hiddenVec',
         '+override numGroups', '+override split', '+binding x#6', '+binding partials#3', '+struct Params#6',
-        '+binding params#2', 'struct Stats', 'fn pack_stats', 'fn balanced_chunk', 'fn advance', 'fn main',
-        '+main: let k#3', '+main: let unit_values#2', 'main: var own#3', '+main: for#7', '+main: slots#2',
-        'main: let chunk#4', '+main: y#7', '+main: }#3', '+main: y#8', '+main: at#3',
+        '+binding params#2', 'fn refined_quotient', 'fn pack_stats', 'fn balanced_chunk', 'fn advance',
+        'fn main', '+main: let k#3', '+main: let unit_values#2', 'main: var own#3', '+main: for#7',
+        '+main: slots#2', 'main: let chunk#4', '+main: y#7', '+main: }#3', '+main: y#8', '+main: at#3',
     ),
     'group-normalization-splitk-apply.f16-vec4-pairs': (
         'enable#2', '+override channelsPerGroup', '+override hiddenVec', '+override numGroups',
         '+override split', '+binding x#4', '+binding scale', '+binding partials#2', '+binding y#5',
-        '+struct Params#6', '+binding params#2', 'struct Stats', 'fn pack_stats', 'fn balanced_chunk',
-        'fn advance', 'fn main', '+main: let k#3', '+main: let unit_values#2', 'main: var own#3',
-        '+main: for#7', '+main: slots#2', 'main: let chunk#4', '+main: y#9', '+main: }#3', '+main: y#10',
-        '+main: at#3',
+        '+struct Params#6', '+binding params#2', 'fn refined_quotient', 'fn pack_stats',
+        'fn balanced_chunk', 'fn advance', 'fn main', '+main: let k#3', '+main: let unit_values#2',
+        'main: var own#3', '+main: for#7', '+main: slots#2', 'main: let chunk#4', '+main: y#9',
+        '+main: }#3', '+main: y#10', '+main: at#3',
     ),
     'norm-splitk-partials.units1': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0', '+main: let h0', 'main: var count', '+main: let n#2',
         '+main: mean0', '+main: var deviations', '+main: let lo',
     ),
     'norm-splitk-partials.units1-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#2', '+main: let h0', 'main: var count', '+main: let n#2',
         '+main: mean0', '+main: var deviations', '+main: let lo',
     ),
     'norm-splitk-partials.units8': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#2', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0#3', '+main: let u4', '+main: let h0#2', '+main: let h6',
         'main: var count#2', '+main: count', '+main: count#2', '+main: let n#2', '+main: running',
         '+main: running#2', '+main: mean0', '+main: var deviations#2', '+main: deviations', '+main: let lo',
     ),
     'norm-splitk-partials.units8-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#2', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#4', '+main: let u4#2', '+main: let h0#2', '+main: let h6',
         'main: var count#2', '+main: count', '+main: count#2', '+main: let n#2', '+main: running',
         '+main: running#2', '+main: mean0', '+main: var deviations#2', '+main: deviations', '+main: let lo',
     ),
     'norm-splitk-partials.units6': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#3', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0#3', '+main: let u4#3', '+main: let h0#2', 'main: var count#2',
         '+main: count', '+main: let n#2', '+main: running', '+main: mean0', '+main: var deviations#2',
         '+main: deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.units6-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#3', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#4', '+main: let u4#4', '+main: let h0#2', 'main: var count#2',
         '+main: count', '+main: let n#2', '+main: running', '+main: mean0', '+main: var deviations#2',
         '+main: deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.units4': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#4', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0#3', '+main: let h0#3', 'main: var count#2', '+main: count#3',
         '+main: let n#2', '+main: running#3', '+main: running#4', '+main: mean0', '+main: var deviations#2',
         '+main: let lo',
     ),
     'norm-splitk-partials.units4-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#4', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#4', '+main: let h0#3', 'main: var count#2', '+main: count#3',
         '+main: let n#2', '+main: running#3', '+main: running#4', '+main: mean0', '+main: var deviations#2',
         '+main: let lo',
     ),
     'norm-splitk-partials.units3': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#5', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0#5', '+main: let u2', '+main: let h0#4', 'main: var count#2',
         '+main: let n#2', '+main: running#3', '+main: mean0', '+main: var deviations#3',
         '+main: deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.units3-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#5', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#6', '+main: let u2#2', '+main: let h0#4', 'main: var count#2',
         '+main: let n#2', '+main: running#3', '+main: mean0', '+main: var deviations#3',
         '+main: deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.units2': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#6', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0#5', '+main: let h0#5', 'main: var count', '+main: count#4',
         '+main: let n#2', '+main: running#5', '+main: mean0', '+main: var deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.units2-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#6', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#6', '+main: let h0#5', 'main: var count', '+main: count#4',
         '+main: let n#2', '+main: running#5', '+main: mean0', '+main: var deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.units16': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#7', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0#3', '+main: let u4', '+main: let u8', '+main: let u12',
         '+main: let h0#6', '+main: let h12', 'main: var count#2', '+main: count', '+main: count#5',
         '+main: count#6', '+main: let n#2', '+main: running', '+main: running#2', '+main: running#6',
@@ -2316,7 +2334,7 @@ SHADERS = {
     ),
     'norm-splitk-partials.units16-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#7', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let u12#2',
         '+main: let h0#6', '+main: let h12', 'main: var count#2', '+main: count', '+main: count#5',
         '+main: count#6', '+main: let n#2', '+main: running', '+main: running#2', '+main: running#6',
@@ -2325,7 +2343,7 @@ SHADERS = {
     ),
     'norm-splitk-partials.units12': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#8', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held', '+fn main#2',
         '+main: let row', '+main: let u0#3', '+main: let u4', '+main: let u8', '+main: let h0#6',
         'main: var count#2', '+main: count', '+main: count#5', '+main: let n#2', '+main: running',
         '+main: running#2', '+main: running#6', '+main: mean0', '+main: var deviations#2',
@@ -2333,7 +2351,7 @@ SHADERS = {
     ),
     'norm-splitk-partials.units12-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#2', '+binding partials#4', '+const UNITS#8', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
+        'fn refined_quotient', 'fn pack_stats#2', 'fn finite', 'fn running_mean', 'fn held#2', '+fn main#2',
         '+main: let row#2', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let h0#6',
         'main: var count#2', '+main: count', '+main: count#5', '+main: let n#2', '+main: running',
         '+main: running#2', '+main: running#6', '+main: mean0', '+main: var deviations#2',
@@ -2341,81 +2359,81 @@ SHADERS = {
     ),
     'norm-splitk-partials.packed-halves-units1': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0', '+main: let h0', 'main: var count', '+main: let n#3', '+main: var deviations',
         '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units1-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#2', '+main: let h0', 'main: var count', '+main: let n#3', '+main: var deviations',
-        '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#2', '+main: let h0', 'main: var count', '+main: let n#3',
+        '+main: var deviations', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units8': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#2', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0#3', '+main: let u4', '+main: let h0#2', '+main: let h6', 'main: var count#2',
         '+main: count', '+main: count#2', '+main: let n#3', '+main: var deviations#2', '+main: deviations',
         '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units8-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#2', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#4', '+main: let u4#2', '+main: let h0#2', '+main: let h6', 'main: var count#2',
-        '+main: count', '+main: count#2', '+main: let n#3', '+main: var deviations#2', '+main: deviations',
-        '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#4', '+main: let u4#2', '+main: let h0#2', '+main: let h6',
+        'main: var count#2', '+main: count', '+main: count#2', '+main: let n#3', '+main: var deviations#2',
+        '+main: deviations', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units6': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#3', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0#3', '+main: let u4#3', '+main: let h0#2', 'main: var count#2', '+main: count',
         '+main: let n#3', '+main: var deviations#2', '+main: deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units6-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#3', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#4', '+main: let u4#4', '+main: let h0#2', 'main: var count#2', '+main: count',
-        '+main: let n#3', '+main: var deviations#2', '+main: deviations#2', '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#4', '+main: let u4#4', '+main: let h0#2', 'main: var count#2',
+        '+main: count', '+main: let n#3', '+main: var deviations#2', '+main: deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units4': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#4', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0#3', '+main: let h0#3', 'main: var count#2', '+main: count#3', '+main: let n#3',
         '+main: var deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units4-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#4', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#4', '+main: let h0#3', 'main: var count#2', '+main: count#3', '+main: let n#3',
-        '+main: var deviations#2', '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#4', '+main: let h0#3', 'main: var count#2', '+main: count#3',
+        '+main: let n#3', '+main: var deviations#2', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units3': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#5', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0#5', '+main: let u2', '+main: let h0#4', 'main: var count#2', '+main: let n#3',
         '+main: var deviations#3', '+main: deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units3-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#5', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#6', '+main: let u2#2', '+main: let h0#4', 'main: var count#2', '+main: let n#3',
-        '+main: var deviations#3', '+main: deviations#3', '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#6', '+main: let u2#2', '+main: let h0#4', 'main: var count#2',
+        '+main: let n#3', '+main: var deviations#3', '+main: deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units2': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#6', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0#5', '+main: let h0#5', 'main: var count', '+main: count#4', '+main: let n#3',
         '+main: var deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units2-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#6', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#6', '+main: let h0#5', 'main: var count', '+main: count#4', '+main: let n#3',
-        '+main: var deviations#3', '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#6', '+main: let h0#5', 'main: var count', '+main: count#4',
+        '+main: let n#3', '+main: var deviations#3', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units16': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#7', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0#3', '+main: let u4', '+main: let u8', '+main: let u12', '+main: let h0#6',
         '+main: let h12', 'main: var count#2', '+main: count', '+main: count#5', '+main: count#6',
         '+main: let n#3', '+main: var deviations#2', '+main: deviations', '+main: deviations#4',
@@ -2423,258 +2441,259 @@ SHADERS = {
     ),
     'norm-splitk-partials.packed-halves-units16-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#7', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let u12#2', '+main: let h0#6',
-        '+main: let h12', 'main: var count#2', '+main: count', '+main: count#5', '+main: count#6',
-        '+main: let n#3', '+main: var deviations#2', '+main: deviations', '+main: deviations#4',
-        '+main: deviations#5', '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let u12#2',
+        '+main: let h0#6', '+main: let h12', 'main: var count#2', '+main: count', '+main: count#5',
+        '+main: count#6', '+main: let n#3', '+main: var deviations#2', '+main: deviations',
+        '+main: deviations#4', '+main: deviations#5', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units12': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#8', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held', '+fn main#2', '+main: let row',
         '+main: let u0#3', '+main: let u4', '+main: let u8', '+main: let h0#6', 'main: var count#2',
         '+main: count', '+main: count#5', '+main: let n#3', '+main: var deviations#2', '+main: deviations',
         '+main: deviations#4', '+main: let lo',
     ),
     'norm-splitk-partials.packed-halves-units12-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#4', '+binding partials#4', '+const UNITS#8', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2', '+main: let row#2',
-        '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let h0#6', 'main: var count#2',
-        '+main: count', '+main: count#5', '+main: let n#3', '+main: var deviations#2', '+main: deviations',
-        '+main: deviations#4', '+main: let lo',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit', 'fn held#2', '+fn main#2',
+        '+main: let row#2', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let h0#6',
+        'main: var count#2', '+main: count', '+main: count#5', '+main: let n#3', '+main: var deviations#2',
+        '+main: deviations', '+main: deviations#4', '+main: let lo',
     ),
     'norm-splitk-apply.units1': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0', 'main: var own#4', '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0', 'main: var own#4', '+load: }',
     ),
     'norm-splitk-apply.units1-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#2', 'main: var own#4', '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#2', 'main: var own#4', '+load: }',
     ),
     'norm-splitk-apply.units8': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#2', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0#3', '+main: let u4', 'main: var own#4', '+main: at#4',
-        '+main: at#5', '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0#3', '+main: let u4', 'main: var own#4',
+        '+main: at#4', '+main: at#5', '+load: }',
     ),
     'norm-splitk-apply.units8-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#2', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#4', '+main: let u4#2', 'main: var own#4', '+main: at#4',
-        '+main: at#5', '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#4', '+main: let u4#2', 'main: var own#4',
+        '+main: at#4', '+main: at#5', '+load: }',
     ),
     'norm-splitk-apply.units6': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#3', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0#3', '+main: let u4#3', 'main: var own#4', '+main: at#4',
-        '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0#3', '+main: let u4#3', 'main: var own#4',
+        '+main: at#4', '+load: }',
     ),
     'norm-splitk-apply.units6-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#3', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#4', '+main: let u4#4', 'main: var own#4', '+main: at#4',
-        '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#4', '+main: let u4#4', 'main: var own#4',
+        '+main: at#4', '+load: }',
     ),
     'norm-splitk-apply.units4': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#4', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0#3', 'main: var own#4', '+main: at#6', '+main: at#7',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0#3', 'main: var own#4', '+main: at#6', '+main: at#7',
     ),
     'norm-splitk-apply.units4-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#4', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#4', 'main: var own#4', '+main: at#6', '+main: at#7',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#4', 'main: var own#4', '+main: at#6', '+main: at#7',
     ),
     'norm-splitk-apply.units3': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#5', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0#5', '+main: let u2', 'main: var own#4', '+main: at#6', '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0#5', '+main: let u2', 'main: var own#4',
+        '+main: at#6', '+load: }',
     ),
     'norm-splitk-apply.units3-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#5', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#6', '+main: let u2#2', 'main: var own#4', '+main: at#6',
-        '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#6', '+main: let u2#2', 'main: var own#4',
+        '+main: at#6', '+load: }',
     ),
     'norm-splitk-apply.units2': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#6', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0#5', 'main: var own#4', '+main: at#8',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0#5', 'main: var own#4', '+main: at#8',
     ),
     'norm-splitk-apply.units2-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#6', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#6', 'main: var own#4', '+main: at#8',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#6', 'main: var own#4', '+main: at#8',
     ),
     'norm-splitk-apply.units16': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#7', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0#3', '+main: let u4', '+main: let u8', '+main: let u12',
-        'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#9', '+main: at#10',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0#3', '+main: let u4', '+main: let u8',
+        '+main: let u12', 'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#9', '+main: at#10',
     ),
     'norm-splitk-apply.units16-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#7', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let u12#2',
-        'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#9', '+main: at#10',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2',
+        '+main: let u12#2', 'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#9', '+main: at#10',
     ),
     'norm-splitk-apply.units12': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#8', 'fn chunk_units',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit', '+fn main#3',
-        '+main: let last', '+main: let u0#3', '+main: let u4', '+main: let u8', 'main: var own#4',
-        '+main: at#4', '+main: at#5', '+main: at#9', '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit',
+        '+fn main#3', '+main: let last', '+main: let u0#3', '+main: let u4', '+main: let u8',
+        'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#9', '+load: }',
     ),
     'norm-splitk-apply.units12-whole-chunks': (
         'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#8', 'fn chunk_units#2',
-        'struct Stats', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2', '+fn main#3',
-        '// main: let u0', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', 'main: var own#4',
-        '+main: at#4', '+main: at#5', '+main: at#9', '+load: }',
+        'fn refined_quotient', 'fn pack_stats#2', 'alias Unit#2', 'fn advance#2', 'fn store_unit#2',
+        '+fn main#3', '// main: let u0', '+main: let u0#4', '+main: let u4#2', '+main: let u8#2',
+        'main: var own#4', '+main: at#4', '+main: at#5', '+main: at#9', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units1': (
-        'enable#3', '+binding params#3', '+const UNITS', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0', 'main: var own#4', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units1-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#2', 'main: var own#4', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units8': (
-        'enable#3', '+binding params#3', '+const UNITS#2', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#2', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0#3', '+main: let u4', 'main: var own#4', '+main: at#4', '+main: at#5', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units8-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS#2', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#2', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#4', '+main: let u4#2', 'main: var own#4', '+main: at#4', '+main: at#5', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units6': (
-        'enable#3', '+binding params#3', '+const UNITS#3', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#3', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0#3', '+main: let u4#3', 'main: var own#4', '+main: at#4', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units6-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS#3', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#3', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#4', '+main: let u4#4', 'main: var own#4', '+main: at#4', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units4': (
-        'enable#3', '+binding params#3', '+const UNITS#4', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#4', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0#3', 'main: var own#4', '+main: at#6', '+main: at#7',
     ),
     'norm-splitk-apply.packed-halves-units4-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS#4', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#4', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#4', 'main: var own#4', '+main: at#6', '+main: at#7',
     ),
     'norm-splitk-apply.packed-halves-units3': (
-        'enable#3', '+binding params#3', '+const UNITS#5', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#5', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0#5', '+main: let u2', 'main: var own#4', '+main: at#6', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units3-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS#5', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#5', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#6', '+main: let u2#2', 'main: var own#4', '+main: at#6', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units2': (
-        'enable#3', '+binding params#3', '+const UNITS#6', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#6', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0#5', 'main: var own#4', '+main: at#8',
     ),
     'norm-splitk-apply.packed-halves-units2-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS#6', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#6', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#6', 'main: var own#4', '+main: at#8',
     ),
     'norm-splitk-apply.packed-halves-units16': (
-        'enable#3', '+binding params#3', '+const UNITS#7', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#7', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0#3', '+main: let u4', '+main: let u8', '+main: let u12', 'main: var own#4',
         '+main: at#4', '+main: at#5', '+main: at#9', '+main: at#10',
     ),
     'norm-splitk-apply.packed-halves-units16-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS#7', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#7', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', '+main: let u12#2', 'main: var own#4',
         '+main: at#4', '+main: at#5', '+main: at#9', '+main: at#10',
     ),
     'norm-splitk-apply.packed-halves-units12': (
-        'enable#3', '+binding params#3', '+const UNITS#8', 'fn chunk_units', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#8', 'fn chunk_units', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit', '+fn main#3', '+main: let last',
         '+main: let u0#3', '+main: let u4', '+main: let u8', 'main: var own#4', '+main: at#4',
         '+main: at#5', '+main: at#9', '+load: }',
     ),
     'norm-splitk-apply.packed-halves-units12-whole-chunks': (
-        'enable#3', '+binding params#3', '+const UNITS#8', 'fn chunk_units#2', 'struct Stats',
+        'enable#3', '+binding params#3', '+const UNITS#8', 'fn chunk_units#2', 'fn refined_quotient',
         'fn pack_stats#2', 'alias Unit', 'fn advance#2', 'fn store_unit#2', '+fn main#3', '// main: let u0',
         '+main: let u0#4', '+main: let u4#2', '+main: let u8#2', 'main: var own#4', '+main: at#4',
         '+main: at#5', '+main: at#9', '+load: }',
     ),
     'norm-row-stats.f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#6', '+binding y#6', '+binding params#4', '+var slots',
-        'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row', '+store_row: y', '+load: }',
-        'fn advance', 'fn main', 'main: let base#2', '+main: var own', '+main: for#8', '+main: for#9',
-        '+main: s1#2', '+main: own#2', '+main: let count', 'main: slots#3', 'main: let first_channel',
-        '+main: for#10', '+main: }#2',
+        'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row', '+store_row: y',
+        '+load: }', 'fn advance', 'fn main', 'main: let base#2', '+main: var own', '+main: for#8',
+        '+main: for#9', '+main: s1#2', '+main: own#2', '+main: let count', 'main: slots#3',
+        'main: let first_channel', '+main: for#10', '+main: }#2',
     ),
     'norm-row-stats.combine-subgroups-f32': (
         'override DISPATCH_FOLD_WIDTH', '+binding x#6', '+binding y#6', '+binding params#4',
-        '+var subgroup_stats', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row',
+        '+var subgroup_stats', 'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row',
         '+store_row: y', '+load: }', 'fn advance', 'fn main#4', 'main: let base#2', '+main: var own',
         '+main: for#8', '+main: for#9', '+main: s1#2', '+main: own#2', '+main: let count',
         'main: let own_n', 'main: let first_channel', '+main: for#10', '+main: }#2',
     ),
     'norm-row-stats.pairs-f16': (
         'enable', '+binding x#4', '+binding scale', '+binding y#7', '+binding params#4', '+var slots',
-        'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row', '+store_row: y#2',
+        'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row', '+store_row: y#2',
         '+load: }', 'fn advance', 'fn main', 'main: let base#2', '+main: var own#2', '+main: for#8',
         '+main: for#11', '+main: own#2', '+main: let count', 'main: slots#3', 'main: let first_channel',
         '+main: for#12', '+main: }#2',
     ),
     'norm-row-stats.combine-subgroups-pairs-f16': (
         'enable', '+binding x#4', '+binding scale', '+binding y#7', '+binding params#4',
-        '+var subgroup_stats', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row',
+        '+var subgroup_stats', 'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn load_row',
         '+store_row: y#2', '+load: }', 'fn advance', 'fn main#4', 'main: let base#2', '+main: var own#2',
         '+main: for#8', '+main: for#11', '+main: own#2', '+main: let count', 'main: let own_n',
         'main: let first_channel', '+main: for#12', '+main: }#2',
     ),
     'norm-row-stats.f32#2': (
         'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding y', '+struct Params#7', '+binding params#4',
-        '+var slots', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance', 'fn main',
+        '+var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance', 'fn main',
         'main: let base#3', '+main: var own', '+main: for#13', '+main: s1#2', '+main: own',
         '+main: let count', 'main: slots#3', 'main: let first_channel#2', '+main: y#11', '+main: at',
         '+main: }#2',
     ),
     'norm-row-stats.combine-subgroups-f32#2': (
         'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding y', '+struct Params#7', '+binding params#4',
-        '+var subgroup_stats', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance',
+        '+var subgroup_stats', 'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance',
         'fn main#4', 'main: let base#3', '+main: var own', '+main: for#13', '+main: s1#2', '+main: own',
         '+main: let count', 'main: let own_n', 'main: let first_channel#2', '+main: y#11', '+main: at',
         '+main: }#2',
     ),
     'norm-row-stats.f16': (
         'enable', '+binding x#2', '+binding scale', '+binding y#2', '+struct Params#7', '+binding params#4',
-        '+var slots', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance', 'fn main',
+        '+var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance', 'fn main',
         'main: let base#3', '+main: var own', '+main: for#13', '+main: s1#2', '+main: own',
         '+main: let count', 'main: slots#3', 'main: let first_channel#2', '+main: y#12', '+main: at',
         '+main: }#2',
     ),
     'norm-row-stats.combine-subgroups-f16': (
         'enable', '+binding x#2', '+binding scale', '+binding y#2', '+struct Params#7', '+binding params#4',
-        '+var subgroup_stats', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance',
+        '+var subgroup_stats', 'fn refined_quotient', 'const STATS_BLOCK', 'fn pack_stats', 'fn advance',
         'fn main#4', 'main: let base#3', '+main: var own', '+main: for#13', '+main: s1#2', '+main: own',
         '+main: let count', 'main: let own_n', 'main: let first_channel#2', '+main: y#12', '+main: at',
         '+main: }#2',
     ),
     'norm-row-registers.any-units24': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#9', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#5', '+main: let u7', '+main: let u11', '+main: let u15', '+main: let u20',
         '+main: let u23', '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5',
         '+main: own#6', '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10',
@@ -2684,41 +2703,41 @@ SHADERS = {
     ),
     'norm-row-registers.any-units8': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#2', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#5', '+main: let u7#2', '+main: let first_channel#3', '+main: own#7',
         '+main: var scaled', '+main: running#12', '+main: scaled', '+main: deviations#10',
         '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.any-units6': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#3', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#6', '+main: let u5', '+main: let first_channel#3', '+main: own#8',
         '+main: var scaled', '+main: running#13', '+main: scaled', '+main: deviations#10',
         '+main: deviations#12', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.any-units5': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#10', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#6', '+main: let first_channel#3', '+main: var scaled', '+main: scaled',
         '+main: deviations#10', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.any-units4': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#4', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let first_channel#4', '+main: own#9', '+main: own#10', '+main: var scaled#2',
         '+main: running#14', '+main: running#15', '+main: scaled', '+main: deviations#13',
         '+main: deviations#14', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.any-units3': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#5', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#8',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#8',
         '+main: let u2#3', '+main: let first_channel#4', '+main: own#9', '+main: var scaled#2',
         '+main: running#14', '+main: scaled', '+main: deviations#13', '+main: let norm#2', '+main: walk#7',
         '+main: }#4',
     ),
     'norm-row-registers.any-units20': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#11', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#5', '+main: let u7', '+main: let u11', '+main: let u15',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled',
         '+main: running#8', '+main: running#9', '+main: running#10', '+main: scaled', '+main: deviations#6',
@@ -2727,13 +2746,13 @@ SHADERS = {
     ),
     'norm-row-registers.any-units2': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#6', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#8',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#8',
         '+main: let first_channel#4', '+main: own#11', '+main: var scaled#2', '+main: running#16',
         '+main: scaled', '+main: deviations#15', '+main: let norm#2', '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.any-units16': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#7', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#5', '+main: let u7', '+main: let u11', '+main: let u15#2',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: var scaled',
         '+main: running#8', '+main: running#9', '+main: scaled', '+main: deviations#6',
@@ -2741,14 +2760,14 @@ SHADERS = {
     ),
     'norm-row-registers.any-units12': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#8', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#5', '+main: let u7', '+main: let u11#2', '+main: let first_channel#3',
         '+main: own#3', '+main: var scaled', '+main: running#8', '+main: scaled', '+main: deviations#6',
         '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.any-units10': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#12', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#7',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#7',
         '+main: let u4#5', '+main: let u7#3', '+main: let u9', '+main: let first_channel#3', '+main: own#7',
         '+main: own#12', '+main: var scaled', '+main: running#12', '+main: running#17', '+main: scaled',
         '+main: deviations#10', '+main: deviations#11', '+main: deviations#16', '+main: let norm',
@@ -2756,13 +2775,13 @@ SHADERS = {
     ),
     'norm-row-registers.any-units1': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', '+fn held_count', '+fn finite#2', '+main: let u0#9',
+        'fn running_mean', 'fn held#3', '+fn held_count', 'fn finite#2', '+main: let u0#9',
         '+main: let first_channel#4', '+main: var scaled#2', '+main: scaled', '+main: let norm#2',
         '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.last-units24': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#9', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#10',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#10',
         '+main: let u8#3', '+main: let u16', '+main: let u20#2', '+main: let u22', '+main: let u23',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
         '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10',
@@ -2772,7 +2791,7 @@ SHADERS = {
     ),
     'norm-row-registers.exact-units24': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#9', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#10', '+main: let u8#3',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#10', '+main: let u8#3',
         '+main: let u16', '+main: let u20#2', '+main: let u22#2', '+main: let first_channel#3',
         '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6', '+main: var scaled',
         '+main: running#8', '+main: running#9', '+main: running#10', '+main: running#11', '+main: scaled',
@@ -2781,72 +2800,72 @@ SHADERS = {
     ),
     'norm-row-registers.last-units8': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#2', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#11',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#11',
         '+main: let u4#7', '+main: let u6', '+main: let u7#2', '+main: let first_channel#3', '+main: own#7',
         '+main: var scaled', '+main: running#12', '+main: scaled', '+main: deviations#10',
         '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.exact-units8': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#2', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#10', '+main: let first_channel#3',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#10', '+main: let first_channel#3',
         '+main: own#7', '+main: var scaled', '+main: running#12', '+main: scaled', '+main: deviations#10',
         '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.last-units6': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#3', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#11',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#11',
         '+main: let u4#8', '+main: let u5', '+main: let first_channel#3', '+main: own#8',
         '+main: var scaled', '+main: running#13', '+main: scaled', '+main: deviations#10',
         '+main: deviations#12', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.exact-units6': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#3', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#11', '+main: let u4#7',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#11', '+main: let u4#7',
         '+main: let first_channel#3', '+main: own#8', '+main: var scaled', '+main: running#13',
         '+main: scaled', '+main: deviations#10', '+main: deviations#12', '+main: let norm', '+main: walk#5',
         '+main: }#4',
     ),
     'norm-row-registers.last-units5': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#10', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#11',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#11',
         '+main: let u4#6', '+main: let first_channel#3', '+main: var scaled', '+main: scaled',
         '+main: deviations#10', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.exact-units5': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#10', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#11', '+main: let u4#8',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#11', '+main: let u4#8',
         '+main: let first_channel#3', '+main: var scaled', '+main: scaled', '+main: deviations#10',
         '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.last-units4': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#4', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#12',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#12',
         '+main: let u3', '+main: let first_channel#4', '+main: own#9', '+main: own#10',
         '+main: var scaled#2', '+main: running#14', '+main: running#15', '+main: scaled',
         '+main: deviations#13', '+main: deviations#14', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.exact-units4': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#4', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#11', '+main: let first_channel#4',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#11', '+main: let first_channel#4',
         '+main: own#9', '+main: own#10', '+main: var scaled#2', '+main: running#14', '+main: running#15',
         '+main: scaled', '+main: deviations#13', '+main: deviations#14', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.last-units3': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#5', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#13',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#13',
         '+main: let u2#3', '+main: let first_channel#4', '+main: own#9', '+main: var scaled#2',
         '+main: running#14', '+main: scaled', '+main: deviations#13', '+main: let norm#2', '+main: walk#7',
         '+main: }#4',
     ),
     'norm-row-registers.exact-units3': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#5', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#12', '+main: let first_channel#4',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#12', '+main: let first_channel#4',
         '+main: own#9', '+main: var scaled#2', '+main: running#14', '+main: scaled', '+main: deviations#13',
         '+main: let norm#2', '+main: walk#7', '+main: }#4',
     ),
     'norm-row-registers.last-units20': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#11', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#10',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#10',
         '+main: let u8#3', '+main: let u16#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
         '+main: own#5', '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10',
         '+main: scaled', '+main: deviations#6', '+main: deviations#7', '+main: deviations#8',
@@ -2854,7 +2873,7 @@ SHADERS = {
     ),
     'norm-row-registers.exact-units20': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#11', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#10', '+main: let u8#3',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#10', '+main: let u8#3',
         '+main: let u16', '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5',
         '+main: var scaled', '+main: running#8', '+main: running#9', '+main: running#10', '+main: scaled',
         '+main: deviations#6', '+main: deviations#7', '+main: deviations#8', '+main: let norm',
@@ -2862,20 +2881,20 @@ SHADERS = {
     ),
     'norm-row-registers.last-units2': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#6', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#14',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#14',
         '+main: let u1', '+main: let first_channel#4', '+main: own#11', '+main: var scaled#2',
         '+main: running#16', '+main: scaled', '+main: deviations#15', '+main: let norm#2', '+main: walk#8',
         '+main: }#4',
     ),
     'norm-row-registers.exact-units2': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#6', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#13', '+main: let first_channel#4',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#13', '+main: let first_channel#4',
         '+main: own#11', '+main: var scaled#2', '+main: running#16', '+main: scaled',
         '+main: deviations#15', '+main: let norm#2', '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.last-units16': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#7', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#10',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#10',
         '+main: let u8#4', '+main: let u12#3', '+main: let u15#2', '+main: let first_channel#3',
         '+main: own#3', '+main: own#4', '+main: var scaled', '+main: running#8', '+main: running#9',
         '+main: scaled', '+main: deviations#6', '+main: deviations#7', '+main: let norm', '+main: walk',
@@ -2883,27 +2902,27 @@ SHADERS = {
     ),
     'norm-row-registers.exact-units16': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#7', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#10', '+main: let u8#3',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#10', '+main: let u8#3',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: var scaled',
         '+main: running#8', '+main: running#9', '+main: scaled', '+main: deviations#6',
         '+main: deviations#7', '+main: let norm', '+main: walk', '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.last-units12': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#8', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#10',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#10',
         '+main: let u8#5', '+main: let u10', '+main: let u11#2', '+main: let first_channel#3',
         '+main: own#3', '+main: var scaled', '+main: running#8', '+main: scaled', '+main: deviations#6',
         '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.exact-units12': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#8', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#10', '+main: let u8#4',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#10', '+main: let u8#4',
         '+main: let first_channel#3', '+main: own#3', '+main: var scaled', '+main: running#8',
         '+main: scaled', '+main: deviations#6', '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.last-units10': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#12', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#10',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#10',
         '+main: let u8#6', '+main: let u9', '+main: let first_channel#3', '+main: own#7', '+main: own#12',
         '+main: var scaled', '+main: running#12', '+main: running#17', '+main: scaled',
         '+main: deviations#10', '+main: deviations#11', '+main: deviations#16', '+main: let norm',
@@ -2911,7 +2930,7 @@ SHADERS = {
     ),
     'norm-row-registers.exact-units10': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS#12', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#10', '+main: let u8#5',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#10', '+main: let u8#5',
         '+main: let first_channel#3', '+main: own#7', '+main: own#12', '+main: var scaled',
         '+main: running#12', '+main: running#17', '+main: scaled', '+main: deviations#10',
         '+main: deviations#11', '+main: deviations#16', '+main: let norm', '+main: walk#4',
@@ -2919,18 +2938,18 @@ SHADERS = {
     ),
     'norm-row-registers.last-units1': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS', 'var wg_subgroups',
-        'fn running_mean', 'fn held#4', '+fn held_count', '+fn finite#2', '+main: let u0#9',
+        'fn running_mean', 'fn held#4', '+fn held_count', 'fn finite#2', '+main: let u0#9',
         '+main: let first_channel#4', '+main: var scaled#2', '+main: scaled', '+main: let norm#2',
         '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.exact-units1': (
         'override DISPATCH_FOLD_WIDTH#6', '+binding params#5', '+const UNITS', 'var wg_subgroups',
-        'fn running_mean', 'fn held#5', '+fn finite#2', '+main: let u0#14', '+main: let first_channel#4',
+        'fn running_mean', 'fn held#5', 'fn finite#2', '+main: let u0#14', '+main: let first_channel#4',
         '+main: var scaled#2', '+main: scaled', '+main: let norm#2', '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units24': (
         'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
         '+main: let u11', '+main: let u15', '+main: let u20', '+main: let u23',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
         '+main: var scaled#3', '+main: deviations#6', '+main: deviations#7', '+main: deviations#8',
@@ -2939,74 +2958,73 @@ SHADERS = {
     ),
     'norm-row-registers.any-packed-halves-units8': (
         'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7#2',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7#2',
         '+main: let first_channel#3', '+main: own#7', '+main: var scaled#3', '+main: deviations#10',
         '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units6': (
         'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#6', '+main: let u5',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#6', '+main: let u5',
         '+main: let first_channel#3', '+main: own#8', '+main: var scaled#3', '+main: deviations#10',
         '+main: deviations#12', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units5': (
         'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#6',
-        '+main: let first_channel#3', '+main: var scaled#3', '+main: deviations#10', '+main: let norm',
-        '+main: walk#6', '+main: }#4',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#6', '+main: let first_channel#3',
+        '+main: var scaled#3', '+main: deviations#10', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units4': (
         'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let first_channel#4', '+main: own#9',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let first_channel#4', '+main: own#9',
         '+main: own#10', '+main: var scaled#3', '+main: deviations#13', '+main: deviations#14',
         '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units3': (
         'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#8', '+main: let u2#3',
-        '+main: let first_channel#4', '+main: own#9', '+main: var scaled#3', '+main: deviations#13',
-        '+main: let norm#2', '+main: walk#7', '+main: }#4',
+        '+fn held_count', 'fn finite#2', '+main: let u0#8', '+main: let u2#3', '+main: let first_channel#4',
+        '+main: own#9', '+main: var scaled#3', '+main: deviations#13', '+main: let norm#2', '+main: walk#7',
+        '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units20': (
         'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
         '+main: let u11', '+main: let u15', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
         '+main: own#5', '+main: var scaled#3', '+main: deviations#6', '+main: deviations#7',
         '+main: deviations#8', '+main: let norm', '+main: walk', '+main: walk#2', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units2': (
         'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#8', '+main: let first_channel#4', '+main: own#11',
+        '+fn held_count', 'fn finite#2', '+main: let u0#8', '+main: let first_channel#4', '+main: own#11',
         '+main: var scaled#3', '+main: deviations#15', '+main: let norm#2', '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units16': (
         'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
         '+main: let u11', '+main: let u15#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
         '+main: var scaled#3', '+main: deviations#6', '+main: deviations#7', '+main: let norm',
         '+main: walk', '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units12': (
         'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7',
         '+main: let u11#2', '+main: let first_channel#3', '+main: own#3', '+main: var scaled#3',
         '+main: deviations#6', '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units10': (
         'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7#3',
+        '+fn held_count', 'fn finite#2', '+main: let u0#7', '+main: let u4#5', '+main: let u7#3',
         '+main: let u9', '+main: let first_channel#3', '+main: own#7', '+main: own#12',
         '+main: var scaled#3', '+main: deviations#10', '+main: deviations#11', '+main: deviations#16',
         '+main: let norm', '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.any-packed-halves-units1': (
         'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        '+fn held_count', '+fn finite#2', '+main: let u0#9', '+main: let first_channel#4',
+        '+fn held_count', 'fn finite#2', '+main: let u0#9', '+main: let first_channel#4',
         '+main: var scaled#3', '+main: let norm#2', '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units24': (
         'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16',
+        '+fn held_count', 'fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16',
         '+main: let u20#2', '+main: let u22', '+main: let u23', '+main: let first_channel#3',
         '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6', '+main: var scaled#3',
         '+main: deviations#6', '+main: deviations#7', '+main: deviations#8', '+main: deviations#9',
@@ -3014,7 +3032,7 @@ SHADERS = {
     ),
     'norm-row-registers.exact-packed-halves-units24': (
         'enable#4', '+binding params#5', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16', '+main: let u20#2',
+        'fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16', '+main: let u20#2',
         '+main: let u22#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5',
         '+main: own#6', '+main: var scaled#3', '+main: deviations#6', '+main: deviations#7',
         '+main: deviations#8', '+main: deviations#9', '+main: let norm', '+main: walk', '+main: walk#2',
@@ -3022,132 +3040,132 @@ SHADERS = {
     ),
     'norm-row-registers.last-packed-halves-units8': (
         'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#11', '+main: let u4#7', '+main: let u6',
+        '+fn held_count', 'fn finite#2', '+main: let u0#11', '+main: let u4#7', '+main: let u6',
         '+main: let u7#2', '+main: let first_channel#3', '+main: own#7', '+main: var scaled#3',
         '+main: deviations#10', '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units8': (
         'enable#4', '+binding params#5', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#10', '+main: let first_channel#3', '+main: own#7',
+        'fn finite#2', '+main: let u0#10', '+main: let first_channel#3', '+main: own#7',
         '+main: var scaled#3', '+main: deviations#10', '+main: deviations#11', '+main: let norm',
         '+main: walk#4', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units6': (
         'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#11', '+main: let u4#8', '+main: let u5',
+        '+fn held_count', 'fn finite#2', '+main: let u0#11', '+main: let u4#8', '+main: let u5',
         '+main: let first_channel#3', '+main: own#8', '+main: var scaled#3', '+main: deviations#10',
         '+main: deviations#12', '+main: let norm', '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units6': (
         'enable#4', '+binding params#5', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#11', '+main: let u4#7', '+main: let first_channel#3', '+main: own#8',
+        'fn finite#2', '+main: let u0#11', '+main: let u4#7', '+main: let first_channel#3', '+main: own#8',
         '+main: var scaled#3', '+main: deviations#10', '+main: deviations#12', '+main: let norm',
         '+main: walk#5', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units5': (
         'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#11', '+main: let u4#6',
+        '+fn held_count', 'fn finite#2', '+main: let u0#11', '+main: let u4#6',
         '+main: let first_channel#3', '+main: var scaled#3', '+main: deviations#10', '+main: let norm',
         '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units5': (
         'enable#4', '+binding params#5', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#11', '+main: let u4#8', '+main: let first_channel#3',
+        'fn finite#2', '+main: let u0#11', '+main: let u4#8', '+main: let first_channel#3',
         '+main: var scaled#3', '+main: deviations#10', '+main: let norm', '+main: walk#6', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units4': (
         'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#12', '+main: let u3', '+main: let first_channel#4',
+        '+fn held_count', 'fn finite#2', '+main: let u0#12', '+main: let u3', '+main: let first_channel#4',
         '+main: own#9', '+main: own#10', '+main: var scaled#3', '+main: deviations#13',
         '+main: deviations#14', '+main: let norm', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units4': (
         'enable#4', '+binding params#5', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#11', '+main: let first_channel#4', '+main: own#9', '+main: own#10',
+        'fn finite#2', '+main: let u0#11', '+main: let first_channel#4', '+main: own#9', '+main: own#10',
         '+main: var scaled#3', '+main: deviations#13', '+main: deviations#14', '+main: let norm',
         '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units3': (
         'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#13', '+main: let u2#3',
+        '+fn held_count', 'fn finite#2', '+main: let u0#13', '+main: let u2#3',
         '+main: let first_channel#4', '+main: own#9', '+main: var scaled#3', '+main: deviations#13',
         '+main: let norm#2', '+main: walk#7', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units3': (
         'enable#4', '+binding params#5', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#12', '+main: let first_channel#4', '+main: own#9',
+        'fn finite#2', '+main: let u0#12', '+main: let first_channel#4', '+main: own#9',
         '+main: var scaled#3', '+main: deviations#13', '+main: let norm#2', '+main: walk#7', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units20': (
         'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16#2',
+        '+fn held_count', 'fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16#2',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled#3',
         '+main: deviations#6', '+main: deviations#7', '+main: deviations#8', '+main: let norm',
         '+main: walk', '+main: walk#2', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units20': (
         'enable#4', '+binding params#5', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16',
+        'fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let u16',
         '+main: let first_channel#3', '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled#3',
         '+main: deviations#6', '+main: deviations#7', '+main: deviations#8', '+main: let norm',
         '+main: walk', '+main: walk#2', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units2': (
         'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#14', '+main: let u1', '+main: let first_channel#4',
+        '+fn held_count', 'fn finite#2', '+main: let u0#14', '+main: let u1', '+main: let first_channel#4',
         '+main: own#11', '+main: var scaled#3', '+main: deviations#15', '+main: let norm#2',
         '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units2': (
         'enable#4', '+binding params#5', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#13', '+main: let first_channel#4', '+main: own#11',
+        'fn finite#2', '+main: let u0#13', '+main: let first_channel#4', '+main: own#11',
         '+main: var scaled#3', '+main: deviations#15', '+main: let norm#2', '+main: walk#8', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units16': (
         'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#10', '+main: let u8#4', '+main: let u12#3',
+        '+fn held_count', 'fn finite#2', '+main: let u0#10', '+main: let u8#4', '+main: let u12#3',
         '+main: let u15#2', '+main: let first_channel#3', '+main: own#3', '+main: own#4',
         '+main: var scaled#3', '+main: deviations#6', '+main: deviations#7', '+main: let norm',
         '+main: walk', '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units16': (
         'enable#4', '+binding params#5', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let first_channel#3', '+main: own#3',
+        'fn finite#2', '+main: let u0#10', '+main: let u8#3', '+main: let first_channel#3', '+main: own#3',
         '+main: own#4', '+main: var scaled#3', '+main: deviations#6', '+main: deviations#7',
         '+main: let norm', '+main: walk', '+main: walk#9', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units12': (
         'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#10', '+main: let u8#5', '+main: let u10',
+        '+fn held_count', 'fn finite#2', '+main: let u0#10', '+main: let u8#5', '+main: let u10',
         '+main: let u11#2', '+main: let first_channel#3', '+main: own#3', '+main: var scaled#3',
         '+main: deviations#6', '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units12': (
         'enable#4', '+binding params#5', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#10', '+main: let u8#4', '+main: let first_channel#3', '+main: own#3',
+        'fn finite#2', '+main: let u0#10', '+main: let u8#4', '+main: let first_channel#3', '+main: own#3',
         '+main: var scaled#3', '+main: deviations#6', '+main: let norm', '+main: walk', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units10': (
         'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#10', '+main: let u8#6', '+main: let u9',
+        '+fn held_count', 'fn finite#2', '+main: let u0#10', '+main: let u8#6', '+main: let u9',
         '+main: let first_channel#3', '+main: own#7', '+main: own#12', '+main: var scaled#3',
         '+main: deviations#10', '+main: deviations#11', '+main: deviations#16', '+main: let norm',
         '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units10': (
         'enable#4', '+binding params#5', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#10', '+main: let u8#5', '+main: let first_channel#3', '+main: own#7',
+        'fn finite#2', '+main: let u0#10', '+main: let u8#5', '+main: let first_channel#3', '+main: own#7',
         '+main: own#12', '+main: var scaled#3', '+main: deviations#10', '+main: deviations#11',
         '+main: deviations#16', '+main: let norm', '+main: walk#4', '+main: walk#10', '+main: }#4',
     ),
     'norm-row-registers.last-packed-halves-units1': (
         'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#4',
-        '+fn held_count', '+fn finite#2', '+main: let u0#9', '+main: let first_channel#4',
+        '+fn held_count', 'fn finite#2', '+main: let u0#9', '+main: let first_channel#4',
         '+main: var scaled#3', '+main: let norm#2', '+main: walk#11', '+main: }#4',
     ),
     'norm-row-registers.exact-packed-halves-units1': (
         'enable#4', '+binding params#5', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#5',
-        '+fn finite#2', '+main: let u0#14', '+main: let first_channel#4', '+main: var scaled#3',
+        'fn finite#2', '+main: let u0#14', '+main: let first_channel#4', '+main: var scaled#3',
         '+main: let norm#2', '+main: walk#11', '+main: }#4',
     ),
 }

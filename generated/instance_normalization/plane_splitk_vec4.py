@@ -3,10 +3,10 @@
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 60e1b9ccd73a0f49)
+#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
 #   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 9bedc38798186b19)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 aac5781d5c04db8f)
-#   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 2157b36905db6f81)
+#   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 2c467a60b1e920e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `plane_splitk_vec4` of ai.onnx InstanceNormalization-6.
