@@ -65,3 +65,84 @@ def test_calls_from_several_threads_at_once(request):
         thread.join(timeout=300)
     assert not any(thread.is_alive() for thread in threads), f"a thread did not finish in 300 s (a deadlock?) {seed_note(seed)}"
     assert not failures, failures[0]
+
+
+def _run_child(script, timeout=120):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, PYTHONPATH=str(root), RUST_BACKTRACE="0")
+    env.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
+    return subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+# Thread A calls kernel() on a Tensor while thread B destroys it. The destroy used to land between
+# the call's "not destroyed" check and its queue.submit, and wgpu-native aborted the process (an
+# audit found it within 200 trials). Now every entry point and a watched destroy() hold one lock.
+DESTROY_RACE = """
+import sys, threading, time
+import numpy as np
+from generated import Tensor, group_normalization as gn
+rng = np.random.default_rng(0)
+for trial in range(120):
+    x = Tensor.from_numpy(rng.standard_normal((2, 8, 32, 32)).astype(np.float32))
+    s, b = Tensor.from_numpy(np.ones(8, np.float32)), Tensor.from_numpy(np.zeros(8, np.float32))
+    out = Tensor.empty((2, 8, 32, 32), np.float32)
+    go = threading.Event()
+    def caller():
+        go.wait()
+        for _ in range(50):
+            try:
+                gn.kernel({"x": x, "scale": s, "bias": b}, attrs={"num_groups": 2}, out={"y": out})
+            except Exception as error:
+                if "destroyed" not in str(error):
+                    print("unexpected", type(error).__name__, error)
+                    sys.exit(3)
+                return
+    thread = threading.Thread(target=caller)
+    thread.start()
+    go.set()
+    time.sleep(0.0005 * (trial % 20))
+    x.destroy()
+    thread.join()
+print("done")
+"""
+
+
+def test_a_destroy_in_another_thread_never_aborts_a_call():
+    done = _run_child(DESTROY_RACE)
+    assert done.returncode == 0 and "done" in done.stdout, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+
+
+# A signal handler (or a __del__ run by the garbage collector) that calls the package while this
+# thread is inside a cache's lock: with threading.Lock that deadlocked (an audit found it).
+REENTRANT = """
+import faulthandler, signal, sys
+from generated import group_normalization as gn
+shapes = {"x": (2, 8, 4), "scale": (8,), "bias": (8,)}
+gn.plan(shapes, {"T": "float32"}, {"num_groups": 2})
+calls, busy = [0], [False]
+def handler(signum, frame):
+    if busy[0]:
+        return
+    busy[0] = True
+    calls[0] += 1
+    gn.plan(shapes, {"T": "float32"}, {"num_groups": 2})
+    busy[0] = False
+signal.signal(signal.SIGALRM, handler)
+signal.setitimer(signal.ITIMER_REAL, 0.001, 0.001)
+faulthandler.dump_traceback_later(60, exit=True)
+for _ in range(100000):
+    gn.plan(shapes, {"T": "float32"}, {"num_groups": 2})
+signal.setitimer(signal.ITIMER_REAL, 0)
+print("done", calls[0])
+"""
+
+
+def test_a_signal_handler_may_call_the_package_inside_its_caches():
+    done = _run_child(REENTRANT)
+    assert done.returncode == 0 and "done" in done.stdout, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    assert int(done.stdout.split()[-1]) > 0, "the handler never ran inside a plan() call"

@@ -19,7 +19,9 @@ class LRUCache:
     def __init__(self, maxsize):
         self.maxsize = maxsize
         self._data = OrderedDict()
-        self._lock = threading.Lock()
+        # Re-entrant: a signal handler or a __del__ run by the garbage collector may call the
+        # package while this thread holds the lock (with a plain Lock that deadlocked).
+        self._lock = threading.RLock()
         # Entries to forget, queued by weak-reference callbacks (`forget_later`). A callback runs
         # whenever the garbage collector does, possibly inside this cache's own lock in the same
         # thread, so it only queues; get() and put() forget under the lock.
@@ -35,18 +37,19 @@ class LRUCache:
         with self._lock:
             if self._forgotten:
                 self._forget_queued()
+            # One try for both steps: a re-entrant call between them may have evicted the key.
             try:
                 self._data.move_to_end(key)
+                return self._data[key]
             except KeyError:
                 return default
-            return self._data[key]
 
     def put(self, key, value):
         with self._lock:
             if self._forgotten:
                 self._forget_queued()
-            self._data[key] = value
-            self._data.move_to_end(key)
+            self._data.pop(key, None)
+            self._data[key] = value  # a new key goes last: the most recently used
             while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
 

@@ -279,7 +279,7 @@ def checked_device(op, device):
 
 
 _default_device = None
-_default_device_lock = threading.Lock()
+_default_device_lock = threading.RLock()  # re-entrant, as LRUCache's lock
 
 
 def default_device() -> Any:
@@ -357,16 +357,23 @@ def raise_if_device_lost(op, error):
 
 _Call = TypeVar("_Call", bound=Callable[..., Any])
 
+# Held by every entry point for its whole call and by a watched buffer's destroy(): a destroy() in
+# another thread then lands before a call's checks or after its submit, never between them (a
+# submission that uses a destroyed buffer aborts wgpu-native). Re-entrant: calls nest.
+calls_lock = threading.RLock()
+
 
 def refusing_lost_device(op: str | Callable[..., str]) -> Callable[[_Call], _Call]:
-    """Decorator: what the call raises because its device is lost becomes DeviceLostError naming
-    `op` (a name, or a function of the call's arguments that gives it)."""
+    """Decorator for the entry points: the call runs under calls_lock, and what it raises because
+    its device is lost becomes DeviceLostError naming `op` (a name, or a function of the call's
+    arguments that gives it)."""
 
     def decorate(function):
         @functools.wraps(function)
         def call(*args, **kwargs):
             try:
-                return function(*args, **kwargs)
+                with calls_lock:
+                    return function(*args, **kwargs)
             except Exception as error:
                 raise_if_device_lost(op(*args) if callable(op) else op, error)
                 raise

@@ -14,7 +14,7 @@ from typing import Any, Union
 
 import numpy as np
 
-from .caps import checked_device, default_device, device_caps, refusing_lost_device
+from .caps import calls_lock, checked_device, default_device, device_caps, refusing_lost_device
 from .errors import ContractError
 from .numeric import _storage_nbytes, numel
 
@@ -78,7 +78,7 @@ _watched_classes: set = set()
 _buffer_changes = [0]
 
 
-_watch_lock = threading.Lock()
+_watch_lock = threading.RLock()  # re-entrant, as LRUCache's lock
 
 
 def _watch_destroy(cls: type) -> None:
@@ -97,12 +97,13 @@ def _wrap_destroy(cls: type) -> None:
 
     @functools.wraps(original)
     def destroy(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            _destroyed_buffers.add(self)
-        except TypeError:  # not weakly referable: nothing to remember it by
-            pass
-        _buffer_changes[0] += 1
-        return original(self, *args, **kwargs)
+        with calls_lock:  # not between another thread's checks and its submit
+            try:
+                _destroyed_buffers.add(self)
+            except TypeError:  # not weakly referable: nothing to remember it by
+                pass
+            _buffer_changes[0] += 1
+            return original(self, *args, **kwargs)
 
     cls.destroy = destroy  # type: ignore[attr-defined]
 
