@@ -627,6 +627,43 @@ def test_caps_limits_no_device_can_have_are_refused(limits, words):
     assert words in gn.explain(SHAPES, {"T": "float32"}, ATTRS, caps={"limits": limits}).splitlines()[0]
 
 
+@pytest.mark.parametrize(
+    "limits,words",
+    [
+        ({"maxStorageBuffersPerShaderStage": 1}, "storage buffers, over maxStorageBuffersPerShaderStage = 1"),
+        ({"maxBindGroups": 0}, "1 bind group, over maxBindGroups = 0"),
+        ({"maxUniformBufferBindingSize": 4}, "bytes of Params, over maxUniformBufferBindingSize = 4"),
+        ({"maxBindingsPerBindGroup": 2}, "bindings in its group, over maxBindingsPerBindGroup = 2"),
+    ],
+)
+def test_caps_with_fewer_bindings_than_a_pass_needs_are_refused(limits, words):
+    """Limits below WebGPU's defaults exist (OpenGL devices allow 4 storage buffers a stage): a
+    pass that binds more than the caps allow is refused by name, not planned for wgpu to refuse
+    its pipeline mid-call (an audit found them accepted and ignored)."""
+    error = refusal(lambda: gn.plan(SHAPES, {"T": "float32"}, ATTRS, caps={"limits": limits}))
+    assert words in error.message, error
+
+
+def test_a_caps_instance_gets_the_checks_of_a_mapping():
+    """dataclasses.replace on a Caps (device_caps() returns one) skipped every check: KeyError,
+    ZeroDivisionError and a string of features matched as substrings (an audit found them)."""
+    import dataclasses
+
+    from generated._runtime import Caps
+
+    base = Caps.from_mapping({})
+    assert dataclasses.replace(base, limits={}).limits == base.limits  # left-out limits: WebGPU's defaults
+    for change, words in (
+        ({"limits": {"minStorageBufferOffsetAlignment": 0}}, "an alignment is a power of two"),
+        ({"limits": {"maxBufferSize": "big"}}, "limits.maxBufferSize"),
+        ({"limits": {"maxBufferSise": 4}}, "unknown WebGPU limits: maxBufferSise"),
+        ({"features": "shader-f16 subgroups"}, "features must be a list of names"),
+    ):
+        with pytest.raises(ContractError) as raised:
+            dataclasses.replace(base, **change)
+        assert words in str(raised.value), (change, raised.value)
+
+
 @pytest.mark.parametrize("name", ["epsilon", "num_groups"])
 def test_an_attribute_beyond_floats_range_is_refused(name):
     attrs = {**ATTRS, name: 10**400}

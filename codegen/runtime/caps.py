@@ -99,6 +99,16 @@ class Caps:
     wgsl_language_features: frozenset[str]
     adapter_info: Mapping[str, object]
 
+    def __post_init__(self):
+        # A Caps made directly or by dataclasses.replace (of a device_caps snapshot, say) gets the
+        # checks of from_mapping but the names' (a snapshot holds native feature names): limits
+        # known, whole and possible, left-out ones WebGPU's defaults; features sets of strings.
+        given = {"limits": self.limits, "adapterInfo": self.adapter_info}
+        object.__setattr__(self, "limits", _given_limits(given))
+        object.__setattr__(self, "adapter_info", dict(_given_mapping(given, "adapterInfo")))
+        for key, attribute in (("features", "features"), ("wgslLanguageFeatures", "wgsl_language_features")):
+            object.__setattr__(self, attribute, frozenset(_given_names({key: getattr(self, attribute)}, key)))
+
     @classmethod
     def from_mapping(cls, m):
         """Caps from ``{"limits", "features", "wgslLanguageFeatures", "adapterInfo"}``.
@@ -114,11 +124,11 @@ class Caps:
         unknown = sorted(set(features) - WEBGPU_FEATURES)
         if unknown:
             raise _caps_error("features", f"unknown WebGPU features: {', '.join(unknown)}", WEBGPU_FEATURES)
-        return cls(
-            limits=_given_limits(m),
+        return cls(  # __post_init__ checks the limits and the rest
+            limits=_given_mapping(m, "limits"),
             features=frozenset(features),
             wgsl_language_features=frozenset(_given_names(m, "wgslLanguageFeatures")),
-            adapter_info=dict(_given_mapping(m, "adapterInfo")),
+            adapter_info=_given_mapping(m, "adapterInfo"),
         )
 
 

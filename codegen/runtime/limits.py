@@ -78,6 +78,28 @@ def check_pass_limits(op, pass_plan, caps):
         )
     if pass_plan.uses_subgroups and "subgroups" not in caps.features:
         raise PlanError(op, subject, "subgroups", "the pass uses subgroups and the device lacks the feature")
+    check_binding_limits(op, subject, pass_plan, limits)
+
+
+def check_binding_limits(op, subject, pass_plan, limits):
+    """Refuse a pass that binds more buffers, or a larger Params struct, than the device allows:
+    wgpu would refuse its pipeline mid-call (and some devices, OpenGL's among them, allow fewer
+    storage buffers a stage than WebGPU's default)."""
+    storage = sum(b.buffer in ("read-only-storage", "storage") for b in pass_plan.bindings)
+    uniform = sum(b.buffer == "uniform" for b in pass_plan.bindings)
+    highest = max((b.index for b in pass_plan.bindings), default=-1)
+    needs = (
+        ("maxBindGroups", 1 if pass_plan.bindings else 0, "bind group"),
+        ("maxStorageBuffersPerShaderStage", storage, "storage buffers"),
+        ("maxUniformBuffersPerShaderStage", uniform, "uniform buffers"),
+        ("maxBindingsPerBindGroup", highest + 1, "bindings in its group"),
+        ("maxUniformBufferBindingSize", len(pass_plan.uniform_data) if uniform else 0, "bytes of Params"),
+    )
+    for name, needed, what in needs:
+        if needed > limits[name]:
+            raise PlanError(
+                op, subject, name, f"the pass needs {needed} {what}, over {name} = {limits[name]}"
+            )
 
 
 def check_binding_sizes(op, plan, caps, names=None):
