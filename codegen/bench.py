@@ -776,16 +776,16 @@ def _dtype(text):
 
 
 def _tunable(text):
-    """--tunable NAME=VALUE with a whole number >= 1, as the kernels take it."""
+    """--tunable NAME=VALUE with a whole number from 1 to 2**31 - 1, as the kernels take it."""
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE, got {text!r}")
-    try:
-        number = float(value)
-    except ValueError:
+    try:  # an integer as typed (float() would round 99999999999999999999), or a whole float
+        number = int(value) if value.strip().lstrip("+-").isdigit() else float(value)
+    except (ValueError, OverflowError):
         raise argparse.ArgumentTypeError(f"{name}={value}: {value!r} is not a number") from None
-    if not (number.is_integer() and number >= 1):
-        raise argparse.ArgumentTypeError(f"{name}={value}: a tunable is a whole number >= 1")
+    if not (1 <= number < 2**31 and float(number).is_integer()):
+        raise argparse.ArgumentTypeError(f"{name}={value}: a tunable is a whole number from 1 to 2**31 - 1")
     return name, int(number)
 
 
@@ -905,11 +905,14 @@ def _parser():
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     try:
-        return _main(args)
-    finally:
-        for handle in args.files.values():
-            if handle is not None:
+        try:
+            return _main(args)
+        finally:
+            for handle in filter(None, args.files.values()):
                 handle.close()
+    except OSError as error:  # a results file that fails to write (a full disk): one line, not a traceback
+        print(f"bench: could not write the results: {error}", file=sys.stderr)
+        return 1
 
 
 def _main(args):

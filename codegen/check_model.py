@@ -443,8 +443,31 @@ def check(model, *, dims=None, seed=0, device=None, out=None):
             ran += 1
             failed += not ok
         print(line, file=out)
+    for where, node in _nested_nodes(model, op_types):
+        print(f"{node.name or node.op_type} in {where}: {node.op_type}: skipped: only the main graph's nodes run", file=out)
     print(f"{ran} normalization nodes run, {failed} outside tolerance or failed", file=out)
     return failed
+
+
+def _nested_nodes(model, op_types):
+    """(where, node) for the normalization nodes in subgraphs (If, Loop, Scan bodies, at any depth)
+    and in model-local functions, which check() does not run: it says so rather than pass them by."""
+    from onnx import AttributeProto
+
+    def in_graph(graph, where):
+        for node in graph.node:
+            if ((node.domain or "ai.onnx"), node.op_type) in op_types and where:
+                yield where, node
+            for attribute in node.attribute:
+                inner = [attribute.g] if attribute.type == AttributeProto.GRAPH else list(attribute.graphs)
+                for sub in inner:
+                    yield from in_graph(sub, f"subgraph {attribute.name} of {node.name or node.op_type}")
+
+    yield from in_graph(model.graph, "")
+    for function in model.functions:
+        for node in function.node:
+            if ((node.domain or "ai.onnx"), node.op_type) in op_types:
+                yield f"function {function.name}", node
 
 
 def _check_node(node, name, context: _Context):
@@ -500,6 +523,8 @@ def _dim(text):
     name, sep, value = text.partition("=")
     if not sep or not name or not value.isdigit():
         raise argparse.ArgumentTypeError(f"expected NAME=SIZE (a whole number), got {text!r}")
+    if int(value) >= 2**63:  # an ONNX dimension is an int64
+        raise argparse.ArgumentTypeError(f"{name}={value}: a dimension is below 2**63 (an ONNX int64)")
     return name, int(value)
 
 

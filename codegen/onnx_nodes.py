@@ -124,6 +124,14 @@ def node_attributes(node) -> dict:
 
     values = {}
     for attribute in node.attribute:
+        if attribute.ref_attr_name:  # a function body's reference to its caller's attribute
+            raise ContractError(
+                f"{node.domain or 'ai.onnx'} {node.op_type}",
+                f"attribute {attribute.name}",
+                "a value",
+                f"attribute {attribute.name} refers to the enclosing function's {attribute.ref_attr_name!r} "
+                "instead of holding a value: run the node with that attribute resolved",
+            )
         value = helper.get_attribute_value(attribute)
         values[attribute.name] = value.decode() if isinstance(value, bytes) else value
     return values

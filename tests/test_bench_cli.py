@@ -36,8 +36,10 @@ def test_unknown_names_are_errors_that_list_what_exists(capsys):
 def test_values_are_typed(capsys):
     assert "float32 and float16" in _refused(capsys, "--dtype", "bfloat16")
     assert "'abc' is not a number" in _refused(capsys, "--tunable", "WORKGROUP_SIZE=abc")
-    assert "whole number >= 1" in _refused(capsys, "--tunable", "WORKGROUP_SIZE=0")
-    assert "whole number >= 1" in _refused(capsys, "--tunable", "WORKGROUP_SIZE=1.5")
+    assert "whole number from 1 to 2**31 - 1" in _refused(capsys, "--tunable", "WORKGROUP_SIZE=0")
+    assert "whole number from 1 to 2**31 - 1" in _refused(capsys, "--tunable", "WORKGROUP_SIZE=1.5")
+    assert "whole number from 1 to 2**31 - 1" in _refused(capsys, "--tunable", "WORKGROUP_SIZE=2147483648")
+    assert "99999999999999999999" in _refused(capsys, "--tunable", "WORKGROUP_SIZE=99999999999999999999")
     assert "expected NAME=VALUE" in _refused(capsys, "--tunable", "WORKGROUP_SIZE")
     args = bench.parse_args(["--dtype", "f16,float32", "--tunable", "WORKGROUP_SIZE=64", "--tunable", "MAX_SLABS=2e1"])
     assert args.dtype == [("float16", "float32")] and args.tunable == [("WORKGROUP_SIZE", 64), ("MAX_SLABS", 20)]
@@ -113,3 +115,15 @@ def test_quick_takes_the_first_case_of_the_dtype_asked_for():
     """--quick's fallback (no case of the name marked quick) is the first case left after --dtype."""
     cases = bench.select_cases(["batch_normalization"], True, {"float16"}, {"resnet50-layer4"})
     assert [(c.name, c.dtype_label) for c in cases] == [("resnet50-layer4", "f16")]
+
+
+def test_a_results_file_that_cannot_be_written_is_one_line(capsys):
+    """--json on a full disk: an OSError traceback at the close before (an audit found it)."""
+    import os
+
+    if not os.path.exists("/dev/full"):
+        pytest.skip("no /dev/full here")
+
+    assert bench.main(["--quick", "--ops", "batch_normalization", "--cases", "resnet50-stem-b1", "--dtype", "float32", "--json", "/dev/full"]) == 1
+    err = capsys.readouterr().err
+    assert "bench: could not write" in err and "Traceback" not in err

@@ -85,3 +85,36 @@ def test_an_element_type_the_kernels_do_not_take_is_named(tmp_path, capsys):
         "gn: ai.onnx GroupNormalization (opset 21): skipped: input 'x': float64 is not a type these kernels "
         "take (float32, float16)"
     ), lines
+
+
+def test_a_dimension_past_int64_is_exit_2(tmp_path, capsys):
+    path = _group_norm(tmp_path / "gn.onnx", dims=("N", 4, 3, 3))
+    with pytest.raises(SystemExit) as exit_:
+        check_model.main([path, "--dim", "N=99999999999999999999"])
+    assert exit_.value.code == 2
+    assert "a dimension is below 2**63" in capsys.readouterr().err
+
+
+def test_nodes_in_subgraphs_and_functions_get_a_skip_line(tmp_path, capsys):
+    """A GroupNormalization in an If branch or a model-local function was passed by without a line
+    ("0 normalization nodes run", exit 0: an audit found it)."""
+    params = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b")]
+    inner = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="inner", num_groups=2)
+    branch = helper.make_graph([inner], "branch", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    cond = numpy_helper.from_array(np.array(True), "cond")
+    node = helper.make_node("If", ["cond"], ["y"], name="if", then_branch=branch, else_branch=branch)
+    path = _save(tmp_path / "subgraph.onnx", [node], [("x", TensorProto.FLOAT, [2, 4, 3, 3])], params + [cond])
+    assert check_model.main([path]) == 0
+    lines = _lines(capsys)
+    assert "inner in subgraph then_branch of if: GroupNormalization: skipped: only the main graph's nodes run" in lines
+    assert lines[-1] == "0 normalization nodes run, 0 outside tolerance or failed"
+
+    model = onnx.load(path)
+    function = helper.make_function("local", "F", ["x", "s", "b"], ["y"], [inner], [helper.make_opsetid("", 21)])
+    model.graph.ClearField("node")
+    model.graph.node.append(helper.make_node("F", ["x", "s", "b"], ["y"], domain="local"))
+    model.opset_import.append(helper.make_opsetid("local", 1))
+    model.functions.append(function)
+    onnx.save(model, tmp_path / "function.onnx")
+    assert check_model.main([str(tmp_path / "function.onnx")]) == 0
+    assert "inner in function F: GroupNormalization: skipped: only the main graph's nodes run" in _lines(capsys)

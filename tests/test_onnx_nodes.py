@@ -12,7 +12,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import generated
-from generated import check_model
+from generated import ContractError, check_model
 from generated.onnx_nodes import UnsupportedNodeError, bind_node, run_node
 from oracles import (
     assert_close,
@@ -412,3 +412,14 @@ def test_check_model_without_an_adapter_says_so_in_one_line(tmp_path):
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     said = [line for line in done.stderr.splitlines() if not line.startswith("Forcing backend")]  # wgpu's own
     assert said[0].startswith("no WebGPU adapter: ") and "mesa-vulkan-drivers" in said[1], done.stderr
+
+
+def test_run_node_refuses_an_attribute_that_refers_to_a_function_attribute():
+    """A function body's attribute reference (ref_attr_name) raised onnx.helper's ValueError."""
+    node = _node("GroupNormalization", ("X", "scale", "bias"), num_groups=2)
+    attribute = onnx.AttributeProto()
+    attribute.name, attribute.ref_attr_name, attribute.type = "epsilon", "eps", onnx.AttributeProto.FLOAT
+    node.attribute.append(attribute)
+    x = np.ones((1, 4, 2, 2), np.float32)
+    with pytest.raises(ContractError, match="refers to the enclosing function's 'eps'"):
+        run_node(node, [x, np.ones(4, np.float32), np.zeros(4, np.float32)], opset=21)

@@ -281,7 +281,9 @@ def _checked_tunables(contract, tunables):
         # Workgroup sizes, counts and thresholds: some divide, so 0 is refused with the rest.
         real = isinstance(value, numbers.Real) and not isinstance(value, bool)
         if not (real and math.isfinite(value) and float(value).is_integer() and 1 <= value < 2**31):
-            raise ContractError(contract.op, f"tunable {name}", "a whole number >= 1", f"got {value!r}")
+            raise ContractError(
+                contract.op, f"tunable {name}", "a whole number from 1 to 2**31 - 1", f"got {value!r}"
+            )
     return {**contract.tunables, **{name: int(value) for name, value in (tunables or {}).items()}}
 
 

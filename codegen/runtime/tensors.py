@@ -20,6 +20,7 @@ from .numeric import _storage_nbytes, numel
 
 
 _NP_DTYPES = {"float32": np.dtype("float32"), "float16": np.dtype("float16")}  # dtype.name is slow
+_WGSL_DTYPE_NAMES = {"f32": "float32", "f16": "float16"}
 
 
 def _buffer_usage():
@@ -53,9 +54,10 @@ def checked_shape(op, subject, value):
 
 
 def tensor_dtype(op, subject, dtype):
-    """A Tensor's dtype as numpy's: float32 or float16 (the kernels' types), in either byte order."""
+    """A Tensor's dtype as numpy's: float32 or float16 (the kernels' types), in either byte order;
+    the WGSL names "f32" and "f16" too, as plan() takes them (numpy reads "f16" as float128)."""
     try:
-        value = np.dtype(dtype)
+        value = np.dtype(_WGSL_DTYPE_NAMES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     except (TypeError, ValueError):
         value = None
     if value is None or value.name not in _NP_DTYPES:
