@@ -724,3 +724,11 @@ def test_a_buffer_destroyed_before_any_tensor_is_known_once_the_device_was_seen(
     )
     assert child.returncode == 0, child.stderr[-2000:]
     assert "refused: not destroyed" in child.stdout, (child.stdout, child.stderr[-2000:])
+
+
+def test_tensor_dtypes_take_the_wgsl_names_as_plan_does():
+    """numpy reads "f16" as float128: Tensor.empty((3,), "f16") was refused as "dtype float128"."""
+    assert Tensor.empty((3,), "f16").dtype == np.float16
+    assert Tensor.empty((3,), "f32").dtype == np.float32
+    with pytest.raises(ContractError, match="float32 or float16"):
+        Tensor.empty((3,), "f64")
