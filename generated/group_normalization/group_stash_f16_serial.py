@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 bc358b7e315409a5)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
+#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
 # Do not edit: change the sources above and regenerate.

@@ -3,11 +3,11 @@
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
+#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/units.wgsl.jinja (sha256 ad9bbd4a25317a80)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 1d188157e8bb479f)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 01d1d1df39fe21bf)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 43494aaa82242203)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `plane_splitk_registers` of ai.onnx InstanceNormalization-6.

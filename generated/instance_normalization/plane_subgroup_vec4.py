@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 54d463c2296d019c)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
+#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/norm-row-stats.wgsl.jinja (sha256 32f9ae9b57846b76)
 # Do not edit: change the sources above and regenerate.

@@ -2,19 +2,19 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 54d463c2296d019c)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 496214a2f375ac1f)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 864795bd1797003c)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
+#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/units.wgsl.jinja (sha256 ad9bbd4a25317a80)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/instance-normalization-batched-planes-vec4.wgsl.jinja (sha256 06c2226b12f64dbf)
 #   templates/instance-normalization-splitk-apply.wgsl.jinja (sha256 9bedc38798186b19)
 #   templates/instance-normalization-splitk-combine.wgsl.jinja (sha256 aac5781d5c04db8f)
 #   templates/instance-normalization-splitk-partials.wgsl.jinja (sha256 2c467a60b1e920e8)
-#   templates/norm-row-registers.wgsl.jinja (sha256 1eb99fc942f69c19)
+#   templates/norm-row-registers.wgsl.jinja (sha256 ae3b1fcc7079f536)
 #   templates/norm-row-stats.wgsl.jinja (sha256 32f9ae9b57846b76)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 1d188157e8bb479f)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 01d1d1df39fe21bf)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 43494aaa82242203)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Every shader of ai.onnx InstanceNormalization-6, each distinct WGSL text stored once.
@@ -938,9 +938,8 @@ fn subgroup_mean(scaled: f32, n: f32) -> vec2<f32> {
 
 // A row's statistics: the mean is shift + delta, M2 the sum of squared deviations from it.
 // finite_values: every subgroup's mean was finite, which with MEAN_EXPONENT's sums means every value
-// was (a mean past f32 can then only be an overflow of the merge); n is NaN where it is false.
+// was (a mean past f32 can then only be an overflow of the merge).
 struct RowStats {
-    n: f32,
     shift: f32,
     delta: f32,
     m2: f32,
@@ -975,7 +974,7 @@ fn merged_subgroups(lane: u32, width: u32) -> RowStats {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return RowStats(totals.x, shift, delta, subgroupAdd(m2), finite(totals.x));
+    return RowStats(shift, delta, subgroupAdd(m2), finite(totals.x));
 }
 
 // The same from every invocation's summary, one by one in order: no subgroup operation, so any
@@ -998,7 +997,7 @@ fn merged_invocations() -> RowStats {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return RowStats(n, shift, delta, m2, finite_values);
+    return RowStats(shift, delta, m2, finite_values);
 }
 
 // The row's RowStats from this invocation's n values, its subgroup's mean (and count) and its

@@ -2,14 +2,14 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 d2033cc9714e616d)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 496214a2f375ac1f)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 864795bd1797003c)
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 48b22642abccad3c)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
+#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
 #   templates/skip-group-norm-fused.wgsl.jinja (sha256 ab81d3b3a2487184)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 281aecebe44b168f)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 dd601ba406691de8)
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 e627da5570a1c419)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

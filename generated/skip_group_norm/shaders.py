@@ -2,14 +2,14 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 d2033cc9714e616d)
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 d0b6d6190132efe3)
-#   templates/_lib/row_stats.wgsl.jinja (sha256 496214a2f375ac1f)
+#   templates/_lib/row_stats.wgsl.jinja (sha256 864795bd1797003c)
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 48b22642abccad3c)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
-#   templates/_lib/stats.wgsl.jinja (sha256 9f41b1cff1e1c499)
+#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 38daece250e7c182)
 #   templates/skip-group-norm-fused.wgsl.jinja (sha256 ab81d3b3a2487184)
-#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 281aecebe44b168f)
+#   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 dd601ba406691de8)
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 e627da5570a1c419)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
@@ -304,9 +304,8 @@ fn subgroup_mean(scaled: f32, n: f32) -> vec2<f32> {
 
 // A row's statistics: the mean is shift + delta, M2 the sum of squared deviations from it.
 // finite_values: every subgroup's mean was finite, which with MEAN_EXPONENT's sums means every value
-// was (a mean past f32 can then only be an overflow of the merge); n is NaN where it is false.
+// was (a mean past f32 can then only be an overflow of the merge).
 struct RowStats {
-    n: f32,
     shift: f32,
     delta: f32,
     m2: f32,
@@ -341,7 +340,7 @@ fn merged_subgroups(lane: u32, width: u32) -> RowStats {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return RowStats(totals.x, shift, delta, subgroupAdd(m2), finite(totals.x));
+    return RowStats(shift, delta, subgroupAdd(m2), finite(totals.x));
 }
 
 // The same from every invocation's summary, one by one in order: no subgroup operation, so any
@@ -364,7 +363,7 @@ fn merged_invocations() -> RowStats {
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
-    return RowStats(n, shift, delta, m2, finite_values);
+    return RowStats(shift, delta, m2, finite_values);
 }
 
 // The row's RowStats from this invocation's n values, its subgroup's mean (and count) and its
