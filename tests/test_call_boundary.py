@@ -245,6 +245,12 @@ def test_tensor_reads_back_frees_and_mixes_with_numpy():
     assert isinstance(mixed, Tensor)  # any Tensor in: Tensors out, numpy inputs uploaded
     assert np.asarray(mixed).tobytes() == expected.tobytes()
     assert np.asarray(mixed, dtype=np.float64).dtype == np.float64
+    # NumPy's copy=False means "no copy or an error": a read-back from the GPU is always a copy.
+    with pytest.raises(ValueError, match="GPU memory"):
+        np.asarray(mixed, copy=False)
+    with pytest.raises(ValueError, match="GPU memory"):
+        np.array(mixed, copy=False)
+    assert np.array(mixed, copy=True).tobytes() == expected.tobytes()
     with Tensor.from_numpy(inputs["x"]) as t:
         assert np.array_equal(t.numpy(), inputs["x"])
     with pytest.raises(ContractError, match="the Tensor was destroyed"):

@@ -185,7 +185,7 @@ def test_encoder_with_an_open_pass():
     encoder = device.create_command_encoder()
     compute = encoder.begin_compute_pass()
     error = assert_refused(lambda: gn.kernel(tensors, attrs=ATTRS, encoder=encoder), GN, "encoder")
-    assert "still open" in str(error)
+    assert "still open" in str(error) and "new one" in str(error)
     compute.end()
     fresh = device.create_command_encoder()
     y = gn.kernel(tensors, attrs=ATTRS, encoder=fresh)["y"]

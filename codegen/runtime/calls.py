@@ -255,7 +255,9 @@ def _submit(call, device, encoder, op):
 
 def _encode_into_callers(encoder, call, op):
     """encode_calls into the caller's encoder; one that was finished, or has a pass open, fails the
-    call's first command (so nothing of the call is recorded): a ContractError, not wgpu's error."""
+    call's first command (so nothing of the call is recorded): a ContractError, not wgpu's error. The
+    encoder is invalid afterwards whatever we do (WebGPU's rule for a locked or finished encoder),
+    and wgpu exposes no state to test first, so the message says so."""
     import wgpu
 
     try:
@@ -265,7 +267,8 @@ def _encode_into_callers(encoder, call, op):
             op,
             "encoder",
             "can record",
-            f"the encoder cannot record the call (was it finished, or is a pass of it still open?): {error}",
+            "the encoder cannot record the call (was it finished, or is a pass of it still open?); WebGPU "
+            f"makes an encoder used that way invalid, so record your work again on a new one: {error}",
         ) from None
 
 

@@ -332,9 +332,15 @@ class Tensor:
         return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
-        """numpy.asarray(tensor): a blocking read-back (waits for the GPU work that writes it)."""
+        """numpy.asarray(tensor): a blocking read-back (waits for the GPU work that writes it). The
+        values live in GPU memory, so every read-back is a new array: copy=False, which asks NumPy
+        for no copy, is refused as NumPy's protocol says (ValueError)."""
+        if copy is False:
+            raise ValueError(
+                f"{self!r} lives in GPU memory: reading it back always makes a new array (use numpy.asarray(tensor))"
+            )
         array = self.numpy()
-        return array if dtype is None else array.astype(dtype)
+        return array if dtype is None else array.astype(dtype, copy=False)
 
     def destroy(self) -> None:
         """Free the GPU buffer now rather than when the Tensor is collected; the Tensor is unusable after
