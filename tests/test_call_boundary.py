@@ -304,6 +304,32 @@ def test_a_repeated_out_call_reads_new_data_and_rechecks_what_can_change(request
         gn.kernel(tensors, attrs=attrs, out=out)
 
 
+def test_a_repeated_out_call_keys_every_form_of_outputs():
+    """The memo of repeated out= calls keeps outputs= given as a set apart from the default (an audit
+    found {"S"} replayed the default call: S was never written, and back the other way a call a
+    fresh one refuses was replayed)."""
+    rng, seed = rng_for("repeat-outputs-forms")
+    arrays = {
+        "X": rng.standard_normal((1, 4, 4, 8)).astype(np.float32),
+        "gamma": np.ones(8, np.float32),
+        "beta": np.zeros(8, np.float32),
+        "skip": rng.standard_normal((1, 4, 4, 8)).astype(np.float32),
+    }
+    tensors = {k: Tensor.from_numpy(v) for k, v in arrays.items()}
+    attrs = {"groups": 2, "activation": 0}
+    y = Tensor.empty((1, 4, 4, 8), np.float32)
+    assert list(sgn.kernel(tensors, attrs=attrs, out={"Y": y})) == ["Y"]
+    for outputs in ({"S"}, frozenset({"S"}), ["S"], ("S",), "S"):
+        got = sgn.kernel(tensors, attrs=attrs, outputs=outputs, out={"Y": y})
+        assert list(got) == ["S"], (outputs, seed_note(seed))
+        want = sgn.kernel(arrays, attrs=attrs, outputs=("S",))["S"]
+        assert got["S"].numpy().tobytes() == want.tobytes()
+    both = {"Y": Tensor.empty((1, 4, 4, 8), np.float32), "S": Tensor.empty((1, 4, 4, 8), np.float32)}
+    assert list(sgn.kernel(tensors, attrs=attrs, outputs={"S"}, out=both)) == ["S"]
+    with pytest.raises(ContractError, match="this call writes Y"):
+        sgn.kernel(tensors, attrs=attrs, out=both)  # the default writes Y only: S is not an output
+
+
 def test_caches_forget_the_tensors_a_caller_drops():
     """Bind groups hold their buffers' GPU memory: entries must go with the Tensors they bind."""
     import gc

@@ -224,16 +224,15 @@ def _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out):
         return None
     if not all(isinstance(m, Mapping) or m is None for m in (attrs, tunables)):
         return None
+    outputs_key = _outputs_key(outputs)
+    if outputs_key is None:
+        return None
     key = (
         id(contract),
         tuple((name, id(v)) for name, v in inputs.items()),
         tuple((name, id(t)) for name, t in out.items()),
         _typed_items(attrs or {}),
-        (
-            outputs
-            if outputs is None or isinstance(outputs, str)
-            else tuple(outputs) if isinstance(outputs, (list, tuple)) else None
-        ),
+        outputs_key,
         variant,
         _typed_items(tunables or {}),
     )
@@ -242,6 +241,18 @@ def _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out):
     except TypeError:
         return None
     return key
+
+
+def _outputs_key(outputs):
+    """outputs= as part of a memo key, each form kept apart (a set is not the default); None for a
+    form the memo does not keep (the call then takes the full path, which checks it)."""
+    if outputs is None or isinstance(outputs, str):
+        return ("as given", outputs)
+    if isinstance(outputs, (list, tuple)):
+        return ("in order", tuple(outputs))
+    if isinstance(outputs, (set, frozenset)):
+        return ("any order", frozenset(outputs))
+    return None
 
 
 def _tensors_in_order(inputs, out):
