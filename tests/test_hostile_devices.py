@@ -278,6 +278,21 @@ def test_tensor_empty_refuses_dtypes_no_kernel_takes(dtype):
     assert_refused(lambda: Tensor.empty((3,), dtype), "Tensor", "dtype")
 
 
+@pytest.mark.parametrize("dtype", [">f4", ">f2", np.dtype("float32").newbyteorder(">"), "<f4"])
+def test_tensor_empty_and_views_of_big_endian_dtypes_hold_native_data(dtype):
+    """A GPU buffer holds little-endian data: a Tensor described as big-endian read back byte-swapped
+    garbage (an audit found [4.6e-41, ...] for [1, 2, 3])."""
+    device = rt.default_device()
+    values = np.array([1.0, 2.0, -3.5, 0.25], np.dtype(dtype).newbyteorder("="))
+    source = Tensor.from_numpy(values)
+    for tensor in (Tensor.empty(values.shape, dtype), Tensor(device.create_buffer(size=16, usage=source.buffer.usage), (4,), dtype, device)):
+        assert tensor.dtype.isnative and tensor.dtype.name == values.dtype.name
+        encoder = device.create_command_encoder()
+        encoder.copy_buffer_to_buffer(source.buffer, 0, tensor.buffer, 0, source.nbytes)
+        device.queue.submit([encoder.finish()])
+        np.testing.assert_array_equal(tensor.numpy(), values)
+
+
 def test_tensor_from_numpy_keeps_float32_float16_and_converts_big_endian():
     for array in (np.arange(3, dtype=np.float32), np.arange(3, dtype=np.float16), np.arange(3, dtype=">f4")):
         tensor = Tensor.from_numpy(array)

@@ -54,8 +54,10 @@ def checked_shape(op, subject, value):
 
 
 def tensor_dtype(op, subject, dtype):
-    """A Tensor's dtype as numpy's: float32 or float16 (the kernels' types), in either byte order;
-    the WGSL names "f32" and "f16" too, as plan() takes them (numpy reads "f16" as float128)."""
+    """A Tensor's dtype as numpy's: float32 or float16 (the kernels' types), given in either byte
+    order and kept in the native one (a GPU buffer holds little-endian data: a big-endian dtype made
+    read-backs byte-swapped garbage); the WGSL names "f32" and "f16" too, as plan() takes them (numpy
+    reads "f16" as float128)."""
     try:
         value = np.dtype(_WGSL_DTYPE_NAMES.get(dtype, dtype) if isinstance(dtype, str) else dtype)
     except (TypeError, ValueError):
@@ -66,7 +68,7 @@ def tensor_dtype(op, subject, dtype):
         raise ContractError(
             op, subject, "float32 or float16", f"a Tensor holds float32 or float16 data, got {got}{hint}"
         )
-    return value
+    return _NP_DTYPES[value.name]
 
 
 # A caller may destroy `tensor.buffer` itself, and wgpu reports no destroyed state, while
