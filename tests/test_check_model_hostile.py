@@ -118,3 +118,37 @@ def test_nodes_in_subgraphs_and_functions_get_a_skip_line(tmp_path, capsys):
     onnx.save(model, tmp_path / "function.onnx")
     assert check_model.main([str(tmp_path / "function.onnx")]) == 0
     assert "inner in function F: GroupNormalization: skipped: only the main graph's nodes run" in _lines(capsys)
+
+
+def test_a_tensor_read_twice_gets_one_array(tmp_path, capsys):
+    """InstanceNormalization(x, s, s): ONNX Runtime gets one array for s, so must the kernel (an audit
+    found a separate draw per position, and a correct node reported OUTSIDE TOLERANCE)."""
+    node = helper.make_node("InstanceNormalization", ["x", "s", "s"], ["y"], name="shared")
+    path = _save(tmp_path / "shared.onnx", [node], [("x", TensorProto.FLOAT, [1, 8, 5]), ("s", TensorProto.FLOAT, [8])])
+    assert check_model.main([path]) == 0
+    lines = _lines(capsys)
+    assert lines[0].startswith("shared: InstanceNormalization-6 1x8x5, 8, 8 float32: variant ") and lines[0].endswith(": ok"), lines
+
+
+def test_an_empty_batch_is_an_ok_line_without_a_reference(tmp_path, capsys):
+    """ONNX Runtime's GroupNormalization fails on N = 0; the kernels give the empty output."""
+    path = _group_norm(tmp_path / "empty.onnx", dims=("N", 4, 3, 3))
+    assert check_model.main([path, "--dim", "N=0"]) == 0
+    lines = _lines(capsys)
+    assert lines[0] == "gn: GroupNormalization-21 0x4x3x3, 4, 4 float32: empty output 0x4x3x3 (no work to run, nothing to compare): ok", lines
+
+
+def test_more_elements_than_an_index_holds_is_a_skip_line(tmp_path, capsys):
+    path = _group_norm(tmp_path / "huge.onnx", dims=("N", 4, 3, 3))
+    assert check_model.main([path, "--dim", f"N={2**63 - 1}"]) == 0
+    lines = _lines(capsys)
+    assert "skipped: input 'x'" in lines[0] and "more than 2**63 - 1" in lines[0], lines
+
+
+@pytest.mark.parametrize("dim", ["N=\u00b2", "N=\u0663"])
+def test_a_dimension_in_other_digits_is_exit_2(tmp_path, capsys, dim):
+    path = _group_norm(tmp_path / "digits.onnx", dims=("N", 4, 3, 3))
+    with pytest.raises(SystemExit) as exit_:
+        check_model.main([path, "--dim", dim])
+    assert exit_.value.code == 2
+    assert "expected NAME=SIZE" in capsys.readouterr().err
