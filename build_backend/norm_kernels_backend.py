@@ -86,11 +86,19 @@ def metadata_text(root=None):
     return "\n".join(lines) + "\n\n" + body
 
 
-def _entry_points(project):
+def _entry_points(project, renamed=None):
+    """entry_points.txt of the console scripts; `renamed` maps a wheel's import package to the one an
+    editable install imports instead (generated/ is webgpu_norm_kernels only in the wheel)."""
     scripts = project.get("scripts", {})
     if not scripts:
         return None
-    return "[console_scripts]\n" + "".join(f"{name} = {target}\n" for name, target in scripts.items())
+    renamed = renamed or {}
+
+    def target_of(target):
+        top, dot, rest = target.partition(".")
+        return renamed.get(top, top) + dot + rest
+
+    return "[console_scripts]\n" + "".join(f"{name} = {target_of(target)}\n" for name, target in scripts.items())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -129,14 +137,14 @@ def _write_wheel(path: Path, entries: dict[str, bytes], dist_info: str) -> None:
             archive.writestr(info, data)
 
 
-def _dist_info_entries(root, project, dist_info, tag=WHEEL_TAG):
+def _dist_info_entries(root, project, dist_info, tag=WHEEL_TAG, renamed=None):
     entries = {
         f"{dist_info}/METADATA": metadata_text(root).encode(),
         f"{dist_info}/WHEEL": (
             f"Wheel-Version: 1.0\nGenerator: norm_kernels_backend\nRoot-Is-Purelib: true\nTag: {tag}\n"
         ).encode(),
     }
-    scripts = _entry_points(project)
+    scripts = _entry_points(project, renamed)
     if scripts:
         entries[f"{dist_info}/entry_points.txt"] = scripts.encode()
     for name in project.get("license-files", []):
@@ -209,7 +217,9 @@ def build_editable(wheel_directory, config_settings=None, metadata_directory=Non
         f"{finder}.py": EDITABLE_FINDER.format(project=project["name"], names=names, root=str(root.resolve())).encode(),
         f"__editable__.{name}.pth": f"import {finder}; {finder}.install()\n".encode(),
     }
-    entries.update(_dist_info_entries(root, project, dist_info))
+    # The console script's package is the wheel's name for generated/; editable imports generated.
+    wheel = tool["wheel"]
+    entries.update(_dist_info_entries(root, project, dist_info, renamed={wheel["package"]: wheel["source"]}))
     filename = f"{name}-0.editable-{WHEEL_TAG}.whl"
     _write_wheel(Path(wheel_directory) / filename, entries, dist_info)
     return filename

@@ -248,3 +248,8 @@ def test_the_editable_install_imports_the_repository_packages(tmp_path):
     assert Path(module) == REPO / "codegen" / "onnx_versions.py" and Path(init) == REPO / "generated" / "__init__.py"
     found = _run([str(python), "-I", "-c", "import importlib.util as u; print(u.find_spec('tests'), u.find_spec('webgpu_norm_kernels'))"], cwd=tmp_path)
     assert found.stdout.split() == ["None", "None"]  # only the two packages, not the whole repository
+    # Its console script runs generated/'s __main__ (an audit found it pointed at webgpu_norm_kernels,
+    # which only the wheel installs): numpy is missing here, so the import gets that far and no further.
+    script = environment / "bin" / "webgpu-norm-kernels"
+    script_run = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert "No module named 'numpy'" in script_run.stderr and "webgpu_norm_kernels" not in script_run.stderr, script_run.stderr
