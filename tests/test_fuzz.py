@@ -457,7 +457,7 @@ def invalid_requests(draw, op_id):
     if op_id == "sgn":
         choices += ["groups_do_not_divide", "groups_not_positive", "skip_shape", "activation", "rank_high"]
     if op_id == "bn":
-        choices += ["training_mode", "momentum"]
+        choices += ["training_mode", "momentum"]  # momentum: a non-finite one (any finite one is accepted)
     kind = draw(st.sampled_from(choices))
     if kind == "param_length":
         key = draw(st.sampled_from(params))
@@ -502,7 +502,7 @@ def invalid_requests(draw, op_id):
     elif kind == "training_mode":
         attrs["training_mode"] = 1
     elif kind == "momentum":
-        attrs["momentum"] = 0.5
+        attrs["momentum"] = draw(st.sampled_from([float("nan"), float("inf"), "0.9"]))
     return inputs, attrs, outputs, kind
 
 
