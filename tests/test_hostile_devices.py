@@ -360,6 +360,23 @@ def test_tensor_description_is_read_only(name, value):
     assert y.shape == (1, 4, 3)
 
 
+def test_tensor_buffer_cannot_be_deleted():
+    """del tensor.buffer left a Tensor every call and read-back broke on with an AttributeError from
+    inside the package (an audit found it); re-pointing stays possible and checked."""
+    arrays = gn_arrays()
+    tensor = Tensor.from_numpy(arrays["x"])
+    with pytest.raises(AttributeError, match="Tensor.buffer cannot be deleted: re-point it"):
+        del tensor.buffer
+    np.testing.assert_array_equal(tensor.numpy(), arrays["x"])
+    assert gn.kernel({**arrays, "x": tensor}, attrs=ATTRS)["y"].shape == arrays["x"].shape
+
+
+def test_attribute_names_that_are_not_strings_are_refused():
+    """A non-string key among unknown ones raised sorted()'s TypeError (an audit found it)."""
+    error = assert_refused(lambda: gn.kernel(gn_arrays(), attrs={**ATTRS, 1: 2, "zz": 3}), GN, "attrs")
+    assert "attribute names are strings, got 1" in str(error)
+
+
 def test_destroyed_cannot_be_reset():
     tensor = Tensor.from_numpy(np.ones(4, np.float32))
     tensor.destroy()

@@ -99,6 +99,11 @@ def _attributes(contract, attrs):
         )
     attrs = dict(attrs or {})
     known = {a.name: a for a in contract.attributes}
+    named = [name for name in attrs if not isinstance(name, str)]
+    if named:
+        raise ContractError(
+            contract.op, "attrs", "attribute names", f"attribute names are strings, got {named[0]!r}"
+        )
     unknown = sorted(set(attrs) - set(known))
     if unknown:
         raise ContractError(

@@ -261,9 +261,10 @@ class Tensor:
         )
 
     def __delattr__(self, name: str) -> None:
-        if name in Tensor._FIXED:
-            raise AttributeError(f"Tensor.{name} is read-only")
-        object.__delattr__(self, name)
+        # Nothing of a Tensor is deleted: a Tensor without its buffer broke every call and read-back
+        # with an AttributeError from inside the package.
+        why = "re-point it to another buffer instead" if name == "buffer" else "it is read-only"
+        raise AttributeError(f"Tensor.{name} cannot be deleted: {why}")
 
     @property
     def nbytes(self) -> int:
