@@ -371,6 +371,19 @@ def test_tensor_buffer_cannot_be_deleted():
     assert gn.kernel({**arrays, "x": tensor}, attrs=ATTRS)["y"].shape == arrays["x"].shape
 
 
+def test_masked_arrays_with_masked_values_are_refused():
+    """The kernels cannot apply a mask: a masked 1e6 silently dominated the statistics (an audit found
+    it). A masked array with nothing masked is its data."""
+    arrays = gn_arrays()
+    masked = np.ma.masked_array(arrays["x"], mask=np.zeros(arrays["x"].shape, bool))
+    np.testing.assert_array_equal(gn.kernel({**arrays, "x": masked}, attrs=ATTRS)["y"], gn.kernel(arrays, attrs=ATTRS)["y"])
+    masked[0, 0, 0] = np.ma.masked
+    error = assert_refused(lambda: gn.kernel({**arrays, "x": masked}, attrs=ATTRS), GN, "input x")
+    assert "masked array" in str(error)
+    with pytest.raises(ContractError, match="masked array"):
+        Tensor.from_numpy(masked)
+
+
 def test_attribute_names_that_are_not_strings_are_refused():
     """A non-string key among unknown ones raised sorted()'s TypeError (an audit found it)."""
     error = assert_refused(lambda: gn.kernel(gn_arrays(), attrs={**ATTRS, 1: 2, "zz": 3}), GN, "attrs")

@@ -21,7 +21,7 @@ from .pipelines import pipelines_created, warm_pipelines
 from .planning import _cached_plan, _op_caps, _typed_items, build_plan
 from .plans import OpContract
 from .requests import _dtype_name, _given_shapes, _in_callers_words, _inputs_by_key, _requested_outputs
-from .tensors import _dtype_text, buffer_changes_so_far, check_encoder, Tensor, TensorIn
+from .tensors import _dtype_text, buffer_changes_so_far, check_encoder, refuse_masked, Tensor, TensorIn
 
 
 def _contract_op(contract, *args):
@@ -33,6 +33,7 @@ def _kernel_input(op, name, value):
     """A Tensor as it is; anything else as a native-order numpy array (big-endian data converted)."""
     if isinstance(value, Tensor):
         return value
+    refuse_masked(op, f"input {name}", value)
     try:
         array = np.asarray(value)
     except (TypeError, ValueError) as error:

@@ -53,6 +53,19 @@ def checked_shape(op, subject, value):
     return tuple(dims)
 
 
+def refuse_masked(op, subject, value):
+    """A numpy masked array with masked values: the kernels would read them as ordinary values (ONNX
+    has no masks), so the caller's mask would be silently ignored."""
+    if isinstance(value, np.ma.MaskedArray) and np.ma.is_masked(value):
+        raise ContractError(
+            op,
+            subject,
+            "no masked values",
+            "a masked array: the kernels read every value and cannot apply its mask; "
+            "pass array.filled(value) or array.data",
+        )
+
+
 def tensor_dtype(op, subject, dtype):
     """A Tensor's dtype as numpy's: float32 or float16 (the kernels' types), given in either byte
     order and kept in the native one (a GPU buffer holds little-endian data: a big-endian dtype made
@@ -295,6 +308,7 @@ class Tensor:
     @classmethod
     @refusing_lost_device("Tensor.from_numpy()")
     def from_numpy(cls, array: Any, device: Any = None, usage: int | None = None) -> Tensor:
+        refuse_masked("Tensor", "array", array)
         try:
             array = np.asarray(array)
         except (TypeError, ValueError) as error:
