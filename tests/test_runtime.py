@@ -306,6 +306,8 @@ def test_device_caps(device):
     # wgpu-native's "subgroup" is WebGPU's "subgroups"; lavapipe and NVIDIA both have it.
     assert "subgroup" in device.features
     assert "subgroups" in caps.features and "subgroup" not in caps.features
+    # caps= from the device's own feature names, as wgpu reports them (an audit found them refused).
+    assert rt.caps_of({"features": sorted(device.features)}).features == caps.features
     assert "shader-f16" in caps.features
     assert caps.wgsl_language_features == frozenset()
     assert set(caps.adapter_info) <= {"vendor", "architecture", "device", "description"}

@@ -114,13 +114,14 @@ class Caps:
         """Caps from ``{"limits", "features", "wgslLanguageFeatures", "adapterInfo"}``.
 
         Every key is optional; a limit left out takes WebGPU's default value, so a plan can be
-        made for a device one does not have. Names are WebGPU's; an unknown one is refused,
+        made for a device one does not have. Names are WebGPU's (and wgpu-native's "subgroup",
+        which ``device.features`` reports, is read as "subgroups"); an unknown one is refused,
         since a misspelt feature (``shader_f16``) would otherwise plan silently without it.
         """
         unknown_keys = [k for k in m if k not in _CAPS_KEYS]
         if unknown_keys:
             raise _caps_error("keys", f"unknown caps keys: {_names_text(unknown_keys)}", _CAPS_KEYS)
-        features = _given_names(m, "features")
+        features = [_WEBGPU_FEATURE_NAMES.get(f, f) for f in _given_names(m, "features")]
         unknown = sorted(set(features) - WEBGPU_FEATURES)
         if unknown:
             raise _caps_error("features", f"unknown WebGPU features: {', '.join(unknown)}", WEBGPU_FEATURES)
