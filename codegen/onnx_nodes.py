@@ -44,6 +44,9 @@ class NodeCall(NamedTuple):
     attrs: dict
     outputs: tuple  # bind keys of the outputs the node asks for
     output_names: tuple  # the node's output names, "" where it asks for none
+    # bind key -> (shape, dtype) the node's output has where the call's differs (an adapted node:
+    # BatchNormalization's rank-1 X runs as (N, 1), mixed float types in float32); else empty.
+    output_forms: dict = {}
 
     @property
     def module(self):
@@ -263,13 +266,16 @@ def bind_node(node, inputs, *, opset=None) -> NodeCall:
     outputs = tuple(spec.key for spec, name in zip(module.OUTPUTS, output_names) if name)
     if not outputs:
         raise UnsupportedNodeError(f"{label}: asks for no output")
-    bound, attrs = _adapt(entry, label, bound, attrs)
-    return NodeCall(entry, bound, attrs, outputs, output_names)
+    bound, attrs, forms = _adapt(entry, label, bound, attrs)
+    return NodeCall(entry, bound, attrs, outputs, output_names, forms)
 
 
 def _adapt(entry, label, inputs, attrs):
-    """Earlier versions that ops() lists as compatible, in the form of the package's own version."""
+    """Earlier versions that ops() lists as compatible, and node forms ONNX allows that the package's
+    contract does not take, in the form of the package's own version; with the output forms."""
     version = (entry.domain, entry.op_type, entry.since_version)
+    if entry.op_type == "BatchNormalization" and entry.domain == "ai.onnx":
+        return _adapted_batch_norm(entry, label, inputs, attrs)
     if version == ("ai.onnx", "GroupNormalization", 18):
         x, scale, bias = inputs.get("x"), inputs.get("scale"), inputs.get("bias")
         if "num_groups" not in attrs:
@@ -297,7 +303,59 @@ def _adapt(entry, label, inputs, attrs):
             )
         per_group = channels // groups
         inputs = {**inputs, "scale": np.repeat(scale, per_group), "bias": np.repeat(bias, per_group)}
-    return inputs, attrs
+    return inputs, attrs, {}
+
+
+# BatchNormalization's inputs in ONNX order, and per version the groups of inputs that share one
+# type variable (onnx.defs: 9 has one T; 14 gives input_mean and input_var U; 15 gives scale and B
+# T1, input_mean and input_var T2).
+_BN_KEYS = ("x", "scale", "b", "inputMean", "inputVar")
+_BN_TYPE_GROUPS = {
+    9: (_BN_KEYS,),
+    14: (("x", "scale", "b"), ("inputMean", "inputVar")),
+    15: (("x",), ("scale", "b"), ("inputMean", "inputVar")),
+}
+_FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def _mixed_float_types(version, dtypes):
+    """Whether `dtypes` (bind key -> dtype) mix float16 and float32 the way the version's schema
+    allows (one type within each group); False for one type, or a mix the schema does not allow
+    (which the package's contract then refuses by name)."""
+    groups = [
+        [dtypes[k] for k in group if k in dtypes] for group in _BN_TYPE_GROUPS.get(version, (_BN_KEYS,))
+    ]
+    if not all(t in _FLOAT_TYPES for group in groups for t in group):
+        return False
+    return all(len(set(group)) <= 1 for group in groups) and len({t for group in groups for t in group}) > 1
+
+
+def _widened(value):
+    """A float32 copy of an array; a broadcast placeholder (check_model's) stays one, of no memory."""
+    if value.size and not any(value.strides):
+        return np.broadcast_to(np.array(value.flat[0], np.float32), value.shape)
+    return value.astype(np.float32)
+
+
+def _adapted_batch_norm(entry, label, inputs, attrs):
+    """ONNX lets X be (N,) ("C is assumed to be 1") and, from version 14, the parameters have float
+    types of their own (float16 X with float32 statistics). The package takes rank >= 2 and one
+    type, so such a node runs as (N, 1), in float32: the widening is exact, the kernels compute in
+    float32 whatever the type, and Y is rounded to X's type once, on the host. numpy inputs only."""
+    x = inputs.get("x")
+    dtypes = {k: np.dtype(v.dtype) for k, v in inputs.items() if hasattr(v, "dtype")}
+    mixed = _mixed_float_types(entry.since_version, dtypes)
+    rank_one = x is not None and len(getattr(x, "shape", ())) == 1  # numpy arrays and Tensors
+    if not (mixed or rank_one):
+        return inputs, attrs, {}
+    if not all(isinstance(v, np.ndarray) for v in inputs.values()):
+        why = "X of rank 1 runs as (N, 1)" if rank_one else "mixed float types run in float32"
+        given = ", ".join(type(inputs[k]).__name__ for k in _BN_KEYS if k in inputs)
+        raise UnsupportedNodeError(f"{label}: needs numpy inputs ({why} on the host); got {given}")
+    adapted = {k: _widened(v) if mixed else v for k, v in inputs.items()}
+    if rank_one:
+        adapted["x"] = adapted["x"].reshape(x.shape[0], 1)
+    return adapted, attrs, {"y": (x.shape, x.dtype)}
 
 
 def plan_node(call: NodeCall, *, device=None, variant=None, tunables=None):
@@ -324,5 +382,8 @@ def run_node(node, inputs, *, opset=None, device=None, variant=None, tunables=No
     results = call.module.kernel(
         call.inputs, attrs=call.attrs, outputs=call.outputs, device=device, variant=variant, tunables=tunables
     )
+    for key, (shape, dtype) in call.output_forms.items():
+        if key in results:  # an adapted node: numpy in, numpy out
+            results[key] = results[key].reshape(shape).astype(dtype, copy=False)
     keys = iter(call.outputs)  # the outputs asked for, in the node's order
     return [results[next(keys)] if name else None for name in call.output_names]

@@ -26,7 +26,8 @@ COMPATIBLE_VERSIONS = {
     ),
     ("ai.onnx", "BatchNormalization", 14): (
         15,
-        "one type T for every input (15 lets scale/B and mean/var differ); the same inference output",
+        "input_mean and input_var may have a type of their own (U), as in 15 (run_node runs such a node "
+        "in float32 and rounds Y to X's type); the same inference output",
     ),
     ("ai.onnx", "GroupNormalization", 18): (
         21,

@@ -3,7 +3,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 bc358b7e315409a5)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 54d463c2296d019c)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 d2033cc9714e616d)
-#   codegen/onnx_versions.py (sha256 a1568ccdcd8c1d86)
+#   codegen/onnx_versions.py (sha256 0310f44cf5839b3b)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """WebGPU kernels for ONNX normalization operators, generated ahead of time.
@@ -55,7 +55,7 @@ _ENTRIES = (
         14,
         14,
         14,
-        "one type T for every input (15 lets scale/B and mean/var differ); the same inference output",
+        "input_mean and input_var may have a type of their own (U), as in 15 (run_node runs such a node in float32 and rounds Y to X's type); the same inference output",
     ),
     OpEntry(batch_normalization, "ai.onnx", "BatchNormalization", 15, 15, None, ""),
     OpEntry(

@@ -19,6 +19,8 @@ from oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    rng_for,
+    seed_note,
     skip_group_norm_ref,
 )
 
@@ -433,3 +435,81 @@ def test_run_node_refuses_an_attribute_that_refers_to_a_function_attribute():
     x = np.ones((1, 4, 2, 2), np.float32)
     with pytest.raises(ContractError, match="refers to the enclosing function's 'eps'"):
         run_node(node, [x, np.ones(4, np.float32), np.zeros(4, np.float32)], opset=21)
+
+
+# --- BatchNormalization forms ONNX allows that the package's contract does not take -------------
+
+
+def _bn_node():
+    return helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)
+
+
+def _bn_inputs(rng, x_dtype, scale_dtype, stats_dtype, shape=(2, 6, 5, 3)):
+    c = shape[1] if len(shape) > 1 else 1
+    x = (rng.standard_normal(shape) * 3 + 2).astype(x_dtype)
+    scale, bias = rng.standard_normal(c).astype(scale_dtype), rng.standard_normal(c).astype(scale_dtype)
+    mean, var = (rng.standard_normal(c) + 2).astype(stats_dtype), rng.uniform(0.1, 2, c).astype(stats_dtype)
+    return [x, scale, bias, mean, var]
+
+
+@pytest.mark.parametrize(
+    "opset,x_dtype,scale_dtype,stats_dtype",
+    [
+        (15, np.float16, np.float32, np.float32),  # mixed-precision exports: float16 X, float32 parameters
+        (15, np.float16, np.float16, np.float32),
+        (15, np.float32, np.float16, np.float16),
+        (15, np.float32, np.float32, np.float16),
+        (14, np.float16, np.float16, np.float32),  # 14: input_mean and input_var are U
+    ],
+)
+def test_batch_norm_with_parameters_of_their_own_type_runs_in_float32(opset, x_dtype, scale_dtype, stats_dtype, request):
+    """BatchNormalization-14/15 let the parameters have their own float type (an audit found float16 X
+    with float32 statistics refused): run in float32, Y rounded to X's type once."""
+    rng, seed = rng_for(request.node.name)
+    inputs = _bn_inputs(rng, x_dtype, scale_dtype, stats_dtype)
+    (y,) = run_node(_bn_node(), inputs, opset=opset)
+    assert y.dtype == x_dtype and y.shape == inputs[0].shape
+    assert_close(y, batch_normalization_ref(*inputs, epsilon=1e-3), x_dtype, f"BatchNormalization-{opset} {seed_note(seed)}")
+    with pytest.raises(UnsupportedNodeError, match="mixed float types run in float32"):
+        run_node(_bn_node(), [generated.Tensor.from_numpy(a) for a in inputs], opset=opset)
+
+
+@pytest.mark.parametrize(
+    "opset,dtypes",
+    [
+        (15, (np.float32, np.float16, np.float32, np.float32, np.float32)),  # scale and B are one T1
+        (15, (np.float32, np.float32, np.float32, np.float16, np.float32)),  # mean and var are one T2
+        (14, (np.float32, np.float16, np.float16, np.float32, np.float32)),  # 14: scale and B are X's T
+        (9, (np.float16, np.float32, np.float32, np.float32, np.float32)),  # 9: one T
+    ],
+)
+def test_batch_norm_type_mixes_its_schema_forbids_are_refused(opset, dtypes):
+    inputs = [a.astype(t) for a, t in zip(_bn_inputs(np.random.default_rng(5), np.float32, np.float32, np.float32), dtypes)]
+    with pytest.raises(ContractError, match="every T tensor must share one dtype"):
+        run_node(_bn_node(), inputs, opset=opset)
+
+
+def test_batch_norm_of_a_rank_one_x_runs_as_one_channel():
+    """ONNX: "accepts single dimension input of size N in which case C is assumed to be 1"."""
+    rng = np.random.default_rng(11)
+    inputs = _bn_inputs(rng, np.float32, np.float32, np.float32, shape=(7,))
+    (y,) = run_node(_bn_node(), inputs, opset=15)
+    assert y.shape == (7,) and y.dtype == np.float32
+    expected = batch_normalization_ref(inputs[0].reshape(7, 1), *inputs[1:], epsilon=1e-3).reshape(7)
+    assert_close(y, expected, np.float32, "rank-1 BatchNormalization")
+    (half,) = run_node(_bn_node(), [inputs[0].astype(np.float16)] + inputs[1:], opset=15)  # and mixed
+    assert half.shape == (7,) and half.dtype == np.float16
+    tensors = [generated.Tensor.from_numpy(a) for a in inputs]
+    with pytest.raises(UnsupportedNodeError, match="needs numpy inputs"):
+        run_node(_bn_node(), tensors, opset=15)
+
+
+def test_check_model_runs_a_mixed_precision_batch_norm(tmp_path, capsys):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 4, 3, 3])
+    rng = np.random.default_rng(2)
+    params = [numpy_helper.from_array(a, n) for a, n in zip(_bn_inputs(rng, np.float16, np.float32, np.float32, (2, 4, 3, 3))[1:], "sbmv")]
+    graph = helper.make_graph([_bn_node()], "bn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], params)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), tmp_path / "bn.onnx")
+    assert check_model.main([str(tmp_path / "bn.onnx")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("node 0: BatchNormalization-15 2x4x3x3, 4, 4, 4, 4 float16") and lines[0].endswith(": ok"), lines
