@@ -303,9 +303,7 @@ def reference(node, entry, values, opsets):
         model = _single_node_model([copy], feeds, outputs, imports)
         fetch = outputs
     options = onnxruntime.SessionOptions()
-    options.log_severity_level = (
-        4  # fatal only: an error comes back as the exception, not a coloured log line
-    )
+    options.log_severity_level = 4  # fatal only: an error comes back as the exception, not a coloured log line
     session = onnxruntime.InferenceSession(
         model.SerializeToString(), options, providers=["CPUExecutionProvider"]
     )
@@ -465,10 +463,7 @@ def check(model, *, dims=None, seed=0, device=None, out=None):
             failed += not ok
         print(line, file=out)
     for where, node in _nested_nodes(model, op_types):
-        print(
-            f"{node.name or node.op_type} in {where}: {node.op_type}: skipped: only the main graph's nodes run",
-            file=out,
-        )
+        print(f"{node.name or node.op_type} in {where}: {node.op_type}: skipped: only the main graph's nodes run", file=out)
     print(f"{ran} normalization nodes run, {failed} outside tolerance or failed", file=out)
     return failed
 
@@ -570,9 +565,7 @@ def _unknown_dims(model, dims):
     if not unknown:
         return None
     folded = {name.lower(): name for name in known}  # case folded: n finds N
-    close = [
-        folded[m] for name in unknown for m in difflib.get_close_matches(name.lower(), list(folded), n=1)
-    ]
+    close = [folded[m] for name in unknown for m in difflib.get_close_matches(name.lower(), list(folded), n=1)]
     hint = f" (did you mean {', '.join(close)}?)" if close else ""
     have = f"the model's symbolic dims are {', '.join(known)}" if known else "the model has no symbolic dims"
     return f"--dim {', '.join(unknown)}: no graph input has such a dimension{hint}; {have}"
@@ -588,11 +581,7 @@ def _load(path):
         return None, f"check_model needs onnx and onnxruntime: {error}"
     except Exception as error:
         return None, f"cannot read {path}: {type(error).__name__}: {one_line(error)}"
-    missing = [
-        what
-        for what, there in (("no IR version", model.ir_version), ("no graph", model.HasField("graph")))
-        if not there
-    ]
+    missing = [what for what, there in (("no IR version", model.ir_version), ("no graph", model.HasField("graph"))) if not there]
     if missing:  # an empty file parses as an empty ModelProto
         return None, f"cannot read {path}: not an ONNX model ({', '.join(missing)})"
     return model, None
