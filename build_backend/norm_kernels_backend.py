@@ -94,9 +94,9 @@ def _entry_points(project, renamed=None):
         return None
     renamed = renamed or {}
 
-    def target_of(target):
-        top, dot, rest = target.partition(".")
-        return renamed.get(top, top) + dot + rest
+    def target_of(target):  # "package.module:function" or "package:function"
+        top = re.match(r"[^.:]+", target).group()
+        return renamed.get(top, top) + target[len(top) :]
 
     return "[console_scripts]\n" + "".join(f"{name} = {target_of(target)}\n" for name, target in scripts.items())
 

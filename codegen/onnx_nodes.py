@@ -28,7 +28,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from . import find_op, ops
+from . import _runtime, find_op, ops
 from ._runtime import ContractError
 
 
@@ -45,8 +45,8 @@ class NodeCall(NamedTuple):
     outputs: tuple  # bind keys of the outputs the node asks for
     output_names: tuple  # the node's output names, "" where it asks for none
     # bind key -> (shape, dtype) the node's output has where the call's differs (an adapted node:
-    # BatchNormalization's rank-1 X runs as (N, 1), mixed float types in float32); else empty.
-    output_forms: dict = {}
+    # BatchNormalization's rank-1 X runs as (N, 1), mixed float types in float32); None: none does.
+    output_forms: dict | None = None
 
     @property
     def module(self):
@@ -240,7 +240,9 @@ def bind_node(node, inputs, *, opset=None) -> NodeCall:
     `inputs`: a sequence in the node's input order (an omitted optional input: None, or a name of
     ""), or a mapping from the node's input names to values. An `opset` that is not an int >= 1
     (or None), `inputs` of neither form or not one value per input, or an attribute not of its
-    schema's ONNX type (a FLOAT num_groups) is a ContractError naming it.
+    schema's ONNX type (a FLOAT num_groups) is a ContractError naming it. The call's inputs are in
+    the package's form, which for an adapted node differs from the node's (see _adapt): run it with
+    run_call, which gives the outputs the node's form back (`output_forms`).
     """
     entry = entry_for(node, opset)
     module = entry.module
@@ -303,7 +305,7 @@ def _adapt(entry, label, inputs, attrs):
             )
         per_group = channels // groups
         inputs = {**inputs, "scale": np.repeat(scale, per_group), "bias": np.repeat(bias, per_group)}
-    return inputs, attrs, {}
+    return inputs, attrs, None
 
 
 # BatchNormalization's inputs in ONNX order, and per version the groups of inputs that share one
@@ -316,6 +318,16 @@ _BN_TYPE_GROUPS = {
     15: (("x",), ("scale", "b"), ("inputMean", "inputVar")),
 }
 _FLOAT_TYPES = (np.dtype(np.float16), np.dtype(np.float32))
+
+
+def _native_dtypes(inputs):
+    """bind key -> the native-order dtype of each numpy array or Tensor input (other array-likes,
+    whose dtype numpy may not read, are left to kernel()'s conversion)."""
+    return {
+        k: np.dtype(v.dtype).newbyteorder("=")
+        for k, v in inputs.items()
+        if isinstance(v, (np.ndarray, _runtime.Tensor))
+    }
 
 
 def _mixed_float_types(version, dtypes):
@@ -331,10 +343,11 @@ def _mixed_float_types(version, dtypes):
 
 
 def _widened(value):
-    """A float32 copy of an array; a broadcast placeholder (check_model's) stays one, of no memory."""
+    """The array in float32 (no copy where it is one); a broadcast placeholder (check_model's) stays
+    one, of no memory."""
     if value.size and not any(value.strides):
         return np.broadcast_to(np.array(value.flat[0], np.float32), value.shape)
-    return value.astype(np.float32)
+    return value.astype(np.float32, copy=False)
 
 
 def _adapted_batch_norm(entry, label, inputs, attrs):
@@ -343,19 +356,30 @@ def _adapted_batch_norm(entry, label, inputs, attrs):
     type, so such a node runs as (N, 1), in float32: the widening is exact, the kernels compute in
     float32 whatever the type, and Y is rounded to X's type once, on the host. numpy inputs only."""
     x = inputs.get("x")
-    dtypes = {k: np.dtype(v.dtype) for k, v in inputs.items() if hasattr(v, "dtype")}
+    if x is None:  # the contract names the missing input
+        return inputs, attrs, None
+    dtypes = _native_dtypes(inputs)
     mixed = _mixed_float_types(entry.since_version, dtypes)
-    rank_one = x is not None and len(getattr(x, "shape", ())) == 1  # numpy arrays and Tensors
+    rank_one = len(getattr(x, "shape", ())) == 1  # numpy arrays and Tensors
     if not (mixed or rank_one):
-        return inputs, attrs, {}
+        return inputs, attrs, None
     if not all(isinstance(v, np.ndarray) for v in inputs.values()):
         why = "X of rank 1 runs as (N, 1)" if rank_one else "mixed float types run in float32"
         given = ", ".join(type(inputs[k]).__name__ for k in _BN_KEYS if k in inputs)
         raise UnsupportedNodeError(f"{label}: needs numpy inputs ({why} on the host); got {given}")
+    if rank_one:
+        wrong = [k for k in _BN_KEYS[1:] if k in inputs and inputs[k].shape != (1,)]
+        if wrong:
+            raise ContractError(
+                label,
+                f"input {wrong[0]}",
+                "C == 1 for a rank-1 X",
+                f"X is (N,) = {x.shape}, so C is 1 (ONNX), but {wrong[0]} has shape {inputs[wrong[0]].shape}",
+            )
     adapted = {k: _widened(v) if mixed else v for k, v in inputs.items()}
     if rank_one:
         adapted["x"] = adapted["x"].reshape(x.shape[0], 1)
-    return adapted, attrs, {"y": (x.shape, x.dtype)}
+    return adapted, attrs, {"y": (x.shape, dtypes["x"])}
 
 
 def plan_node(call: NodeCall, *, device=None, variant=None, tunables=None):
@@ -378,11 +402,15 @@ def run_node(node, inputs, *, opset=None, device=None, variant=None, tunables=No
     version. An op the kernels do not run, at that opset, raises UnsupportedNodeError listing what
     they do run.
     """
-    call = bind_node(node, inputs, opset=opset)
+    return run_call(bind_node(node, inputs, opset=opset), device=device, variant=variant, tunables=tunables)
+
+
+def run_call(call: NodeCall, *, device=None, variant=None, tunables=None) -> list:
+    """Run a bound node (bind_node); one value per node output (None for ""), in the node's form."""
     results = call.module.kernel(
         call.inputs, attrs=call.attrs, outputs=call.outputs, device=device, variant=variant, tunables=tunables
     )
-    for key, (shape, dtype) in call.output_forms.items():
+    for key, (shape, dtype) in (call.output_forms or {}).items():
         if key in results:  # an adapted node: numpy in, numpy out
             results[key] = results[key].reshape(shape).astype(dtype, copy=False)
     keys = iter(call.outputs)  # the outputs asked for, in the node's order

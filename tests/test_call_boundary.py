@@ -237,6 +237,21 @@ def test_caches_stay_bounded_over_many_changing_shapes(monkeypatch):
     assert all(len(cache) <= cache.maxsize for caches in (rt._uniform_buffers, rt._bind_groups, rt._scratch) for cache in caches.values())
 
 
+@pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="NumPy 1.x has no copy= in asarray")
+def test_a_read_back_is_always_a_copy():
+    """NumPy's copy=False means "no copy or an error": a read-back from the GPU is always a copy (it
+    silently copied before)."""
+    rng, _ = rng_for("tensor-copy")
+    inputs, attrs = gn_inputs(rng, np.float32)
+    expected = gn.kernel(inputs, attrs=attrs)["y"]
+    resident = gn.kernel({**inputs, "x": Tensor.from_numpy(inputs["x"])}, attrs=attrs)["y"]
+    with pytest.raises(ValueError, match="GPU memory"):
+        np.asarray(resident, copy=False)
+    with pytest.raises(ValueError, match="GPU memory"):
+        np.array(resident, copy=False)
+    assert np.array(resident, copy=True).tobytes() == expected.tobytes()
+
+
 def test_tensor_reads_back_frees_and_mixes_with_numpy():
     rng, _ = rng_for("tensor-api")
     inputs, attrs = gn_inputs(rng, np.float32)
@@ -245,12 +260,6 @@ def test_tensor_reads_back_frees_and_mixes_with_numpy():
     assert isinstance(mixed, Tensor)  # any Tensor in: Tensors out, numpy inputs uploaded
     assert np.asarray(mixed).tobytes() == expected.tobytes()
     assert np.asarray(mixed, dtype=np.float64).dtype == np.float64
-    # NumPy's copy=False means "no copy or an error": a read-back from the GPU is always a copy.
-    with pytest.raises(ValueError, match="GPU memory"):
-        np.asarray(mixed, copy=False)
-    with pytest.raises(ValueError, match="GPU memory"):
-        np.array(mixed, copy=False)
-    assert np.array(mixed, copy=True).tobytes() == expected.tobytes()
     with Tensor.from_numpy(inputs["x"]) as t:
         assert np.array_equal(t.numpy(), inputs["x"])
     with pytest.raises(ContractError, match="the Tensor was destroyed"):

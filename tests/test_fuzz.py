@@ -457,7 +457,7 @@ def invalid_requests(draw, op_id):
     if op_id == "sgn":
         choices += ["groups_do_not_divide", "groups_not_positive", "skip_shape", "activation", "rank_high"]
     if op_id == "bn":
-        choices += ["training_mode", "momentum"]  # momentum: a non-finite one (any finite one is accepted)
+        choices += ["training_mode", "momentum"]  # momentum: not a finite number (any finite one is accepted)
     kind = draw(st.sampled_from(choices))
     if kind == "param_length":
         key = draw(st.sampled_from(params))

@@ -367,6 +367,8 @@ def test_tensor_buffer_cannot_be_deleted():
     tensor = Tensor.from_numpy(arrays["x"])
     with pytest.raises(AttributeError, match="Tensor.buffer cannot be deleted: re-point it"):
         del tensor.buffer
+    with pytest.raises(AttributeError, match="no attribute 'colour'"):
+        del tensor.colour
     np.testing.assert_array_equal(tensor.numpy(), arrays["x"])
     assert gn.kernel({**arrays, "x": tensor}, attrs=ATTRS)["y"].shape == arrays["x"].shape
 

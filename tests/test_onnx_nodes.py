@@ -272,8 +272,8 @@ def test_check_model_runs_every_normalization_node(tmp_path, capsys, opset, dtyp
 def test_check_model_exits_1_outside_tolerance_and_2_on_an_unreadable_model(tmp_path, capsys, monkeypatch):
     path = tmp_path / "chain.onnx"
     onnx.save(chain_model(21), path)
-    real = check_model.run_node
-    monkeypatch.setattr(check_model, "run_node", lambda node, *a, **k: [v + 0.01 if v is not None else v for v in real(node, *a, **k)])
+    real = check_model.run_call
+    monkeypatch.setattr(check_model, "run_call", lambda call, *a, **k: [v + 0.01 if v is not None else v for v in real(call, *a, **k)])
     assert check_model.main([str(path)]) == 1
     out = capsys.readouterr().out
     assert out.count("OUTSIDE TOLERANCE") == 4 and "4 outside tolerance or failed" in out
@@ -470,6 +470,14 @@ def test_batch_norm_with_parameters_of_their_own_type_runs_in_float32(opset, x_d
     (y,) = run_node(_bn_node(), inputs, opset=opset)
     assert y.dtype == x_dtype and y.shape == inputs[0].shape
     assert_close(y, batch_normalization_ref(*inputs, epsilon=1e-3), x_dtype, f"BatchNormalization-{opset} {seed_note(seed)}")
+    # Exactly the float32 kernel's output rounded once: no parameter was rounded to float16 first.
+    widened = dict(zip(("x", "scale", "b", "inputMean", "inputVar"), (a.astype(np.float32) for a in inputs)))
+    once = generated.batch_normalization.kernel(widened, attrs={"epsilon": 1e-3})["y"].astype(x_dtype)
+    assert y.tobytes() == once.tobytes(), seed_note(seed)
+    # Big-endian parameters are the same types (the kernels take either byte order).
+    swapped = [inputs[0]] + [a.astype(a.dtype.newbyteorder(">")) for a in inputs[1:]]
+    (y_swapped,) = run_node(_bn_node(), swapped, opset=opset)
+    assert y_swapped.dtype == np.dtype(x_dtype) and y_swapped.tobytes() == y.tobytes()
     with pytest.raises(UnsupportedNodeError, match="mixed float types run in float32"):
         run_node(_bn_node(), [generated.Tensor.from_numpy(a) for a in inputs], opset=opset)
 
@@ -502,6 +510,41 @@ def test_batch_norm_of_a_rank_one_x_runs_as_one_channel():
     tensors = [generated.Tensor.from_numpy(a) for a in inputs]
     with pytest.raises(UnsupportedNodeError, match="needs numpy inputs"):
         run_node(_bn_node(), tensors, opset=15)
+    # The parameters of a rank-1 X have one value (C is 1): named in the caller's terms.
+    with pytest.raises(ContractError, match=r"input scale: .*X is \(N,\) = \(7,\), so C is 1"):
+        run_node(_bn_node(), [inputs[0], np.ones(3, np.float32)] + inputs[2:], opset=15)
+    (big,) = run_node(_bn_node(), [inputs[0].astype(">f4")] + inputs[1:], opset=15)
+    assert big.dtype == np.float32 and big.dtype.isnative and big.tobytes() == y.tobytes()
+
+
+def test_batch_norm_with_x_omitted_is_the_contracts_refusal():
+    """With X omitted and parameter types the schema lets differ, the adapter raised AttributeError;
+    now the contract refuses the node by name (its dtype rule comes first here)."""
+    node = helper.make_node("BatchNormalization", ["", "s", "b", "m", "v"], ["y"])
+    params = [np.ones(4, np.float16), np.zeros(4, np.float16), np.zeros(4, np.float32), np.ones(4, np.float32)]
+    with pytest.raises(ContractError, match="ai.onnx BatchNormalization-15: input"):
+        run_node(node, [None] + params, opset=15)
+    with pytest.raises(ContractError, match="required input x is missing"):
+        run_node(node, [None] + [p.astype(np.float32) for p in params], opset=15)
+
+
+def test_batch_norm_takes_array_likes_it_does_not_inspect():
+    """An array-like whose dtype numpy cannot read (a torch tensor's, say) reaches kernel(), which
+    converts it, as before the adapter (a review found it crashing every BatchNormalization node)."""
+
+    class ArrayLike:
+        dtype = "torch.float32"
+
+        def __init__(self, array):
+            self.array = array
+
+        def __array__(self, dtype=None, copy=None):
+            return self.array
+
+    inputs = _bn_inputs(np.random.default_rng(4), np.float32, np.float32, np.float32)
+    (y,) = run_node(_bn_node(), [ArrayLike(inputs[0])] + inputs[1:], opset=15)
+    (want,) = run_node(_bn_node(), inputs, opset=15)
+    assert y.tobytes() == want.tobytes()
 
 
 def test_check_model_runs_a_mixed_precision_batch_norm(tmp_path, capsys):

@@ -276,6 +276,8 @@ class Tensor:
     def __delattr__(self, name: str) -> None:
         # Nothing of a Tensor is deleted: a Tensor without its buffer broke every call and read-back
         # with an AttributeError from inside the package.
+        if name not in Tensor.__slots__:
+            raise AttributeError(f"'Tensor' object has no attribute {name!r}")
         why = "re-point it to another buffer instead" if name == "buffer" else "it is read-only"
         raise AttributeError(f"Tensor.{name} cannot be deleted: {why}")
 
