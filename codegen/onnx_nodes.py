@@ -308,12 +308,10 @@ def _adapt(entry, label, inputs, attrs):
     return inputs, attrs, None
 
 
-# BatchNormalization's inputs in ONNX order, and per version the groups of inputs that share one
-# type variable (onnx.defs: 9 has one T; 14 gives input_mean and input_var U; 15 gives scale and B
-# T1, input_mean and input_var T2).
-_BN_KEYS = ("x", "scale", "b", "inputMean", "inputVar")
+# Per BatchNormalization version, the groups of inputs (bind keys) that share one type variable
+# (onnx.defs: 14 gives input_mean and input_var U; 15 gives scale and B T1, input_mean and
+# input_var T2); a version not listed (9) has one T for all.
 _BN_TYPE_GROUPS = {
-    9: (_BN_KEYS,),
     14: (("x", "scale", "b"), ("inputMean", "inputVar")),
     15: (("x",), ("scale", "b"), ("inputMean", "inputVar")),
 }
@@ -334,9 +332,7 @@ def _mixed_float_types(version, dtypes):
     """Whether `dtypes` (bind key -> dtype) mix float16 and float32 the way the version's schema
     allows (one type within each group); False for one type, or a mix the schema does not allow
     (which the package's contract then refuses by name)."""
-    groups = [
-        [dtypes[k] for k in group if k in dtypes] for group in _BN_TYPE_GROUPS.get(version, (_BN_KEYS,))
-    ]
+    groups = [[dtypes[k] for k in group if k in dtypes] for group in _BN_TYPE_GROUPS.get(version, (dtypes,))]
     if not all(t in _FLOAT_TYPES for group in groups for t in group):
         return False
     return all(len(set(group)) <= 1 for group in groups) and len({t for group in groups for t in group}) > 1
@@ -365,10 +361,10 @@ def _adapted_batch_norm(entry, label, inputs, attrs):
         return inputs, attrs, None
     if not all(isinstance(v, np.ndarray) for v in inputs.values()):
         why = "X of rank 1 runs as (N, 1)" if rank_one else "mixed float types run in float32"
-        given = ", ".join(type(inputs[k]).__name__ for k in _BN_KEYS if k in inputs)
+        given = ", ".join(type(v).__name__ for v in inputs.values())  # in the op's input order
         raise UnsupportedNodeError(f"{label}: needs numpy inputs ({why} on the host); got {given}")
     if rank_one:
-        wrong = [k for k in _BN_KEYS[1:] if k in inputs and inputs[k].shape != (1,)]
+        wrong = [k for k, v in inputs.items() if k != "x" and v.shape != (1,)]
         if wrong:
             raise ContractError(
                 label,

@@ -2,7 +2,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 bc358b7e315409a5)
 #   templates/_lib/row_stats.wgsl.jinja (sha256 864795bd1797003c)
 #   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
-#   templates/_lib/units.wgsl.jinja (sha256 ad9bbd4a25317a80)
+#   templates/_lib/units.wgsl.jinja (sha256 771e4cb16eadd60e)
 #   templates/norm-row-registers.wgsl.jinja (sha256 ae3b1fcc7079f536)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -5,15 +5,15 @@
 #   templates/_lib/row_stats.wgsl.jinja (sha256 864795bd1797003c)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
-#   templates/_lib/units.wgsl.jinja (sha256 ad9bbd4a25317a80)
+#   templates/_lib/units.wgsl.jinja (sha256 771e4cb16eadd60e)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 1edea68cb7f3a465)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 7d6c0df17d5e6677)
 #   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 cf4660cd8a0f75ea)
 #   templates/norm-row-registers.wgsl.jinja (sha256 ae3b1fcc7079f536)
 #   templates/norm-row-stats.wgsl.jinja (sha256 32f9ae9b57846b76)
-#   templates/norm-splitk-apply.wgsl.jinja (sha256 1d188157e8bb479f)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 43494aaa82242203)
+#   templates/norm-splitk-apply.wgsl.jinja (sha256 4ebbb4d3c088680c)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 492efa4153d81d51)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Every shader of ai.onnx GroupNormalization-21, each distinct WGSL text stored once.

@@ -4,10 +4,10 @@
 #   templates/_lib/reduce.wgsl.jinja (sha256 a01ecf587df73e2c)
 #   templates/_lib/splitk.wgsl.jinja (sha256 20bce40aeca54339)
 #   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
-#   templates/_lib/units.wgsl.jinja (sha256 ad9bbd4a25317a80)
+#   templates/_lib/units.wgsl.jinja (sha256 771e4cb16eadd60e)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/norm-splitk-apply.wgsl.jinja (sha256 1d188157e8bb479f)
-#   templates/norm-splitk-partials.wgsl.jinja (sha256 43494aaa82242203)
+#   templates/norm-splitk-apply.wgsl.jinja (sha256 4ebbb4d3c088680c)
+#   templates/norm-splitk-partials.wgsl.jinja (sha256 492efa4153d81d51)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `plane_splitk_registers` of ai.onnx InstanceNormalization-6.
