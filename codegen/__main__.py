@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .build import build, check_out, stale, write
+from .build import build, check_out, lacks_hand_written_part, stale, write
 from .emit import REGENERATE
 from .problems import CompileError
 
@@ -59,6 +59,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     elapsed = time.perf_counter() - started
     print(f"wrote {len(changed)} of {len(files)} files to {options.out}/ in {elapsed:.2f} s")
+    if lacks_hand_written_part(options.out):
+        print(
+            f"note: {options.out}/ has no hand-written runtime (__init__.py, _runtime/): the compiler writes only "
+            "the generated files; copy the repository's generated/ there first for a package that runs"
+        )
     if options.verbose:
         for item in changed:
             print(f"  {item}")

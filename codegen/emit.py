@@ -7,6 +7,7 @@ sources and their sha256. Iteration follows manifest order, so two builds give i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -19,8 +20,7 @@ import black
 from .expr import Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
-from .store import CONTINUED, PARAGRAPH_BREAK, ShaderStore, deciding_columns
-from .runtime.wgsl_facts import declared_bindings, shader_facts
+from .shader_files import ShaderFile, ShaderFiles, deciding_columns
 from .wgsl import KeyName, RenderedPass
 
 REGENERATE = "python -m codegen manifests/ generated/"
@@ -460,7 +460,7 @@ def _wrap_text(text: str, width: int = 96) -> list[str]:
 # --- variant modules -----------------------------------------------------------------------------
 
 
-def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], store: ShaderStore, header: str) -> PythonSource:
+def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], shaders: ShaderFiles, header: str) -> PythonSource:
     ir = variant.ir
     by_pass = {item.pass_.ir.id: item for item in rendered if item.variant is variant}
     w = Writer()
@@ -494,7 +494,7 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     for p in variant.passes:
         w.line()
         w.line()
-        _emit_shader_table(w, p, by_pass[p.ir.id], store)
+        _emit_shader_table(w, p, by_pass[p.ir.id], shaders)
     return formatted(header, w)
 
 
@@ -549,7 +549,7 @@ def _emit_variant_imports(w: Writer, variant: ResolvedVariant, by_pass: dict[str
     for p in variant.passes:
         names.add({"threads": "threads_dispatch"}.get(p.ir.dispatch.form, "fold_dispatch"))
     w.line(f"from .._runtime import {', '.join(sorted(names))}")
-    w.line("from .shaders import wgsl")
+    w.line("from .shaders import SHADERS")
     w.line()
 
 
@@ -609,7 +609,7 @@ def _key_part(p: ResolvedPass, key: KeyName) -> str:
 def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
     """Override name -> Python expression, for the overrides some specialization declares, and for
     the request-dependent values the pass reads as uniforms."""
-    declared = {name for spec in item.specializations for name, _ in spec.overrides}
+    declared = {name for spec in item.specializations for name, _ in spec.interface.overrides}
     moved = {u.name for u in item.scope_uniforms}
     numbers = {}
     for value in p.scope_values:
@@ -620,12 +620,6 @@ def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
     if "DISPATCH_FOLD_WIDTH" in declared:
         numbers["DISPATCH_FOLD_WIDTH"] = "dispatch_fold_width"
     return numbers
-
-
-def _from_values(numbers: dict[str, str]) -> set[str]:
-    """The names whose number is the variant's value of the same name (`v.<snake(name)>`): make_pass
-    takes those from `v` itself, so the pass need not restate them."""
-    return {name for name, text in numbers.items() if text == f"v.{snake(name)}"}
 
 
 def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
@@ -670,220 +664,92 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
             _assign(w, value)
         w.line(f"shader = {ir.id.upper()}_SHADERS[({', '.join(parts)}{',' if len(parts) == 1 else ''})]")
         label = _emit_dispatch(w, op, p)
-        implicit = _from_values(numbers)
         w.line("uniforms = {")
         for field, code in p.uniforms:
             w.line(f'    "{field.name}": {code.python},  # {field.value.text()}')
         for uniform in item.scope_uniforms:
-            if not uniform.declared and uniform.name not in implicit:
+            if not uniform.declared:
                 w.line(f'    "{uniform.name}": {numbers[uniform.name]},  # request-dependent: bound at dispatch time')
         w.line("}")
         moved = {u.name for u in item.scope_uniforms}
-        own = {name: text for name, text in numbers.items() if name not in moved | implicit | {"DISPATCH_FOLD_WIDTH"}}
+        own = {name: text for name, text in numbers.items() if name not in moved | {"DISPATCH_FOLD_WIDTH"}}
         arguments = [f'"{ir.id}"', f'"{label}"', "dispatch", "uniforms"]
         if own:
             w.line(f"numbers = {{{', '.join(f'{name!r}: {text}' for name, text in own.items())}}}")
             arguments.append("numbers")
-        if implicit:
-            w.comment("Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).")
-            arguments.append("v=v")
-        elif "DISPATCH_FOLD_WIDTH" in numbers:
+        if "DISPATCH_FOLD_WIDTH" in numbers:
             w.comment("make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).")
         w.line(f"return make_pass(r, shader, {', '.join(arguments)})")
 
 
-def _check_facts(item: RenderedPass) -> None:
-    """The runtime reads a shader's overrides, workgroup size and arrays, subgroup use and Params
-    from its text (wgsl_facts): they must be what the compiler declared (a compiler bug otherwise)."""
-    fields = list(item.uniform_fields)
-    fields += [(f"_pad{i}", "u32") for i in range(-len(fields) % 4)] if fields else []
-    for spec in item.specializations:
-        facts = shader_facts(spec.wgsl)
-        expected = (spec.overrides, spec.workgroup_size, spec.workgroup_arrays, spec.uses_subgroups, tuple(fields))
-        if tuple(facts) != expected:
-            raise RuntimeError(f"{item.template}: the text declares {facts}, the compiler {expected}")
-        declared = declared_bindings(spec.wgsl)
-        bound = [b.name for b in item.pass_.ir.bindings]
-        if [i for i, _ in declared] != list(range(len(declared))) or not _in_order([n for _, n in declared], bound):
-            raise RuntimeError(f"{item.template}: the text binds {declared}, the pass {bound}")
-
-
-def _in_order(names: list[str], among: list[str]) -> bool:
-    """Whether `names` are some of `among`, in its order."""
-    rest = iter(among)
-    return all(name in rest for name in names)
-
-
-def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, store: ShaderStore) -> None:
+def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, shaders: ShaderFiles) -> None:
     ir = p.ir
-    _check_facts(item)
     varying = _lookup_positions(item)
     fixed = [
         f"{item.key_names[i]}={item.specializations[0].key[i]!r}"
         for i in range(len(item.key_names))
         if len({repr(s.key[i]) for s in item.specializations}) == 1
     ]
-    w.comment(f"Pass `{ir.id}`: its shaders by ({', '.join(str(item.key_names[i]) for i in varying)}): the template values that")
-    w.comment("tell its specializations apart" + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else "."))
+    w.comment(f"Pass `{ir.id}`: its shaders (shaders/<name>.wgsl) by ({', '.join(str(item.key_names[i]) for i in varying)}): the")
+    w.comment("template values that tell its specializations apart" + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else "."))
     w.line(f"{ir.id.upper()}_SHADERS = shader_table(")
-    w.line("    wgsl,")
+    w.line("    SHADERS,")
+    w.line("    package=__package__,")
     w.line(f'    template="{item.template}",')
     w.line("    bindings=(")
     for i, b in enumerate(ir.bindings):
         w.line(f'        Binding({i}, "{b.name}", "{b.kind}", "{b.resource}", "{b.buffer}"),')
     w.line("    ),")
-    table = {tuple(spec.key[i] for i in varying): store.name_of(spec) for spec in item.specializations}
-    product = _ShaderProduct(item, varying, store, table).lines()
-    if product:
-        w.line("    # Every combination of these values: a name is the template's stem and a token a value.")
+    w.line("    # fmt: off")
     w.line("    shaders={")
-    for line in product or [f"{key!r}: {name!r}," for key, name in table.items()]:
-        w.line(f"        {line}")
+    for spec in item.specializations:
+        w.line(f"        {tuple(spec.key[i] for i in varying)!r}: {shaders.name_of(spec)!r},")
     w.line("    },")
+    w.line("    # fmt: on")
     w.line(")")
 
 
-@dataclass(frozen=True)
-class _Piece:
-    """One token of the shader names of a `_ShaderProduct`: fixed text, or read from a lookup value."""
-
-    position: int | None  # the lookup value it is read from; None: `fixed`
-    fixed: str = ""
-    tokens: tuple = ()  # (value, its NameToken) for each value of that position, in order
-
-    @property
-    def always(self) -> bool:
-        return self.position is None or all(token.text for _, token in self.tokens)
-
-
-class _ShaderProduct:
-    """A pass's `shaders=` table as one dict comprehension with a loop a lookup value, where the
-    table is every combination of the lookup values and each name its template's stem and a
-    token a deciding value, each token fixed or read from one lookup value (a bucket's table: 40
-    names in 14 lines). Elsewhere, or where that is not half as long as the entries, `lines()` is
-    None and the entries are written out. The comprehension is evaluated here and must give the
-    table."""
-
-    def __init__(self, item: RenderedPass, varying: list[int], store: ShaderStore, table: dict):
-        self.keys = [item.key_names[i] for i in varying]
-        self.table = table
-        self.values = [list(dict.fromkeys(key[j] for key in table)) for j in range(len(varying))]
-        self.made_of = [store.tokens[name] for name in table.values()]
-        names = [snake(key.name) + ("_type" if key.element_type else "_bound" if key.bound else "") for key in self.keys]
-        self.variables = [name if name.isidentifier() else f"value{j}" for j, name in enumerate(names)]
-
-    def pieces(self) -> list[_Piece] | None:
-        """The names' tokens that are not empty in every name; None where one of them follows no
-        single lookup value."""
-        pieces = []
-        for c, first in enumerate(self.made_of[0].tokens):
-            seen = {made.tokens[c].text for made in self.made_of}
-            if len(seen) == 1:
-                pieces += [_Piece(None, seen.pop())] if "" not in seen else []
-            elif first.key in self.keys:
-                j = self.keys.index(first.key)
-                tokens = dict(zip((key[j] for key in self.table), (made.tokens[c] for made in self.made_of)))
-                pieces.append(_Piece(j, tokens=tuple((value, tokens[value]) for value in self.values[j])))
-            else:
-                return None
-        return pieces
-
-    def text(self, piece: _Piece, leading: bool) -> tuple[str, str | None]:
-        """A piece's part of the name's f-string, with its dash (`leading`: one before it), and the
-        loop clause of its lookup value (None: a plain loop over the values). Tokens that are one
-        prefix and the value (`units8`) read the value itself; a piece that can be empty (False:
-        "") holds its dash in its tokens, after it where no token comes before it."""
-        dash = "-" if leading else ""
-        if piece.position is None:
-            return dash + piece.fixed, None
-        variable = self.variables[piece.position]
-        if not piece.always:
-            glued = tuple((v, t.text and ("-" + t.text if leading else t.text + "-")) for v, t in piece.tokens)
-            return "{" + variable + "_token}", f"for {variable}, {variable}_token in {glued!r}"
-        prefixes = {t.prefix for _, t in piece.tokens}
-        if len(prefixes) == 1 and None not in prefixes:
-            return dash + prefixes.pop() + "{" + variable + "}", None
-        pairs = tuple((v, t.text) for v, t in piece.tokens)
-        return dash + "{" + variable + "_token}", f"for {variable}, {variable}_token in {pairs!r}"
-
-    def lines(self) -> list[str] | None:
-        if len(self.table) < 6 or not self.keys or len(self.table) != math.prod(map(len, self.values)):
-            return None
-        pieces = self.pieces()
-        anchor = next((k for k, piece in enumerate(pieces or []) if piece.always), None)
-        if anchor is None:
-            return None
-        name, loops = "", {}
-        for k, piece in enumerate(pieces):
-            text, loop = self.text(piece, leading=k > anchor)
-            name += text
-            if loop:
-                loops[piece.position] = loop
-        clauses = [loops.get(j, f"for {self.variables[j]} in {tuple(self.values[j])!r}") for j in range(len(self.keys))]
-        # Black writes a loop over more than 3 (value, token) pairs a pair a line.
-        paired = sum(len(self.values[j]) + 1 for j in loops if len(self.values[j]) > 3)
-        if 1 + len(clauses) + paired > len(self.table) / 2:
-            return None  # not half as long as the entries
-        key = ", ".join(self.variables) + ("," if len(self.keys) == 1 else "")
-        lines = [f"({key}): f{(self.made_of[0].stem + '.' + name)!r}", *clauses]
-        # The comprehension must give the table (lookups only: the order does not matter).
-        return lines if eval("{" + " ".join(lines) + "}", {}) == self.table else None
-
-
-def emit_shaders_module(op: ResolvedOp, store: ShaderStore, header: str) -> PythonSource:
-    """The op's `shaders.py`: every part once, every shader as the parts it joins."""
+def emit_shaders_module(op: ResolvedOp, shaders: ShaderFiles, header: str) -> PythonSource:
+    """The op's `shaders.py`: the interface record of every shader file, by name."""
     w = Writer()
-    w.line(f'"""Every shader of {op.ir.title}, each distinct WGSL text stored once.')
+    w.line(f'"""The shaders of {op.ir.title}: what each file `shaders/<name>.wgsl` declares.')
     w.line()
     for line in textwrap.wrap(
-        "A shader is the parts it names in SHADERS, joined by blank lines; a name starting with "
-        f"`{CONTINUED}` continues the previous part on the next line instead. Parts are runs of WGSL "
-        "lines, cut where specializations differ and joined again where storing a run inside each "
-        "of its neighbours takes fewer lines than naming it in every shader; each is stored once in "
-        "PARTS under what it declares first (`main: let s0`: a run inside fn main, `// x`: the note "
-        "before x). `wgsl(name)` gives back the exact text naga validated, which "
-        "`plan().passes[i].wgsl` shows whole; a shader's name is its template's stem and the "
-        'template values that tell its specializations apart."""',
+        "The render stage made these records while it wrote the shaders' declarations; the runtime "
+        "binds, sizes and sets a shader from its record and never reads its text for that. A "
+        "shader's name is its template's stem and the template values that tell its "
+        'specializations apart; each file starts with a header naming its template and key."""',
         width=96,
     ):
         w.line(line)
     w.line()
     w.line("from __future__ import annotations")
     w.line()
-    w.line("PARTS = {")
-    for name, text in store.parts.items():
-        w.line(f"    {name!r}: {_string_block(text)},")
-    w.line("}")
+    w.line("from .._runtime import ShaderInterface")
     w.line()
+    w.comment("A record a shader, a field a line (black would write a tuple item a line).")
     w.line("# fmt: off")
     w.line("SHADERS = {")
-    for shader in store.shaders.values():
-        w.line(f"    {shader.name!r}: (")
-        # A no-break space inside each name keeps textwrap from cutting `fn main` in two.
-        items = " ".join(repr(p).replace(" ", "\xa0") + "," for p in shader.parts)
-        for line in textwrap.wrap(items, width=100, break_long_words=False, break_on_hyphens=False):
-            w.line(f"        {line.replace(chr(0xA0), ' ')}")
+    for shader in shaders.files.values():
+        w.line(f"    {shader.name!r}: ShaderInterface(")
+        for field in dataclasses.fields(shader.interface):
+            w.line(f"        {field.name}={getattr(shader.interface, field.name)!r},")
         w.line("    ),")
     w.line("}")
     w.line("# fmt: on")
-    w.line()
-    w.line()
-    with w.block("def wgsl(name: str) -> str:"):
-        w.line('"""The WGSL text of shader `name`."""')
-        w.line('text = ""')
-        with w.block("for i, part in enumerate(SHADERS[name]):"):
-            with w.block(f'if part.startswith("{CONTINUED}"):'):
-                w.line(f'text += "\\n" + PARTS[part[{len(CONTINUED)}:]]')
-            with w.block("else:"):
-                w.line(f"text += ({PARAGRAPH_BREAK!r} if i else \"\") + PARTS[part]")
-        w.line("return text")
     return formatted(header, w)
 
 
-def _string_block(text: str) -> str:
-    if '"""' in text or "\\" in text:
-        return repr(text)
-    return '"""\\\n' + text + '"""'
+def shader_file_text(shader: ShaderFile) -> str:
+    """A shader file: three header lines (what made it, its key, the license), then the text naga
+    validated."""
+    key = ", ".join(f"{t.key}={t.value!r}" for t in shader.tokens) or "the template's only specialization"
+    where = f" in {shader.origin}" if shader.origin else ""
+    return (
+        f"// Generated by `{REGENERATE}` from {shader.template} (its notes explain the algorithm).\n"
+        f"// Key: {key}{where}. Do not edit: change the template and regenerate.\n"
+        f"// {LICENSE_NOTICE}\n" + shader.text
+    )
 
 
 # --- cases ---------------------------------------------------------------------------------------
@@ -936,54 +802,24 @@ def _filled(items: list[str], opening: str, closing: str, width: int) -> list[st
 # --- package files -------------------------------------------------------------------------------
 
 
-def emit_package_init(ops: list[ResolvedOp], sources: list[Source], version: str) -> PythonSource:
-    """The package's __init__: the op packages, `__version__` and the ONNX registry `ops()`."""
+def emit_ops_table(ops: list[ResolvedOp], sources: list[Source]) -> PythonSource:
+    """`_ops.py`: the op packages and the ONNX operator versions each runs (the package's
+    hand-written `__init__` reads it for `ops()`, `find_op()` and `op_packages()`)."""
     w = Writer()
-    w.line('"""WebGPU kernels for ONNX normalization operators, generated ahead of time.')
+    w.line('"""The op packages the compiler generated, and the ONNX operator versions each runs."""')
     w.line()
-    w.line("Each op is a subpackage with `kernel`, `plan`, `explain` and a plain function. The package")
-    w.line("imports only `wgpu` (lazily, at the first GPU call) and `numpy`, and imports itself only")
-    w.line("relatively, so a copy can live under any name. `ops()` maps ONNX operator versions to the")
-    w.line("op packages; `onnx_nodes.run_node()` runs an ONNX node through them.")
-    w.line('"""')
+    w.line("from . import " + ", ".join(module_name(op) for op in ops))
+    w.line("from .registry import OpEntry")
     w.line()
-    w.line("from . import " + ", ".join(snake(op.ir.name) for op in ops))
-    w.line("from ._runtime import ContractError, DeviceLostError, NoAdapterError, Sequence, Tensor, default_device")
-    w.line("from .registry import OpEntry, find_in, ops_of")
-    w.line()
-    w.line(f"__version__ = {version!r}  # [project] version in pyproject.toml")
-    names = ["ContractError", "DeviceLostError", "NoAdapterError", "OpEntry", "Sequence", "Tensor", "__version__", "default_device", "find_op", "ops", "warmup"]
-    w.line(f"__all__ = {names + [snake(op.ir.name) for op in ops]!r}")
+    w.line(f"OP_PACKAGE_NAMES = {tuple(module_name(op) for op in ops)!r}")
+    w.line(f"OP_PACKAGES = ({', '.join(module_name(op) for op in ops)},)")
     w.line()
     w.comment("From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).")
-    w.line("_ENTRIES = (")
+    w.line("ENTRIES = (")
     for op in ops:
         for entry in onnx_entries(op):
-            w.line(f"    OpEntry({snake(op.ir.name)}, {', '.join(repr(v) for v in entry)}),")
+            w.line(f"    OpEntry({module_name(op)}, {', '.join(repr(v) for v in entry)}),")
     w.line(")")
-    w.line()
-    w.line()
-    with w.block("def ops() -> dict:"):
-        w.line('"""{(domain, op_type, since_version): OpEntry}: every ONNX operator version a package here runs."""')
-        w.line("return ops_of(_ENTRIES)")
-    w.line()
-    w.line()
-    with w.block("def find_op(domain: str, op_type: str, opset: int | None = None) -> OpEntry | None:"):
-        w.line('"""The entry that serves `op_type` at the model\'s `opset` of `domain` ("" is ai.onnx), or None;')
-        w.line('`opset=None` takes the op\'s newest version."""')
-        w.line("return find_in(_ENTRIES, domain, op_type, opset)")
-    w.line()
-    w.line()
-    with w.block("def warmup(device=None) -> int:"):
-        w.line('"""Create ahead of time the pipelines every variant of every op needs for the shipped test and')
-        w.line("bench cases on `device` (default tunables); returns how many were made. See `_runtime.warm_cases`.")
-        w.line('"""')
-        w.line("import importlib")
-        w.line()
-        w.line("from ._runtime import warm_cases")
-        w.line()
-        cases = ", ".join(f"({module_name(op)}, importlib.import_module('.cases', {module_name(op)}.__name__))" for op in ops)
-        w.line(f"return warm_cases([{cases}], device)")
     return formatted(banner(sources), w)
 
 
@@ -1004,10 +840,6 @@ def onnx_entries(op: ResolvedOp) -> list[tuple]:
         if (domain, name, target) == (*key, op.ir.since_version):
             entries.append((domain, name, since, *span(since), note))
     return sorted(entries, key=lambda e: e[2])
-
-
-def emit_runtime(runtime_source: str, source: Source) -> str:
-    return banner([source]) + "\n" + runtime_source
 
 
 def module_name(op: ResolvedOp) -> str:

@@ -15,6 +15,8 @@ of ints), set (device feature sets), map (adapter info) and list (intermediate s
 from __future__ import annotations
 
 import functools
+import keyword
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -25,7 +27,6 @@ from jinja2.parser import Parser
 
 from .ir import Expr, Origin
 from .problems import Problem, closest
-from .runtime.wgsl_facts import snake
 
 NUMERIC = ("int", "float")
 
@@ -35,6 +36,16 @@ ONNX_DTYPE_CODES = {"float32": 1, "uint8": 2, "int8": 3, "int32": 6, "int64": 7,
 PREC_COND, PREC_OR, PREC_AND, PREC_NOT, PREC_CMP, PREC_ADD, PREC_MUL, PREC_UNARY, PREC_ATOM = range(1, 10)
 
 _ENV = jinja2.Environment()
+
+
+def snake(name: str) -> str:
+    """The Python name the generated code gives a manifest or WGSL name:
+    `normalizationParamsOk` -> `normalization_params_ok`; `WORKGROUP_SIZE` -> `workgroup_size`."""
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    text = re.sub(r"[^a-z0-9_]", "_", text)
+    if keyword.iskeyword(text) or text[:1].isdigit():
+        text += "_"
+    return text
 
 
 class ExprError(Exception):
@@ -236,8 +247,9 @@ class Compiler:
         left = self.numeric(self.visit(node.left), "the left operand of `/`")
         right = self.numeric(self.visit(node.right), "the right operand of `/`")
         kind = "int" if left.type == right.type == "int" else "float"
-        if right.is_constant and right.constant != 0:
+        if kind == "float" and right.is_constant and right.constant != 0:
             return Compiled(f"{_wrap(left, PREC_MUL)} / {_wrap(right, PREC_MUL + 1)}", kind, PREC_MUL, **_merge(left, right))
+        # Between ints, js_div keeps an exact quotient an int (the value a plan shows is the type it declares).
         return Compiled(f"js_div({left.python}, {right.python})", kind, PREC_ATOM, **_merge(left, right, helpers={"js_div"}))
 
     def visit_Mod(self, node: nodes.Mod) -> Compiled:

@@ -17,10 +17,11 @@ from typing import Any, NamedTuple
 
 import jinja2.nodes as nodes
 
+from generated._runtime.caps import WEBGPU_DEFAULT_LIMITS
+
 from .expr import Compiled, Compiler, ExprError, Scope, Symbol, compile_expr, parse, request_local, snake
 from .ir import Derive, Expr, Op, Pass, Tensor, UniformField, Variant
 from .problems import CompileError, Problem
-from .runtime import WEBGPU_DEFAULT_LIMITS
 
 DEVICE_LOCALS = {
     "limits": "r.caps.limits",

@@ -32,11 +32,13 @@ import jinja2.meta
 import jinja2.nodes
 from jinja2.lexer import Token
 
-from . import runtime
-from .runtime.wgsl_facts import COMMENT, SUBGROUP_USE, code_of, workgroup_arrays, workgroup_size
+from generated._runtime import numeric as runtime_numeric
+from generated._runtime.plans import ShaderInterface
+
 from .expr import request_local
 from .problems import CompileError, Problem, TemplateLocation, closest
 from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
+from .wgsl_text import COMMENT, EXTENSION_FEATURES, SUBGROUP_USE, code_of, workgroup_arrays, workgroup_size
 
 WGSL_DTYPE = {"float32": "f32", "float16": "f16"}
 BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read_write"}
@@ -52,10 +54,7 @@ class Specialization:
     context: dict  # what Jinja saw
     wgsl: str
     body_first_line: int  # 1-based line of the rendered template inside `wgsl`
-    overrides: tuple[tuple[str, str], ...]  # (name, u32|f32) that the shader declares
-    workgroup_size: str  # an override name or an integer literal
-    workgroup_arrays: tuple[tuple[int, tuple[str, ...]], ...]  # (bytes per element, count factors)
-    uses_subgroups: bool
+    interface: ShaderInterface  # what the shader declares: the runtime's record of it
     # For each line of the rendered template (line `body_first_line` of `wgsl` on), the template
     # line that wrote it (an imported macro's line, where a macro wrote it); None where unknown.
     line_map: tuple[TemplateLocation | None, ...] = ()
@@ -394,32 +393,44 @@ class _Namespace:
 
 _EVAL_GLOBALS = {
     "math": math,
-    **{name: getattr(runtime, name) for name in ("js_div", "js_mod", "js_str", "pow2ceil", "ceil_div", "numel", "inner", "outer", "dim")},
+    **{name: getattr(runtime_numeric, name) for name in ("js_div", "js_mod", "js_str", "pow2ceil", "ceil_div", "numel", "inner", "outer", "dim")},
 }
 
 
-def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> str:
+@dataclass(frozen=True)
+class _Declarations:
+    """The header the compiler writes above a rendered body, and what it declares there."""
+
+    text: str
+    features: tuple[tuple[str, str], ...]  # (WGSL extension, WebGPU feature) of its `enable` directives
+    params: tuple[tuple[str, str], ...]  # the Params struct's fields, padding included; () without one
+    bindings: tuple[tuple[int, str], ...]  # (index, WGSL variable)
+
+
+def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> _Declarations:
     """The header of one specialization: `enable f16`, the overrides, and the bindings whose
     element types `element_types` holds (those bound in it), numbered in the manifest's order."""
-    lines = []
+    lines, features, params, bindings = [], [], (), []
     # Comments must not turn an f32 shader into one that needs shader-f16.
     code = COMMENT.sub("", body)
     # `in` first: a regex that starts with \b is tried at every position of the text.
     if any("f16" in t for t in element_types.values()) or ("f16" in code and re.search(r"\bf16\b", code)):
         lines.append("enable f16;")
+        features.append(("f16", EXTENSION_FEATURES["f16"]))
     for name, kind in overrides:
         lines.append(f"override {name}: {kind};")
-    bindings = [b for b in pass_.ir.bindings if b.kind == "uniform" or b.name in element_types]
-    for index, binding in enumerate(bindings):
+    declared = [b for b in pass_.ir.bindings if b.kind == "uniform" or b.name in element_types]
+    for index, binding in enumerate(declared):
+        bindings.append((index, binding.name))
         if binding.kind == "uniform":
-            fields = [f"{f.name}: {f.type}" for f in binding.fields] + [f"{n}: {t}" for n, t in extra]
-            fields += [f"_pad{i}: u32" for i in range(-len(fields) % 4)]
-            lines.append(f"struct {binding.struct_name} {{ {', '.join(fields)} }}")
+            fields = [(f.name, f.type) for f in binding.fields] + list(extra)
+            params = tuple(fields + [(f"_pad{i}", "u32") for i in range(-len(fields) % 4)])
+            lines.append(f"struct {binding.struct_name} {{ {', '.join(f'{n}: {t}' for n, t in params)} }}")
             lines.append(f"@group(0) @binding({index}) var<uniform> {binding.name}: {binding.struct_name};")
         else:
             access = BUFFER_ACCESS[binding.buffer]
             lines.append(f"@group(0) @binding({index}) var<{access}> {binding.name}: array<{element_types[binding.name]}>;")
-    return "\n".join(lines) + "\n\n"
+    return _Declarations("\n".join(lines) + "\n\n", tuple(features), params, tuple(bindings))
 
 
 def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, env: jinja2.Environment, templates_dir: Path) -> RenderedPass:
@@ -467,21 +478,28 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
         if not workgroup_size(code):
             message = "a template needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"
             raise CompileError([Problem(origin, message, template=TemplateLocation(f"{folder}/{name}"))])
-        specializations.append(_specialization(key, body, header, text, code, overrides))
+        specializations.append(_specialization(key, body, header, text, code, overrides, f"{folder}/{name}"))
     return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries)
 
 
-def _specialization(key: tuple, body: _Body, header: str, text: str, code: str, overrides: list) -> Specialization:
-    return Specialization(
-        key=key,
-        context=body.context,
-        wgsl=header + text,
-        body_first_line=header.count("\n") + 1,
+def _specialization(key: tuple, body: _Body, header: _Declarations, text: str, code: str, overrides: list, template: str) -> Specialization:
+    interface = ShaderInterface(
+        template=template,
         overrides=tuple(overrides),
+        params=header.params,
         workgroup_size=workgroup_size(code),
         workgroup_arrays=workgroup_arrays(code),
         # Every use SUBGROUP_USE finds names "subgroup"; `in` rules most texts out faster.
         uses_subgroups="subgroup" in code and SUBGROUP_USE.search(code) is not None,
+        features=header.features,
+        bindings=header.bindings,
+    )
+    return Specialization(
+        key=key,
+        context=body.context,
+        wgsl=header.text + text,
+        body_first_line=header.text.count("\n") + 1,
+        interface=interface,
         line_map=body.line_map,
     )
 

@@ -11,6 +11,6 @@ os.environ.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
 @pytest.fixture(scope="session")
 def device():
     """One wgpu device for the whole session: creating one costs about 0.7 s."""
-    from codegen.runtime import default_device
+    from generated._runtime import default_device
 
     return default_device()

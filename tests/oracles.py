@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-# Absolute and relative tolerance per tensor element type (DESIGN §7).
+# Absolute and relative tolerance per tensor element type (docs/TESTING.md).
 TOLERANCES = {
     np.dtype(np.float32): (1e-5, 1e-4),
     np.dtype(np.float16): (2e-3, 2e-3),

@@ -7,7 +7,7 @@ OpenGL backend) can run every case once and print the outcomes as JSON:
     python -m tests.profile_cases PROFILE      # prints one line: RESULT {"facts": ..., "outcomes": ...}
 
 An outcome is {"outcome": "right" | "wrong" | "refused" | "error", "message", "variant"}: "refused"
-is a ContractError (its text in "message"), "wrong" a result outside DESIGN §7's tolerances (the
+is a ContractError (its text in "message"), "wrong" a result outside docs/TESTING.md's tolerances (the
 worst element in "message"), "error" any other exception (its traceback).
 """
 
@@ -235,7 +235,7 @@ def reference(case, inputs):
 def compare(case, inputs, actual, ref, context):
     """AssertionError when an output is out of tolerance.
 
-    stash_type=10 computes its normalized values in float16 as the spec prescribes: DESIGN §7's f16
+    stash_type=10 computes its normalized values in float16 as the spec prescribes: docs/TESTING.md's f16
     tolerance on them, carried through scale (tests/test_group_normalization.py says why).
     """
     if case.attrs.get("stash_type") == 10:

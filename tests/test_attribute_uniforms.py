@@ -1,10 +1,10 @@
 """Per-request attributes reach the shaders through the `Params` uniform, not as pipeline overrides
-(DESIGN §4): a new epsilon (or SkipGroupNorm activation) must not create a pipeline.
+(docs/MANIFEST.md, "Binding times"): a new epsilon (or SkipGroupNorm activation) must not create a pipeline.
 
 Every variant of GroupNormalization-21, InstanceNormalization-6 and com.microsoft SkipGroupNorm
 runs with 50 distinct epsilon values on one shape: after the first call the device's pipeline
 cache (`generated._runtime._pipelines[device]`) does not grow, no pass declares an `epsilon`
-override, and each result matches the float64 reference for its own epsilon (DESIGN §7
+override, and each result matches the float64 reference for its own epsilon (docs/TESTING.md
 tolerances; fresh random data per run, seed printed on failure, NaN-poisoned outputs).
 """
 

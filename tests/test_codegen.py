@@ -67,6 +67,11 @@ def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
 
 
+def _generated_tree(folder: Path) -> dict[str, bytes]:
+    """The files of `folder` that carry the compiler's banner."""
+    return {path: data for path, data in _tree(folder).items() if builder.carries_banner(folder / path)}
+
+
 def _tree(folder: Path) -> dict[str, bytes]:
     return {
         p.relative_to(folder).as_posix(): p.read_bytes()
@@ -88,7 +93,7 @@ def test_build_matches_committed_generated_byte_for_byte(built):
             stale.append(f"{relative} (missing)")
         elif path.read_bytes() != text.encode("utf-8"):
             stale.append(relative)
-    extra = sorted(p for p in _generated_files_on_disk() if p.endswith(".py") and p not in files)
+    extra = sorted(p for p in _generated_files_on_disk() if p not in files and builder.carries_banner(GENERATED / p))
     stale += [f"{p} (not generated any more)" for p in extra]
     assert not stale, (
         f"generated/ is stale; regenerate with `{REGENERATE}`:\n  " + "\n  ".join(stale) + "\n" + builder.stale_diff(files, GENERATED)
@@ -107,13 +112,13 @@ def test_only_writes_that_ops_files_and_refuses_unknown_names(tmp_path, device):
     out = tmp_path / "generated"
     shutil.copytree(GENERATED, out, ignore=shutil.ignore_patterns("__pycache__"))
     (out / "group_normalization" / "__init__.py").write_text("# hand edit\n")
-    (out / "batch_normalization" / "inference_scalar.py").write_text("# stale\n")
+    (out / "batch_normalization" / "inference_scalar.py").write_text(f"{BANNER} from\n# stale\n")
     files = build(MANIFESTS, TEMPLATES, only=("batch_normalization",), device=device)
     assert files and all(path.startswith("batch_normalization/") for path in files)
     changed = builder.write(files, out, only=True)
     assert changed == ["batch_normalization/inference_scalar.py"]
     assert (out / "group_normalization" / "__init__.py").read_text() == "# hand edit\n"  # left alone
-    assert (out / "__init__.py").read_bytes() == (GENERATED / "__init__.py").read_bytes()
+    assert (out / "_ops.py").read_bytes() == (GENERATED / "_ops.py").read_bytes()
     for name in ("nope", "BatchNorm"):
         with pytest.raises(CompileError, match=f"--only {name}: no such op; ops are ai.onnx.BatchNormalization"):
             build(MANIFESTS, TEMPLATES, only=(name,), device=device)
@@ -122,61 +127,78 @@ def test_only_writes_that_ops_files_and_refuses_unknown_names(tmp_path, device):
 
 
 def test_writes_are_atomic(tmp_path, monkeypatch):
-    target = tmp_path / "m.py"
-    target.write_text("old\n")
+    target = tmp_path / "_ops.py"
+    target.write_text(f"{BANNER}\nold\n")
 
     def broken_replace(src, dst):
         raise OSError("disk full")
 
     monkeypatch.setattr(builder.os, "replace", broken_replace)
     with pytest.raises(OSError):
-        builder.write({"m.py": "new\n"}, tmp_path)
-    assert target.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["m.py"]
+        builder.write({"_ops.py": f"{BANNER}\nnew\n"}, tmp_path)
+    assert target.read_text() == f"{BANNER}\nold\n" and [p.name for p in tmp_path.iterdir()] == ["_ops.py"]
 
 
 def test_build_writes_the_expected_files(built, ops):
     files, _ = built
-    assert {"__init__.py", "_runtime/__init__.py", "REPORT.md"} <= set(files)
-    assert "_runtime.py" not in files
+    assert {"_ops.py", "REPORT.md"} <= set(files)
     assert "batch_normalization/__init__.py" in files
     for variant in ops["ai.onnx.BatchNormalization"].variants:
         assert f"batch_normalization/{variant.id}.py" in files
-    # _runtime/ is the package codegen/runtime/, each module under a banner, verbatim.
-    modules = sorted((REPO / "codegen" / "runtime").glob("*.py"))
-    assert sorted(p for p in files if p.startswith("_runtime/")) == [f"_runtime/{m.name}" for m in modules]
-    for module in modules:
-        text = files[f"_runtime/{module.name}"]
-        assert text.startswith(f"{BANNER} from\n#   codegen/runtime/{module.name} (sha256 {_sha16(module)})\n"), module.name
-        assert text.endswith("\n\n" + module.read_text()), module.name
+    # The hand-written package (runtime, tools, __init__) is never written by the compiler.
+    assert not any(path.startswith("_runtime/") or "/" not in path and path.endswith(".py") and path != "_ops.py" for path in files)
+
+
+def test_the_compiler_writes_only_the_allow_list_and_every_banner_is_its_own(built):
+    """The compiler writes only its allow-list (op packages, `_ops.py`, REPORT.md), every file it
+    writes carries the banner, and every file of generated/ with the banner is one it writes now;
+    everything else in generated/ (the runtime, the tools, `__init__.py`) is hand-written."""
+    files, _ = built
+    packages = builder.op_packages_of(files)
+    assert packages == {"batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm"}
+    assert all(builder.allowed(path, packages) for path in files)
+    assert all(builder.BANNER_START in "".join(text.splitlines(True)[:3]) for text in files.values())
+    on_disk = {p.relative_to(GENERATED).as_posix() for p in GENERATED.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    bannered = {path for path in on_disk if builder.carries_banner(GENERATED / path)}
+    assert bannered == set(files)
+    hand_written = on_disk - bannered
+    assert {"__init__.py", "_runtime/__init__.py", "_runtime/tensors.py", "bench.py", "py.typed"} <= hand_written
+    assert not any(builder.allowed(path, packages) for path in hand_written)
+
+
+def test_the_compiler_never_overwrites_a_hand_written_file(tmp_path):
+    (tmp_path / "tiny").mkdir()
+    (tmp_path / "tiny" / "__init__.py").write_text("# mine\n")
+    with pytest.raises(CompileError, match="a hand-written file"):
+        builder.write({"tiny/__init__.py": f"# {builder.BANNER_START} ...\n"}, tmp_path)
+    assert (tmp_path / "tiny" / "__init__.py").read_text() == "# mine\n"
 
 
 def test_runtime_sources_are_black_clean_and_import_relatively():
-    """The copies are verbatim, so the sources carry the package's formatting (emit.BLACK_MODE), and
-    import each other relatively (a vendored copy under another name keeps working)."""
+    """The hand-written package carries the package's formatting (emit.BLACK_MODE), and imports
+    itself relatively (a vendored copy under another name keeps working)."""
     import black
 
     from codegen.emit import BLACK_MODE
 
-    for module in sorted((REPO / "codegen" / "runtime").glob("*.py")):
+    for module in sorted(p for p in GENERATED.rglob("*.py") if not builder.carries_banner(p)):
         text = module.read_text()
-        assert black.format_str(text, mode=BLACK_MODE) == text, f"{module.name}: run black -l 110 -t py310"
+        assert black.format_str(text, mode=BLACK_MODE) == text, f"{module}: run black -l 110 -t py310"
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
-                assert node.module.split(".")[0] in sys.stdlib_module_names | {"numpy", "wgpu"}, (module.name, node.module)
+                allowed_imports = sys.stdlib_module_names | {"numpy", "wgpu", "onnx", "onnxruntime", "torch", "matplotlib"}
+                assert node.module.split(".")[0] in allowed_imports, (module.name, node.module)
 
 
 def test_generated_modules_are_what_black_makes_of_them(built):
     """The build formats what it writes with one pass of black (emit.PythonSource.format); the
-    public black.format_str, which runs a second pass where the first changed anything, agrees.
-    (The runtime and the tools are copied verbatim, not formatted.)"""
+    public black.format_str, which runs a second pass where the first changed anything, agrees."""
     import black
 
-    from codegen.build import VERBATIM_SOURCES
     from codegen.emit import BLACK_MODE
 
     files, _ = built
-    copied = set(VERBATIM_SOURCES) | {path for path in files if path.startswith("_runtime/")}
-    modules = {path: text for path, text in files.items() if path.endswith(".py") and path not in copied}
+    modules = {path: text for path, text in files.items() if path.endswith(".py")}
     assert len(modules) > 30  # every op package: variants, shader stores, cases
     for path, text in modules.items():
         assert black.format_str(text, mode=BLACK_MODE) == text, f"{path}: not black's fixed point"
@@ -191,15 +213,17 @@ def test_cli_regenerates_byte_identical_and_check_finds_stale_files(tmp_path):
     out = tmp_path / "elsewhere"
     first = _cli("manifests/", str(out))
     assert first.returncode == 0, first.stderr
-    # Another folder, another process (another hash seed): the same bytes as the committed package.
-    assert _tree(out) == _tree(GENERATED), f"regenerate with `{REGENERATE}`"
+    # Another folder, another process (another hash seed): the same bytes as the committed package's
+    # generated files; the hand-written rest of the package is not the compiler's to write.
+    assert _tree(out) == _generated_tree(GENERATED), f"regenerate with `{REGENERATE}`"
+    assert "hand-written" in first.stdout  # OUT has no runtime: the CLI says where it is
 
     clean = _cli("manifests/", str(out), "--check")
     assert clean.returncode == 0, clean.stderr
     assert "up to date" in clean.stdout
 
     variant_files = sorted(p for p in out.glob("*/*.py") if p.name != "__init__.py" and p.parent.name != "_runtime")
-    edited, removed = variant_files[0], out / "_runtime" / "caps.py"
+    edited, removed = variant_files[0], out / "group_normalization" / "cases.py"
     edited.write_text(edited.read_text() + "# hand edit\n")
     removed.unlink()
     (out / "batch_normalization" / "retired_variant.py").write_text(BANNER + " from\n# nothing\n")
@@ -210,7 +234,7 @@ def test_cli_regenerates_byte_identical_and_check_finds_stale_files(tmp_path):
     assert REGENERATE in dirty.stderr
     listed = [line.strip() for line in dirty.stderr.splitlines() if line.startswith("  ")]
     assert edited.relative_to(out).as_posix() in listed
-    assert "_runtime/caps.py (missing)" in listed
+    assert "group_normalization/cases.py (missing)" in listed
     assert "batch_normalization/retired_variant.py (not generated any more)" in listed
     assert len(listed) == 3, listed  # mine.py is not ours; nothing else changed
 
@@ -219,7 +243,7 @@ def test_cli_regenerates_byte_identical_and_check_finds_stale_files(tmp_path):
     assert not (out / "batch_normalization" / "retired_variant.py").exists()
     assert (out / "batch_normalization" / "mine.py").exists()
     (out / "batch_normalization" / "mine.py").unlink()
-    assert _tree(out) == _tree(GENERATED)
+    assert _tree(out) == _generated_tree(GENERATED)
 
 
 def test_cli_reports_manifest_errors_with_exit_2(tmp_path):
@@ -827,14 +851,9 @@ def _tiny_repo(root: Path, template: str = TINY_TEMPLATE, manifest: dict = TINY_
 
 
 @pytest.fixture
-def tiny(tmp_path, monkeypatch):
-    """A repository with one tiny manifest and template. build() names codegen/runtime/ relative
-    to the manifests' parent, so the runtime is copied in (see test_build_outside_the_repository)."""
+def tiny(tmp_path):
+    """A repository with one tiny manifest and template."""
     manifests, templates = _tiny_repo(tmp_path)
-    (tmp_path / "codegen").mkdir()
-    runtime = tmp_path / "codegen" / "runtime"
-    shutil.copytree(REPO / "codegen" / "runtime", runtime, ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(builder, "RUNTIME_SOURCE", runtime)
     return SimpleNamespace(root=tmp_path, manifests=manifests, templates=templates)
 
 
@@ -848,32 +867,21 @@ def _sha16(path: Path) -> str:
 
 
 def _shader_wgsl(files: dict, package: str = "tiny") -> list[str]:
-    """Every WGSL text of an op package, from its generated shaders.py (run alone: it imports nothing)."""
-    namespace: dict = {}
-    exec(compile(files[f"{package}/shaders.py"], f"{package}/shaders.py", "exec"), namespace)
-    return [namespace["wgsl"](name) for name in namespace["SHADERS"]]
-
-
-RUNTIME_FILES = sorted(f"_runtime/{p.name}" for p in (REPO / "codegen" / "runtime").glob("*.py"))
+    """Every WGSL text of an op package, from its shader files, without their three header lines."""
+    texts = [text for path, text in files.items() if path.startswith(f"{package}/shaders/") and path.endswith(".wgsl")]
+    for text in texts:
+        assert text.startswith("// Generated by `python -m codegen manifests/ generated/` from templates/")
+    return ["".join(text.splitlines(True)[3:]) for text in texts]
 
 
 def test_tiny_files(tiny_files):
     assert sorted(tiny_files) == [
         "REPORT.md",
-        "__init__.py",
-        "__main__.py",
-        *RUNTIME_FILES,
-        "bench.py",
-        "bench_calls.py",
-        "bench_torch.py",
-        "check_model.py",
-        "doctor.py",
-        "onnx_nodes.py",
-        "py.typed",
-        "registry.py",
+        "_ops.py",
         "tiny/__init__.py",
         "tiny/copy.py",
         "tiny/shaders.py",
+        "tiny/shaders/tiny.only.wgsl",
     ]
 
 
@@ -951,9 +959,13 @@ def test_tiny_pass(tiny_files):
     return make_pass(r, shader, "main", "Tiny.main", dispatch, uniforms, numbers)
 """
     assert expected_values in text
-    assert '        (): "tiny.only",\n' in text  # the shader's name in tiny/shaders.py
-    # What the shader's text declares (overrides, Params, workgroup size) is read from it, not restated.
+    assert "        (): 'tiny.only',\n" in text  # the shader's name: tiny/shaders/tiny.only.wgsl
+    # What the shader declares (overrides, Params, workgroup size) is its record in tiny/shaders.py.
     assert "overrides=" not in text and "uniform_types=" not in text
+    index = tiny_files["tiny/shaders.py"]
+    assert "        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),\n" in index
+    assert "        params=(('count', 'u32'), ('alpha', 'f32'), ('_pad0', 'u32'), ('_pad1', 'u32')),\n" in index
+    assert "        workgroup_size='WORKGROUP_SIZE',\n" in index
 
 
 def test_tiny_wgsl_is_declarations_then_template(tiny_files):
@@ -985,8 +997,21 @@ def test_tiny_report(tiny_files):
     assert "ERROR" not in report and "Compiled but not emitted" not in report
 
 
+def _hand_written_package(target: Path) -> None:
+    """The repository's hand-written package (runtime, tools, `__init__`) copied to `target`: what
+    a build's files import. The generated files of generated/ stay behind."""
+    shutil.copytree(
+        GENERATED,
+        target,
+        ignore=lambda folder, names: [
+            n for n in names if n == "__pycache__" or (Path(folder, n).is_file() and builder.carries_banner(Path(folder, n)))
+        ],
+    )
+
+
 def _import_tiny(tiny, files, package: str, monkeypatch):
     out = tiny.root / "out"
+    _hand_written_package(out / package)
     builder.write(files, out / package)
     monkeypatch.syspath_prepend(str(out))
     importlib.invalidate_caches()
@@ -996,7 +1021,7 @@ def _import_tiny(tiny, files, package: str, monkeypatch):
 def test_tiny_package_runs_its_when_and_derive(tiny, tiny_files, monkeypatch):
     module = _import_tiny(tiny, tiny_files, "tiny_package_when", monkeypatch)
     copy = importlib.import_module("tiny_package_when.tiny.copy")
-    from codegen.runtime import Caps, Request
+    from generated._runtime import Caps, Request
 
     def request(shape):
         return Request({"x": shape, "y": shape}, {"T": "f32"}, {"alpha": 2.5}, {"WORKGROUP_SIZE": 64}, Caps.from_mapping({}))
@@ -1314,37 +1339,15 @@ def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
         assert "\ue000" not in spec.wgsl
 
 
-def _bucket_table(drop: tuple = (), rename: dict | None = None):
-    """A split-k apply pass's shader table by (packedHalves, units), as _ShaderProduct sees it."""
-    from codegen.store import NameToken, NameTokens, ShaderStore, name_from
-    from codegen.wgsl import KeyName
-
-    packed, units = KeyName("packedHalves"), KeyName("units")
-    table, made = {}, {}
-    for halves in (False, True):
-        for count in ("1", "8", "12"):
-            tokens = NameTokens("norm-splitk-apply", (NameToken(packed, "packed-halves" if halves else ""), NameToken(units, f"units{count}", "units")))
-            name = (rename or {}).get(name_from(tokens), name_from(tokens))
-            if (halves, count) not in drop:
-                table[(halves, count)], made[name] = name, tokens
-    return SimpleNamespace(key_names=(packed, units)), ShaderStore({}, {}, {}, made), table
-
-
-def test_a_shader_table_of_every_combination_is_one_comprehension():
-    from codegen.emit import _ShaderProduct
-
-    item, store, table = _bucket_table()
-    lines = _ShaderProduct(item, [0, 1], store, table).lines()
-    assert lines == [
-        "(packed_halves, units): f'norm-splitk-apply.{packed_halves_token}units{units}'",
-        "for packed_halves, packed_halves_token in ((False, ''), (True, 'packed-halves-'))",
-        "for units in ('1', '8', '12')",
-    ]
-    assert eval("{" + " ".join(lines) + "}") == table
-    # A missing combination, or a name the formula does not give (`#2`), keeps the entries.
-    assert _ShaderProduct(item, [0, 1], *_bucket_table(drop=((True, "12"),))[1:]).lines() is None
-    renamed = _bucket_table(rename={"norm-splitk-apply.units8": "norm-splitk-apply.units8#2"})
-    assert _ShaderProduct(item, [0, 1], *renamed[1:]).lines() is None
+def test_shader_names_are_template_and_deciding_values_and_unique_without_counters(built):
+    """Every shader file is named by its template's stem and the values that tell its
+    specializations apart; where two texts would share a name, the later adds its variant and pass."""
+    files, _ = built
+    names = [path for path in files if "/shaders/" in path]
+    assert len(names) == len(set(names)) > 700
+    assert not any("#" in path for path in names)
+    assert "group_normalization/shaders/norm-row-stats.combine-subgroups-f32.wgsl" in names
+    assert "group_normalization/shaders/norm-row-stats.f32.group-subgroup-main.wgsl" in names
 
 
 def test_fill_lines_packs_whole_statements_up_to_the_width():
@@ -1560,13 +1563,20 @@ def test_generated_code_is_standalone(built):
 
 
 def test_committed_generated_code_is_standalone():
+    """The package never imports the compiler (nor jinja2), and evaluates no text at run time."""
     for path in sorted(GENERATED.rglob("*.py")):
         if "__pycache__" in path.parts:
             continue
         text = path.read_text()
-        assert "jinja2" not in text, path
+        imported = {
+            name.split(".")[0]
+            for node in ast.walk(ast.parse(text))
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+        }
+        assert not imported & {"codegen", "jinja2", "black"}, path
         code = _code_without_comments(text)
-        for forbidden in ("codegen", "eval(", "exec(", "manifest.json", "json.load"):
+        for forbidden in ("eval(", "exec(", "manifest.json", "json.load"):
             assert forbidden not in code, f"{path} contains {forbidden!r}"
 
 
@@ -1574,9 +1584,6 @@ def test_every_generated_file_starts_with_the_banner(built):
     files, _ = built
     for path, text in _generated_python(files).items():
         assert text.startswith(BANNER), path
-    for path in sorted(GENERATED.rglob("*.py")):
-        if "__pycache__" not in path.parts:
-            assert path.read_text().startswith(BANNER), path
 
 
 def test_report_has_no_error(built):
@@ -1585,6 +1592,7 @@ def test_report_has_no_error(built):
     assert "ERROR" not in (GENERATED / "REPORT.md").read_text()
     assert files["REPORT.md"].startswith("# Generated kernels\n")
     assert re.search(r"Validated \d+ shaders with naga", files["REPORT.md"])
+    assert max(len(line) for line in files["REPORT.md"].splitlines()) <= 200  # readable: no 100 KB line
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1654,20 +1662,21 @@ OPTIONAL_INPUT_TEMPLATE = TINY_TEMPLATE.replace(
 def test_a_binding_with_when_is_declared_and_bound_only_where_it_holds(tmp_path):
     """The shader without `b` does not declare it and binds y at index 1; the runtime's Shader for
     each text carries the bindings that text declares, at its indices."""
-    from codegen.runtime.plans import Binding, _declared
+    from generated._runtime.plans import Binding, _declared
     from codegen.wgsl import KeyName, render_op
 
     manifests, templates = _tiny_repo(tmp_path, OPTIONAL_INPUT_TEMPLATE, _optional_input_manifest(["x", {"use": "b", "when": "hasB"}, "y"]))
     (item,) = render_op(resolve_op(load_manifests(manifests)[0]), templates)
     assert KeyName("b", bound=True) in item.key_names
     texts = {spec.key[item.key_names.index(KeyName("hasB"))]: spec.wgsl for spec in item.specializations}
+    records = {spec.key[item.key_names.index(KeyName("hasB"))]: spec.interface for spec in item.specializations}
     assert set(texts) == {False, True}
     assert "var<storage, read> b:" not in texts[False] and "@binding(1) var<storage, read_write> y" in texts[False]
     assert "@group(0) @binding(1) var<storage, read> b: array<f32>;" in texts[True] and "@binding(2) var<storage, read_write> y" in texts[True]
     table = (Binding(0, "x", "input", "x", "read-only-storage"), Binding(1, "b", "input", "b", "read-only-storage"),
              Binding(2, "y", "output", "y", "storage"), Binding(3, "params", "uniform", "params", "uniform"))
-    assert [(b.index, b.name) for b in _declared(table, texts[False], "tiny")] == [(0, "x"), (1, "y"), (2, "params")]
-    assert [(b.index, b.name) for b in _declared(table, texts[True], "tiny")] == [(0, "x"), (1, "b"), (2, "y"), (3, "params")]
+    assert [(b.index, b.name) for b in _declared(table, records[False], "tiny")] == [(0, "x"), (1, "y"), (2, "params")]
+    assert [(b.index, b.name) for b in _declared(table, records[True], "tiny")] == [(0, "x"), (1, "b"), (2, "y"), (3, "params")]
 
 
 @pytest.mark.parametrize(

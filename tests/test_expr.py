@@ -3,7 +3,7 @@
 Each expression is compiled against a small hand-built Scope and the Python it produces is run
 with `eval` in a namespace that holds only what the compiled code says it needs (`.helpers` from
 the runtime, `.locals` from the request), so a missing helper or local is a failure too.
-Compile errors must name the manifest file, the JSON pointer and the expression (DESIGN §3).
+Compile errors must name the manifest file, the JSON pointer and the expression (docs/MANIFEST.md, "Expressions").
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from codegen import runtime
+from generated import _runtime as runtime
 from codegen.expr import Compiled, ExprError, Scope, Symbol, compile_expr, snake
 from codegen.ir import Expr, Origin
 from codegen.manifest import load_manifest

@@ -3,7 +3,7 @@
 * `test_fuzz_<op>_matches_the_reference`: valid requests (ranks 2-5, dims 1-70, at most 50,000
   elements; float32 / float16; epsilon, num_groups dividing C, stash_type, SkipGroupNorm's
   activation, layout, skip shapes, bias and S; the default variant or a forced one that applies)
-  run with NaN-poisoned outputs and match tests/oracles.py's float64 references within DESIGN §7's
+  run with NaN-poisoned outputs and match tests/oracles.py's float64 references within docs/TESTING.md's
   tolerances (stash_type=10 as tests/test_group_normalization.py judges it).
 * `test_fuzz_<op>_empty`: requests with a zero dimension, any variant forced: outputs of the
   contract's (empty) shape and a plan with no passes (issue 9's rule for empty outputs).
@@ -230,7 +230,7 @@ def references(op_id, inputs, attrs):
 
 def assert_close_f16_stage(actual, ref, normalized, scale, dtype, context, extra=0.0):
     """stash_type=10, as tests/test_group_normalization.py judges it: the ONNX body computes the
-    normalized values n in float16, so DESIGN §7's f16 tolerance applies to n and reaches Y through
+    normalized values n in float16, so docs/TESTING.md's float16 tolerance applies to n and reaches Y through
     scale; T's tolerance applies to the result:
     |Y - ref| <= atol_T + rtol_T |ref| + |scale| (2e-3 + 2e-3 |n| + extra)."""
     actual = np.asarray(actual, np.float64)

@@ -3,7 +3,7 @@ group_splitk_vec4_pairs, group_stash_f16_serial, group_row_registers and group_s
 
 Every case runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per run
 (the seed is printed on failure) and NaN-poisoned outputs, against tests/oracles.py's
-group_normalization_ref with DESIGN §7 tolerances and against onnxruntime, which runs
+group_normalization_ref with docs/TESTING.md tolerances and against onnxruntime, which runs
 GroupNormalization-21 by expanding its ONNX function body.
 
 group_splitk: pass `partials` reduces `split` contiguous chunks of each (batch item, group) row into
@@ -16,7 +16,7 @@ group_splitk_vec4_pairs (chosen for f16) has each invocation take two vectors, w
 in every block of 2 * workgroupSize vectors of its chunk, in both passes.
 
 group_stash_f16_serial (stash_type=10): the ONNX function body with its normalization stage in
-float16. See `assert_close_f16_stage` for the tolerance and why it is looser than DESIGN §7's.
+float16. See `assert_close_f16_stage` for the tolerance and why it is looser than docs/TESTING.md's.
 
 group_row_registers: rows x split workgroups, each loading its whole row into registers (a bucket
 of units an invocation: vec4<f32>, or 8 halves as vec4<u32>), two-pass statistics with subgroupAdd,
@@ -281,7 +281,7 @@ def test_splitk_chunks_that_do_not_fill_their_pairs_blocks(variant, shape, num_g
 
 
 def assert_close_f16_stage(actual, ref, normalized, scale, dtype, context, extra=0.0):
-    """stash_type=10: DESIGN §7's float16 tolerance on the normalized values, plus T's on the result.
+    """stash_type=10: docs/TESTING.md's float16 tolerance on the normalized values, plus T's on the result.
 
     The function body computes the normalized values in float16 (X cast to f16, Mean, Var, StdDev,
     Deviation and their quotient each rounded to f16) and casts them back to T before scale and

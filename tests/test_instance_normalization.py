@@ -5,7 +5,7 @@ norm-splitk-partials / -apply templates, likewise), against independent oracles.
 
 Every case runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per run
 (the seed is printed on failure), outputs poisoned with NaN before the run, and is compared with a
-float64 NumPy reference (DESIGN §7 tolerances) and with onnxruntime on the CPU. Variants are forced
+float64 NumPy reference (docs/TESTING.md tolerances) and with onnxruntime on the CPU. Variants are forced
 with `variant=` (with tunables that make their `when` hold on small shapes) and also reached by
 natural selection. The ONNX backend node tests run through natural selection.
 """
@@ -319,7 +319,7 @@ def test_workgroup_defaults_per_variant_kind():
 
 
 def test_demoted_batched_variant_only_wins_without_reported_sizes():
-    """DESIGN §4a: with reported (non-wave32) subgroup sizes plane_batched_vec4 is demoted and can
+    """with reported (non-wave32) subgroup sizes plane_batched_vec4 is demoted and can
     never win; without them it wins on priority (115 over plane_subgroup_vec4's 110)."""
     sized = {
         "features": ["shader-f16", "subgroups"],

@@ -9,7 +9,7 @@ LP_NATIVE_VECTOR_WIDTH=128 makes them 4 wide), so the subgroup combine also meet
 smaller than a subgroup (tiny rows: wg = pow2ceil(row) of 1, 2, 4) and many subgroups per
 workgroup (wg up to 1024). Inputs are fresh random data per run (seed printed on failure),
 outputs are poisoned with NaN, and results are compared with float64 references within the
-DESIGN §7 tolerances.
+docs/TESTING.md tolerances.
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ def test_f16_pairs_cover_partial_last_steps(variant, combine, spatial, request):
 def test_group_rows_fold_at_device_width(variant, combine, fold_limit, expected_dispatch, request):
     """GroupNormalization folds rows at min(maxComputeWorkgroupsPerDimension, 65535); the
     shader must rebuild the row with DISPATCH_FOLD_WIDTH, also when the device reports a limit
-    above 65535 (where params.rowStride disagrees, DESIGN §4a)."""
+    above 65535 (where params.rowStride disagrees)."""
     rows = expected_dispatch[0] * (expected_dispatch[1] - 1) + 7
     shape = (1, rows, 4) if variant == "group_subgroup_vec4" else (1, rows, 2)
     limits = {"maxComputeWorkgroupsPerDimension": fold_limit}

@@ -63,11 +63,12 @@ def test_license_is_apache_2_0_everywhere():
     assert text.lstrip().startswith("Apache License\n                           Version 2.0, January 2004")
     assert "END OF TERMS AND CONDITIONS" in text and "APPENDIX: How to apply the Apache License" in text
     assert PROJECT["license"] == "Apache-2.0" and PROJECT["license-files"] == ["LICENSE"]
-    # Every generated file carries the SPDX line in its banner (REPORT.md at its end).
+    # Every file of the package carries the SPDX line at its top (REPORT.md at its end; py.typed is empty).
     for path in sorted((REPO / "generated").rglob("*")):
-        if path.is_file() and "__pycache__" not in path.parts and path.suffix != ".md":
+        if path.is_file() and "__pycache__" not in path.parts and path.suffix not in (".md", ".typed"):
             head = path.read_text().split('"""', 1)[0]
-            assert SPDX in head.splitlines(), path
+            spdx = SPDX.replace("#", "//") if path.suffix == ".wgsl" else SPDX
+            assert spdx in head.splitlines(), path
     assert (REPO / "generated" / "REPORT.md").read_text().rstrip().endswith("<!-- SPDX-License-Identifier: Apache-2.0 -->")
 
 

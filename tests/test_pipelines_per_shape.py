@@ -1,11 +1,11 @@
-"""No pipeline per shape (issue 10 item 3, DESIGN §4): shape- and attribute-dependent values reach
+"""No pipeline per shape (issue 10 item 3, docs/MANIFEST.md): shape- and attribute-dependent values reach
 the shaders through the `Params` uniform, so a new shape reuses the pipelines of the last one.
 
 For every op and every variant (forced with `variant=`, f32 and f16 where valid) a first shape
 runs, then a second one with other N, C, H, W (and groups where the op has them), chosen so
 that the variant and its workgroup size stay the same: `_runtime.pipelines_created()` must not
 grow on the second call, and both results match the float64 references of tests/oracles.py
-(DESIGN §7 tolerances; NaN-poisoned outputs, fresh random data, seed printed on failure).
+(docs/TESTING.md tolerances; NaN-poisoned outputs, fresh random data, seed printed on failure).
 A second test plans 50 shapes of one variant and counts the distinct (wgsl, overrides)
 pipeline keys: only the workgroup-array sizes (powers of two under a tunable) may tell them apart.
 """
@@ -448,13 +448,13 @@ def test_no_request_dependent_override_except_array_and_workgroup_sizes():
             for uniform in item.scope_uniforms:
                 assert uniform.value.request_dependent, uniform.name
             for spec in item.specializations:
-                sizes = {spec.workgroup_size} | {f for _, factors in spec.workgroup_arrays for f in factors}
+                sizes = {spec.interface.workgroup_size} | {f for _, factors in spec.interface.workgroup_arrays for f in factors}
                 kept = {n for n, _ in op.pipeline_constants + item.variant.ir.pipeline_constants}
-                for name, _ in spec.overrides:
+                for name, _ in spec.interface.overrides:
                     value = values.get(name)
                     shape_dependent = value is not None and value.request_dependent
                     allowed = name in sizes or name in kept  # kept: the manifest's measured pipelineConstants
                     assert not shape_dependent or allowed, f"{op.name} {item.variant.ir.id}.{item.pass_.ir.id}: {name}"
                     checked += 1
-                assert f"params.{spec.workgroup_size}" not in spec.wgsl
+                assert f"params.{spec.interface.workgroup_size}" not in spec.wgsl
     assert checked > 100

@@ -1,4 +1,4 @@
-"""Unit tests of codegen/runtime/, the support package copied into generated/_runtime/."""
+"""Unit tests of generated/_runtime/, the hand-written run-time package of the kernels."""
 
 import math
 import struct
@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from codegen import runtime as rt
+from generated import _runtime as rt
 
 DEFAULT_CAPS = rt.Caps.from_mapping({})
 
@@ -577,7 +577,7 @@ def test_pipelines_are_cached_per_wgsl_and_overrides(device):
 
 def test_pipelines_created_counts_live_through_the_package(device):
     """The count is a function of the package, not an int it re-exports (that would be a copy)."""
-    from codegen.runtime import pipelines, pipelines_created
+    from generated._runtime import pipelines, pipelines_created
 
     before = rt.pipelines_created()
     fresh = scale_pass("p", 10, "f32", "f32", 1.0, offset=float(before) + 0.25)  # an override no pipeline has
@@ -623,8 +623,8 @@ def test_whole_number_tunables_are_accepted_as_ints_or_whole_floats():
 
 
 def test_importing_the_package_reads_no_shader_and_a_plan_reads_only_its_own():
-    """Shader tables make a Shader (reading what its WGSL declares) on first use: an app that
-    imports the package pays for none, and a plan for the shaders of its passes."""
+    """Shader tables make a Shader (reading its file) on first use: an app that imports the
+    package reads no shader file, and a plan reads the files of its passes' shaders, once."""
     import subprocess
     import sys
     import textwrap
@@ -633,15 +633,15 @@ def test_importing_the_package_reads_no_shader_and_a_plan_reads_only_its_own():
         """
         import generated._runtime.plans as plans
         read = []
-        facts = plans.shader_facts
-        plans.shader_facts = lambda text: (read.append(text), facts(text))[1]
+        text_of = plans.shader_text.__wrapped__
+        plans.shader_text = lambda package, name: (read.append(name), text_of(package, name))[1]
         import generated
         from generated import group_normalization as gn
         table = gn.group_row_registers.MAIN_SHADERS
         assert next(iter(table)) in table and len(table) > 1
         assert read == [], len(read)
         p = gn.plan({"x": (2, 64, 8, 8), "scale": (64,), "bias": (64,)}, {"T": "float32"}, attrs={"num_groups": 8})
-        assert read == [pass_.wgsl for pass_ in p.passes], (len(read), len(p.passes))
+        assert read == [pass_.spec for pass_ in p.passes], (read, len(p.passes))
         gn.plan({"x": (2, 64, 8, 8), "scale": (64,), "bias": (64,)}, {"T": "float32"}, attrs={"num_groups": 8})
         assert len(read) == len(p.passes)  # made once
         print("ok")

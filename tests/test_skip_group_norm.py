@@ -3,7 +3,7 @@ and S, both layouts.
 
 Every kernel call runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per
 run (seeded by tests.oracles.rng_for; the seed is printed on failure) and NaN-poisoned outputs (out=),
-and is compared with tests/oracles.py's float64 skip_group_norm_ref under DESIGN §7's tolerances:
+and is compared with tests/oracles.py's float64 skip_group_norm_ref under docs/TESTING.md's tolerances:
 Y, and S = X + skip + bias rounded to T. The correctness cases are manifests/com.microsoft.SkipGroupNorm/
 test.json (generated.skip_group_norm.cases.TEST_CASES): each runs its split and its fused variant
 (forced) for every T x M it lists; together they cover every variant, with and without a bias and S,
@@ -300,7 +300,7 @@ def f16(values, shape=None):
 )
 @pytest.mark.parametrize("channels_last", [None, 1], ids=["channels_last-absent", "channels_last-1"])
 def test_onnxruntime_vectors_with_bias(channels_last, variant):
-    """SkipGroupNorm_with_bias. ONNX Runtime checks within 0.02; we hold DESIGN §7's f16 tolerance on Y and
+    """SkipGroupNorm_with_bias. ONNX Runtime checks within 0.02; we hold docs/TESTING.md's float16 tolerance on Y and
     S. Its expected S is up to 6 f16 ulps from the correctly rounded sum of its own (f16) inputs (where
     x + skip + bias nearly cancels: it was made from unrounded data), so S is held to one ulp of the
     exact rounded sum of the f16 inputs instead, and to the f16 tolerance against ONNX Runtime's values."""
@@ -329,7 +329,7 @@ def test_onnxruntime_vectors_with_bias(channels_last, variant):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_onnxruntime_vectors_no_bias_broadcast_skip(family, skip_shape, outputs):
     """SkipGroupNorm_no_bias_broadcast_skip: H = W = 1, so a (1, 1, 1, 64) skip has X's shape (the exact
-    route) while (1, 64) broadcasts; both give ONNX Runtime's Y (DESIGN §7 f16 tolerance) and S (one ulp)."""
+    route) while (1, 64) broadcasts; both give ONNX Runtime's Y (docs/TESTING.md float16 tolerance) and S (one ulp)."""
     shape = ort.NO_BIAS_SHAPE
     inputs = {
         "X": f16(ort.NO_BIAS_X, shape),

@@ -116,5 +116,5 @@ def test_a_template_renders_library_macros_and_records_the_libraries(tmp_path):
     (rendered,) = render_op(resolve_op(load_manifests(manifests)[0]), templates)
     assert rendered.libraries == ("templates/_lib/pairs.wgsl.jinja",)
     (spec,) = rendered.specializations
-    assert spec.workgroup_size == "WORKGROUP_SIZE" and "scale_value(i, f32(x[i]));" in spec.wgsl
+    assert spec.interface.workgroup_size == "WORKGROUP_SIZE" and "scale_value(i, f32(x[i]));" in spec.wgsl
     assert "// y = x * alpha, one element an invocation." in spec.wgsl

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, inner, js_mod, make_pass, numel, shader_table, threads_dispatch
-from .shaders import wgsl
+from .._runtime import Binding, inner, js_div, js_mod, make_pass, numel, shader_table, threads_dispatch
+from .shaders import SHADERS
 
 ID = "flat_inference_halves8"
 PRIORITY = 87
@@ -87,10 +87,10 @@ def _main(r, d, v):
     shader = MAIN_SHADERS[()]
     # dispatch: threads=numel(shapes.Y) / 8, workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
-        numel(shape_y) / 8, tunable_workgroup_size, r.caps, "BatchNormalization.FlatInferenceHalves8"
+        js_div(numel(shape_y), 8), tunable_workgroup_size, r.caps, "BatchNormalization.FlatInferenceHalves8"
     )
     uniforms = {
-        "count8": numel(shape_y) / 8,  # numel(shapes.Y) / 8
+        "count8": js_div(numel(shape_y), 8),  # numel(shapes.Y) / 8
         "spatial": inner(shape_x, 1),  # inner(shapes.X, 1)
         "channels": shape_x[1],  # dim(shapes.X, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
@@ -102,10 +102,11 @@ def _main(r, d, v):
     )
 
 
-# Pass `main`: its shaders by (): the template values that
-# tell its specializations apart; the others are packedHalves=True, pairs=False, x element type='vec4<u32>', scale element type='f16', bias element type='f16', input_mean element type='f16', input_var element type='f16', y element type='vec4<u32>' or follow from these.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (): the
+# template values that tell its specializations apart; the others are packedHalves=True, pairs=False, x element type='vec4<u32>', scale element type='f16', bias element type='f16', input_mean element type='f16', input_var element type='f16', y element type='vec4<u32>' or follow from these.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/batch-normalization-flat-vec4.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -116,7 +117,9 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (): "batch-normalization-flat-vec4.packed-halves",
+        (): 'batch-normalization-flat-vec4.packed-halves',
     },
+    # fmt: on
 )

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, inner, make_pass, numel, shader_table, threads_dispatch
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "inference_scalar"
 PRIORITY = 0
@@ -88,10 +88,11 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "BatchNormalization.InferenceScalar", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (scalar): the template values that
-# tell its specializations apart.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (scalar): the
+# template values that tell its specializations apart.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/batch-normalization-nchw.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -102,8 +103,10 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("f32",): "batch-normalization-nchw.f32",
-        ("f16",): "batch-normalization-nchw.f16",
+        ('f32',): 'batch-normalization-nchw.f32',
+        ('f16',): 'batch-normalization-nchw.f16',
     },
+    # fmt: on
 )

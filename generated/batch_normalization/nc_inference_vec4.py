@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, js_mod, make_pass, numel, shader_table, threads_dispatch
-from .shaders import wgsl
+from .._runtime import Binding, js_div, js_mod, make_pass, numel, shader_table, threads_dispatch
+from .shaders import SHADERS
 
 ID = "nc_inference_vec4"
 PRIORITY = 110
@@ -80,11 +80,11 @@ def _main(r, d, v):
     shader = MAIN_SHADERS[(v.vec_type,)]
     # dispatch: threads=numel(shapes.Y) / 4, workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
-        numel(shape_y) / 4, tunable_workgroup_size, r.caps, "BatchNormalization.NcInferenceVec4"
+        js_div(numel(shape_y), 4), tunable_workgroup_size, r.caps, "BatchNormalization.NcInferenceVec4"
     )
     uniforms = {
-        "count4": numel(shape_y) / 4,  # numel(shapes.Y) / 4
-        "channels4": shape_x[1] / 4,  # dim(shapes.X, 1) / 4
+        "count4": js_div(numel(shape_y), 4),  # numel(shapes.Y) / 4
+        "channels4": js_div(shape_x[1], 4),  # dim(shapes.X, 1) / 4
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
     numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
@@ -92,10 +92,11 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "BatchNormalization.NcInferenceVec4", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (vecType): the template values that
-# tell its specializations apart.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (vecType): the
+# template values that tell its specializations apart.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/batch-normalization-nc-vec4.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -106,8 +107,10 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("vec4<f32>",): "batch-normalization-nc-vec4.vec4f32",
-        ("vec4<f16>",): "batch-normalization-nc-vec4.vec4f16",
+        ('vec4<f32>',): 'batch-normalization-nc-vec4.vec4f32',
+        ('vec4<f16>',): 'batch-normalization-nc-vec4.vec4f16',
     },
+    # fmt: on
 )

@@ -17,8 +17,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, ceil_div, inner, js_mod, make_pass, numel, shader_table, threads_dispatch
-from .shaders import wgsl
+from .._runtime import (
+    Binding,
+    ceil_div,
+    inner,
+    js_div,
+    js_mod,
+    make_pass,
+    numel,
+    shader_table,
+    threads_dispatch,
+)
+from .shaders import SHADERS
 
 ID = "nchw_inference_vec4"
 PRIORITY = 100
@@ -83,14 +93,14 @@ def _main(r, d, v):
     shader = MAIN_SHADERS[(v.pairs,)]
     # dispatch: threads=ceilDiv(numel(shapes.Y) / 4, 2 if pairs else 1), workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
-        ceil_div(numel(shape_y) / 4, 2 if v.pairs else 1),
+        ceil_div(js_div(numel(shape_y), 4), 2 if v.pairs else 1),
         tunable_workgroup_size,
         r.caps,
         "BatchNormalization.InferenceVec4",
     )
     uniforms = {
-        "count4": numel(shape_y) / 4,  # numel(shapes.Y) / 4
-        "spatial4": inner(shape_x, 1) / 4,  # inner(shapes.X, 1) / 4
+        "count4": js_div(numel(shape_y), 4),  # numel(shapes.Y) / 4
+        "spatial4": js_div(inner(shape_x, 1), 4),  # inner(shapes.X, 1) / 4
         "channels": shape_x[1],  # dim(shapes.X, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
@@ -99,10 +109,11 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "BatchNormalization.InferenceVec4", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (pairs): the template values that
-# tell its specializations apart.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (pairs): the
+# template values that tell its specializations apart.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/batch-normalization-nchw-vec4.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -113,8 +124,10 @@ MAIN_SHADERS = shader_table(
         Binding(5, "y", "output", "y", "storage"),
         Binding(6, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False,): "batch-normalization-nchw-vec4.only",
-        (True,): "batch-normalization-nchw-vec4.pairs",
+        (False,): 'batch-normalization-nchw-vec4.only',
+        (True,): 'batch-normalization-nchw-vec4.pairs',
     },
+    # fmt: on
 )

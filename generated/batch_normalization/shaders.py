@@ -7,321 +7,109 @@
 #   templates/batch-normalization-nchw.wgsl.jinja (sha256 39122f167c8ec9a5)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
-"""Every shader of ai.onnx BatchNormalization-15, each distinct WGSL text stored once.
+"""The shaders of ai.onnx BatchNormalization-15: what each file `shaders/<name>.wgsl` declares.
 
-A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are runs of WGSL lines, cut where
-specializations differ and joined again where storing a run inside each of its neighbours takes
-fewer lines than naming it in every shader; each is stored once in PARTS under what it declares
-first (`main: let s0`: a run inside fn main, `// x`: the note before x). `wgsl(name)` gives back
-the exact text naga validated, which `plan().passes[i].wgsl` shows whole; a shader's name is its
-template's stem and the template values that tell its specializations apart."""
+The render stage made these records while it wrote the shaders' declarations; the runtime binds,
+sizes and sets a shader from its record and never reads its text for that. A shader's name is
+its template's stem and the template values that tell its specializations apart; each file
+starts with a header naming its template and key."""
 
 from __future__ import annotations
 
-PARTS = {
-    "override DISPATCH_FOLD_WIDTH": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override WORKGROUP_SIZE: u32;""",
-    "binding x": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;""",
-    "binding scale": """\
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f32>;
-@group(0) @binding(4) var<storage, read> input_var: array<f32>;""",
-    "binding y": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;
-struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
-    "binding params": """\
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn normalize_value": """\
-// BatchNormalization-15, inference, one element per invocation, any rank >= 2.
-// The compiler prepends overrides, bindings and Params (binding set inferenceScalar).
-// Arithmetic stays in f32 for f16 tensors too: only loads and the store
-// change type, so both dtypes round once, at the store.
+from .._runtime import ShaderInterface
 
-fn normalize_value(i: u32, v: f32) {
-    let c = (i / (params.height * params.width)) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);""",
-    "normalize_value: y": """\
-    y[i] = f32((v - f32(input_mean[c])) * k + f32(bias[c]));""",
-    "normalize_value: }": """\
-}""",
-    "fn main": """\
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
-    let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);""",
-    "main: if": """\
-    if (i >= params.count) {""",
-    "main: return": """\
-        return;
-    }""",
-    "main: normalize_value": """\
-    normalize_value(i, f32(x[i]));""",
-    "main: }": """\
-}
-""",
-    "enable": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override WORKGROUP_SIZE: u32;""",
-    "binding x#2": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;""",
-    "binding scale#2": """\
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> input_mean: array<f16>;
-@group(0) @binding(4) var<storage, read> input_var: array<f16>;""",
-    "binding y#2": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;
-struct Params { channels: u32, height: u32, width: u32, epsilon: f32, count: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
-    "normalize_value: y#2": """\
-    y[i] = f16((v - f32(input_mean[c])) * k + f32(bias[c]));""",
-    "binding x#3": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
-    "binding scale#3": """\
-@group(0) @binding(1) var<storage, read> scale: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<vec4<f32>>;
-@group(0) @binding(3) var<storage, read> input_mean: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read> input_var: array<vec4<f32>>;""",
-    "binding y#3": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;""",
-    "struct Params": """\
-struct Params { count4: u32, channels4: u32, epsilon: f32, _pad0: u32 }""",
-    "// fn normalize_vector": """\
-// BatchNormalization-15, inference, rank-2 X with C % 4 == 0: four channels per
-// invocation, so X and the per-channel tensors are all read as vecType (vec4<f32> or
-// vec4<f16>). Arithmetic is f32 for f16 tensors too: f16 rounds once, at the store.
-// The compiler prepends overrides, bindings and Params (binding set ncInferenceVec4).""",
-    "fn normalize_vector": """\
-fn normalize_vector(i4: u32, v: vec4<f32>) {""",
-    "normalize_vector: let c4": """\
-    let c4 = i4 % params.channels4;
-    let k = inverseSqrt(vec4<f32>(input_var[c4]) + params.epsilon) * vec4<f32>(scale[c4]);""",
-    "normalize_vector: y": """\
-    y[i4] = vec4<f32>((v - vec4<f32>(input_mean[c4])) * k + vec4<f32>(bias[c4]));""",
-    "main: if#2": """\
-    if (i >= params.count4) {""",
-    "main: normalize_vector": """\
-    normalize_vector(i, vec4<f32>(x[i]));""",
-    "binding x#4": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
-    "binding scale#4": """\
-@group(0) @binding(1) var<storage, read> scale: array<vec4<f16>>;
-@group(0) @binding(2) var<storage, read> bias: array<vec4<f16>>;
-@group(0) @binding(3) var<storage, read> input_mean: array<vec4<f16>>;
-@group(0) @binding(4) var<storage, read> input_var: array<vec4<f16>>;""",
-    "binding y#4": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;""",
-    "normalize_vector: y#2": """\
-    y[i4] = vec4<f16>((v - vec4<f32>(input_mean[c4])) * k + vec4<f32>(bias[c4]));""",
-    "struct Params#2": """\
-struct Params { count4: u32, spatial4: u32, channels: u32, epsilon: f32 }""",
-    "// fn normalize_vector#2": """\
-// BatchNormalization-15, inference, X of rank >= 3 whose spatial size is a multiple
-// of 4: a vector never straddles two channels, so one scalar channel transform applies
-// to all four lanes. X and Y are vecType (vec4<f32>, or vec4<f16>: 8-byte loads);
-// arithmetic is f32 for f16 tensors too, so f16 rounds once, at the store.
-// With `pairs`, each invocation of a workgroup of WORKGROUP_SIZE handles two vectors,
-// WORKGROUP_SIZE apart (both loads stay coalesced across the workgroup, and both are
-// issued before either result is stored): the workgroup covers 2 * WORKGROUP_SIZE
-// consecutive vectors, and the dispatch has half as many threads.
-// The compiler prepends overrides, bindings and Params (binding set spatialInferenceVec4).""",
-    "normalize_vector: let c": """\
-    let c = (i4 / params.spatial4) % params.channels;
-    let k = inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]);""",
-    "normalize_vector: y#3": """\
-    y[i4] = vec4<f32>((v - f32(input_mean[c])) * k + f32(bias[c]));""",
-    "normalize_vector: y#4": """\
-    y[i4] = vec4<f16>((v - f32(input_mean[c])) * k + f32(bias[c]));""",
-    "fn main#2": """\
-// Two elements an invocation, WORKGROUP_SIZE apart: both loads stay coalesced across the
-// workgroup, and both are issued before either result is stored.
-@compute @workgroup_size(WORKGROUP_SIZE)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let first = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * (2u * WORKGROUP_SIZE) + lid;
-    let second = first + WORKGROUP_SIZE;
-    if (second < params.count4) {
-        let a = vec4<f32>(x[first]);
-        let b = vec4<f32>(x[second]);
-        normalize_vector(first, a);
-        normalize_vector(second, b);
-    } else if (first < params.count4) {
-        normalize_vector(first, vec4<f32>(x[first]));
-    }
-}
-""",
-    "struct Params#3": """\
-struct Params { count4: u32, spatial: u32, channels: u32, epsilon: f32 }""",
-    "fn channel_transform": """\
-// BatchNormalization-15, inference, any X of rank >= 2 whose element count is a multiple
-// of 4 (ResNet layer4: 7x7 planes): X and Y are read and written as vecType (vec4<f32> or
-// vec4<f16>) over the flat index, or with `packedHalves` (float16, a multiple of 8) as
-// vec4<u32> of 8 halves, and a vector may straddle channels (and batches).
-// The first lane's channel and position in its plane take one division each, and its
-// channel's transform is gathered once for all four lanes. Only a vector that runs past the
-// end of that plane gathers more: with planes of at least 4 values its later lanes lie in
-// the next channel (one more gather, lanes picked by select); with planes of 1 to 3 values
-// each lane steps to its own channel.
-// Arithmetic is f32 for f16 tensors too: f16 rounds once, at the store.
-// With `pairs`, each invocation of a workgroup of WORKGROUP_SIZE handles two vectors,
-// WORKGROUP_SIZE apart (both loads stay coalesced across the workgroup, and both are
-// issued before either result is stored): the workgroup covers 2 * WORKGROUP_SIZE
-// consecutive vectors, and the dispatch has half as many threads.
-// The compiler prepends overrides, bindings and Params (binding set flatInferenceVec4, or
-// flatInferenceHalves8 with packedHalves).
-
-// (input_mean, scale / sqrt(input_var + epsilon), bias) of channel c.
-fn channel_transform(c: u32) -> vec3<f32> {
-    return vec3<f32>(f32(input_mean[c]), inverseSqrt(f32(input_var[c]) + params.epsilon) * f32(scale[c]), f32(bias[c]));
-}
-
-fn next_channel(c: u32) -> u32 {
-    return select(c + 1u, 0u, c + 1u == params.channels);
-}""",
-    "normalize_vector: let e": """\
-    let e = i4 * 4u;
-    let plane = e / params.spatial;
-    let s = e - plane * params.spatial;
-    let c = plane % params.channels;
-    let t = channel_transform(c);
-    var mean = vec4<f32>(t.x);
-    var k = vec4<f32>(t.y);
-    var b = vec4<f32>(t.z);
-    if (s + 3u >= params.spatial) {
-        if (params.spatial >= 4u) {
-            // Lanes s + j >= spatial are in the next channel, and no lane is further on.
-            let n = channel_transform(next_channel(c));
-            let later = vec4<u32>(0u, 1u, 2u, 3u) >= vec4<u32>(params.spatial - s);
-            mean = select(mean, vec4<f32>(n.x), later);
-            k = select(k, vec4<f32>(n.y), later);
-            b = select(b, vec4<f32>(n.z), later);
-        } else {
-            var lane_s = s;
-            var lane_c = c;
-            var lane_t = t;
-            for (var j = 1u; j < 4u; j++) {
-                lane_s += 1u;
-                if (lane_s == params.spatial) {
-                    lane_s = 0u;
-                    lane_c = next_channel(lane_c);
-                    lane_t = channel_transform(lane_c);
-                }
-                mean[j] = lane_t.x;
-                k[j] = lane_t.y;
-                b[j] = lane_t.z;
-            }
-        }
-    }""",
-    "normalize_vector: y#5": """\
-    y[i4] = vec4<f32>((v - mean) * k + b);""",
-    "normalize_vector: y#6": """\
-    y[i4] = vec4<f16>((v - mean) * k + b);""",
-    "binding x#5": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
-    "binding y#5": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<u32>>;
-struct Params { count8: u32, spatial: u32, channels: u32, epsilon: f32 }""",
-    "fn normalized_lanes": """\
-// Lanes of v in the first lane's channel take its transform t, the `later` ones the next
-// channel's n.
-fn normalized_lanes(v: vec4<f32>, t: vec3<f32>, n: vec3<f32>, later: vec4<bool>) -> vec4<f32> {
-    let mean = select(vec4<f32>(t.x), vec4<f32>(n.x), later);
-    let k = select(vec4<f32>(t.y), vec4<f32>(n.y), later);
-    let b = select(vec4<f32>(t.z), vec4<f32>(n.z), later);
-    return (v - mean) * k + b;
-}
-
-// packedHalves (f16 tensors whose element count is a multiple of 8, planes of at least 7
-// values): X and Y are bound as vec4<u32>, 8 halves a load, widened with unpack2x16float and
-// narrowed with pack2x16float, so an invocation moves 16 bytes with one load and one store and
-// pays one division and one gather for 8 values instead of 4. A load starts at s < spatial of
-// its plane and ends at s + 7 < 2 * spatial with planes of at least 7 values, so its 8 lanes
-// reach at most into the next channel.
-fn normalize_halves(i8: u32, v: vec4<u32>) {
-    let e = i8 * 8u;
-    let plane = e / params.spatial;
-    let s = e - plane * params.spatial;
-    let c = plane % params.channels;
-    let t = channel_transform(c);
-    var n = t;
-    if (s + 7u >= params.spatial) {
-        n = channel_transform(next_channel(c));
-    }
-    // Lanes s + j >= spatial are in the next channel (none when s + 7 < spatial).
-    let left = vec4<u32>(params.spatial - s);
-    let lo = normalized_lanes(vec4<f32>(unpack2x16float(v.x), unpack2x16float(v.y)), t, n, vec4<u32>(0u, 1u, 2u, 3u) >= left);
-    let hi = normalized_lanes(vec4<f32>(unpack2x16float(v.z), unpack2x16float(v.w)), t, n, vec4<u32>(4u, 5u, 6u, 7u) >= left);
-    y[i8] = vec4<u32>(pack2x16float(lo.xy), pack2x16float(lo.zw), pack2x16float(hi.xy), pack2x16float(hi.zw));
-}""",
-    "main: if#3": """\
-    if (i >= params.count8) {""",
-    "main: normalize_halves": """\
-    normalize_halves(i, vec4<u32>(x[i]));""",
-}
-
+# A record a shader, a field a line (black would write a tuple item a line).
 # fmt: off
 SHADERS = {
-    'batch-normalization-nchw.f32': (
-        'override DISPATCH_FOLD_WIDTH', '+binding x', '+binding scale', '+binding y', '+binding params',
-        'fn normalize_value', '+normalize_value: y', '+normalize_value: }', 'fn main', '+main: if',
-        '+main: return', '+main: normalize_value', '+main: }',
+    'batch-normalization-nchw.f32': ShaderInterface(
+        template='templates/batch-normalization-nchw.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('channels', 'u32'), ('height', 'u32'), ('width', 'u32'), ('epsilon', 'f32'), ('count', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32'), ('_pad2', 'u32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-nchw.f16': (
-        'enable', '+binding x#2', '+binding scale#2', '+binding y#2', '+binding params',
-        'fn normalize_value', '+normalize_value: y#2', '+normalize_value: }', 'fn main', '+main: if',
-        '+main: return', '+main: normalize_value', '+main: }',
+    'batch-normalization-nchw.f16': ShaderInterface(
+        template='templates/batch-normalization-nchw.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('channels', 'u32'), ('height', 'u32'), ('width', 'u32'), ('epsilon', 'f32'), ('count', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32'), ('_pad2', 'u32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-nc-vec4.vec4f32': (
-        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale#3', '+binding y#3',
-        '+struct Params', '+binding params', '// fn normalize_vector', 'fn normalize_vector',
-        '+normalize_vector: let c4', '+normalize_vector: y', '+normalize_value: }', 'fn main',
-        '+main: if#2', '+main: return', '+main: normalize_vector', '+main: }',
+    'batch-normalization-nc-vec4.vec4f32': ShaderInterface(
+        template='templates/batch-normalization-nc-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('count4', 'u32'), ('channels4', 'u32'), ('epsilon', 'f32'), ('_pad0', 'u32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-nc-vec4.vec4f16': (
-        'enable', '+binding x#4', '+binding scale#4', '+binding y#4', '+struct Params', '+binding params',
-        '// fn normalize_vector', 'fn normalize_vector', '+normalize_vector: let c4',
-        '+normalize_vector: y#2', '+normalize_value: }', 'fn main', '+main: if#2', '+main: return',
-        '+main: normalize_vector', '+main: }',
+    'batch-normalization-nc-vec4.vec4f16': ShaderInterface(
+        template='templates/batch-normalization-nc-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('count4', 'u32'), ('channels4', 'u32'), ('epsilon', 'f32'), ('_pad0', 'u32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-nchw-vec4.only': (
-        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
-        '+struct Params#2', '+binding params', '// fn normalize_vector#2', 'fn normalize_vector',
-        '+normalize_vector: let c', '+normalize_vector: y#3', '+normalize_value: }', 'fn main',
-        '+main: if#2', '+main: return', '+main: normalize_vector', '+main: }',
+    'batch-normalization-nchw-vec4.only': ShaderInterface(
+        template='templates/batch-normalization-nchw-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('count4', 'u32'), ('spatial4', 'u32'), ('channels', 'u32'), ('epsilon', 'f32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-nchw-vec4.pairs': (
-        'enable', '+binding x#4', '+binding scale#2', '+binding y#4', '+struct Params#2', '+binding params',
-        '// fn normalize_vector#2', 'fn normalize_vector', '+normalize_vector: let c',
-        '+normalize_vector: y#4', '+normalize_value: }', 'fn main#2',
+    'batch-normalization-nchw-vec4.pairs': ShaderInterface(
+        template='templates/batch-normalization-nchw-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('count4', 'u32'), ('spatial4', 'u32'), ('channels', 'u32'), ('epsilon', 'f32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-flat-vec4.only': (
-        'override DISPATCH_FOLD_WIDTH', '+binding x#3', '+binding scale', '+binding y#3',
-        '+struct Params#3', '+binding params', 'fn channel_transform', 'fn normalize_vector',
-        '+normalize_vector: let e', '+normalize_vector: y#5', '+normalize_value: }', 'fn main',
-        '+main: if#2', '+main: return', '+main: normalize_vector', '+main: }',
+    'batch-normalization-flat-vec4.only': ShaderInterface(
+        template='templates/batch-normalization-flat-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('count4', 'u32'), ('spatial', 'u32'), ('channels', 'u32'), ('epsilon', 'f32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-flat-vec4.pairs': (
-        'enable', '+binding x#4', '+binding scale#2', '+binding y#4', '+struct Params#3', '+binding params',
-        'fn channel_transform', 'fn normalize_vector', '+normalize_vector: let e', '+normalize_vector: y#6',
-        '+normalize_value: }', 'fn main#2',
+    'batch-normalization-flat-vec4.pairs': ShaderInterface(
+        template='templates/batch-normalization-flat-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('count4', 'u32'), ('spatial', 'u32'), ('channels', 'u32'), ('epsilon', 'f32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
-    'batch-normalization-flat-vec4.packed-halves': (
-        'enable', '+binding x#5', '+binding scale#2', '+binding y#5', '+binding params',
-        'fn channel_transform', 'fn normalized_lanes', 'fn main', '+main: if#3', '+main: return',
-        '+main: normalize_halves', '+main: }',
+    'batch-normalization-flat-vec4.packed-halves': ShaderInterface(
+        template='templates/batch-normalization-flat-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),
+        params=(('count8', 'u32'), ('spatial', 'u32'), ('channels', 'u32'), ('epsilon', 'f32')),
+        workgroup_size='WORKGROUP_SIZE',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'input_mean'), (4, 'input_var'), (5, 'y'), (6, 'params')),
     ),
 }
 # fmt: on
-
-
-def wgsl(name: str) -> str:
-    """The WGSL text of shader `name`."""
-    text = ""
-    for i, part in enumerate(SHADERS[name]):
-        if part.startswith("+"):
-            text += "\n" + PARTS[part[1:]]
-        else:
-            text += ("\n\n" if i else "") + PARTS[part]
-    return text

@@ -330,13 +330,15 @@ def derive(r) -> Derived:
     # normDeviceWorkgroupCap: min(tunables.WORKGROUP_SIZE, deviceWorkgroupCap)
     norm_device_workgroup_cap = min(tunable_workgroup_size, device_workgroup_cap)
     # normWorkgroupCap: max(1, pow2ceil(normDeviceWorkgroupCap + 1) / 2)
-    norm_workgroup_cap = max(1, pow2ceil(norm_device_workgroup_cap + 1) / 2)
+    norm_workgroup_cap = max(1, js_div(pow2ceil(norm_device_workgroup_cap + 1), 2))
     # splitWorkgroupCap: max(1, pow2ceil(min(normWorkgroupCap, tunables.SPLIT_WORKGROUP_SIZE) + 1) / 2)
-    split_workgroup_cap = max(1, pow2ceil(min(norm_workgroup_cap, tunable_split_workgroup_size) + 1) / 2)
+    split_workgroup_cap = max(
+        1, js_div(pow2ceil(min(norm_workgroup_cap, tunable_split_workgroup_size) + 1), 2)
+    )
     # groupScalarWorkgroup: min(normWorkgroupCap, pow2ceil(groupHidden))
     group_scalar_workgroup = min(norm_workgroup_cap, pow2ceil(group_hidden))
     # groupVec4Workgroup: min(normWorkgroupCap, pow2ceil(groupHidden / 4))
-    group_vec4_workgroup = min(norm_workgroup_cap, pow2ceil(group_hidden / 4))
+    group_vec4_workgroup = min(norm_workgroup_cap, pow2ceil(js_div(group_hidden, 4)))
     # hasSubgroupId: device.features.has("subgroups") and device.wgslLanguageFeatures.has("subgroup_id")
     has_subgroup_id = "subgroups" in features and "subgroup_id" in wgsl_features
     # groupRowWorkgroupBytes: normWorkgroupCap * 16

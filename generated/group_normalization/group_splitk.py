@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, fold_dispatch, make_pass, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "group_splitk"
 PRIORITY = 120
@@ -113,9 +113,12 @@ def _partials(r, d, v):
     )
     uniforms = {
         "rows": d.group_rows,  # groupRows
+        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "partials", "GroupNormalization.SplitKPartials", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "partials", "GroupNormalization.SplitKPartials", dispatch, uniforms, numbers)
 
 
 def _apply(r, d, v):
@@ -127,32 +130,42 @@ def _apply(r, d, v):
     uniforms = {
         "rows": d.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
+        "spatial": v.spatial,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApply", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApply", dispatch, uniforms, numbers)
 
 
-# Pass `partials`: its shaders by (x element type): the template values that
-# tell its specializations apart; the others are vec4=False, partials element type='vec4<f32>' or follow from these.
+# Pass `partials`: its shaders (shaders/<name>.wgsl) by (x element type): the
+# template values that tell its specializations apart; the others are vec4=False, partials element type='vec4<f32>' or follow from these.
 PARTIALS_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/group-normalization-splitk-partials.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("f32",): "group-normalization-splitk-partials.f32",
-        ("f16",): "group-normalization-splitk-partials.f16",
+        ('f32',): 'group-normalization-splitk-partials.f32',
+        ('f16',): 'group-normalization-splitk-partials.f16',
     },
+    # fmt: on
 )
 
 
-# Pass `apply`: its shaders by (scalar): the template values that
-# tell its specializations apart; the others are vec4=False, partials element type='vec4<f32>' or follow from these.
+# Pass `apply`: its shaders (shaders/<name>.wgsl) by (scalar): the
+# template values that tell its specializations apart; the others are vec4=False, partials element type='vec4<f32>' or follow from these.
 APPLY_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/group-normalization-splitk-apply.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -162,8 +175,10 @@ APPLY_SHADERS = shader_table(
         Binding(4, "y", "output", "y", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("f32",): "group-normalization-splitk-apply.f32",
-        ("f16",): "group-normalization-splitk-apply.f16",
+        ('f32',): 'group-normalization-splitk-apply.f32',
+        ('f16',): 'group-normalization-splitk-apply.f16',
     },
+    # fmt: on
 )

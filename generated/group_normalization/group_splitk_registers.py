@@ -33,7 +33,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, fold_dispatch, js_div, js_mod, make_pass, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "group_splitk_registers"
 PRIORITY = 127
@@ -158,10 +158,13 @@ def _partials(r, d, v):
     )
     uniforms = {
         "rows": d.group_rows,  # groupRows
+        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
+        "chunks": v.chunks,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(
-        r, shader, "partials", "GroupNormalization.SplitKRegistersPartials", dispatch, uniforms, v=v
+        r, shader, "partials", "GroupNormalization.SplitKRegistersPartials", dispatch, uniforms, numbers
     )
 
 
@@ -176,39 +179,74 @@ def _apply(r, d, v):
     uniforms = {
         "rows": d.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
+        "chunks": v.chunks,  # request-dependent: bound at dispatch time
+        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "apply", "GroupNormalization.SplitKRegistersApply", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size, "applyOrder": v.apply_order}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(
+        r, shader, "apply", "GroupNormalization.SplitKRegistersApply", dispatch, uniforms, numbers
+    )
 
 
-# Pass `partials`: its shaders by (packedHalves, units, wholeChunks): the template values that
-# tell its specializations apart; the others are partials element type='vec4<f32>' or follow from these.
+# Pass `partials`: its shaders (shaders/<name>.wgsl) by (packedHalves, units, wholeChunks): the
+# template values that tell its specializations apart; the others are partials element type='vec4<f32>' or follow from these.
 PARTIALS_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/norm-splitk-partials.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
-    # Every combination of these values: a name is the template's stem and a token a value.
+    # fmt: off
     shaders={
-        (
-            packed_halves,
-            units,
-            whole_chunks,
-        ): f"norm-splitk-partials.{packed_halves_token}units{units}{whole_chunks_token}"
-        for packed_halves, packed_halves_token in ((False, ""), (True, "packed-halves-"))
-        for units in ("1", "8", "6", "4", "3", "2", "16", "12")
-        for whole_chunks, whole_chunks_token in ((False, ""), (True, "-whole-chunks"))
+        (False, '1', False): 'norm-splitk-partials.units1',
+        (False, '1', True): 'norm-splitk-partials.units1-whole-chunks',
+        (False, '8', False): 'norm-splitk-partials.units8',
+        (False, '8', True): 'norm-splitk-partials.units8-whole-chunks',
+        (False, '6', False): 'norm-splitk-partials.units6',
+        (False, '6', True): 'norm-splitk-partials.units6-whole-chunks',
+        (False, '4', False): 'norm-splitk-partials.units4',
+        (False, '4', True): 'norm-splitk-partials.units4-whole-chunks',
+        (False, '3', False): 'norm-splitk-partials.units3',
+        (False, '3', True): 'norm-splitk-partials.units3-whole-chunks',
+        (False, '2', False): 'norm-splitk-partials.units2',
+        (False, '2', True): 'norm-splitk-partials.units2-whole-chunks',
+        (False, '16', False): 'norm-splitk-partials.units16',
+        (False, '16', True): 'norm-splitk-partials.units16-whole-chunks',
+        (False, '12', False): 'norm-splitk-partials.units12',
+        (False, '12', True): 'norm-splitk-partials.units12-whole-chunks',
+        (True, '1', False): 'norm-splitk-partials.packed-halves-units1',
+        (True, '1', True): 'norm-splitk-partials.packed-halves-units1-whole-chunks',
+        (True, '8', False): 'norm-splitk-partials.packed-halves-units8',
+        (True, '8', True): 'norm-splitk-partials.packed-halves-units8-whole-chunks',
+        (True, '6', False): 'norm-splitk-partials.packed-halves-units6',
+        (True, '6', True): 'norm-splitk-partials.packed-halves-units6-whole-chunks',
+        (True, '4', False): 'norm-splitk-partials.packed-halves-units4',
+        (True, '4', True): 'norm-splitk-partials.packed-halves-units4-whole-chunks',
+        (True, '3', False): 'norm-splitk-partials.packed-halves-units3',
+        (True, '3', True): 'norm-splitk-partials.packed-halves-units3-whole-chunks',
+        (True, '2', False): 'norm-splitk-partials.packed-halves-units2',
+        (True, '2', True): 'norm-splitk-partials.packed-halves-units2-whole-chunks',
+        (True, '16', False): 'norm-splitk-partials.packed-halves-units16',
+        (True, '16', True): 'norm-splitk-partials.packed-halves-units16-whole-chunks',
+        (True, '12', False): 'norm-splitk-partials.packed-halves-units12',
+        (True, '12', True): 'norm-splitk-partials.packed-halves-units12-whole-chunks',
     },
+    # fmt: on
 )
 
 
-# Pass `apply`: its shaders by (packedHalves, units, wholeChunks): the template values that
-# tell its specializations apart; the others are partials element type='vec4<f32>' or follow from these.
+# Pass `apply`: its shaders (shaders/<name>.wgsl) by (packedHalves, units, wholeChunks): the
+# template values that tell its specializations apart; the others are partials element type='vec4<f32>' or follow from these.
 APPLY_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/norm-splitk-apply.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -218,15 +256,40 @@ APPLY_SHADERS = shader_table(
         Binding(4, "y", "output", "y", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    # Every combination of these values: a name is the template's stem and a token a value.
+    # fmt: off
     shaders={
-        (
-            packed_halves,
-            units,
-            whole_chunks,
-        ): f"norm-splitk-apply.{packed_halves_token}units{units}{whole_chunks_token}"
-        for packed_halves, packed_halves_token in ((False, ""), (True, "packed-halves-"))
-        for units in ("1", "8", "6", "4", "3", "2", "16", "12")
-        for whole_chunks, whole_chunks_token in ((False, ""), (True, "-whole-chunks"))
+        (False, '1', False): 'norm-splitk-apply.units1',
+        (False, '1', True): 'norm-splitk-apply.units1-whole-chunks',
+        (False, '8', False): 'norm-splitk-apply.units8',
+        (False, '8', True): 'norm-splitk-apply.units8-whole-chunks',
+        (False, '6', False): 'norm-splitk-apply.units6',
+        (False, '6', True): 'norm-splitk-apply.units6-whole-chunks',
+        (False, '4', False): 'norm-splitk-apply.units4',
+        (False, '4', True): 'norm-splitk-apply.units4-whole-chunks',
+        (False, '3', False): 'norm-splitk-apply.units3',
+        (False, '3', True): 'norm-splitk-apply.units3-whole-chunks',
+        (False, '2', False): 'norm-splitk-apply.units2',
+        (False, '2', True): 'norm-splitk-apply.units2-whole-chunks',
+        (False, '16', False): 'norm-splitk-apply.units16',
+        (False, '16', True): 'norm-splitk-apply.units16-whole-chunks',
+        (False, '12', False): 'norm-splitk-apply.units12',
+        (False, '12', True): 'norm-splitk-apply.units12-whole-chunks',
+        (True, '1', False): 'norm-splitk-apply.packed-halves-units1',
+        (True, '1', True): 'norm-splitk-apply.packed-halves-units1-whole-chunks',
+        (True, '8', False): 'norm-splitk-apply.packed-halves-units8',
+        (True, '8', True): 'norm-splitk-apply.packed-halves-units8-whole-chunks',
+        (True, '6', False): 'norm-splitk-apply.packed-halves-units6',
+        (True, '6', True): 'norm-splitk-apply.packed-halves-units6-whole-chunks',
+        (True, '4', False): 'norm-splitk-apply.packed-halves-units4',
+        (True, '4', True): 'norm-splitk-apply.packed-halves-units4-whole-chunks',
+        (True, '3', False): 'norm-splitk-apply.packed-halves-units3',
+        (True, '3', True): 'norm-splitk-apply.packed-halves-units3-whole-chunks',
+        (True, '2', False): 'norm-splitk-apply.packed-halves-units2',
+        (True, '2', True): 'norm-splitk-apply.packed-halves-units2-whole-chunks',
+        (True, '16', False): 'norm-splitk-apply.packed-halves-units16',
+        (True, '16', True): 'norm-splitk-apply.packed-halves-units16-whole-chunks',
+        (True, '12', False): 'norm-splitk-apply.packed-halves-units12',
+        (True, '12', True): 'norm-splitk-apply.packed-halves-units12-whole-chunks',
     },
+    # fmt: on
 )

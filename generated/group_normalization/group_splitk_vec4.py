@@ -21,8 +21,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, js_mod, make_pass, shader_table
-from .shaders import wgsl
+from .._runtime import Binding, fold_dispatch, js_div, js_mod, make_pass, shader_table
+from .shaders import SHADERS
 
 ID = "group_splitk_vec4"
 PRIORITY = 125
@@ -79,9 +79,9 @@ def values(r, d) -> Values:
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # hiddenVec: groupHidden / 4
-    hidden_vec = d.group_hidden / 4
+    hidden_vec = js_div(d.group_hidden, 4)
     # spatialVec: groupSpatial / 4
-    spatial_vec = d.group_spatial / 4
+    spatial_vec = js_div(d.group_spatial, 4)
     # channelsPerGroup: groupChannelsPerGroup
     channels_per_group = d.group_channels_per_group
     # numGroups: attrs.num_groups
@@ -124,9 +124,14 @@ def _partials(r, d, v):
     )
     uniforms = {
         "rows": d.group_rows,  # groupRows
+        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "partials", "GroupNormalization.SplitKPartialsVec4", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(
+        r, shader, "partials", "GroupNormalization.SplitKPartialsVec4", dispatch, uniforms, numbers
+    )
 
 
 def _apply(r, d, v):
@@ -140,32 +145,42 @@ def _apply(r, d, v):
     uniforms = {
         "rows": d.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
+        "spatialVec": v.spatial_vec,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApplyVec4", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApplyVec4", dispatch, uniforms, numbers)
 
 
-# Pass `partials`: its shaders by (x element type): the template values that
-# tell its specializations apart; the others are pairs=False, vec4=True, partials element type='vec4<f32>' or follow from these.
+# Pass `partials`: its shaders (shaders/<name>.wgsl) by (x element type): the
+# template values that tell its specializations apart; the others are pairs=False, vec4=True, partials element type='vec4<f32>' or follow from these.
 PARTIALS_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/group-normalization-splitk-partials.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("vec4<f32>",): "group-normalization-splitk-partials.vec4-vec4f32",
-        ("vec4<f16>",): "group-normalization-splitk-partials.vec4-vec4f16",
+        ('vec4<f32>',): 'group-normalization-splitk-partials.vec4-vec4f32',
+        ('vec4<f16>',): 'group-normalization-splitk-partials.vec4-vec4f16',
     },
+    # fmt: on
 )
 
 
-# Pass `apply`: its shaders by (scalar): the template values that
-# tell its specializations apart; the others are pairs=False, vec4=True, partials element type='vec4<f32>' or follow from these.
+# Pass `apply`: its shaders (shaders/<name>.wgsl) by (scalar): the
+# template values that tell its specializations apart; the others are pairs=False, vec4=True, partials element type='vec4<f32>' or follow from these.
 APPLY_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/group-normalization-splitk-apply.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -175,8 +190,10 @@ APPLY_SHADERS = shader_table(
         Binding(4, "y", "output", "y", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("f32",): "group-normalization-splitk-apply.f32-vec4",
-        ("f16",): "group-normalization-splitk-apply.f16-vec4",
+        ('f32',): 'group-normalization-splitk-apply.f32-vec4',
+        ('f16',): 'group-normalization-splitk-apply.f16-vec4',
     },
+    # fmt: on
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, fold_dispatch, make_pass, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "group_stash_f16_serial"
 PRIORITY = 1000
@@ -104,15 +104,21 @@ def _main(r, d, v):
             1, min(d.group_rows, limits["maxComputeWorkgroupsPerDimension"])
         ),  # max(1, min(groupRows, device.limits.maxComputeWorkgroupsPerDimension))
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
+        "spatial": v.spatial,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (usesF16): the template values that
-# tell its specializations apart.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (usesF16): the
+# template values that tell its specializations apart.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/group-normalization-stash-f16-serial.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -121,8 +127,10 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "y", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False,): "group-normalization-stash-f16-serial.only",
-        (True,): "group-normalization-stash-f16-serial.uses-f16",
+        (False,): 'group-normalization-stash-f16-serial.only',
+        (True,): 'group-normalization-stash-f16-serial.uses-f16',
     },
+    # fmt: on
 )

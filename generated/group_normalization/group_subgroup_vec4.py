@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, fold_dispatch, js_mod, make_pass, shader_table
-from .shaders import wgsl
+from .._runtime import Binding, fold_dispatch, js_div, js_mod, make_pass, shader_table
+from .shaders import SHADERS
 
 ID = "group_subgroup_vec4"
 PRIORITY = 110
@@ -90,9 +90,9 @@ def _main(r, d, v):
     # channelsPerGroup: groupChannelsPerGroup
     channels_per_group = d.group_channels_per_group
     # hiddenVec: groupHidden / 4
-    hidden_vec = d.group_hidden / 4
+    hidden_vec = js_div(d.group_hidden, 4)
     # spatialVec: groupSpatial / 4
-    spatial_vec = d.group_spatial / 4
+    spatial_vec = js_div(d.group_spatial, 4)
     # pairs: dtypes.T == "f16"
     pairs = dtype_t == "f16"
     # combineSubgroups: hasSubgroupId
@@ -117,10 +117,11 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "GroupNormalization.group_subgroup_vec4", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (combineSubgroups, pairs): the template values that
-# tell its specializations apart; the others are mode='group', vec4=True or follow from these.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (combineSubgroups, pairs): the
+# template values that tell its specializations apart; the others are mode='group', vec4=True or follow from these.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/norm-row-stats.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "x", "read-only-storage"),
@@ -129,10 +130,12 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "y", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False, False): "norm-row-stats.f32",
-        (True, False): "norm-row-stats.combine-subgroups-f32",
-        (False, True): "norm-row-stats.pairs-f16",
-        (True, True): "norm-row-stats.combine-subgroups-pairs-f16",
+        (False, False): 'norm-row-stats.f32',
+        (True, False): 'norm-row-stats.combine-subgroups-f32',
+        (False, True): 'norm-row-stats.pairs-f16',
+        (True, True): 'norm-row-stats.combine-subgroups-pairs-f16',
     },
+    # fmt: on
 )

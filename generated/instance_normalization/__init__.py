@@ -313,11 +313,15 @@ def derive(r) -> Derived:
     # normDeviceWorkgroupCap: min(tunables.WORKGROUP_SIZE, deviceWorkgroupCap)
     norm_device_workgroup_cap = min(tunable_workgroup_size, device_workgroup_cap)
     # normWorkgroupCap: max(1, pow2ceil(normDeviceWorkgroupCap + 1) / 2)
-    norm_workgroup_cap = max(1, pow2ceil(norm_device_workgroup_cap + 1) / 2)
+    norm_workgroup_cap = max(1, js_div(pow2ceil(norm_device_workgroup_cap + 1), 2))
     # batchedWorkgroupCap: max(1, pow2ceil(min(normWorkgroupCap, tunables.BATCHED_WORKGROUP_SIZE) + 1) / 2)
-    batched_workgroup_cap = max(1, pow2ceil(min(norm_workgroup_cap, tunable_batched_workgroup_size) + 1) / 2)
+    batched_workgroup_cap = max(
+        1, js_div(pow2ceil(min(norm_workgroup_cap, tunable_batched_workgroup_size) + 1), 2)
+    )
     # splitWorkgroupCap: max(1, pow2ceil(min(normWorkgroupCap, tunables.SPLIT_WORKGROUP_SIZE) + 1) / 2)
-    split_workgroup_cap = max(1, pow2ceil(min(norm_workgroup_cap, tunable_split_workgroup_size) + 1) / 2)
+    split_workgroup_cap = max(
+        1, js_div(pow2ceil(min(norm_workgroup_cap, tunable_split_workgroup_size) + 1), 2)
+    )
     # normSubgroupMin: device.adapterInfo.subgroupMinSize if has(device.adapterInfo, "subgroupMinSize") else 1
     norm_subgroup_min = adapter_info["subgroupMinSize"] if "subgroupMinSize" in adapter_info else 1
     # hasSubgroupId: device.features.has("subgroups") and device.wgslLanguageFeatures.has("subgroup_id")
@@ -325,11 +329,11 @@ def derive(r) -> Derived:
     # instanceScalarWorkgroup: min(normWorkgroupCap, pow2ceil(instanceSpatial))
     instance_scalar_workgroup = min(norm_workgroup_cap, pow2ceil(instance_spatial))
     # instanceVec4Workgroup: min(normWorkgroupCap, pow2ceil(instanceSpatial / 4))
-    instance_vec4_workgroup = min(norm_workgroup_cap, pow2ceil(instance_spatial / 4))
+    instance_vec4_workgroup = min(norm_workgroup_cap, pow2ceil(js_div(instance_spatial, 4)))
     # instanceVec4SubgroupEfficient: not hasSubgroupId or instanceVec4Workgroup >= normSubgroupMin
     instance_vec4_subgroup_efficient = not has_subgroup_id or instance_vec4_workgroup >= norm_subgroup_min
     # instanceBatchedVec4Lanes: min(batchedWorkgroupCap, pow2ceil(instanceSpatial / 4))
-    instance_batched_vec4_lanes = min(batched_workgroup_cap, pow2ceil(instance_spatial / 4))
+    instance_batched_vec4_lanes = min(batched_workgroup_cap, pow2ceil(js_div(instance_spatial, 4)))
     # instanceBatchedVec4PlanesPerWorkgroup: max(1, floor(batchedWorkgroupCap / instanceBatchedVec4Lanes))
     instance_batched_vec4_planes_per_workgroup = max(
         1, math.floor(js_div(batched_workgroup_cap, instance_batched_vec4_lanes))

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, js_mod, make_pass, shader_table
-from .shaders import wgsl
+from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, js_div, js_mod, make_pass, shader_table
+from .shaders import SHADERS
 
 ID = "plane_batched_vec4"
 PRIORITY = 115
@@ -97,7 +97,7 @@ def values(r, d) -> Values:
     # hiddenSize: instanceSpatial
     hidden_size = d.instance_spatial
     # hiddenVec: instanceSpatial / 4
-    hidden_vec = d.instance_spatial / 4
+    hidden_vec = js_div(d.instance_spatial, 4)
     # channels: dim(shapes.input, 1) if dim(shapes.input, 1) > 0 else 1
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # workgroupSize: batchedWorkgroupCap
@@ -140,15 +140,22 @@ def _main(r, d, v):
     uniforms = {
         "rows": shape_input[0] * shape_input[1],  # dim(shapes.input, 0) * dim(shapes.input, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
+        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
+        "channels": v.channels,  # request-dependent: bound at dispatch time
+        "lanesPerPlane": v.lanes_per_plane,  # request-dependent: bound at dispatch time
+        "planesPerWorkgroup": v.planes_per_workgroup,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (usesF16): the template values that
-# tell its specializations apart.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (usesF16): the
+# template values that tell its specializations apart.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/instance-normalization-batched-planes-vec4.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "input", "read-only-storage"),
@@ -157,8 +164,10 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False,): "instance-normalization-batched-planes-vec4.only",
-        (True,): "instance-normalization-batched-planes-vec4.uses-f16",
+        (False,): 'instance-normalization-batched-planes-vec4.only',
+        (True,): 'instance-normalization-batched-planes-vec4.uses-f16',
     },
+    # fmt: on
 )

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, fold_dispatch, js_mod, make_pass, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "plane_row_registers"
 PRIORITY = 130
@@ -136,15 +136,28 @@ def _main(r, d, v):
     uniforms = {
         "rows": d.instance_planes,  # instancePlanes
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
+        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
+        "hidden": v.hidden,  # request-dependent: bound at dispatch time
+        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "main", "InstanceNormalization.PlaneRowRegisters", dispatch, uniforms, v=v)
+    numbers = {
+        "workgroupSize": v.workgroup_size,
+        "maxChannels": v.max_channels,
+        "channelsPerGroup": v.channels_per_group,
+        "split": v.split,
+    }
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(
+        r, shader, "main", "InstanceNormalization.PlaneRowRegisters", dispatch, uniforms, numbers
+    )
 
 
-# Pass `main`: its shaders by (fill, packedHalves, units): the template values that
-# tell its specializations apart.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (fill, packedHalves, units): the
+# template values that tell its specializations apart.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/norm-row-registers.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "input", "read-only-storage"),
@@ -153,11 +166,80 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
-    # Every combination of these values: a name is the template's stem and a token a value.
+    # fmt: off
     shaders={
-        (fill, packed_halves, units): f"norm-row-registers.{fill_token}{packed_halves_token}-units{units}"
-        for fill, fill_token in (("any", "any"), ("last", "last"), ("exact", "exact"))
-        for packed_halves, packed_halves_token in ((False, ""), (True, "-packed-halves"))
-        for units in ("24", "8", "6", "5", "4", "3", "20", "2", "16", "12", "10", "1")
+        ('any', False, '24'): 'norm-row-registers.any-units24',
+        ('any', False, '8'): 'norm-row-registers.any-units8',
+        ('any', False, '6'): 'norm-row-registers.any-units6',
+        ('any', False, '5'): 'norm-row-registers.any-units5',
+        ('any', False, '4'): 'norm-row-registers.any-units4',
+        ('any', False, '3'): 'norm-row-registers.any-units3',
+        ('any', False, '20'): 'norm-row-registers.any-units20',
+        ('any', False, '2'): 'norm-row-registers.any-units2',
+        ('any', False, '16'): 'norm-row-registers.any-units16',
+        ('any', False, '12'): 'norm-row-registers.any-units12',
+        ('any', False, '10'): 'norm-row-registers.any-units10',
+        ('any', False, '1'): 'norm-row-registers.any-units1',
+        ('last', False, '24'): 'norm-row-registers.last-units24',
+        ('exact', False, '24'): 'norm-row-registers.exact-units24',
+        ('last', False, '8'): 'norm-row-registers.last-units8',
+        ('exact', False, '8'): 'norm-row-registers.exact-units8',
+        ('last', False, '6'): 'norm-row-registers.last-units6',
+        ('exact', False, '6'): 'norm-row-registers.exact-units6',
+        ('last', False, '5'): 'norm-row-registers.last-units5',
+        ('exact', False, '5'): 'norm-row-registers.exact-units5',
+        ('last', False, '4'): 'norm-row-registers.last-units4',
+        ('exact', False, '4'): 'norm-row-registers.exact-units4',
+        ('last', False, '3'): 'norm-row-registers.last-units3',
+        ('exact', False, '3'): 'norm-row-registers.exact-units3',
+        ('last', False, '20'): 'norm-row-registers.last-units20',
+        ('exact', False, '20'): 'norm-row-registers.exact-units20',
+        ('last', False, '2'): 'norm-row-registers.last-units2',
+        ('exact', False, '2'): 'norm-row-registers.exact-units2',
+        ('last', False, '16'): 'norm-row-registers.last-units16',
+        ('exact', False, '16'): 'norm-row-registers.exact-units16',
+        ('last', False, '12'): 'norm-row-registers.last-units12',
+        ('exact', False, '12'): 'norm-row-registers.exact-units12',
+        ('last', False, '10'): 'norm-row-registers.last-units10',
+        ('exact', False, '10'): 'norm-row-registers.exact-units10',
+        ('last', False, '1'): 'norm-row-registers.last-units1',
+        ('exact', False, '1'): 'norm-row-registers.exact-units1',
+        ('any', True, '24'): 'norm-row-registers.any-packed-halves-units24',
+        ('any', True, '8'): 'norm-row-registers.any-packed-halves-units8',
+        ('any', True, '6'): 'norm-row-registers.any-packed-halves-units6',
+        ('any', True, '5'): 'norm-row-registers.any-packed-halves-units5',
+        ('any', True, '4'): 'norm-row-registers.any-packed-halves-units4',
+        ('any', True, '3'): 'norm-row-registers.any-packed-halves-units3',
+        ('any', True, '20'): 'norm-row-registers.any-packed-halves-units20',
+        ('any', True, '2'): 'norm-row-registers.any-packed-halves-units2',
+        ('any', True, '16'): 'norm-row-registers.any-packed-halves-units16',
+        ('any', True, '12'): 'norm-row-registers.any-packed-halves-units12',
+        ('any', True, '10'): 'norm-row-registers.any-packed-halves-units10',
+        ('any', True, '1'): 'norm-row-registers.any-packed-halves-units1',
+        ('last', True, '24'): 'norm-row-registers.last-packed-halves-units24',
+        ('exact', True, '24'): 'norm-row-registers.exact-packed-halves-units24',
+        ('last', True, '8'): 'norm-row-registers.last-packed-halves-units8',
+        ('exact', True, '8'): 'norm-row-registers.exact-packed-halves-units8',
+        ('last', True, '6'): 'norm-row-registers.last-packed-halves-units6',
+        ('exact', True, '6'): 'norm-row-registers.exact-packed-halves-units6',
+        ('last', True, '5'): 'norm-row-registers.last-packed-halves-units5',
+        ('exact', True, '5'): 'norm-row-registers.exact-packed-halves-units5',
+        ('last', True, '4'): 'norm-row-registers.last-packed-halves-units4',
+        ('exact', True, '4'): 'norm-row-registers.exact-packed-halves-units4',
+        ('last', True, '3'): 'norm-row-registers.last-packed-halves-units3',
+        ('exact', True, '3'): 'norm-row-registers.exact-packed-halves-units3',
+        ('last', True, '20'): 'norm-row-registers.last-packed-halves-units20',
+        ('exact', True, '20'): 'norm-row-registers.exact-packed-halves-units20',
+        ('last', True, '2'): 'norm-row-registers.last-packed-halves-units2',
+        ('exact', True, '2'): 'norm-row-registers.exact-packed-halves-units2',
+        ('last', True, '16'): 'norm-row-registers.last-packed-halves-units16',
+        ('exact', True, '16'): 'norm-row-registers.exact-packed-halves-units16',
+        ('last', True, '12'): 'norm-row-registers.last-packed-halves-units12',
+        ('exact', True, '12'): 'norm-row-registers.exact-packed-halves-units12',
+        ('last', True, '10'): 'norm-row-registers.last-packed-halves-units10',
+        ('exact', True, '10'): 'norm-row-registers.exact-packed-halves-units10',
+        ('last', True, '1'): 'norm-row-registers.last-packed-halves-units1',
+        ('exact', True, '1'): 'norm-row-registers.exact-packed-halves-units1',
     },
+    # fmt: on
 )

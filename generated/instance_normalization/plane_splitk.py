@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, make_pass, numel, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "plane_splitk"
 PRIORITY = 120
@@ -122,9 +122,13 @@ def _partials(r, d, v):
     uniforms = {
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "partials", "InstanceNormalization.SplitKPartials", dispatch, uniforms, v=v)
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(
+        r, shader, "partials", "InstanceNormalization.SplitKPartials", dispatch, uniforms, numbers
+    )
 
 
 def _combine(r, d, v):
@@ -146,12 +150,11 @@ def _combine(r, d, v):
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {"workgroupSize": workgroup_size}
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(
-        r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers, v=v
-    )
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers)
 
 
 def _apply(r, d, v):
@@ -180,27 +183,31 @@ def _apply(r, d, v):
     return make_pass(r, shader, "apply", "InstanceNormalization.Apply", dispatch, uniforms, numbers)
 
 
-# Pass `partials`: its shaders by (input element type): the template values that
-# tell its specializations apart; the others are combineSubgroups=False, vec4=False, partials element type='f32' or follow from these.
+# Pass `partials`: its shaders (shaders/<name>.wgsl) by (input element type): the
+# template values that tell its specializations apart; the others are combineSubgroups=False, vec4=False, partials element type='f32' or follow from these.
 PARTIALS_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/instance-normalization-splitk-partials.wgsl.jinja",
     bindings=(
         Binding(0, "input", "input", "input", "read-only-storage"),
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("f32",): "instance-normalization-splitk-partials.f32",
-        ("f16",): "instance-normalization-splitk-partials.f16",
+        ('f32',): 'instance-normalization-splitk-partials.f32',
+        ('f16',): 'instance-normalization-splitk-partials.f16',
     },
+    # fmt: on
 )
 
 
-# Pass `combine`: its shaders by (input element type): the template values that
-# tell its specializations apart; the others are vec4=False, partials element type='f32', stats element type='f32' or follow from these.
+# Pass `combine`: its shaders (shaders/<name>.wgsl) by (input element type): the
+# template values that tell its specializations apart; the others are vec4=False, partials element type='f32', stats element type='f32' or follow from these.
 COMBINE_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/instance-normalization-splitk-combine.wgsl.jinja",
     bindings=(
         Binding(0, "input", "input", "input", "read-only-storage"),
@@ -208,17 +215,20 @@ COMBINE_SHADERS = shader_table(
         Binding(2, "stats", "intermediate", "stats", "storage"),
         Binding(3, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("f32",): "instance-normalization-splitk-combine.f32",
-        ("f16",): "instance-normalization-splitk-combine.f16",
+        ('f32',): 'instance-normalization-splitk-combine.f32',
+        ('f16',): 'instance-normalization-splitk-combine.f16',
     },
+    # fmt: on
 )
 
 
-# Pass `apply`: its shaders by (usesF16): the template values that
-# tell its specializations apart; the others are vec4=False, stats element type='f32' or follow from these.
+# Pass `apply`: its shaders (shaders/<name>.wgsl) by (usesF16): the
+# template values that tell its specializations apart; the others are vec4=False, stats element type='f32' or follow from these.
 APPLY_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/instance-normalization-splitk-apply.wgsl.jinja",
     bindings=(
         Binding(0, "input", "input", "input", "read-only-storage"),
@@ -228,8 +238,10 @@ APPLY_SHADERS = shader_table(
         Binding(4, "output", "output", "output", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False,): "instance-normalization-splitk-apply.only",
-        (True,): "instance-normalization-splitk-apply.uses-f16",
+        (False,): 'instance-normalization-splitk-apply.only',
+        (True,): 'instance-normalization-splitk-apply.uses-f16',
     },
+    # fmt: on
 )

@@ -21,8 +21,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, js_mod, make_pass, numel, shader_table
-from .shaders import wgsl
+from .._runtime import (
+    Binding,
+    ceil_div,
+    fold_dispatch,
+    fold_width,
+    js_div,
+    js_mod,
+    make_pass,
+    numel,
+    shader_table,
+)
+from .shaders import SHADERS
 
 ID = "plane_splitk_vec4"
 PRIORITY = 121
@@ -126,10 +136,12 @@ def _partials(r, d, v):
     uniforms = {
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
+    numbers = {"workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
     return make_pass(
-        r, shader, "partials", "InstanceNormalization.SplitKPartialsVec4", dispatch, uniforms, v=v
+        r, shader, "partials", "InstanceNormalization.SplitKPartialsVec4", dispatch, uniforms, numbers
     )
 
 
@@ -152,12 +164,11 @@ def _combine(r, d, v):
         "planes": d.instance_planes,  # instancePlanes
         "spatial": d.instance_spatial,  # instanceSpatial
         "epsilon": attr_epsilon,  # attrs.epsilon
+        "split": v.split,  # request-dependent: bound at dispatch time
     }
     numbers = {"workgroupSize": workgroup_size}
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(
-        r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers, v=v
-    )
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers)
 
 
 def _apply(r, d, v):
@@ -170,14 +181,14 @@ def _apply(r, d, v):
     shader = APPLY_SHADERS[(v.uses_f16,)]
     # dispatch: x=min(ceilDiv((numel(shapes.output) / 4), (applyWorkgroupSize)), DISPATCH_FOLD_WIDTH), y=ceilDiv(ceilDiv((numel(shapes.output) / 4), (applyWorkgroupSize)), DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
-        min(ceil_div(numel(shape_output) / 4, v.apply_workgroup_size), dispatch_fold_width),
-        ceil_div(ceil_div(numel(shape_output) / 4, v.apply_workgroup_size), dispatch_fold_width),
+        min(ceil_div(js_div(numel(shape_output), 4), v.apply_workgroup_size), dispatch_fold_width),
+        ceil_div(ceil_div(js_div(numel(shape_output), 4), v.apply_workgroup_size), dispatch_fold_width),
         1,
         r.caps,
         "InstanceNormalization.ApplyVec4",
     )
     uniforms = {
-        "count": numel(shape_output) / 4,  # numel(shapes.output) / 4
+        "count": js_div(numel(shape_output), 4),  # numel(shapes.output) / 4
         "channels": shape_input[1],  # dim(shapes.input, 1)
         "spatial": d.instance_spatial,  # instanceSpatial
     }
@@ -186,29 +197,33 @@ def _apply(r, d, v):
     return make_pass(r, shader, "apply", "InstanceNormalization.ApplyVec4", dispatch, uniforms, numbers)
 
 
-# Pass `partials`: its shaders by (combineSubgroups, input element type): the template values that
-# tell its specializations apart; the others are vec4=True, partials element type='f32' or follow from these.
+# Pass `partials`: its shaders (shaders/<name>.wgsl) by (combineSubgroups, input element type): the
+# template values that tell its specializations apart; the others are vec4=True, partials element type='f32' or follow from these.
 PARTIALS_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/instance-normalization-splitk-partials.wgsl.jinja",
     bindings=(
         Binding(0, "input", "input", "input", "read-only-storage"),
         Binding(1, "partials", "intermediate", "partials", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False, "vec4<f32>"): "instance-normalization-splitk-partials.vec4-vec4f32",
-        (True, "vec4<f32>"): "instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32",
-        (False, "vec4<f16>"): "instance-normalization-splitk-partials.vec4-vec4f16",
-        (True, "vec4<f16>"): "instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16",
+        (False, 'vec4<f32>'): 'instance-normalization-splitk-partials.vec4-vec4f32',
+        (True, 'vec4<f32>'): 'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32',
+        (False, 'vec4<f16>'): 'instance-normalization-splitk-partials.vec4-vec4f16',
+        (True, 'vec4<f16>'): 'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16',
     },
+    # fmt: on
 )
 
 
-# Pass `combine`: its shaders by (input element type): the template values that
-# tell its specializations apart; the others are vec4=True, partials element type='f32', stats element type='f32' or follow from these.
+# Pass `combine`: its shaders (shaders/<name>.wgsl) by (input element type): the
+# template values that tell its specializations apart; the others are vec4=True, partials element type='f32', stats element type='f32' or follow from these.
 COMBINE_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/instance-normalization-splitk-combine.wgsl.jinja",
     bindings=(
         Binding(0, "input", "input", "input", "read-only-storage"),
@@ -216,17 +231,20 @@ COMBINE_SHADERS = shader_table(
         Binding(2, "stats", "intermediate", "stats", "storage"),
         Binding(3, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        ("vec4<f32>",): "instance-normalization-splitk-combine.vec4-vec4f32",
-        ("vec4<f16>",): "instance-normalization-splitk-combine.vec4-vec4f16",
+        ('vec4<f32>',): 'instance-normalization-splitk-combine.vec4-vec4f32',
+        ('vec4<f16>',): 'instance-normalization-splitk-combine.vec4-vec4f16',
     },
+    # fmt: on
 )
 
 
-# Pass `apply`: its shaders by (usesF16): the template values that
-# tell its specializations apart; the others are vec4=True, stats element type='f32' or follow from these.
+# Pass `apply`: its shaders (shaders/<name>.wgsl) by (usesF16): the
+# template values that tell its specializations apart; the others are vec4=True, stats element type='f32' or follow from these.
 APPLY_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/instance-normalization-splitk-apply.wgsl.jinja",
     bindings=(
         Binding(0, "input", "input", "input", "read-only-storage"),
@@ -236,8 +254,10 @@ APPLY_SHADERS = shader_table(
         Binding(4, "output", "output", "output", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False,): "instance-normalization-splitk-apply.vec4",
-        (True,): "instance-normalization-splitk-apply.uses-f16-vec4",
+        (False,): 'instance-normalization-splitk-apply.vec4',
+        (True,): 'instance-normalization-splitk-apply.uses-f16-vec4',
     },
+    # fmt: on
 )

@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, make_pass, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "plane_subgroup"
 PRIORITY = 100
@@ -105,10 +105,11 @@ def _main(r, d, v):
     return make_pass(r, shader, "main", "InstanceNormalization.plane_subgroup", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (combineSubgroups, scalar): the template values that
-# tell its specializations apart; the others are mode='instance', vec4=False or follow from these.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (combineSubgroups, scalar): the
+# template values that tell its specializations apart; the others are mode='instance', vec4=False or follow from these.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/norm-row-stats.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "input", "read-only-storage"),
@@ -117,10 +118,12 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False, "f32"): "norm-row-stats.f32",
-        (True, "f32"): "norm-row-stats.combine-subgroups-f32",
-        (False, "f16"): "norm-row-stats.f16",
-        (True, "f16"): "norm-row-stats.combine-subgroups-f16",
+        (False, 'f32'): 'norm-row-stats.f32',
+        (True, 'f32'): 'norm-row-stats.combine-subgroups-f32',
+        (False, 'f16'): 'norm-row-stats.f16',
+        (True, 'f16'): 'norm-row-stats.combine-subgroups-f16',
     },
+    # fmt: on
 )

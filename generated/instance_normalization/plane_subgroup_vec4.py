@@ -20,8 +20,18 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, inner, js_mod, make_pass, shader_table
-from .shaders import wgsl
+from .._runtime import (
+    Binding,
+    ceil_div,
+    fold_dispatch,
+    fold_width,
+    inner,
+    js_div,
+    js_mod,
+    make_pass,
+    shader_table,
+)
+from .shaders import SHADERS
 
 ID = "plane_subgroup_vec4"
 PRIORITY = 110
@@ -91,7 +101,7 @@ def _main(r, d, v):
     # channels: dim(shapes.input, 1) if dim(shapes.input, 1) > 0 else 1
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # hiddenVec: instanceSpatial / 4
-    hidden_vec = d.instance_spatial / 4
+    hidden_vec = js_div(d.instance_spatial, 4)
     # pairs: dtypes.T == "f16"
     pairs = dtype_t == "f16"
     # combineSubgroups: hasSubgroupId
@@ -122,10 +132,11 @@ def _main(r, d, v):
     )
 
 
-# Pass `main`: its shaders by (combineSubgroups, pairs): the template values that
-# tell its specializations apart; the others are mode='instance', vec4=True or follow from these.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (combineSubgroups, pairs): the
+# template values that tell its specializations apart; the others are mode='instance', vec4=True or follow from these.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/norm-row-stats.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "input", "read-only-storage"),
@@ -134,10 +145,12 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False, False): "norm-row-stats.f32-vec4",
-        (True, False): "norm-row-stats.combine-subgroups-f32-vec4",
-        (False, True): "norm-row-stats.pairs-f16-vec4",
-        (True, True): "norm-row-stats.combine-subgroups-pairs-f16-vec4",
+        (False, False): 'norm-row-stats.f32-vec4',
+        (True, False): 'norm-row-stats.combine-subgroups-f32-vec4',
+        (False, True): 'norm-row-stats.pairs-f16-vec4',
+        (True, True): 'norm-row-stats.combine-subgroups-pairs-f16-vec4',
     },
+    # fmt: on
 )

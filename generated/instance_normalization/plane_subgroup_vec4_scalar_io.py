@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, js_mod, make_pass, shader_table
-from .shaders import wgsl
+from .._runtime import Binding, ceil_div, fold_dispatch, fold_width, js_div, js_mod, make_pass, shader_table
+from .shaders import SHADERS
 
 ID = "plane_subgroup_vec4_scalar_io"
 PRIORITY = 111
@@ -101,7 +101,7 @@ def _main(r, d, v):
     # channels: dim(shapes.input, 1) if dim(shapes.input, 1) > 0 else 1
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # hiddenVec: instanceSpatial / 4
-    hidden_vec = d.instance_spatial / 4
+    hidden_vec = js_div(d.instance_spatial, 4)
     shader = MAIN_SHADERS[()]
     # dispatch: x=min(instancePlanes, DISPATCH_FOLD_WIDTH), y=ceilDiv(instancePlanes, DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
@@ -128,10 +128,11 @@ def _main(r, d, v):
     )
 
 
-# Pass `main`: its shaders by (): the template values that
-# tell its specializations apart; the others are combineSubgroups=True, mode='instance', scalar='f32', scalarIo=True, vec4=True, vecType='vec4<f32>', x element type='f32', scale element type='f32', bias element type='f32', y element type='f32' or follow from these.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (): the
+# template values that tell its specializations apart; the others are combineSubgroups=True, mode='instance', scalar='f32', scalarIo=True, vec4=True, vecType='vec4<f32>', x element type='f32', scale element type='f32', bias element type='f32', y element type='f32' or follow from these.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/norm-row-stats.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "input", "read-only-storage"),
@@ -140,7 +141,9 @@ MAIN_SHADERS = shader_table(
         Binding(3, "y", "output", "output", "storage"),
         Binding(4, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (): "norm-row-stats.combine-subgroups-f32-vec4#2",
+        (): 'norm-row-stats.combine-subgroups-f32-vec4.plane-subgroup-vec4-scalar-io-main',
     },
+    # fmt: on
 )

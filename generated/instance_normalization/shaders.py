@@ -17,3098 +17,1629 @@
 #   templates/norm-splitk-partials.wgsl.jinja (sha256 492efa4153d81d51)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
-"""Every shader of ai.onnx InstanceNormalization-6, each distinct WGSL text stored once.
+"""The shaders of ai.onnx InstanceNormalization-6: what each file `shaders/<name>.wgsl` declares.
 
-A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are runs of WGSL lines, cut where
-specializations differ and joined again where storing a run inside each of its neighbours takes
-fewer lines than naming it in every shader; each is stored once in PARTS under what it declares
-first (`main: let s0`: a run inside fn main, `// x`: the note before x). `wgsl(name)` gives back
-the exact text naga validated, which `plan().passes[i].wgsl` shows whole; a shader's name is its
-template's stem and the template values that tell its specializations apart."""
+The render stage made these records while it wrote the shaders' declarations; the runtime binds,
+sizes and sets a shader from its record and never reads its text for that. A shader's name is
+its template's stem and the template values that tell its specializations apart; each file
+starts with a header naming its template and key."""
 
 from __future__ import annotations
 
-PARTS = {
-    "override DISPATCH_FOLD_WIDTH": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;""",
-    "binding scale": """\
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
-    "binding y": """\
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;""",
-    "struct Params": """\
-struct Params { rows: u32, epsilon: f32, hiddenSize: u32, hiddenVec: u32, channels: u32, lanesPerPlane: u32, planesPerWorkgroup: u32, _pad0: u32 }
-@group(0) @binding(4) var<uniform> params: Params;
+from .._runtime import ShaderInterface
 
-// InstanceNormalization-6, variant plane_batched_vec4: several small planes per workgroup.
-//
-// The workgroup holds planesPerWorkgroup planes of lanesPerPlane lanes each (workgroupSize lanes
-// in all); a plane is hiddenVec vec4s (its spatial size is a multiple of 4, so a vec4 never
-// straddles two planes). Statistics are f32 for f16 tensors too: every lane cuts its walk into
-// blocks of at most STATS_BLOCK = 16 vectors; a block's shift is its own first value (a cache
-// hit), the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2 per vector
-// lane, no division, and the block is converted once (n_b, mean_b = shift + s1 / n_b as a pair of
-// f32 by split_sum, M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the lane's summary: two
-// divisions a block, one block a lane for planes of up to 16 * lanesPerPlane vectors. The
-// rounding error of M2_b is at most about 19 eps s2 <= 19 eps n_b D_b^2 (16 terms an accumulator;
-// D_b the largest |x - shift| of the block, which holds both values, so its M2 >= D_b^2 / 2): the
-// plane's M2 is off by at most 2 * 19 * 64 eps relative, whatever the plane length and wherever
-// outliers sit. The lanes of a plane are then merged by one fixed-order tree of pairwise Chan
-// merges in workgroup memory (1 + log2(pow2ceil(lanesPerPlane)) barriers): the larger side's mean
-// moves by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by
-// split_sum, and M2 = M2A + M2B + delta^2 nA (nB / n), every term non-negative: nothing cancels.
-// No atomics, no subgroups: bit-identical on every run. Every lane then writes
-// y = ((x - hi) - lo) * inv_std * scale + bias.
-// The dispatch is explicit x/y, folded at DISPATCH_FOLD_WIDTH:
-// group = wid.x + wid.y * DISPATCH_FOLD_WIDTH.
-// The compiler prepends overrides, bindings (x, scale, bias, y) and Params (rows, epsilon).
-// One summary per lane (workgroupSize * 16 bytes, within the manifest's bound instanceBatchedVec4StorageBytes), merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "fn refined_quotient": """\
-// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
-// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
-// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
-// exact, so the result is the true quotient to within an ulp however the device divides. A
-// quotient that is not finite is kept as it is (its residual would be NaN).
-fn refined_quotient(a: f32, b: f32) -> f32 {
-    let q = a / b;
-    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
-}""",
-    "struct Stats": """\
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}""",
-    "const STATS_BLOCK": """\
-// A statistics block holds at most STATS_BLOCK loop steps of one invocation's walk.
-const STATS_BLOCK: u32 = 16u;
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, select(max(s2 - s1 * q, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(s2) & 0x7f800000u) == 0x7f800000u)));
-}""",
-    "fn pack_stats": """\
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}""",
-    "fn main": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {""",
-    "main: let group": """\
-    let group = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    let slot = lid / params.lanesPerPlane;
-    let lane = lid - slot * params.lanesPerPlane;
-    let plane = group * params.planesPerWorkgroup + slot;
-    // Lanes past the last plane (or past planesPerWorkgroup * lanesPerPlane) take part in every
-    // barrier but load and store nothing.
-    let valid = slot < params.planesPerWorkgroup && plane < params.rows;
-    let base = plane * params.hiddenVec;""",
-    "main: var own": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);""",
-    "main: if": """\
-    if (valid) {
-        // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
-        for (var i = lane; i < params.hiddenVec;) {
-            let shift = f32(x[base + i].x);
-            var s1 = vec4<f32>(0.0);
-            var s2 = vec4<f32>(0.0);
-            var m = 0u;
-            for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
-                let d = vec4<f32>(x[base + i]) - shift;
-                s1 += d;
-                s2 += d * d;
-                i += params.lanesPerPlane;
-            }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));""",
-    "main: }": """\
-        }""",
-    "main: }#2": """\
-    }""",
-    "main: let n": """\
-    let n = f32(params.hiddenSize);
-
-    // One tree over the lanes of each plane; right for any lanesPerPlane (the manifest's is a power
-    // of two).
-    let head = slot * params.lanesPerPlane;
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lane in [0, lanesPerPlane): strides pow2ceil(lanesPerPlane) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < params.lanesPerPlane) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (slot < params.planesPerWorkgroup && lane < step && lane + step < params.lanesPerPlane) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-
-    if (!valid) {
-        return;
-    }
-    let total = unpack_stats(slots[head]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);
-    let channel = plane % params.channels;
-    let k = inv_std * f32(scale[channel]);
-    let b = f32(bias[channel]);
-    for (var i = lane; i < params.hiddenVec; i += params.lanesPerPlane) {
-        let d = (vec4<f32>(x[base + i]) - hi) - lo;""",
-    "main: y": """\
-        y[base + i] = vec4<f32>(d * k + b);""",
-    "main: }#3": """\
-    }
-}
-""",
-    "enable": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;""",
-    "binding x": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;""",
-    "binding scale#2": """\
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
-    "binding y#2": """\
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f16>>;""",
-    "main: y#2": """\
-        y[base + i] = vec4<f16>(d * k + b);""",
-    "struct Params#2": """\
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, hiddenVec: u32, _pad0: u32, _pad1: u32 }""",
-    "binding params": """\
-@group(0) @binding(4) var<uniform> params: Params;
-
-// norm-row-stats: one workgroup normalizes one row in a single dispatch.
-//
-// Shared by GroupNormalization-21 (group_subgroup_vec4, group_subgroup; `mode` == "group": a row
-// is the channelsPerGroup * spatial values of one (n, group), element j of the row belongs to
-// channel g * channelsPerGroup + j / spatial with g = row % numGroups) and InstanceNormalization-6
-// (plane_subgroup_vec4, plane_subgroup_vec4_scalar_io, plane_subgroup; `mode` == "instance":
-// a row is one (n, c) plane, channel = row % channels).
-//
-// Forms: scalar (x/y are array<T>), vec4 (x/y are array<vec4<T>>; spatial % 4 == 0, so a vec4
-// never straddles two channels), vec4 with `scalarIo` (vec4 math, x/y bound as array<f32>).
-// vec4 with `pairs` (the manifests set it for f16): each step of both walks loads vectors i and
-// i + workgroupSize before using either, so an invocation has two 8-byte vec4<f16> loads in
-// flight, not one; past the row's end the second load repeats the last vector and its value is dropped by a
-// select (statistics) or not stored (normalize).
-//
-// Statistics: the row is read once, in blocks. Invocation lid takes the units lid,
-// lid + workgroupSize, ... and cuts its walk into blocks of at most STATS_BLOCK = 16 loop steps (16 vectors, 16 pairs of
-// vectors, or 16 values). A block's shift is its own first value (a cache hit: the block loads it
-// first); the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2 (per
-// lane for vec4), no division. At the block's end they are converted once: n_b,
-// mean_b = shift + q (q = s1 / n_b) as a pair of f32 (hi = fl(shift + q) with its last 4 bits
-// cleared, lo = (shift - hi) + q; see split_sum), M2_b = max(s2 - s1 q, 0), Chan-merged into
-// the invocation's summary (an empty summary takes the block as it is). Two divisions a block; a
-// row of up to 16 * workgroupSize units is one block an invocation, which covers the models' rows
-// at workgroupSize 1024.
-// Why this is robust: with k <= 16 terms per accumulator, the rounding error of M2_b is at most
-// about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block. The block
-// holds both the shift and that value, so its own M2 >= D_b^2 / 2, and the row's M2 is at least the
-// sum of its blocks' M2: the row's M2 is off by at most 2 (k + 3) n_b eps relative (n_b <= 128
-// values; typically far less, the errors being random), bounded by the block, not by the row
-// length nor the workgroup size, wherever outliers sit.
-// Across invocations, summaries (n, hi, lo, M2) with n a u32 merge by Chan's formula: the larger
-// side A's mean moves by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into
-// (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing
-// cancels. Taking the larger side as the base keeps |t| <= |delta| / 2, so the few eps |t| that a
-// merge adds to the mean stay below eps times the spread (std >= |delta| sqrt(nA nB) / n).
-// The combine is either
-// - combineSubgroups: two steps inside each subgroup, subgroupAdd of (n_i, n_i hi_i) for a value
-//   mean0 near the mean, then of (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i (all
-//   of Q's terms non-negative); lane 0 of each subgroup stores (n, mean0, c / n, Q - c^2 / n) at
-//   [subgroup_id]; after one barrier every invocation merges the
-//   ceil(workgroupSize / subgroup_size) entries in the same order with the same two steps (right
-//   for any subgroup size, for a partial last subgroup and for workgroupSize smaller than a
-//   subgroup; every invocation gets the very same bits, so no broadcast is needed; a subgroup's
-//   count is an f32 sum, exact below 2^24 values), or
-// - one workgroup-memory tree of pairwise Chan merges (correct for any workgroupSize, not only
-//   powers of two): 1 + log2(pow2ceil(workgroupSize)) barriers, 11 at workgroupSize 1024; every
-//   invocation reads the root.
-// A second pass over the row writes y = ((x - hi) - lo) * (inv_std * scale) + bias, computed in f32
-// and rounded to T once, at the store. No atomics: results are bit-identical from run to run.
-//
-// The compiler prepends the overrides this body names (workgroupSize, which sizes the workgroup
-// arrays, and DISPATCH_FOLD_WIDTH), the bindings x, scale, bias, y and the uniform `params`: the manifest's
-// rows, rowStride, epsilon and, read as params.<name>, the shape-dependent values hiddenSize,
-// hiddenVec, channelsPerGroup, spatial, spatialVec, numGroups and channels (a new shape reuses the
-// pipeline).
-// The normalize walk of group mode finds channels without a division per element (see advance).""",
-    "var slots": """\
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "fn load_row": """\
-// Element i (in vec4 units) of the row starting at `base`, widened to f32.
-fn load_row(base: u32, i: u32) -> vec4<f32> {""",
-    "load_row: return": """\
-    return vec4<f32>(x[base + i]);""",
-    "fn store_row": """\
-}
-
-fn store_row(base: u32, i: u32, v: vec4<f32>) {""",
-    "store_row: y": """\
-    y[base + i] = vec4<f32>(v);""",
-    "store_row: }": """\
-}""",
-    "fn main#2": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.""",
-    "main: let row": """\
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rows) {
-        return;
-    }""",
-    "main: let base": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
-    let base = row * params.hiddenVec;""",
-    "main: var own#2": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.""",
-    "main: for": """\
-    for (var i = lid; i < params.hiddenVec;) {
-        let shift = load_row(base, i).x;
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;""",
-    "main: for#2": """\
-        for (; m < 4u * STATS_BLOCK && i < params.hiddenVec; m += 4u) {
-            let d = load_row(base, i) - shift;""",
-    "main: s1": """\
-            s1 += d;
-            s2 += d * d;
-            i += workgroupSize;
-        }""",
-    "main: own": """\
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));""",
-    "main: let count": """\
-    }
-    let count = f32(params.hiddenSize);""",
-    "main: slots": """\
-    // ---- combine: one tree of Chan merges over workgroup memory.
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / count, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "main: let c": """\
-    // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    let c = row % params.channels;
-    let k = inv_std * f32(scale[c]);
-    let b = f32(bias[c]);""",
-    "main: for#3": """\
-    for (var i = lid; i < params.hiddenVec; i += workgroupSize) {
-        store_row(base, i, ((load_row(base, i) - hi) - lo) * k + b);""",
-    "main: }#4": """\
-    }
-}""",
-    "var subgroup_stats": """\
-// (count, mean0, lo, M2) of each subgroup, at [subgroup_id].
-var<workgroup> subgroup_stats: array<vec4<f32>, workgroupSize>;""",
-    "fn main#3": """\
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_id) sg_id: u32,
-    @builtin(subgroup_invocation_id) sg_lane: u32,
-    @builtin(subgroup_size) sg_size: u32,
-) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.""",
-    "main: let own_n": """\
-    // ---- combine: the two steps inside each subgroup, then over the subgroups' entries.
-    // Inside each subgroup: subgroupAdd of n_i, then of (n_i / n) hi_i gives a mean0 near the
-    // mean (a weighted mean of the hi_i: no partial sum passes the largest |hi_i|, where the sum
-    // of n_i hi_i overflowed for rows of n |x| > 3.4e38, constant ones included), then of
-    // (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i; lane 0 stores the subgroup's
-    // (n, mean0, c / n, Q - c^2 / n) at [subgroup_id], c / n refined (on the H200 a plain division
-    // left a constant row's low part an ulp off, which 1 / sqrt(epsilon) scaled into Y).
-    let own_n = f32(own.n);
-    let sg_n = subgroupAdd(own_n);
-    let sg_mean = subgroupAdd(select(0.0, own_n / sg_n, sg_n > 0.0) * own.hi);
-    let sg_e = (own.hi - sg_mean) + own.lo;
-    let sg_devs = subgroupAdd(vec2<f32>(own_n * sg_e, own.m2 + select(0.0, own_n * sg_e * sg_e, own_n > 0.0)));
-    if (sg_lane == 0u) {
-        let sg_lo = select(0.0, refined_quotient(sg_devs.x, sg_n), sg_n > 0.0);
-        subgroup_stats[sg_id] = vec4<f32>(sg_n, sg_mean, sg_lo, select(max(sg_devs.y - sg_devs.x * sg_lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(sg_devs.y) & 0x7f800000u) == 0x7f800000u));
-    }
-    workgroupBarrier();
-    // Over the subgroups' entries, in order: subgroup k holds invocations [k * sg_size,
-    // (k + 1) * sg_size), the last one possibly partial; every invocation that runs this gets the
-    // very same bits.
-    let subgroups = min((workgroupSize + sg_size - 1u) / sg_size, workgroupSize);
-    // mean0 as a weighted mean of the entries' means (weights e.x / count): no partial sum passes
-    // the largest |mean|.
-    var mean0 = 0.0;
-    for (var j = 0u; j < subgroups; j++) {
-        let e = subgroup_stats[j];
-        mean0 += (e.x / count) * (e.y + e.z);
-    }
-    var devs = vec2<f32>(0.0);
-    for (var j = 0u; j < subgroups; j++) {
-        let e = subgroup_stats[j];
-        let d = (e.y - mean0) + e.z;
-        devs += vec2<f32>(e.x * d, e.w + select(0.0, e.x * d * d, e.x > 0.0));
-    }
-    let hi = mean0;
-    let lo = refined_quotient(devs.x, count);
-    let variance = select(max(devs.y - devs.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(devs.y) & 0x7f800000u) == 0x7f800000u) / count;
-    let inv_std = inverseSqrt(variance + params.epsilon);""",
-    "store_row: y#2": """\
-    y[base + i] = vec4<f16>(v);""",
-    "main: for#4": """\
-        for (var t = 0u; t < STATS_BLOCK && i < params.hiddenVec; t++) {
-            let j = i + workgroupSize;
-            let a = load_row(base, i) - shift;
-            let b = select(vec4<f32>(0.0), load_row(base, min(j, params.hiddenVec - 1u)) - shift, j < params.hiddenVec);
-            s1 += a + b;
-            s2 += a * a + b * b;
-            m += select(4u, 8u, j < params.hiddenVec);
-            i += 2u * workgroupSize;""",
-    "main: for#5": """\
-    for (var i = lid; i < params.hiddenVec; i += 2u * workgroupSize) {
-        let j = i + workgroupSize;
-        let first = load_row(base, i);
-        let second = load_row(base, min(j, params.hiddenVec - 1u));
-        store_row(base, i, ((first - hi) - lo) * k + b);
-        if (j < params.hiddenVec) {
-            store_row(base, j, ((second - hi) - lo) * k + b);
-        }""",
-    "override DISPATCH_FOLD_WIDTH#2": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;""",
-    "binding x#2": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;""",
-    "binding y#3": """\
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;""",
-    "load_row: let at": """\
-    let at = base + 4u * i;
-    return vec4<f32>(x[at], x[at + 1u], x[at + 2u], x[at + 3u]);""",
-    "store_row: let at": """\
-    let at = base + 4u * i;
-    y[at] = v.x;
-    y[at + 1u] = v.y;
-    y[at + 2u] = v.z;
-    y[at + 3u] = v.w;""",
-    "main: let base#2": """\
-    // ---- statistics: one read of the row, (count, mean, M2) per invocation
-    let base = row * params.hiddenSize;""",
-    "struct Params#3": """\
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
-    "fn pack_stats#2": """\
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}""",
-    "main: for#6": """\
-    for (var i = lid; i < params.hiddenSize;) {
-        let shift = f32(x[base + i]);
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var m = 0u;
-        for (; m < STATS_BLOCK && i < params.hiddenSize; m++) {
-            let d = f32(x[base + i]) - shift;""",
-    "main: own#2": """\
-        own = add_block(own, m, shift, s1, s2);""",
-    "main: for#7": """\
-    for (var i = lid; i < params.hiddenSize; i += workgroupSize) {""",
-    "main: y#3": """\
-        y[base + i] = f32(((f32(x[base + i]) - hi) - lo) * k + b);""",
-    "binding x#3": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;""",
-    "binding y#4": """\
-@group(0) @binding(3) var<storage, read_write> y: array<f16>;
-struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, channels: u32, _pad0: u32, _pad1: u32, _pad2: u32 }""",
-    "main: y#4": """\
-        y[base + i] = f16(((f32(x[base + i]) - hi) - lo) * k + b);""",
-    "binding input": """\
-@group(0) @binding(0) var<storage, read> input: array<vec4<f32>>;""",
-    "binding partials": """\
-@group(0) @binding(1) var<storage, read_write> partials: array<f32>;
-struct Params { planes: u32, spatial: u32, split: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-// InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `partials`.
-//
-// One workgroup per (plane, split): plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH, split = wid.z.
-// A plane of `units` elements (vec4s with `vec4`) is cut into `split` chunks of
-// ceil(units / split) units; the last chunks may be short or empty. Every invocation cuts its
-// walk into blocks of at most STATS_BLOCK = 16 loop steps; a block's shift is its own first value
-// (a cache hit), the loop keeps plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2
-// (per lane with `vec4`), no division, and the block is converted once: n_b,
-// mean_b = shift + s1 / n_b as a pair of f32 (split_sum: hi = fl(shift + q) with its last 4 bits
-// cleared, lo = (shift - hi) + q, a split no compiler can fold away), M2_b = max(s2 - s1^2 / n_b, 0),
-// Chan-merged into the invocation's summary (n, hi, lo, M2). Two divisions a block; a chunk of up
-// to 16 * workgroupSize units is one block an invocation.
-// Why this is robust: with k <= 16 terms per accumulator the rounding error of M2_b is at most
-// about (k + 3) eps s2 <= (k + 3) eps n_b D_b^2, D_b the largest |x - shift| in the block; the
-// block holds the shift and that value, so its own M2 >= D_b^2 / 2, and the chunk's M2 is at
-// least the sum of its blocks' M2: it is off by at most 2 (k + 3) n_b eps relative (n_b <= 64
-// values, typically far less), whatever the chunk length and wherever outliers sit.
-// It writes partials[4 * (plane * split + s) ..] = (hi, lo, M2, 0): the chunk's mean as the pair
-// hi + lo and its M2. The chunk's count is not stored: the combine pass derives it from the same
-// arithmetic. An empty chunk writes zeros.
-//
-// The merge across invocations is one fixed-order tree of pairwise Chan merges in workgroup
-// memory (1 + log2(pow2ceil(workgroupSize)) barriers; the larger side's mean moves by
-// t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized by split_sum;
-// M2 = M2A + M2B + delta^2 nA (nB / n), every term non-negative), or (combineSubgroups) two steps
-// inside each subgroup (subgroupAdd of (n_i, n_i hi_i) for a value mean0 near the mean, then of
-// (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i), lane 0 of each subgroup storing
-// its summary (n, mean0, lo, M2) at [subgroup_id], and invocation 0 merging the
-// ceil(workgroupSize / subgroup_size) summaries in order with the same two steps after one
-// barrier (a subgroup's count is an f32 sum, exact below 2^24 values). Either way the order is
-// fixed: bit-identical on every run. No atomics.
-// The compiler prepends overrides, bindings (input, partials) and Params (planes, spatial).""",
-    "fn ceil_chunk": """\
-// Chunk k of `units` units cut into chunks of ceil(units / parts) units: the last chunks may be
-// short or empty. (first unit, unit count).
-fn ceil_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
-    let size = (units + parts - 1u) / parts;
-    let begin = min(k * size, units);
-    return vec2<u32>(begin, min(begin + size, units) - begin);
-}""",
-    "main: let plane": """\
-    let plane = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (plane >= params.planes) {""",
-    "main: return": """\
-        return;
-    }""",
-    "main: let k": """\
-    let k = wid.z;""",
-    "main: let units": """\
-    let units = params.spatial / 4u;""",
-    "main: let chunk": """\
-    let chunk = ceil_chunk(units, params.split, k);
-    let begin = chunk.x;
-    let end = chunk.x + chunk.y;
-    let base = plane * units;""",
-    "main: let n#2": """\
-    let n = f32(chunk.y * 4u);""",
-    "main: var own#3": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Blocks of at most STATS_BLOCK steps: shifted sums in the loop, one add_block a block.
-    for (var i = begin + lid; i < end;) {""",
-    "main: let shift": """\
-        let shift = f32(input[base + i].x);
-        var s1 = vec4<f32>(0.0);
-        var s2 = vec4<f32>(0.0);
-        var m = 0u;
-        for (; m < 4u * STATS_BLOCK && i < end; m += 4u) {
-            let d = vec4<f32>(input[base + i]) - shift;""",
-    "main: slots#2": """\
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    if (lid == 0u) {
-        // An empty chunk's summary is all zeros.
-        let total = unpack_stats(slots[0]);
-        let summary = vec3<f32>(total.hi, total.lo, total.m2);
-        let entry = 4u * (plane * params.split + k);
-        partials[entry] = summary.x;
-        partials[entry + 1u] = summary.y;
-        partials[entry + 2u] = summary.z;
-        partials[entry + 3u] = 0.0;
-    }
-}""",
-    "main: let own_n#2": """\
-    // Inside each subgroup: subgroupAdd of n_i, then of (n_i / n) hi_i gives a mean0 near the
-    // mean (a weighted mean of the hi_i: no partial sum passes the largest |hi_i|, where the sum
-    // of n_i hi_i overflowed for rows of n |x| > 3.4e38, constant ones included), then of
-    // (n_i e_i, M2_i + n_i e_i^2) with e_i = (hi_i - mean0) + lo_i; lane 0 stores the subgroup's
-    // (n, mean0, c / n, Q - c^2 / n) at [subgroup_id], c / n refined (on the H200 a plain division
-    // left a constant row's low part an ulp off, which 1 / sqrt(epsilon) scaled into Y).
-    let own_n = f32(own.n);
-    let sg_n = subgroupAdd(own_n);
-    let sg_mean = subgroupAdd(select(0.0, own_n / sg_n, sg_n > 0.0) * own.hi);
-    let sg_e = (own.hi - sg_mean) + own.lo;
-    let sg_devs = subgroupAdd(vec2<f32>(own_n * sg_e, own.m2 + select(0.0, own_n * sg_e * sg_e, own_n > 0.0)));
-    if (sg_lane == 0u) {
-        let sg_lo = select(0.0, refined_quotient(sg_devs.x, sg_n), sg_n > 0.0);
-        subgroup_stats[sg_id] = vec4<f32>(sg_n, sg_mean, sg_lo, select(max(sg_devs.y - sg_devs.x * sg_lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(sg_devs.y) & 0x7f800000u) == 0x7f800000u));
-    }
-    workgroupBarrier();
-    if (lid == 0u) {
-        // Over the subgroups' entries, in order: subgroup k holds invocations [k * sg_size,
-        // (k + 1) * sg_size), the last one possibly partial; every invocation that runs this gets the
-        // very same bits.
-        let subgroups = min((workgroupSize + sg_size - 1u) / sg_size, workgroupSize);
-        // mean0 as a weighted mean of the entries' means (weights e.x / count): no partial sum passes
-        // the largest |mean|.
-        var mean0 = 0.0;
-        for (var j = 0u; j < subgroups; j++) {
-            let e = subgroup_stats[j];
-            mean0 += (e.x / n) * (e.y + e.z);
-        }
-        var devs = vec2<f32>(0.0);
-        for (var j = 0u; j < subgroups; j++) {
-            let e = subgroup_stats[j];
-            let d = (e.y - mean0) + e.z;
-            devs += vec2<f32>(e.x * d, e.w + select(0.0, e.x * d * d, e.x > 0.0));
-        }
-        var summary = vec3<f32>(0.0);
-        if (n > 0.0) {
-            let lo = refined_quotient(devs.x, n);
-            summary = vec3<f32>(mean0, lo, select(max(devs.y - devs.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(devs.y) & 0x7f800000u) == 0x7f800000u));
-        }
-        let entry = 4u * (plane * params.split + k);
-        partials[entry] = summary.x;
-        partials[entry + 1u] = summary.y;
-        partials[entry + 2u] = summary.z;
-        partials[entry + 3u] = 0.0;
-    }
-}""",
-    "enable#2": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> input: array<vec4<f16>>;""",
-    "binding input#2": """\
-@group(0) @binding(0) var<storage, read> input: array<f32>;""",
-    "main: let units#2": """\
-    let units = params.spatial;""",
-    "main: let n#3": """\
-    let n = f32(chunk.y);""",
-    "main: let shift#2": """\
-        let shift = f32(input[base + i]);
-        var s1 = 0.0;
-        var s2 = 0.0;
-        var m = 0u;
-        for (; m < STATS_BLOCK && i < end; m++) {
-            let d = f32(input[base + i]) - shift;""",
-    "binding input#3": """\
-@group(0) @binding(0) var<storage, read> input: array<f16>;""",
-    "binding partials#2": """\
-@group(0) @binding(1) var<storage, read> partials: array<f32>;
-@group(0) @binding(2) var<storage, read_write> stats: array<f32>;
-struct Params { planes: u32, spatial: u32, epsilon: f32, split: u32 }
-@group(0) @binding(3) var<uniform> params: Params;
-
-// InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `combine`.
-//
-// One invocation per plane: plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
-// It merges the plane's `split` partials (hi_s, lo_s, M2_s), written by the partials pass (the
-// chunk mean is the pair hi_s + lo_s), serially in split order with Chan's formula into
-// (n, hi, lo, M2), n a u32: a merge A + B (A the side with more values) moves A's mean by
-// t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum
-// (hi = fl(hi + (lo + t)) with its last 4 bits cleared, lo the rest: opaque to compilers that
-// fold a two-sum's error term), and M2 = M2A + M2B + delta^2 nA (nB / n): every term is
-// non-negative, nothing cancels, and |t| <= |delta| / 2 keeps the mean's rounding below eps times
-// the spread. Each split's count comes from the partials pass's chunk arithmetic (units of 4
-// values with `vec4`); empty splits leave the summary unchanged. It writes
-// stats[4 * plane ..] = (hi, lo, 1 / sqrt(variance + epsilon), 0), all in f32.
-// `input` is bound by the manifest but not read here.
-// The compiler prepends overrides, bindings (input, partials, stats) and Params (planes, spatial, epsilon).
-// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
-// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
-// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
-// exact, so the result is the true quotient to within an ulp however the device divides. A
-// quotient that is not finite is kept as it is (its residual would be NaN).
-fn refined_quotient(a: f32, b: f32) -> f32 {
-    let q = a / b;
-    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
-}""",
-    "fn partial_at": """\
-// Partial summary e: (hi, lo, M2), four f32 words an entry.
-fn partial_at(e: u32) -> vec3<f32> {
-    return vec3<f32>(partials[4u * e], partials[4u * e + 1u], partials[4u * e + 2u]);
-}""",
-    "main: let plane#2": """\
-    let plane = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
-    if (plane >= params.planes) {""",
-    "main: let unit_values": """\
-    let unit_values = 4u;""",
-    "main: let n#4": """\
-    let n = f32(units * unit_values);
-
-    var total = Stats(0u, 0.0, 0.0, 0.0);
-    // Partials 0u, 0u + 1u, ... in order: (hi, lo, M2) each, the count
-    // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
-    for (var part = 0u; part < params.split; part += 1u) {
-        let p = partial_at(plane * params.split + part);
-        total = chan_merge(total, Stats(ceil_chunk(units, params.split, part).y * unit_values, p.x, p.y, p.z));
-    }
-    var variance = 0.0;
-    if (n > 0.0) {
-        variance = max(total.m2 / n, 0.0);
-    }
-    stats[4u * plane] = total.hi;
-    stats[4u * plane + 1u] = total.lo;
-    stats[4u * plane + 2u] = inverseSqrt(variance + params.epsilon);
-    stats[4u * plane + 3u] = 0.0;
-}""",
-    "main: let unit_values#2": """\
-    let unit_values = 1u;""",
-    "binding stats": """\
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
-@group(0) @binding(2) var<storage, read> scale: array<f32>;
-@group(0) @binding(3) var<storage, read> bias: array<f32>;""",
-    "binding output": """\
-@group(0) @binding(4) var<storage, read_write> output: array<vec4<f32>>;""",
-    "struct Params#4": """\
-struct Params { count: u32, channels: u32, spatial: u32, _pad0: u32 }
-@group(0) @binding(5) var<uniform> params: Params;
-
-// InstanceNormalization-6, variants plane_splitk_vec4 / plane_splitk, pass `apply`.
-//
-// One element (or one vec4 with `vec4`: the spatial size is then a multiple of 4, so a vec4
-// never straddles two planes) per invocation:
-// i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lane.
-// y = ((x - hi) - lo) * (inv_std * scale[c]) + bias[c] with c = plane % channels, where the
-// plane's mean is the pair hi + lo from the combine pass (stats[4 * plane ..] =
-// (hi, lo, inv_std, 0)); in f32, rounded once at the store. Subtracting hi first is exact
-// for values near it, so a large common offset costs no accuracy.
-// The compiler prepends overrides, bindings (input, stats, scale, bias, output) and Params
-// (count, channels, spatial).
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    let i = (wid.x + wid.y * DISPATCH_FOLD_WIDTH) * workgroupSize + lid;
-    if (i >= params.count) {
-        return;
-    }""",
-    "main: let units#3": """\
-    let units = params.spatial / 4u;
-    let plane = i / units;""",
-    "main: let channel": """\
-    let channel = plane % params.channels;
-    let hi = stats[4u * plane];
-    let lo = stats[4u * plane + 1u];
-    let k = stats[4u * plane + 2u] * f32(scale[channel]);
-    let b = f32(bias[channel]);""",
-    "main: output": """\
-    output[i] = vec4<f32>(((vec4<f32>(input[i]) - hi) - lo) * k + b);""",
-    "binding stats#2": """\
-@group(0) @binding(1) var<storage, read> stats: array<f32>;
-@group(0) @binding(2) var<storage, read> scale: array<f16>;
-@group(0) @binding(3) var<storage, read> bias: array<f16>;""",
-    "binding output#2": """\
-@group(0) @binding(4) var<storage, read_write> output: array<vec4<f16>>;""",
-    "main: output#2": """\
-    output[i] = vec4<f16>(((vec4<f32>(input[i]) - hi) - lo) * k + b);""",
-    "binding output#3": """\
-@group(0) @binding(4) var<storage, read_write> output: array<f32>;""",
-    "main: let plane#3": """\
-    let plane = i / params.spatial;""",
-    "main: output#3": """\
-    output[i] = f32(((f32(input[i]) - hi) - lo) * k + b);""",
-    "binding output#4": """\
-@group(0) @binding(4) var<storage, read_write> output: array<f16>;""",
-    "main: output#4": """\
-    output[i] = f16(((f32(input[i]) - hi) - lo) * k + b);""",
-    "override DISPATCH_FOLD_WIDTH#3": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override maxChannels: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, numGroups: u32, _pad0: u32, _pad1: u32 }""",
-    "binding params#2": """\
-@group(0) @binding(4) var<uniform> params: Params;
-
-// norm-row-registers: GroupNormalization-21 (stash_type 1), variant group_row_registers, and
-// InstanceNormalization, variant plane_row_registers (a plane is a row: one channel a group).
-// Every (batch item, group) row is read from memory once per workgroup and kept in registers.
-//
-// Grid: rows * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and writes share w % split of it. Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another.
-//
-// A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32>
-// holding 8 halves, widened to f32 with unpack2x16float (f32 math; one rounding to f16 at the
-// store, pack2x16float). spatial is a multiple of the unit's values (the manifest says so), so a
-// unit never straddles two channels and rows start on whole units.
-//
-// Invocation lid holds units j * workgroupSize + lid of the row, for j < UNITS: UNITS is the
-// specialization's bucket (the shape's ceil(rowUnits / workgroupSize) rounded up to the next
-// bucket), a constant, so the loads below are straight-line code into registers. A private array
-// sized by an override is not WGSL, and an array under a loop bounded by an override spilled
-// (1.6-3x slower on the H200). Units past the row (the tail, and the bucket's spare ones) load a
-// clamped index and are left out of every sum and store (held()); units `fill` puts in the row for
-// every invocation load unclamped.
-//
-// Statistics, from registers, two-pass within each subgroup and one barrier for the workgroup.
-// A subgroup sums its values (subgroupAdd) for its mean m_s, then the deviations from it,
-// d1 = sum(x - m_s) and d2 = sum((x - m_s)^2), for its summary (n_s, mean m_s + lo_s with
-// lo_s = d1 / n_s, M2_s = d2 - d1 lo_s); lane 0 of subgroup k writes it to slot k. After the
-// barrier the slots are merged as sums, each over the slots by subgroupAdd with lane l holding
-// slots l, l + w, ... (one slot a lane on the H200): the mean as the pair (shift, delta), shift =
-// slot 0's mean and delta = sum n_s ((m_s - shift) + lo_s) / n; then M2 = sum (M2_s + n_s
-// (m_s + lo_s - mean)^2), a sum of terms >= 0. Every deviation is taken about a mean of the
-// values it measures, so neither large offsets nor outliers anywhere in the row cancel digits.
-// Every subgroup of every workgroup of the row adds the same values in the same lanes, so all
-// invocations get the same bits. Measured on the H200 against two workgroup-wide sums (each with
-// its barrier and a loop over the partials): 5-17 % faster.
-//
-// Slot k belongs to the invocations lid in [k w, (k + 1) w) of a subgroup of w lanes: the layout
-// of every device we know of, but not one WebGPU promises. A subgroup that finds its lanes are
-// not lid % w (or not all w active) raises a workgroup flag before the barrier (cleared by
-// invocation 0 behind a barrier of its own: workgroup memory is not relied on to start at zero),
-// and then every invocation merges, one by one in order, the summaries every invocation wrote of
-// its own values (about its subgroup's mean) instead: slower, and the same statistics up to
-// rounding (tested with workgroups that are not a multiple of the subgroup width).
-//
-// The compiler prepends the overrides (workgroupSize, maxChannels, split, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, y and Params: rows, epsilon and, as params.<name>, the shape-dependent
-// rowUnits, spatialUnits, hidden, channelsPerGroup and numGroups.
-
-// The units of the row each invocation holds: the bucket of this specialization.""",
-    "const UNITS": """\
-const UNITS: u32 = 24u;""",
-    "var wg_subgroups": """\
-// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
-// an irregular subgroup layout; the flag says which the merge reads.
-var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
-var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
-var<workgroup> wg_irregular: atomic<u32>;
-// (scale, bias) of the row's channels as f32, read by every store.
-var<workgroup> wg_affine: array<vec2<f32>, maxChannels>;
-
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}""",
-    "fn running_mean": """\
-// (mean, count) of some values moved on by the values of v, one at a time: no sum of them is
-// formed, so values up to f32's largest keep a finite mean. For an invocation whose plain sum
-// overflowed (values past about 1e36); compilers may factor a scale out of a sum, never out of this.
-fn running_mean(mean_count: vec2<f32>, v: vec4<f32>) -> vec2<f32> {
-    var m = mean_count.x;
-    var k = mean_count.y;
-    for (var i = 0u; i < 4u; i++) {
-        k += 1.0;
-        m += (v[i] - m) / k;
-    }
-    return vec2<f32>(m, k);
-}
-
-// A unit is one 16-byte load: a vec4<f32>.
-alias Unit = vec4<f32>;
-const UNIT_VALUES: u32 = 4u;
-
-fn unit_sum(u: Unit) -> f32 {
-    return lanes_sum(u);
-}
-
-// (sum of x - mean0, sum of (x - mean0)^2) over a unit.
-fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
-    let d = u - mean0;
-    return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}
-
-// ((x - hi) - lo) * k + b.
-fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
-    return ((u - hi) - lo) * k + b;
-}""",
-    "fn held": """\
-// Whether unit j of invocation lid lies in the row. `fill` says it ahead for most units (j is a
-// constant at every call, so the test folds away): "exact", the row is UNITS whole sweeps of the
-// workgroup, so every unit; "last", UNITS is the row's own ceil(rowUnits / workgroupSize), so
-// every unit but the last; "any", a larger bucket, so the index decides. Measured on the H200
-// (docs/PERFORMANCE.md, session 7) with split as an override: 4-6 % off the UNet rows that fill
-// their bucket.
-fn held(j: u32, lid: u32) -> bool {
-    return j * workgroupSize + lid < params.rowUnits;""",
-    "fn held_count": """\
-}
-
-// How many of invocation lid's UNITS units lie in the row.
-fn held_count(lid: u32) -> u32 {
-    if (lid >= params.rowUnits) {
-        return 0u;
-    }
-    return min((params.rowUnits - 1u - lid) / workgroupSize + 1u, UNITS);
-}""",
-    "fn finite": """\
-// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
-fn finite(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
-}
-
-// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
-// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
-// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
-// exact, so the result is the true quotient to within an ulp however the device divides. A
-// quotient that is not finite is kept as it is (its residual would be NaN).
-fn refined_quotient(a: f32, b: f32) -> f32 {
-    let q = a / b;
-    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
-}
-
-// A subgroup's sum for its mean is of each invocation's sum times 2^-MEAN_EXPONENT (exact): up to
-// 65536 finite f32 values then stay inside f32 (a subgroup of rows of 1e36 sums past 3.4e38
-// unscaled, and its mean came back inf). Scaled after an invocation's own sum, never inside it: a
-// compiler may factor a common multiplier out of a sum (lavapipe does), and the sum overflows.
-const MEAN_EXPONENT: i32 = 16;
-
-// (the subgroup's mean, its count of values) from this invocation's sum of its values times
-// 2^-MEAN_EXPONENT and its count of values. Divided by the scaled count rather than multiplied
-// back after the division, which a compiler may reorder into an overflowing product.
-fn subgroup_mean(scaled: f32, n: f32) -> vec2<f32> {
-    let totals = subgroupAdd(vec2<f32>(scaled, n));
-    return vec2<f32>(select(0.0, totals.x / (totals.y * ldexp(1.0, -MEAN_EXPONENT)), totals.y > 0.0), totals.y);
-}
-
-// A row's statistics: the mean is shift + delta, M2 the sum of squared deviations from it.
-// finite_values: every subgroup's mean was finite, which with MEAN_EXPONENT's sums means every value
-// was (a mean past f32 can then only be an overflow of the merge).
-struct RowStats {
-    shift: f32,
-    delta: f32,
-    m2: f32,
-    finite_values: bool,
-}
-
-// The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
-// d = (sum of x - m, sum of (x - m)^2): the mean is m + lo.
-fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
-    let lo = select(0.0, refined_quotient(d.x, n), n > 0.0);
-    return vec4<f32>(n, m, lo, select(max(d.y - d.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(d.y) & 0x7f800000u) == 0x7f800000u));
-}
-
-// The row's RowStats from the subgroups' summaries. Lane l of every subgroup takes slots l,
-// l + width, ... in that order (one each where there are no more slots than lanes) and subgroupAdd
-// sums the lanes, so every subgroup gets the same bits. Meaningful only when every subgroup is
-// full and regular (row_stats says which result it takes).
-fn merged_subgroups(lane: u32, width: u32) -> RowStats {
-    let count = min(workgroupSize / width, 256u);
-    let shift = wg_subgroups[0].y;
-    // (n, n times the offset from shift); n is NaN where a subgroup's mean is not finite.
-    var n_offset = vec2<f32>(0.0);
-    for (var i = lane; i < count; i += width) {
-        let s = wg_subgroups[i];
-        n_offset += vec2<f32>(select(bitcast<f32>(0x7fc00000u), s.x, finite(s.y)), s.x * ((s.y - shift) + s.z));
-    }
-    let totals = subgroupAdd(n_offset);
-    let delta = refined_quotient(totals.y, totals.x);
-    var m2 = 0.0;
-    for (var i = lane; i < count; i += width) {
-        let s = wg_subgroups[i];
-        let d = ((s.y - shift) + s.z) - delta;
-        m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
-    }
-    return RowStats(shift, delta, subgroupAdd(m2), finite(totals.x));
-}
-
-// The same from every invocation's summary, one by one in order: no subgroup operation, so any
-// subgroup layout gets the same bits everywhere.
-fn merged_invocations() -> RowStats {
-    let shift = wg_invocations[0].y;
-    var n = 0.0;
-    var offset = 0.0;
-    var finite_values = true;
-    for (var i = 0u; i < workgroupSize; i++) {
-        let s = wg_invocations[i];
-        n += s.x;
-        offset += s.x * ((s.y - shift) + s.z);
-        finite_values = finite_values && finite(s.y);
-    }
-    let delta = refined_quotient(offset, n);
-    var m2 = 0.0;
-    for (var i = 0u; i < workgroupSize; i++) {
-        let s = wg_invocations[i];
-        let d = ((s.y - shift) + s.z) - delta;
-        m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
-    }
-    return RowStats(shift, delta, m2, finite_values);
-}
-
-// The row's RowStats from this invocation's n values, its subgroup's mean (and count) and its
-// deviations from that mean: the same bits in every invocation of every workgroup of the row.
-// Call in uniform control flow, once.
-fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> RowStats {
-    // Every subgroup operation runs in uniform control flow: none under `&&` or under the flag.
-    let numbered = subgroupAll(lane == lid % width);
-    let lanes = subgroupAdd(1u);
-    let regular = numbered && lanes == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
-    let subgroup = summary(mean.y, mean.x, subgroupAdd(deviations));
-    wg_invocations[lid] = summary(n, mean.x, deviations);
-    if (regular && lane == 0u) {
-        wg_subgroups[lid / width] = subgroup;
-    }
-    if (!regular) {
-        atomicStore(&wg_irregular, 1u);
-    }
-    workgroupBarrier();
-    // Merged from the slots whatever the flag (its subgroupAdds need every invocation); where the
-    // flag is raised the slots are not all written, and the one-by-one merge is taken instead.
-    let by_subgroups = merged_subgroups(lane, width);
-    if (atomicLoad(&wg_irregular) != 0u) {
-        return merged_invocations();
-    }
-    return by_subgroups;
-}
-
-// (shift, delta, inv_std) that normalize a row of `count` values from its row_stats: y is
-// ((x - shift) - delta) * inv_std * scale + bias. A row of finite values whose merge or variance
-// passed f32's range (values that far apart differ by more than f32's squares hold) gets
-// (0, 0, 0): Y is the bias, as for every row whose squared deviations overflow. A row holding an
-// infinity or NaN gets NaN, as in the definition. One test of the sum covers all three: a part
-// that is not finite makes it inf or NaN, and finite parts whose sum overflows are that far apart.
-// Measured on the H200 (session 8): -0.9 to +1.5 % on the row-register cases with a folded store.
-fn normalization(stats: RowStats, count: u32, epsilon: f32) -> vec3<f32> {
-    let variance = stats.m2 / f32(count);
-    let usable = stats.finite_values && finite(stats.shift + stats.delta + variance);
-    let fallback = select(vec3<f32>(bitcast<f32>(0x7fc00000u)), vec3<f32>(0.0), stats.finite_values);
-    return select(fallback, vec3<f32>(stats.shift, stats.delta, inverseSqrt(variance + epsilon)), usable);
-}
-
-// (channel within the group, unit within the channel) moved on by `step` = (whole channels,
-// remainder units) of workgroupSize units: p.y < 2 per_channel, so one correction suffices.
-fn advance(at: vec2<u32>, step: vec2<u32>, per_channel: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - per_channel), p.y >= per_channel);
-}
-
-// What the stores of one invocation share.
-struct Store {
-    base: u32,  // the row's first unit
-    lid: u32,
-    share: u32,  // the units this workgroup stores: j % split == share
-    shift: f32,  // the mean is shift + delta
-    delta: f32,
-    inv_std: f32,
-    step: vec2<u32>,  // (whole channels, remainder units) of workgroupSize units
-}
-
-// Where the walk over an invocation's units stands: unit j's owner (j % split) and its
-// (channel within the group, unit within the channel); no division per unit.
-struct Walk {
-    owner: u32,
-    at: vec2<u32>,
-}
-
-// Normalizes and stores unit j if this workgroup owns it and it lies in the row; the walk moves on.
-fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
-    if (walk.owner == s.share && held(j, s.lid)) {
-        let affine = wg_affine[walk.at.x];
-        // delta is subtracted from each value, not folded into the bias as bias - delta * k: on a
-        // constant row of 1e12 delta is an ulp of 1e12 and k = 1 / sqrt(epsilon), so the folded
-        // bias lost its own digits (Y came back 0), and an infinite scale made it inf - inf. The
-        // subtract costs 0.5-2 % on the H200 (docs/PERFORMANCE.md, session 8).
-        y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, s.delta, s.inv_std * affine.x, affine.y);
-    }
-    return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == split), advance(walk.at, s.step, params.spatialUnits));
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_size) width: u32,
-) {
-    let w = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    // Workgroup-uniform: the whole workgroup leaves or none of it does.
-    if (w >= params.rows * split) {
-        return;
-    }
-    let row = w / split;
-    let share = w % split;
-    let base = row * params.rowUnits;
-    if (lid == 0u) {
-        atomicStore(&wg_irregular, 0u);
-    }
-    workgroupBarrier();
-
-    // ---- the row into registers: every load issued before any value is used
-    let last = params.rowUnits - 1u;""",
-    "main: let u0": """\
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];""",
-    "main: let u4": """\
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(6u * workgroupSize + lid, last)];""",
-    "main: let u7": """\
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(10u * workgroupSize + lid, last)];""",
-    "main: let u11": """\
-    let u11 = x[base + min(11u * workgroupSize + lid, last)];
-    let u12 = x[base + min(12u * workgroupSize + lid, last)];
-    let u13 = x[base + min(13u * workgroupSize + lid, last)];
-    let u14 = x[base + min(14u * workgroupSize + lid, last)];""",
-    "main: let u15": """\
-    let u15 = x[base + min(15u * workgroupSize + lid, last)];
-    let u16 = x[base + min(16u * workgroupSize + lid, last)];
-    let u17 = x[base + min(17u * workgroupSize + lid, last)];
-    let u18 = x[base + min(18u * workgroupSize + lid, last)];
-    let u19 = x[base + min(19u * workgroupSize + lid, last)];""",
-    "main: let u20": """\
-    let u20 = x[base + min(20u * workgroupSize + lid, last)];
-    let u21 = x[base + min(21u * workgroupSize + lid, last)];
-    let u22 = x[base + min(22u * workgroupSize + lid, last)];""",
-    "main: let u23": """\
-    let u23 = x[base + min(23u * workgroupSize + lid, last)];""",
-    "main: let first_channel": """\
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));
-    own += select(0.0, unit_sum(u3), held(3u, lid));
-    own += select(0.0, unit_sum(u4), held(4u, lid));""",
-    "main: own#3": """\
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));
-    own += select(0.0, unit_sum(u8), held(8u, lid));
-    own += select(0.0, unit_sum(u9), held(9u, lid));
-    own += select(0.0, unit_sum(u10), held(10u, lid));
-    own += select(0.0, unit_sum(u11), held(11u, lid));""",
-    "main: own#4": """\
-    own += select(0.0, unit_sum(u12), held(12u, lid));
-    own += select(0.0, unit_sum(u13), held(13u, lid));
-    own += select(0.0, unit_sum(u14), held(14u, lid));
-    own += select(0.0, unit_sum(u15), held(15u, lid));""",
-    "main: own#5": """\
-    own += select(0.0, unit_sum(u16), held(16u, lid));
-    own += select(0.0, unit_sum(u17), held(17u, lid));
-    own += select(0.0, unit_sum(u18), held(18u, lid));
-    own += select(0.0, unit_sum(u19), held(19u, lid));""",
-    "main: own#6": """\
-    own += select(0.0, unit_sum(u20), held(20u, lid));
-    own += select(0.0, unit_sum(u21), held(21u, lid));
-    own += select(0.0, unit_sum(u22), held(22u, lid));
-    own += select(0.0, unit_sum(u23), held(23u, lid));""",
-    "main: var scaled": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);
-    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
-    if (!finite(own)) {
-        var running = vec2<f32>(0.0);
-        running = select(running, running_mean(running, u0), held(0u, lid));
-        running = select(running, running_mean(running, u1), held(1u, lid));
-        running = select(running, running_mean(running, u2), held(2u, lid));
-        running = select(running, running_mean(running, u3), held(3u, lid));
-        running = select(running, running_mean(running, u4), held(4u, lid));""",
-    "main: running": """\
-        running = select(running, running_mean(running, u5), held(5u, lid));
-        running = select(running, running_mean(running, u6), held(6u, lid));
-        running = select(running, running_mean(running, u7), held(7u, lid));
-        running = select(running, running_mean(running, u8), held(8u, lid));
-        running = select(running, running_mean(running, u9), held(9u, lid));
-        running = select(running, running_mean(running, u10), held(10u, lid));
-        running = select(running, running_mean(running, u11), held(11u, lid));""",
-    "main: running#2": """\
-        running = select(running, running_mean(running, u12), held(12u, lid));
-        running = select(running, running_mean(running, u13), held(13u, lid));
-        running = select(running, running_mean(running, u14), held(14u, lid));
-        running = select(running, running_mean(running, u15), held(15u, lid));""",
-    "main: running#3": """\
-        running = select(running, running_mean(running, u16), held(16u, lid));
-        running = select(running, running_mean(running, u17), held(17u, lid));
-        running = select(running, running_mean(running, u18), held(18u, lid));
-        running = select(running, running_mean(running, u19), held(19u, lid));""",
-    "main: running#4": """\
-        running = select(running, running_mean(running, u20), held(20u, lid));
-        running = select(running, running_mean(running, u21), held(21u, lid));
-        running = select(running, running_mean(running, u22), held(22u, lid));
-        running = select(running, running_mean(running, u23), held(23u, lid));""",
-    "main: scaled": """\
-        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
-    }
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));""",
-    "main: deviations": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean.x), held(10u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean.x), held(11u, lid));""",
-    "main: deviations#2": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean.x), held(12u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean.x), held(13u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean.x), held(14u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean.x), held(15u, lid));""",
-    "main: deviations#3": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u16, mean.x), held(16u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u17, mean.x), held(17u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u18, mean.x), held(18u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u19, mean.x), held(19u, lid));""",
-    "main: deviations#4": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u20, mean.x), held(20u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u21, mean.x), held(21u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u22, mean.x), held(22u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u23, mean.x), held(23u, lid));""",
-    "main: let norm": """\
-    let norm = normalization(row_stats(lid, lane, width, n, mean, deviations), params.hidden, params.epsilon);
-
-    // ---- normalize and store this workgroup's share
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, norm.x, norm.y, norm.z, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2); walk = store_unit(store, walk, 3u, u3);""",
-    "main: walk": """\
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);
-    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);
-    walk = store_unit(store, walk, 10u, u10); walk = store_unit(store, walk, 11u, u11);""",
-    "main: walk#2": """\
-    walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);
-    walk = store_unit(store, walk, 16u, u16); walk = store_unit(store, walk, 17u, u17);
-    walk = store_unit(store, walk, 18u, u18); walk = store_unit(store, walk, 19u, u19);""",
-    "main: walk#3": """\
-    walk = store_unit(store, walk, 20u, u20); walk = store_unit(store, walk, 21u, u21);
-    walk = store_unit(store, walk, 22u, u22); walk = store_unit(store, walk, 23u, u23);""",
-    "main: }#5": """\
-}
-""",
-    "const UNITS#2": """\
-const UNITS: u32 = 8u;""",
-    "main: let u7#2": """\
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];""",
-    "main: own#7": """\
-    own += select(0.0, unit_sum(u5), held(5u, lid));
-    own += select(0.0, unit_sum(u6), held(6u, lid));
-    own += select(0.0, unit_sum(u7), held(7u, lid));""",
-    "main: running#5": """\
-        running = select(running, running_mean(running, u5), held(5u, lid));
-        running = select(running, running_mean(running, u6), held(6u, lid));
-        running = select(running, running_mean(running, u7), held(7u, lid));""",
-    "main: deviations#5": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean.x), held(4u, lid));""",
-    "main: deviations#6": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean.x), held(6u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean.x), held(7u, lid));""",
-    "main: walk#4": """\
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);
-    walk = store_unit(store, walk, 6u, u6); walk = store_unit(store, walk, 7u, u7);""",
-    "const UNITS#3": """\
-const UNITS: u32 = 6u;""",
-    "main: let u4#2": """\
-    let u4 = x[base + min(4u * workgroupSize + lid, last)];""",
-    "main: let u5": """\
-    let u5 = x[base + min(5u * workgroupSize + lid, last)];""",
-    "main: own#8": """\
-    own += select(0.0, unit_sum(u5), held(5u, lid));""",
-    "main: running#6": """\
-        running = select(running, running_mean(running, u5), held(5u, lid));""",
-    "main: deviations#7": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean.x), held(5u, lid));""",
-    "main: walk#5": """\
-    walk = store_unit(store, walk, 4u, u4); walk = store_unit(store, walk, 5u, u5);""",
-    "const UNITS#4": """\
-const UNITS: u32 = 5u;""",
-    "main: walk#6": """\
-    walk = store_unit(store, walk, 4u, u4);""",
-    "const UNITS#5": """\
-const UNITS: u32 = 4u;""",
-    "main: let first_channel#2": """\
-    let first_channel = (row % params.numGroups) * channelsPerGroup;
-    for (var c = lid; c < channelsPerGroup; c += workgroupSize) {
-        wg_affine[c] = vec2<f32>(f32(scale[first_channel + c]), f32(bias[first_channel + c]));
-    }
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += select(0.0, unit_sum(u0), held(0u, lid));""",
-    "main: own#9": """\
-    own += select(0.0, unit_sum(u1), held(1u, lid));
-    own += select(0.0, unit_sum(u2), held(2u, lid));""",
-    "main: own#10": """\
-    own += select(0.0, unit_sum(u3), held(3u, lid));""",
-    "main: var scaled#2": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);
-    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
-    if (!finite(own)) {
-        var running = vec2<f32>(0.0);
-        running = select(running, running_mean(running, u0), held(0u, lid));""",
-    "main: running#7": """\
-        running = select(running, running_mean(running, u1), held(1u, lid));
-        running = select(running, running_mean(running, u2), held(2u, lid));""",
-    "main: running#8": """\
-        running = select(running, running_mean(running, u3), held(3u, lid));""",
-    "main: deviations#8": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean.x), held(2u, lid));""",
-    "main: deviations#9": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean.x), held(3u, lid));""",
-    "const UNITS#6": """\
-const UNITS: u32 = 3u;""",
-    "main: let u0#2": """\
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];""",
-    "main: let u2": """\
-    let u2 = x[base + min(2u * workgroupSize + lid, last)];""",
-    "main: let norm#2": """\
-    let norm = normalization(row_stats(lid, lane, width, n, mean, deviations), params.hidden, params.epsilon);
-
-    // ---- normalize and store this workgroup's share
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    let store = Store(base, lid, share, norm.x, norm.y, norm.z, step);
-    var walk = Walk(0u, vec2<u32>(lid / params.spatialUnits, lid % params.spatialUnits));""",
-    "main: walk#7": """\
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);
-    walk = store_unit(store, walk, 2u, u2);""",
-    "const UNITS#7": """\
-const UNITS: u32 = 20u;""",
-    "const UNITS#8": """\
-const UNITS: u32 = 2u;""",
-    "main: own#11": """\
-    own += select(0.0, unit_sum(u1), held(1u, lid));""",
-    "main: running#9": """\
-        running = select(running, running_mean(running, u1), held(1u, lid));""",
-    "main: deviations#10": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean.x), held(1u, lid));""",
-    "main: walk#8": """\
-    walk = store_unit(store, walk, 0u, u0); walk = store_unit(store, walk, 1u, u1);""",
-    "const UNITS#9": """\
-const UNITS: u32 = 16u;""",
-    "main: let u15#2": """\
-    let u15 = x[base + min(15u * workgroupSize + lid, last)];""",
-    "main: walk#9": """\
-    walk = store_unit(store, walk, 12u, u12); walk = store_unit(store, walk, 13u, u13);
-    walk = store_unit(store, walk, 14u, u14); walk = store_unit(store, walk, 15u, u15);""",
-    "const UNITS#10": """\
-const UNITS: u32 = 12u;""",
-    "main: let u11#2": """\
-    let u11 = x[base + min(11u * workgroupSize + lid, last)];""",
-    "const UNITS#11": """\
-const UNITS: u32 = 10u;""",
-    "main: let u7#3": """\
-    let u7 = x[base + min(7u * workgroupSize + lid, last)];
-    let u8 = x[base + min(8u * workgroupSize + lid, last)];""",
-    "main: let u9": """\
-    let u9 = x[base + min(9u * workgroupSize + lid, last)];""",
-    "main: own#12": """\
-    own += select(0.0, unit_sum(u8), held(8u, lid));
-    own += select(0.0, unit_sum(u9), held(9u, lid));""",
-    "main: running#10": """\
-        running = select(running, running_mean(running, u8), held(8u, lid));
-        running = select(running, running_mean(running, u9), held(9u, lid));""",
-    "main: deviations#11": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean.x), held(8u, lid));
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean.x), held(9u, lid));""",
-    "main: walk#10": """\
-    walk = store_unit(store, walk, 8u, u8); walk = store_unit(store, walk, 9u, u9);""",
-    "const UNITS#12": """\
-const UNITS: u32 = 1u;""",
-    "main: let u0#3": """\
-    let u0 = x[base + min(0u * workgroupSize + lid, last)];""",
-    "main: walk#11": """\
-    walk = store_unit(store, walk, 0u, u0);""",
-    "fn held#2": """\
-// Whether unit j of invocation lid lies in the row. `fill` says it ahead for most units (j is a
-// constant at every call, so the test folds away): "exact", the row is UNITS whole sweeps of the
-// workgroup, so every unit; "last", UNITS is the row's own ceil(rowUnits / workgroupSize), so
-// every unit but the last; "any", a larger bucket, so the index decides. Measured on the H200
-// (docs/PERFORMANCE.md, session 7) with split as an override: 4-6 % off the UNet rows that fill
-// their bucket.
-fn held(j: u32, lid: u32) -> bool {
-    return j + 1u < UNITS || j * workgroupSize + lid < params.rowUnits;""",
-    "main: let u0#4": """\
-    let u0 = x[base + 0u * workgroupSize + lid]; let u1 = x[base + 1u * workgroupSize + lid];
-    let u2 = x[base + 2u * workgroupSize + lid]; let u3 = x[base + 3u * workgroupSize + lid];
-    let u4 = x[base + 4u * workgroupSize + lid]; let u5 = x[base + 5u * workgroupSize + lid];
-    let u6 = x[base + 6u * workgroupSize + lid]; let u7 = x[base + 7u * workgroupSize + lid];""",
-    "main: let u8": """\
-    let u8 = x[base + 8u * workgroupSize + lid]; let u9 = x[base + 9u * workgroupSize + lid];
-    let u10 = x[base + 10u * workgroupSize + lid]; let u11 = x[base + 11u * workgroupSize + lid];
-    let u12 = x[base + 12u * workgroupSize + lid]; let u13 = x[base + 13u * workgroupSize + lid];
-    let u14 = x[base + 14u * workgroupSize + lid]; let u15 = x[base + 15u * workgroupSize + lid];""",
-    "main: let u16": """\
-    let u16 = x[base + 16u * workgroupSize + lid]; let u17 = x[base + 17u * workgroupSize + lid];
-    let u18 = x[base + 18u * workgroupSize + lid]; let u19 = x[base + 19u * workgroupSize + lid];""",
-    "main: let u20#2": """\
-    let u20 = x[base + 20u * workgroupSize + lid]; let u21 = x[base + 21u * workgroupSize + lid];""",
-    "main: let u22": """\
-    let u22 = x[base + 22u * workgroupSize + lid];""",
-    "fn held#3": """\
-// Whether unit j of invocation lid lies in the row. `fill` says it ahead for most units (j is a
-// constant at every call, so the test folds away): "exact", the row is UNITS whole sweeps of the
-// workgroup, so every unit; "last", UNITS is the row's own ceil(rowUnits / workgroupSize), so
-// every unit but the last; "any", a larger bucket, so the index decides. Measured on the H200
-// (docs/PERFORMANCE.md, session 7) with split as an override: 4-6 % off the UNet rows that fill
-// their bucket.
-fn held(j: u32, lid: u32) -> bool {
-    return true;
-}
-
-// How many of invocation lid's UNITS units lie in the row.
-fn held_count(lid: u32) -> u32 {
-    return UNITS;
-}""",
-    "main: let u22#2": """\
-    let u22 = x[base + 22u * workgroupSize + lid]; let u23 = x[base + 23u * workgroupSize + lid];""",
-    "main: let u0#5": """\
-    let u0 = x[base + 0u * workgroupSize + lid]; let u1 = x[base + 1u * workgroupSize + lid];
-    let u2 = x[base + 2u * workgroupSize + lid]; let u3 = x[base + 3u * workgroupSize + lid];""",
-    "main: let u4#3": """\
-    let u4 = x[base + 4u * workgroupSize + lid]; let u5 = x[base + 5u * workgroupSize + lid];""",
-    "main: let u6": """\
-    let u6 = x[base + 6u * workgroupSize + lid];""",
-    "main: let u4#4": """\
-    let u4 = x[base + 4u * workgroupSize + lid];""",
-    "main: let u0#6": """\
-    let u0 = x[base + 0u * workgroupSize + lid]; let u1 = x[base + 1u * workgroupSize + lid];
-    let u2 = x[base + 2u * workgroupSize + lid];""",
-    "main: let u3": """\
-    let u3 = x[base + min(3u * workgroupSize + lid, last)];""",
-    "main: let u0#7": """\
-    let u0 = x[base + 0u * workgroupSize + lid]; let u1 = x[base + 1u * workgroupSize + lid];""",
-    "main: let u16#2": """\
-    let u16 = x[base + 16u * workgroupSize + lid]; let u17 = x[base + 17u * workgroupSize + lid];
-    let u18 = x[base + 18u * workgroupSize + lid];
-    let u19 = x[base + min(19u * workgroupSize + lid, last)];""",
-    "main: let u0#8": """\
-    let u0 = x[base + 0u * workgroupSize + lid];""",
-    "main: let u1": """\
-    let u1 = x[base + min(1u * workgroupSize + lid, last)];""",
-    "main: let u8#2": """\
-    let u8 = x[base + 8u * workgroupSize + lid]; let u9 = x[base + 9u * workgroupSize + lid];
-    let u10 = x[base + 10u * workgroupSize + lid]; let u11 = x[base + 11u * workgroupSize + lid];""",
-    "main: let u12": """\
-    let u12 = x[base + 12u * workgroupSize + lid]; let u13 = x[base + 13u * workgroupSize + lid];
-    let u14 = x[base + 14u * workgroupSize + lid];""",
-    "main: let u8#3": """\
-    let u8 = x[base + 8u * workgroupSize + lid]; let u9 = x[base + 9u * workgroupSize + lid];""",
-    "main: let u10": """\
-    let u10 = x[base + 10u * workgroupSize + lid];""",
-    "main: let u8#4": """\
-    let u8 = x[base + 8u * workgroupSize + lid];""",
-    "enable#3": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override maxChannels: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read_write> y: array<vec4<u32>>;
-struct Params { rows: u32, epsilon: f32, rowUnits: u32, spatialUnits: u32, hidden: u32, numGroups: u32, _pad0: u32, _pad1: u32 }""",
-    "alias Unit": """\
-// A unit is one 16-byte load: 8 halves packed in a vec4<u32>, widened to f32 (no f16 arithmetic,
-// no `enable f16` needed for it); rounded once to f16 at the store (pack2x16float).
-alias Unit = vec4<u32>;
-const UNIT_VALUES: u32 = 8u;
-
-// Values 0-3 and 4-7 of a unit of 8 halves.
-fn low_half(u: Unit) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
-}
-
-fn high_half(u: Unit) -> vec4<f32> {
-    return vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w));
-}
-
-fn unit_sum(u: Unit) -> f32 {
-    return lanes_sum(low_half(u)) + lanes_sum(high_half(u));
-}
-
-// (sum of x - mean0, sum of (x - mean0)^2) over a unit.
-fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
-    let a = low_half(u) - mean0;
-    let b = high_half(u) - mean0;
-    return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
-}
-
-// ((x - hi) - lo) * k + b, rounded to f16 and packed again.
-fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
-    let first = ((low_half(u) - hi) - lo) * k + b;
-    let second = ((high_half(u) - hi) - lo) * k + b;
-    return vec4<u32>(pack2x16float(first.xy), pack2x16float(first.zw), pack2x16float(second.xy), pack2x16float(second.zw));
-}""",
-    "main: var scaled#3": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);
-    let n = f32(held_count(lid) * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean.x), held(0u, lid));""",
-    "binding partials#3": """\
-@group(0) @binding(1) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { rows: u32, rowUnits: u32, chunks: u32, _pad0: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-// norm-splitk-partials: split-k in registers, pass 1 of 2 (partial statistics of chunks).
-// GroupNormalization-21 (stash_type 1), variant group_splitk_registers, and
-// InstanceNormalization-6, variant plane_splitk_registers (a plane is a row: numGroups = C,
-// channelsPerGroup = 1). For rows too long to keep on chip (the SD VAE rows of 1-4 MB).
-//
-// Design. Any split-k design reads X twice (statistics, then normalize), so its ceiling is about
-// 2/3 of a same-size copy; what it can win is keeping enough bytes in flight on every SM and
-// making the second read hit L2. Two dispatches, one geometry:
-// - A unit is one 16-byte load: a vec4<f32>, or (f16 tensors, `packedHalves`) a vec4<u32> of 8
-//   halves widened with unpack2x16float (f32 math, no f16 arithmetic, no `enable f16` for it).
-//   spatial is a multiple of the unit's values, so a unit never straddles two channels.
-// - A row of rowUnits units is cut into chunks of workgroupSize * UNITS units (both from
-//   tunables: the workgroup size an override, UNITS a constant of this specialization); the last
-//   chunk of a row may be short. Workgroup w of rows * chunks (folded over DISPATCH_FOLD_WIDTH)
-//   takes chunk w % chunks of row w / chunks; invocation lid holds units j * workgroupSize + lid
-//   of the chunk for j < UNITS (coalesced across the workgroup for every j).
-// - Pass 1 (this pass): every invocation issues ALL its UNITS loads before it uses any (straight-
-//   line code into registers: UNITS * 16 bytes in flight an invocation), then computes its own
-//   statistics from registers as a true two-pass (mean0 = sum / n, then the deviations
-//   d = sum (x - mean0), q = sum (x - mean0)^2; the mean is the pair (mean0, lo = d / n) and
-//   M2 = q - d * lo), so no sum-of-squares cancellation however large the offset or wherever an
-//   outlier sits (at most 8 * UNITS values an invocation). The workgroup merges the invocations'
-//   (n, hi, lo, M2) in one fixed-order tree of pairwise Chan merges in workgroup memory (no
-//   subgroups, no atomics: the same bits on every device and run) and invocation 0 writes the
-//   chunk's partial: partials[w] = (hi, lo, M2, 0). Its count is not stored: the apply pass
-//   derives it from the same geometry (chunk_units). Units past the row (the tail of the last
-//   chunk) load a clamped index and are left out of every sum (held()); where every row is whole
-//   chunks (wholeChunks, a boolean specialization: the VAE rows) neither the clamp nor the test
-//   is rendered.
-// - Pass 2 (norm-splitk-apply) runs the same grid in the REVERSE order: its first workgroups
-//   re-read the chunks this pass read last, which are still in L2. Each workgroup issues its
-//   chunk's loads first, then merges all partials of its row in one fixed order (the same in
-//   every workgroup of the row, so they all get the same bits), then normalizes its chunk.
-// Costs: X read twice, Y written once, 16 bytes of partial a chunk written once and read by every
-// workgroup of its row (a few % of X, from L2).
-//
-// The compiler prepends the overrides (workgroupSize, DISPATCH_FOLD_WIDTH), the bindings x and
-// partials and Params: rows and, as params.<name>, the shape-dependent rowUnits and chunks.
-// The units each invocation holds in registers: a constant of this specialization, so the loads
-// are straight-line code (a private array sized by an override is not WGSL, and one under a loop
-// bounded by an override spilled on the H200).""",
-    "fn chunk_units": """\
-// A chunk is the units one workgroup holds, workgroupSize * UNITS: unit j * workgroupSize + lid of the
-// chunk sits in invocation lid's register j. The units of chunk `chunk` of a row of `row_units`
-// units: a whole chunk, or for the last chunk the rest.
-fn chunk_units(row_units: u32, chunk: u32) -> u32 {
-    return min(workgroupSize * UNITS, row_units - chunk * (workgroupSize * UNITS));""",
-    "var slots#2": """\
-}
-
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;
-
-// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
-// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
-// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
-// exact, so the result is the true quotient to within an ulp however the device divides. A
-// quotient that is not finite is kept as it is (its residual would be NaN).
-fn refined_quotient(a: f32, b: f32) -> f32 {
-    let q = a / b;
-    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
-}""",
-    "fn finite#2": """\
-// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
-fn finite(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
-}""",
-    "fn held#4": """\
-// Whether register j of invocation lid holds a unit of the row, for a chunk starting at unit
-// `first`: always where every row is whole chunks (wholeChunks, a specialization: no test and no
-// load clamp).
-fn held(first: u32, j: u32, lid: u32) -> bool {
-    return first + j * workgroupSize + lid < params.rowUnits;""",
-    "fn main#4": """\
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let w = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (w >= params.rows * params.chunks) {
-        return;
-    }""",
-    "main: let row#2": """\
-    let row = w / params.chunks;
-    let chunk = w % params.chunks;
-    let first = chunk * (workgroupSize * UNITS);
-    let base = row * params.rowUnits;
-    let last = params.rowUnits - 1u;
-
-    // ---- the chunk into registers: every load issued before any value is used""",
-    "main: let u0#9": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];""",
-    "main: let h0": """\
-    let h0 = held(first, 0u, lid);""",
-    "main: var count": """\
-    // ---- this invocation's statistics: the mean, then the deviations from it
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);""",
-    "main: let n#5": """\
-    let n = f32(max(count, 1u));
-    var mean0 = total / n;
-    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
-    if (!finite(total)) {
-        var running = vec2<f32>(0.0);
-        running = select(running, running_mean(running, u0), h0);""",
-    "main: mean0": """\
-        mean0 = running.x;
-    }""",
-    "main: var deviations": """\
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);""",
-    "main: let lo": """\
-    let lo = refined_quotient(deviations.x, n);
-    let own = Stats(count, mean0, lo, select(max(deviations.y - deviations.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(deviations.y) & 0x7f800000u) == 0x7f800000u));
-
-    // ---- the chunk's statistics: a fixed-order tree of Chan merges over the invocations
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    if (lid == 0u) {
-        let merged = unpack_stats(slots[0]);
-        partials[w] = vec4<f32>(merged.hi, merged.lo, merged.m2, 0.0);
-    }
-}""",
-    "fn chunk_units#2": """\
-// A chunk is the units one workgroup holds, workgroupSize * UNITS: unit j * workgroupSize + lid of the
-// chunk sits in invocation lid's register j. The units of chunk `chunk` of a row of `row_units`
-// units: a whole chunk, or for the last chunk the rest.
-fn chunk_units(row_units: u32, chunk: u32) -> u32 {
-    return workgroupSize * UNITS;  // every row is whole chunks (wholeChunks)""",
-    "fn held#5": """\
-// Whether register j of invocation lid holds a unit of the row, for a chunk starting at unit
-// `first`: always where every row is whole chunks (wholeChunks, a specialization: no test and no
-// load clamp).
-fn held(first: u32, j: u32, lid: u32) -> bool {
-    return true;""",
-    "main: let row#3": """\
-    let row = w / params.chunks;
-    let chunk = w % params.chunks;
-    let first = chunk * (workgroupSize * UNITS);
-    let base = row * params.rowUnits;
-
-    // ---- the chunk into registers: every load issued before any value is used""",
-    "main: let u0#10": """\
-    let u0 = x[base + first + 0u * workgroupSize + lid];""",
-    "main: let u0#11": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];
-    let u3 = x[base + min(first + 3u * workgroupSize + lid, last)];""",
-    "main: let u4#5": """\
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];
-    let u6 = x[base + min(first + 6u * workgroupSize + lid, last)];
-    let u7 = x[base + min(first + 7u * workgroupSize + lid, last)];""",
-    "main: let h0#2": """\
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);""",
-    "main: let h6": """\
-    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid);""",
-    "main: var count#2": """\
-    // ---- this invocation's statistics: the mean, then the deviations from it
-    var count = 0u;
-    var total = 0.0;
-    count += select(0u, UNIT_VALUES, h0); total += select(0.0, unit_sum(u0), h0);
-    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);
-    count += select(0u, UNIT_VALUES, h2); total += select(0.0, unit_sum(u2), h2);""",
-    "main: count": """\
-    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);
-    count += select(0u, UNIT_VALUES, h4); total += select(0.0, unit_sum(u4), h4);
-    count += select(0u, UNIT_VALUES, h5); total += select(0.0, unit_sum(u5), h5);""",
-    "main: count#2": """\
-    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);""",
-    "main: running#11": """\
-        running = select(running, running_mean(running, u1), h1);
-        running = select(running, running_mean(running, u2), h2);
-        running = select(running, running_mean(running, u3), h3);
-        running = select(running, running_mean(running, u4), h4);
-        running = select(running, running_mean(running, u5), h5);""",
-    "main: running#12": """\
-        running = select(running, running_mean(running, u6), h6);
-        running = select(running, running_mean(running, u7), h7);""",
-    "main: var deviations#2": """\
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u3, mean0), h3);""",
-    "main: deviations#12": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean0), h4);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean0), h5);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u6, mean0), h6);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u7, mean0), h7);""",
-    "main: let u0#12": """\
-    let u0 = x[base + first + 0u * workgroupSize + lid];
-    let u1 = x[base + first + 1u * workgroupSize + lid];
-    let u2 = x[base + first + 2u * workgroupSize + lid];
-    let u3 = x[base + first + 3u * workgroupSize + lid];""",
-    "main: let u4#6": """\
-    let u4 = x[base + first + 4u * workgroupSize + lid];
-    let u5 = x[base + first + 5u * workgroupSize + lid];
-    let u6 = x[base + first + 6u * workgroupSize + lid];
-    let u7 = x[base + first + 7u * workgroupSize + lid];""",
-    "main: let u4#7": """\
-    let u4 = x[base + min(first + 4u * workgroupSize + lid, last)];
-    let u5 = x[base + min(first + 5u * workgroupSize + lid, last)];""",
-    "main: deviations#13": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u4, mean0), h4);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u5, mean0), h5);""",
-    "main: let u4#8": """\
-    let u4 = x[base + first + 4u * workgroupSize + lid];
-    let u5 = x[base + first + 5u * workgroupSize + lid];""",
-    "main: let h0#3": """\
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid);""",
-    "main: count#3": """\
-    count += select(0u, UNIT_VALUES, h3); total += select(0.0, unit_sum(u3), h3);""",
-    "main: running#13": """\
-        running = select(running, running_mean(running, u1), h1);
-        running = select(running, running_mean(running, u2), h2);""",
-    "main: running#14": """\
-        running = select(running, running_mean(running, u3), h3);""",
-    "main: let u0#13": """\
-    let u0 = x[base + min(first + 0u * workgroupSize + lid, last)];
-    let u1 = x[base + min(first + 1u * workgroupSize + lid, last)];""",
-    "main: let u2#2": """\
-    let u2 = x[base + min(first + 2u * workgroupSize + lid, last)];""",
-    "main: let h0#4": """\
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);""",
-    "main: var deviations#3": """\
-    var deviations = vec2<f32>(0.0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u0, mean0), h0);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u1, mean0), h1);""",
-    "main: deviations#14": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u2, mean0), h2);""",
-    "main: let u0#14": """\
-    let u0 = x[base + first + 0u * workgroupSize + lid];
-    let u1 = x[base + first + 1u * workgroupSize + lid];""",
-    "main: let u2#3": """\
-    let u2 = x[base + first + 2u * workgroupSize + lid];""",
-    "main: let h0#5": """\
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid);""",
-    "main: count#4": """\
-    count += select(0u, UNIT_VALUES, h1); total += select(0.0, unit_sum(u1), h1);""",
-    "main: running#15": """\
-        running = select(running, running_mean(running, u1), h1);""",
-    "main: let u8#5": """\
-    let u8 = x[base + min(first + 8u * workgroupSize + lid, last)];
-    let u9 = x[base + min(first + 9u * workgroupSize + lid, last)];
-    let u10 = x[base + min(first + 10u * workgroupSize + lid, last)];
-    let u11 = x[base + min(first + 11u * workgroupSize + lid, last)];""",
-    "main: let u12#2": """\
-    let u12 = x[base + min(first + 12u * workgroupSize + lid, last)];
-    let u13 = x[base + min(first + 13u * workgroupSize + lid, last)];
-    let u14 = x[base + min(first + 14u * workgroupSize + lid, last)];
-    let u15 = x[base + min(first + 15u * workgroupSize + lid, last)];""",
-    "main: let h0#6": """\
-    let h0 = held(first, 0u, lid); let h1 = held(first, 1u, lid); let h2 = held(first, 2u, lid);
-    let h3 = held(first, 3u, lid); let h4 = held(first, 4u, lid); let h5 = held(first, 5u, lid);
-    let h6 = held(first, 6u, lid); let h7 = held(first, 7u, lid); let h8 = held(first, 8u, lid);
-    let h9 = held(first, 9u, lid); let h10 = held(first, 10u, lid); let h11 = held(first, 11u, lid);""",
-    "main: let h12": """\
-    let h12 = held(first, 12u, lid); let h13 = held(first, 13u, lid);
-    let h14 = held(first, 14u, lid); let h15 = held(first, 15u, lid);""",
-    "main: count#5": """\
-    count += select(0u, UNIT_VALUES, h6); total += select(0.0, unit_sum(u6), h6);
-    count += select(0u, UNIT_VALUES, h7); total += select(0.0, unit_sum(u7), h7);
-    count += select(0u, UNIT_VALUES, h8); total += select(0.0, unit_sum(u8), h8);
-    count += select(0u, UNIT_VALUES, h9); total += select(0.0, unit_sum(u9), h9);
-    count += select(0u, UNIT_VALUES, h10); total += select(0.0, unit_sum(u10), h10);
-    count += select(0u, UNIT_VALUES, h11); total += select(0.0, unit_sum(u11), h11);""",
-    "main: count#6": """\
-    count += select(0u, UNIT_VALUES, h12); total += select(0.0, unit_sum(u12), h12);
-    count += select(0u, UNIT_VALUES, h13); total += select(0.0, unit_sum(u13), h13);
-    count += select(0u, UNIT_VALUES, h14); total += select(0.0, unit_sum(u14), h14);
-    count += select(0u, UNIT_VALUES, h15); total += select(0.0, unit_sum(u15), h15);""",
-    "main: running#16": """\
-        running = select(running, running_mean(running, u8), h8);
-        running = select(running, running_mean(running, u9), h9);
-        running = select(running, running_mean(running, u10), h10);
-        running = select(running, running_mean(running, u11), h11);""",
-    "main: running#17": """\
-        running = select(running, running_mean(running, u12), h12);
-        running = select(running, running_mean(running, u13), h13);
-        running = select(running, running_mean(running, u14), h14);
-        running = select(running, running_mean(running, u15), h15);""",
-    "main: deviations#15": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u8, mean0), h8);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u9, mean0), h9);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u10, mean0), h10);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u11, mean0), h11);""",
-    "main: deviations#16": """\
-    deviations += select(vec2<f32>(0.0), unit_deviations(u12, mean0), h12);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u13, mean0), h13);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u14, mean0), h14);
-    deviations += select(vec2<f32>(0.0), unit_deviations(u15, mean0), h15);""",
-    "main: let u8#6": """\
-    let u8 = x[base + first + 8u * workgroupSize + lid];
-    let u9 = x[base + first + 9u * workgroupSize + lid];
-    let u10 = x[base + first + 10u * workgroupSize + lid];
-    let u11 = x[base + first + 11u * workgroupSize + lid];""",
-    "main: let u12#3": """\
-    let u12 = x[base + first + 12u * workgroupSize + lid];
-    let u13 = x[base + first + 13u * workgroupSize + lid];
-    let u14 = x[base + first + 14u * workgroupSize + lid];
-    let u15 = x[base + first + 15u * workgroupSize + lid];""",
-    "override DISPATCH_FOLD_WIDTH#4": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;""",
-    "main: let n#6": """\
-    let n = f32(max(count, 1u));
-    var mean0 = total / n;""",
-    "override DISPATCH_FOLD_WIDTH#5": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override applyOrder: u32;
-override channelsPerGroup: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f32>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { rows: u32, epsilon: f32, rowUnits: u32, chunks: u32, spatialUnits: u32, numGroups: u32, _pad0: u32, _pad1: u32 }""",
-    "binding params#3": """\
-@group(0) @binding(5) var<uniform> params: Params;
-
-// norm-splitk-apply: split-k in registers, pass 2 of 2 (merge the partials, normalize).
-// GroupNormalization-21 (stash_type 1), variant group_splitk_registers, and
-// InstanceNormalization-6, variant plane_splitk_registers. The design is in the notes of pass 1
-// (norm-splitk-partials); this pass runs its grid and chunk geometry.
-//
-// Order: with applyOrder == 1 (the default) workgroup w takes flat chunk rows * chunks - 1 - w,
-// the reverse of pass 1, whose last chunks are the ones still in L2 when this pass starts
-// (applyOrder 2: pass 1's order, for measuring what the reversal buys).
-//
-// Each invocation first issues its UNITS loads of the chunk (in flight while the merge runs),
-// then the workgroup merges its row's `chunks` partials (hi, lo, M2): invocation lid merges
-// partials lid, lid + workgroupSize, ... in order with Chan's formula (the count of each from
-// chunk_units, the geometry pass 1 ran), then one fixed-order tree of pairwise Chan merges in
-// workgroup memory merges the invocations' summaries. A merge A + B (A the side with more
-// values): delta = (hiB - hiA) + (loB - loA), the mean moves by t = delta * (nB / n),
-// renormalized into (hi, lo) by split_sum, and M2 = M2A + M2B + delta^2 nA (nB / n): every term
-// non-negative, nothing cancels. Every workgroup of a row merges the same values in the same
-// order, so all of them hold the same bits, whatever the order of the grid.
-// Then it normalizes and stores the units it holds that lie in the row:
-//     y = ((x - hi) - lo) * (inverseSqrt(M2 / n + epsilon) * scale[c]) + bias[c]
-// with c = (row % numGroups) * channelsPerGroup + unit / spatialUnits, found by a (channel, unit)
-// walk advanced by the stride split once (no division per unit). f32 arithmetic; f16 rounds once,
-// at the store.
-//
-// The compiler prepends the overrides (workgroupSize, applyOrder, DISPATCH_FOLD_WIDTH), the
-// bindings x, scale, bias, partials, y and Params: rows, epsilon and, as params.<name>, the
-// shape-dependent rowUnits, chunks, spatialUnits, channelsPerGroup and numGroups.
-// The units each invocation holds in registers: a constant of this specialization, so the loads
-// are straight-line code (a private array sized by an override is not WGSL, and one under a loop
-// bounded by an override spilled on the H200).""",
-    "alias Unit#2": """\
-// A unit is one 16-byte load: a vec4<f32>.
-alias Unit = vec4<f32>;
-const UNIT_VALUES: u32 = 4u;
-
-fn unit_sum(u: Unit) -> f32 {
-    return lanes_sum(u);
-}
-
-// (sum of x - mean0, sum of (x - mean0)^2) over a unit.
-fn unit_deviations(u: Unit, mean0: f32) -> vec2<f32> {
-    let d = u - mean0;
-    return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}
-
-// ((x - hi) - lo) * k + b.
-fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
-    return ((u - hi) - lo) * k + b;
-}""",
-    "fn advance": """\
-// (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
-// inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
-// one correction suffices and no division is needed.
-fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - divisor), p.y >= divisor);
-}
-
-// What the stores of one invocation share.
-struct Store {
-    base: u32,  // the row's first unit
-    channel0: u32,  // the row's first channel
-    hi: f32,
-    lo: f32,
-    inv_std: f32,
-}""",
-    "fn store_unit": """\
-// Normalizes and stores unit `unit` of the row (walk position `at`: channel within the group,
-// unit within the channel) if it lies in the row (always, with wholeChunks).
-fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
-    if (unit >= params.rowUnits) {
-        return;
-    }
-    let c = s.channel0 + at.x;
-    y[s.base + unit] = normalized_unit(u, s.hi, s.lo, s.inv_std * f32(scale[c]), f32(bias[c]));
-}""",
-    "fn main#5": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let w = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (w >= params.rows * params.chunks) {
-        return;
-    }
-    let flat = select(w, params.rows * params.chunks - 1u - w, applyOrder == 1u);
-    let row = flat / params.chunks;
-    let chunk = flat % params.chunks;
-    let first = chunk * (workgroupSize * UNITS);
-    let base = row * params.rowUnits;""",
-    "main: let last": """\
-    let last = params.rowUnits - 1u;
-
-    // ---- the chunk into registers: every load issued before the merge""",
-    "main: var own#4": """\
-    // ---- the row's statistics from its chunks' partials, in one fixed order
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Partials lid, lid + workgroupSize, ... in order: (hi, lo, M2) each, the count
-    // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
-    for (var part = lid; part < params.chunks; part += workgroupSize) {
-        let p = partials[row * params.chunks + part];
-        own = chan_merge(own, Stats(chunk_units(params.rowUnits, part) * UNIT_VALUES, p.x, p.y, p.z));
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    let merged = unpack_stats(slots[0]);
-    let inv_std = inverseSqrt(max(merged.m2 / f32(params.rowUnits * UNIT_VALUES), 0.0) + params.epsilon);
-
-    // ---- normalize and store
-    let store = Store(base, (row % params.numGroups) * channelsPerGroup, merged.hi, merged.lo, inv_std);
-    let step = vec2<u32>(workgroupSize / params.spatialUnits, workgroupSize % params.spatialUnits);
-    var at = vec2<u32>((first + lid) / params.spatialUnits, (first + lid) % params.spatialUnits);
-    store_unit(store, first + 0u * workgroupSize + lid, at, u0);""",
-    "fn store_unit#2": """\
-// Normalizes and stores unit `unit` of the row (walk position `at`: channel within the group,
-// unit within the channel) if it lies in the row (always, with wholeChunks).
-fn store_unit(s: Store, unit: u32, at: vec2<u32>, u: Unit) {
-    let c = s.channel0 + at.x;
-    y[s.base + unit] = normalized_unit(u, s.hi, s.lo, s.inv_std * f32(scale[c]), f32(bias[c]));
-}""",
-    "// main: let u0": """\
-    // ---- the chunk into registers: every load issued before the merge""",
-    "main: at": """\
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 3u * workgroupSize + lid, at, u3);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 4u * workgroupSize + lid, at, u4);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 5u * workgroupSize + lid, at, u5);""",
-    "main: at#2": """\
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 6u * workgroupSize + lid, at, u6);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 7u * workgroupSize + lid, at, u7);""",
-    "main: at#3": """\
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 2u * workgroupSize + lid, at, u2);""",
-    "main: at#4": """\
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 3u * workgroupSize + lid, at, u3);
-}""",
-    "main: at#5": """\
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 1u * workgroupSize + lid, at, u1);
-}""",
-    "main: at#6": """\
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 8u * workgroupSize + lid, at, u8);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 9u * workgroupSize + lid, at, u9);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 10u * workgroupSize + lid, at, u10);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 11u * workgroupSize + lid, at, u11);""",
-    "main: at#7": """\
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 12u * workgroupSize + lid, at, u12);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 13u * workgroupSize + lid, at, u13);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 14u * workgroupSize + lid, at, u14);
-    at = advance(at, step, params.spatialUnits);
-    store_unit(store, first + 15u * workgroupSize + lid, at, u15);
-}""",
-    "enable#4": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override applyOrder: u32;
-override channelsPerGroup: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> scale: array<f16>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;
-struct Params { rows: u32, epsilon: f32, rowUnits: u32, chunks: u32, spatialUnits: u32, numGroups: u32, _pad0: u32, _pad1: u32 }""",
-}
-
+# A record a shader, a field a line (black would write a tuple item a line).
 # fmt: off
 SHADERS = {
-    'instance-normalization-batched-planes-vec4.only': (
-        'override DISPATCH_FOLD_WIDTH', '+binding scale', '+binding y', '+struct Params',
-        'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn main',
-        '+main: let group', 'main: var own', '+main: if', '+main: }', '+main: }#2', '+main: let n',
-        '+main: y', '+main: }#3',
-    ),
-    'instance-normalization-batched-planes-vec4.uses-f16': (
-        'enable', '+binding x', '+binding scale#2', '+binding y#2', '+struct Params', 'fn refined_quotient',
-        'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn main', '+main: let group',
-        'main: var own', '+main: if', '+main: }', '+main: }#2', '+main: let n', '+main: y#2', '+main: }#3',
-    ),
-    'norm-row-stats.f32-vec4': (
-        'override DISPATCH_FOLD_WIDTH', '+binding scale', '+binding y', '+struct Params#2',
-        '+binding params', '+var slots', 'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK',
-        'fn pack_stats', 'fn load_row', '+load_row: return', '+fn store_row', '+store_row: y',
-        '+store_row: }', 'fn main#2', '+main: let row', 'main: let base', '+main: var own#2', '+main: for',
-        '+main: for#2', '+main: s1', '+main: own', '+main: let count', 'main: slots', 'main: let c',
-        '+main: for#3', '+main: }#4',
-    ),
-    'norm-row-stats.combine-subgroups-f32-vec4': (
-        'override DISPATCH_FOLD_WIDTH', '+binding scale', '+binding y', '+struct Params#2',
-        '+binding params', '+var subgroup_stats', 'fn refined_quotient', 'struct Stats',
-        'const STATS_BLOCK', 'fn pack_stats', 'fn load_row', '+load_row: return', '+fn store_row',
-        '+store_row: y', '+store_row: }', 'fn main#3', '+main: let row', 'main: let base',
-        '+main: var own#2', '+main: for', '+main: for#2', '+main: s1', '+main: own', '+main: let count',
-        'main: let own_n', 'main: let c', '+main: for#3', '+main: }#4',
-    ),
-    'norm-row-stats.pairs-f16-vec4': (
-        'enable', '+binding x', '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params',
-        '+var slots', 'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats',
-        'fn load_row', '+load_row: return', '+fn store_row', '+store_row: y#2', '+store_row: }',
-        'fn main#2', '+main: let row', 'main: let base', '+main: var own', '+main: for', '+main: for#4',
-        '+main: }', '+main: own', '+main: let count', 'main: slots', 'main: let c', '+main: for#5',
-        '+main: }#4',
-    ),
-    'norm-row-stats.combine-subgroups-pairs-f16-vec4': (
-        'enable', '+binding x', '+binding scale#2', '+binding y#2', '+struct Params#2', '+binding params',
-        '+var subgroup_stats', 'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats',
-        'fn load_row', '+load_row: return', '+fn store_row', '+store_row: y#2', '+store_row: }',
-        'fn main#3', '+main: let row', 'main: let base', '+main: var own', '+main: for', '+main: for#4',
-        '+main: }', '+main: own', '+main: let count', 'main: let own_n', 'main: let c', '+main: for#5',
-        '+main: }#4',
-    ),
-    'norm-row-stats.combine-subgroups-f32-vec4#2': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding x#2', '+binding scale', '+binding y#3',
-        '+struct Params#2', '+binding params', '+var subgroup_stats', 'fn refined_quotient', 'struct Stats',
-        'const STATS_BLOCK', 'fn pack_stats', 'fn load_row', '+load_row: let at', '+fn store_row',
-        '+store_row: let at', '+store_row: }', 'fn main#3', '+main: let row', 'main: let base#2',
-        '+main: var own#2', '+main: for', '+main: for#2', '+main: s1', '+main: own', '+main: let count',
-        'main: let own_n', 'main: let c', '+main: for#3', '+main: }#4',
-    ),
-    'norm-row-stats.f32': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding x#2', '+binding scale', '+binding y#3',
-        '+struct Params#3', '+binding params', '+var slots', 'fn refined_quotient', 'struct Stats',
-        'const STATS_BLOCK', 'fn pack_stats#2', 'fn main#2', '+main: let row', 'main: let base#2',
-        '+main: var own#2', '+main: for#6', '+main: s1', '+main: own#2', '+main: let count', 'main: slots',
-        'main: let c', '+main: for#7', '+main: y#3', '+main: }#4',
-    ),
-    'norm-row-stats.combine-subgroups-f32': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding x#2', '+binding scale', '+binding y#3',
-        '+struct Params#3', '+binding params', '+var subgroup_stats', 'fn refined_quotient', 'struct Stats',
-        'const STATS_BLOCK', 'fn pack_stats#2', 'fn main#3', '+main: let row', 'main: let base#2',
-        '+main: var own#2', '+main: for#6', '+main: s1', '+main: own#2', '+main: let count',
-        'main: let own_n', 'main: let c', '+main: for#7', '+main: y#3', '+main: }#4',
-    ),
-    'norm-row-stats.f16': (
-        'enable', '+binding x#3', '+binding scale#2', '+binding y#4', '+binding params', '+var slots',
-        'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn main#2',
-        '+main: let row', 'main: let base#2', '+main: var own#2', '+main: for#6', '+main: s1',
-        '+main: own#2', '+main: let count', 'main: slots', 'main: let c', '+main: for#7', '+main: y#4',
-        '+main: }#4',
-    ),
-    'norm-row-stats.combine-subgroups-f16': (
-        'enable', '+binding x#3', '+binding scale#2', '+binding y#4', '+binding params',
-        '+var subgroup_stats', 'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK',
-        'fn pack_stats#2', 'fn main#3', '+main: let row', 'main: let base#2', '+main: var own#2',
-        '+main: for#6', '+main: s1', '+main: own#2', '+main: let count', 'main: let own_n', 'main: let c',
-        '+main: for#7', '+main: y#4', '+main: }#4',
-    ),
-    'instance-normalization-splitk-partials.vec4-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding partials', '+var slots',
-        'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn ceil_chunk',
-        'fn main#2', '+main: let plane', '+main: return', '+main: let k', '+main: let units',
-        '+main: let chunk', '+main: let n#2', 'main: var own#3', '+main: let shift', '+main: s1',
-        '+main: own', '+main: }#2', 'main: slots#2',
-    ),
-    'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding partials', '+var subgroup_stats',
-        'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats', 'fn ceil_chunk',
-        'fn main#3', '+main: let plane', '+main: return', '+main: let k', '+main: let units',
-        '+main: let chunk', '+main: let n#2', 'main: var own#3', '+main: let shift', '+main: s1',
-        '+main: own', '+main: }#2', 'main: let own_n#2',
-    ),
-    'instance-normalization-splitk-partials.vec4-vec4f16': (
-        'enable#2', '+binding partials', '+var slots', 'fn refined_quotient', 'struct Stats',
-        'const STATS_BLOCK', 'fn pack_stats', 'fn ceil_chunk', 'fn main#2', '+main: let plane',
-        '+main: return', '+main: let k', '+main: let units', '+main: let chunk', '+main: let n#2',
-        'main: var own#3', '+main: let shift', '+main: s1', '+main: own', '+main: }#2', 'main: slots#2',
-    ),
-    'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16': (
-        'enable#2', '+binding partials', '+var subgroup_stats', 'fn refined_quotient', 'struct Stats',
-        'const STATS_BLOCK', 'fn pack_stats', 'fn ceil_chunk', 'fn main#3', '+main: let plane',
-        '+main: return', '+main: let k', '+main: let units', '+main: let chunk', '+main: let n#2',
-        'main: var own#3', '+main: let shift', '+main: s1', '+main: own', '+main: }#2', 'main: let own_n#2',
-    ),
-    'instance-normalization-splitk-partials.f32': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding input#2', '+binding partials', '+var slots',
-        'fn refined_quotient', 'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn ceil_chunk',
-        'fn main#2', '+main: let plane', '+main: return', '+main: let k', '+main: let units#2',
-        '+main: let chunk', '+main: let n#3', 'main: var own#3', '+main: let shift#2', '+main: s1',
-        '+main: own#2', '+main: }#2', 'main: slots#2',
-    ),
-    'instance-normalization-splitk-partials.f16': (
-        'enable', '+binding input#3', '+binding partials', '+var slots', 'fn refined_quotient',
-        'struct Stats', 'const STATS_BLOCK', 'fn pack_stats#2', 'fn ceil_chunk', 'fn main#2',
-        '+main: let plane', '+main: return', '+main: let k', '+main: let units#2', '+main: let chunk',
-        '+main: let n#3', 'main: var own#3', '+main: let shift#2', '+main: s1', '+main: own#2',
-        '+main: }#2', 'main: slots#2',
-    ),
-    'instance-normalization-splitk-combine.vec4-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding partials#2', 'struct Stats',
-        'fn ceil_chunk', 'fn partial_at', 'fn main', '+main: let plane#2', '+main: return',
-        '+main: let units', '+main: let unit_values', '+main: let n#4',
-    ),
-    'instance-normalization-splitk-combine.vec4-vec4f16': (
-        'enable#2', '+binding partials#2', 'struct Stats', 'fn ceil_chunk', 'fn partial_at', 'fn main',
-        '+main: let plane#2', '+main: return', '+main: let units', '+main: let unit_values',
-        '+main: let n#4',
-    ),
-    'instance-normalization-splitk-combine.f32': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding input#2', '+binding partials#2', 'struct Stats',
-        'fn ceil_chunk', 'fn partial_at', 'fn main', '+main: let plane#2', '+main: return',
-        '+main: let units#2', '+main: let unit_values#2', '+main: let n#4',
-    ),
-    'instance-normalization-splitk-combine.f16': (
-        'enable', '+binding input#3', '+binding partials#2', 'struct Stats', 'fn ceil_chunk',
-        'fn partial_at', 'fn main', '+main: let plane#2', '+main: return', '+main: let units#2',
-        '+main: let unit_values#2', '+main: let n#4',
-    ),
-    'instance-normalization-splitk-apply.vec4': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding input', '+binding stats', '+binding output',
-        '+struct Params#4', '+main: let units#3', '+main: let channel', '+main: output', '+store_row: }',
-    ),
-    'instance-normalization-splitk-apply.uses-f16-vec4': (
-        'enable#2', '+binding stats#2', '+binding output#2', '+struct Params#4', '+main: let units#3',
-        '+main: let channel', '+main: output#2', '+store_row: }',
-    ),
-    'instance-normalization-splitk-apply.only': (
-        'override DISPATCH_FOLD_WIDTH#2', '+binding input#2', '+binding stats', '+binding output#3',
-        '+struct Params#4', '+main: let plane#3', '+main: let channel', '+main: output#3', '+store_row: }',
-    ),
-    'instance-normalization-splitk-apply.uses-f16': (
-        'enable', '+binding input#3', '+binding stats#2', '+binding output#4', '+struct Params#4',
-        '+main: let plane#3', '+main: let channel', '+main: output#4', '+store_row: }',
-    ),
-    'norm-row-registers.any-units24': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11', '+main: let u15', '+main: let u20', '+main: let u23',
-        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: running#3', '+main: running#4',
-        '+main: scaled', '+main: deviations', '+main: deviations#2', '+main: deviations#3',
-        '+main: deviations#4', '+main: let norm', '+main: walk', '+main: walk#2', '+main: walk#3',
-        '+main: }#5',
-    ),
-    'norm-row-registers.any-units8': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#2', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4',
-        '+main: let u7#2', '+main: let first_channel', '+main: own#7', '+main: var scaled',
-        '+main: running#5', '+main: scaled', '+main: deviations#5', '+main: deviations#6',
-        '+main: let norm', '+main: walk#4', '+main: }#5',
-    ),
-    'norm-row-registers.any-units6': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#3', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4#2',
-        '+main: let u5', '+main: let first_channel', '+main: own#8', '+main: var scaled',
-        '+main: running#6', '+main: scaled', '+main: deviations#5', '+main: deviations#7',
-        '+main: let norm', '+main: walk#5', '+main: }#5',
-    ),
-    'norm-row-registers.any-units5': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#4', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4#2',
-        '+main: let first_channel', '+main: var scaled', '+main: scaled', '+main: deviations#5',
-        '+main: let norm', '+main: walk#6', '+main: }#5',
-    ),
-    'norm-row-registers.any-units4': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#5', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0',
-        '+main: let first_channel#2', '+main: own#9', '+main: own#10', '+main: var scaled#2',
-        '+main: running#7', '+main: running#8', '+main: scaled', '+main: deviations#8',
-        '+main: deviations#9', '+main: let norm', '+main: }#5',
-    ),
-    'norm-row-registers.any-units3': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#6', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0#2', '+main: let u2',
-        '+main: let first_channel#2', '+main: own#9', '+main: var scaled#2', '+main: running#7',
-        '+main: scaled', '+main: deviations#8', '+main: let norm#2', '+main: walk#7', '+main: }#5',
-    ),
-    'norm-row-registers.any-units20': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#7', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11', '+main: let u15', '+main: let first_channel', '+main: own#3',
-        '+main: own#4', '+main: own#5', '+main: var scaled', '+main: running', '+main: running#2',
-        '+main: running#3', '+main: scaled', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#3', '+main: let norm', '+main: walk', '+main: walk#2', '+main: }#5',
-    ),
-    'norm-row-registers.any-units2': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#8', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0#2',
-        '+main: let first_channel#2', '+main: own#11', '+main: var scaled#2', '+main: running#9',
-        '+main: scaled', '+main: deviations#10', '+main: let norm#2', '+main: walk#8', '+main: }#5',
-    ),
-    'norm-row-registers.any-units16': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#9', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11', '+main: let u15#2', '+main: let first_channel', '+main: own#3',
-        '+main: own#4', '+main: var scaled', '+main: running', '+main: running#2', '+main: scaled',
-        '+main: deviations', '+main: deviations#2', '+main: let norm', '+main: walk', '+main: walk#9',
-        '+main: }#5',
-    ),
-    'norm-row-registers.any-units12': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#10', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4',
-        '+main: let u7', '+main: let u11#2', '+main: let first_channel', '+main: own#3',
-        '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations', '+main: let norm',
-        '+main: walk', '+main: }#5',
-    ),
-    'norm-row-registers.any-units10': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#11', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4',
-        '+main: let u7#3', '+main: let u9', '+main: let first_channel', '+main: own#7', '+main: own#12',
-        '+main: var scaled', '+main: running#5', '+main: running#10', '+main: scaled',
-        '+main: deviations#5', '+main: deviations#6', '+main: deviations#11', '+main: let norm',
-        '+main: walk#4', '+main: walk#10', '+main: }#5',
-    ),
-    'norm-row-registers.any-units1': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#12', 'var wg_subgroups',
-        'fn running_mean', 'fn held', '+fn held_count', 'fn finite', '+main: let u0#3',
-        '+main: let first_channel#2', '+main: var scaled#2', '+main: scaled', '+main: let norm#2',
-        '+main: walk#11', '+main: }#5',
-    ),
-    'norm-row-registers.last-units24': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8',
-        '+main: let u16', '+main: let u20#2', '+main: let u22', '+main: let u23',
-        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5', '+main: own#6',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: running#3', '+main: running#4',
-        '+main: scaled', '+main: deviations', '+main: deviations#2', '+main: deviations#3',
-        '+main: deviations#4', '+main: let norm', '+main: walk', '+main: walk#2', '+main: walk#3',
-        '+main: }#5',
-    ),
-    'norm-row-registers.exact-units24': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#4', '+main: let u8', '+main: let u16',
-        '+main: let u20#2', '+main: let u22#2', '+main: let first_channel', '+main: own#3', '+main: own#4',
-        '+main: own#5', '+main: own#6', '+main: var scaled', '+main: running', '+main: running#2',
-        '+main: running#3', '+main: running#4', '+main: scaled', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#3', '+main: deviations#4', '+main: let norm', '+main: walk', '+main: walk#2',
-        '+main: walk#3', '+main: }#5',
-    ),
-    'norm-row-registers.last-units8': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#2', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#5', '+main: let u4#3',
-        '+main: let u6', '+main: let u7#2', '+main: let first_channel', '+main: own#7', '+main: var scaled',
-        '+main: running#5', '+main: scaled', '+main: deviations#5', '+main: deviations#6',
-        '+main: let norm', '+main: walk#4', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units8': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#2', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#4', '+main: let first_channel',
-        '+main: own#7', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#5',
-        '+main: deviations#6', '+main: let norm', '+main: walk#4', '+main: }#5',
-    ),
-    'norm-row-registers.last-units6': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#3', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#5', '+main: let u4#4',
-        '+main: let u5', '+main: let first_channel', '+main: own#8', '+main: var scaled',
-        '+main: running#6', '+main: scaled', '+main: deviations#5', '+main: deviations#7',
-        '+main: let norm', '+main: walk#5', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units6': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#3', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#5', '+main: let u4#3',
-        '+main: let first_channel', '+main: own#8', '+main: var scaled', '+main: running#6',
-        '+main: scaled', '+main: deviations#5', '+main: deviations#7', '+main: let norm', '+main: walk#5',
-        '+main: }#5',
-    ),
-    'norm-row-registers.last-units5': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#4', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#5', '+main: let u4#2',
-        '+main: let first_channel', '+main: var scaled', '+main: scaled', '+main: deviations#5',
-        '+main: let norm', '+main: walk#6', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units5': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#4', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#5', '+main: let u4#4',
-        '+main: let first_channel', '+main: var scaled', '+main: scaled', '+main: deviations#5',
-        '+main: let norm', '+main: walk#6', '+main: }#5',
-    ),
-    'norm-row-registers.last-units4': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#5', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#6', '+main: let u3',
-        '+main: let first_channel#2', '+main: own#9', '+main: own#10', '+main: var scaled#2',
-        '+main: running#7', '+main: running#8', '+main: scaled', '+main: deviations#8',
-        '+main: deviations#9', '+main: let norm', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units4': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#5', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#5', '+main: let first_channel#2',
-        '+main: own#9', '+main: own#10', '+main: var scaled#2', '+main: running#7', '+main: running#8',
-        '+main: scaled', '+main: deviations#8', '+main: deviations#9', '+main: let norm', '+main: }#5',
-    ),
-    'norm-row-registers.last-units3': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#6', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#7', '+main: let u2',
-        '+main: let first_channel#2', '+main: own#9', '+main: var scaled#2', '+main: running#7',
-        '+main: scaled', '+main: deviations#8', '+main: let norm#2', '+main: walk#7', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units3': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#6', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#6', '+main: let first_channel#2',
-        '+main: own#9', '+main: var scaled#2', '+main: running#7', '+main: scaled', '+main: deviations#8',
-        '+main: let norm#2', '+main: walk#7', '+main: }#5',
-    ),
-    'norm-row-registers.last-units20': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#7', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8',
-        '+main: let u16#2', '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: running#3', '+main: scaled',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#3', '+main: let norm', '+main: walk',
-        '+main: walk#2', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units20': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#7', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#4', '+main: let u8', '+main: let u16',
-        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: running#3', '+main: scaled', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#3', '+main: let norm', '+main: walk', '+main: walk#2',
-        '+main: }#5',
-    ),
-    'norm-row-registers.last-units2': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#8', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#8', '+main: let u1',
-        '+main: let first_channel#2', '+main: own#11', '+main: var scaled#2', '+main: running#9',
-        '+main: scaled', '+main: deviations#10', '+main: let norm#2', '+main: walk#8', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units2': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#8', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#7', '+main: let first_channel#2',
-        '+main: own#11', '+main: var scaled#2', '+main: running#9', '+main: scaled', '+main: deviations#10',
-        '+main: let norm#2', '+main: walk#8', '+main: }#5',
-    ),
-    'norm-row-registers.last-units16': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#9', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8#2',
-        '+main: let u12', '+main: let u15#2', '+main: let first_channel', '+main: own#3', '+main: own#4',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: deviations#2', '+main: let norm', '+main: walk', '+main: walk#9', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units16': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#9', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#4', '+main: let u8',
-        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: var scaled', '+main: running',
-        '+main: running#2', '+main: scaled', '+main: deviations', '+main: deviations#2', '+main: let norm',
-        '+main: walk', '+main: walk#9', '+main: }#5',
-    ),
-    'norm-row-registers.last-units12': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#10', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8#3',
-        '+main: let u10', '+main: let u11#2', '+main: let first_channel', '+main: own#3',
-        '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations', '+main: let norm',
-        '+main: walk', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units12': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#10', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#4', '+main: let u8#2',
-        '+main: let first_channel', '+main: own#3', '+main: var scaled', '+main: running', '+main: scaled',
-        '+main: deviations', '+main: let norm', '+main: walk', '+main: }#5',
-    ),
-    'norm-row-registers.last-units10': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#11', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8#4',
-        '+main: let u9', '+main: let first_channel', '+main: own#7', '+main: own#12', '+main: var scaled',
-        '+main: running#5', '+main: running#10', '+main: scaled', '+main: deviations#5',
-        '+main: deviations#6', '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: walk#10',
-        '+main: }#5',
-    ),
-    'norm-row-registers.exact-units10': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#11', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#4', '+main: let u8#3',
-        '+main: let first_channel', '+main: own#7', '+main: own#12', '+main: var scaled',
-        '+main: running#5', '+main: running#10', '+main: scaled', '+main: deviations#5',
-        '+main: deviations#6', '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: walk#10',
-        '+main: }#5',
-    ),
-    'norm-row-registers.last-units1': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#12', 'var wg_subgroups',
-        'fn running_mean', 'fn held#2', '+fn held_count', 'fn finite', '+main: let u0#3',
-        '+main: let first_channel#2', '+main: var scaled#2', '+main: scaled', '+main: let norm#2',
-        '+main: walk#11', '+main: }#5',
-    ),
-    'norm-row-registers.exact-units1': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding params#2', '+const UNITS#12', 'var wg_subgroups',
-        'fn running_mean', 'fn held#3', 'fn finite', '+main: let u0#8', '+main: let first_channel#2',
-        '+main: var scaled#2', '+main: scaled', '+main: let norm#2', '+main: walk#11', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units24': (
-        'enable#3', '+binding params#2', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4', '+main: let u7', '+main: let u11',
-        '+main: let u15', '+main: let u20', '+main: let u23', '+main: let first_channel', '+main: own#3',
-        '+main: own#4', '+main: own#5', '+main: own#6', '+main: var scaled#3', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#3', '+main: deviations#4', '+main: let norm',
-        '+main: walk', '+main: walk#2', '+main: walk#3', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units8': (
-        'enable#3', '+binding params#2', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4', '+main: let u7#2',
-        '+main: let first_channel', '+main: own#7', '+main: var scaled#3', '+main: deviations#5',
-        '+main: deviations#6', '+main: let norm', '+main: walk#4', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units6': (
-        'enable#3', '+binding params#2', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4#2', '+main: let u5',
-        '+main: let first_channel', '+main: own#8', '+main: var scaled#3', '+main: deviations#5',
-        '+main: deviations#7', '+main: let norm', '+main: walk#5', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units5': (
-        'enable#3', '+binding params#2', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4#2', '+main: let first_channel',
-        '+main: var scaled#3', '+main: deviations#5', '+main: let norm', '+main: walk#6', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units4': (
-        'enable#3', '+binding params#2', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let first_channel#2', '+main: own#9',
-        '+main: own#10', '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9',
-        '+main: let norm', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units3': (
-        'enable#3', '+binding params#2', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0#2', '+main: let u2', '+main: let first_channel#2',
-        '+main: own#9', '+main: var scaled#3', '+main: deviations#8', '+main: let norm#2', '+main: walk#7',
-        '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units20': (
-        'enable#3', '+binding params#2', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4', '+main: let u7', '+main: let u11',
-        '+main: let u15', '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5',
-        '+main: var scaled#3', '+main: deviations', '+main: deviations#2', '+main: deviations#3',
-        '+main: let norm', '+main: walk', '+main: walk#2', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units2': (
-        'enable#3', '+binding params#2', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0#2', '+main: let first_channel#2', '+main: own#11',
-        '+main: var scaled#3', '+main: deviations#10', '+main: let norm#2', '+main: walk#8', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units16': (
-        'enable#3', '+binding params#2', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4', '+main: let u7', '+main: let u11',
-        '+main: let u15#2', '+main: let first_channel', '+main: own#3', '+main: own#4',
-        '+main: var scaled#3', '+main: deviations', '+main: deviations#2', '+main: let norm', '+main: walk',
-        '+main: walk#9', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units12': (
-        'enable#3', '+binding params#2', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4', '+main: let u7',
-        '+main: let u11#2', '+main: let first_channel', '+main: own#3', '+main: var scaled#3',
-        '+main: deviations', '+main: let norm', '+main: walk', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units10': (
-        'enable#3', '+binding params#2', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0', '+main: let u4', '+main: let u7#3', '+main: let u9',
-        '+main: let first_channel', '+main: own#7', '+main: own#12', '+main: var scaled#3',
-        '+main: deviations#5', '+main: deviations#6', '+main: deviations#11', '+main: let norm',
-        '+main: walk#4', '+main: walk#10', '+main: }#5',
-    ),
-    'norm-row-registers.any-packed-halves-units1': (
-        'enable#3', '+binding params#2', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held',
-        '+fn held_count', 'fn finite', '+main: let u0#3', '+main: let first_channel#2',
-        '+main: var scaled#3', '+main: let norm#2', '+main: walk#11', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units24': (
-        'enable#3', '+binding params#2', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8', '+main: let u16',
-        '+main: let u20#2', '+main: let u22', '+main: let u23', '+main: let first_channel', '+main: own#3',
-        '+main: own#4', '+main: own#5', '+main: own#6', '+main: var scaled#3', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#3', '+main: deviations#4', '+main: let norm',
-        '+main: walk', '+main: walk#2', '+main: walk#3', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units24': (
-        'enable#3', '+binding params#2', '+const UNITS', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#4', '+main: let u8', '+main: let u16', '+main: let u20#2',
-        '+main: let u22#2', '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5',
-        '+main: own#6', '+main: var scaled#3', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#3', '+main: deviations#4', '+main: let norm', '+main: walk', '+main: walk#2',
-        '+main: walk#3', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units8': (
-        'enable#3', '+binding params#2', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#5', '+main: let u4#3', '+main: let u6',
-        '+main: let u7#2', '+main: let first_channel', '+main: own#7', '+main: var scaled#3',
-        '+main: deviations#5', '+main: deviations#6', '+main: let norm', '+main: walk#4', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units8': (
-        'enable#3', '+binding params#2', '+const UNITS#2', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#4', '+main: let first_channel', '+main: own#7', '+main: var scaled#3',
-        '+main: deviations#5', '+main: deviations#6', '+main: let norm', '+main: walk#4', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units6': (
-        'enable#3', '+binding params#2', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#5', '+main: let u4#4', '+main: let u5',
-        '+main: let first_channel', '+main: own#8', '+main: var scaled#3', '+main: deviations#5',
-        '+main: deviations#7', '+main: let norm', '+main: walk#5', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units6': (
-        'enable#3', '+binding params#2', '+const UNITS#3', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#5', '+main: let u4#3', '+main: let first_channel', '+main: own#8',
-        '+main: var scaled#3', '+main: deviations#5', '+main: deviations#7', '+main: let norm',
-        '+main: walk#5', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units5': (
-        'enable#3', '+binding params#2', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#5', '+main: let u4#2', '+main: let first_channel',
-        '+main: var scaled#3', '+main: deviations#5', '+main: let norm', '+main: walk#6', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units5': (
-        'enable#3', '+binding params#2', '+const UNITS#4', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#5', '+main: let u4#4', '+main: let first_channel',
-        '+main: var scaled#3', '+main: deviations#5', '+main: let norm', '+main: walk#6', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units4': (
-        'enable#3', '+binding params#2', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#6', '+main: let u3', '+main: let first_channel#2',
-        '+main: own#9', '+main: own#10', '+main: var scaled#3', '+main: deviations#8',
-        '+main: deviations#9', '+main: let norm', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units4': (
-        'enable#3', '+binding params#2', '+const UNITS#5', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#5', '+main: let first_channel#2', '+main: own#9', '+main: own#10',
-        '+main: var scaled#3', '+main: deviations#8', '+main: deviations#9', '+main: let norm',
-        '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units3': (
-        'enable#3', '+binding params#2', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#7', '+main: let u2', '+main: let first_channel#2',
-        '+main: own#9', '+main: var scaled#3', '+main: deviations#8', '+main: let norm#2', '+main: walk#7',
-        '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units3': (
-        'enable#3', '+binding params#2', '+const UNITS#6', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#6', '+main: let first_channel#2', '+main: own#9', '+main: var scaled#3',
-        '+main: deviations#8', '+main: let norm#2', '+main: walk#7', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units20': (
-        'enable#3', '+binding params#2', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8', '+main: let u16#2',
-        '+main: let first_channel', '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled#3',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#3', '+main: let norm', '+main: walk',
-        '+main: walk#2', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units20': (
-        'enable#3', '+binding params#2', '+const UNITS#7', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#4', '+main: let u8', '+main: let u16', '+main: let first_channel',
-        '+main: own#3', '+main: own#4', '+main: own#5', '+main: var scaled#3', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#3', '+main: let norm', '+main: walk', '+main: walk#2',
-        '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units2': (
-        'enable#3', '+binding params#2', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#8', '+main: let u1', '+main: let first_channel#2',
-        '+main: own#11', '+main: var scaled#3', '+main: deviations#10', '+main: let norm#2',
-        '+main: walk#8', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units2': (
-        'enable#3', '+binding params#2', '+const UNITS#8', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#7', '+main: let first_channel#2', '+main: own#11',
-        '+main: var scaled#3', '+main: deviations#10', '+main: let norm#2', '+main: walk#8', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units16': (
-        'enable#3', '+binding params#2', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8#2', '+main: let u12',
-        '+main: let u15#2', '+main: let first_channel', '+main: own#3', '+main: own#4',
-        '+main: var scaled#3', '+main: deviations', '+main: deviations#2', '+main: let norm', '+main: walk',
-        '+main: walk#9', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units16': (
-        'enable#3', '+binding params#2', '+const UNITS#9', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#4', '+main: let u8', '+main: let first_channel', '+main: own#3',
-        '+main: own#4', '+main: var scaled#3', '+main: deviations', '+main: deviations#2',
-        '+main: let norm', '+main: walk', '+main: walk#9', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units12': (
-        'enable#3', '+binding params#2', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8#3', '+main: let u10',
-        '+main: let u11#2', '+main: let first_channel', '+main: own#3', '+main: var scaled#3',
-        '+main: deviations', '+main: let norm', '+main: walk', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units12': (
-        'enable#3', '+binding params#2', '+const UNITS#10', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#4', '+main: let u8#2', '+main: let first_channel', '+main: own#3',
-        '+main: var scaled#3', '+main: deviations', '+main: let norm', '+main: walk', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units10': (
-        'enable#3', '+binding params#2', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#4', '+main: let u8#4', '+main: let u9',
-        '+main: let first_channel', '+main: own#7', '+main: own#12', '+main: var scaled#3',
-        '+main: deviations#5', '+main: deviations#6', '+main: deviations#11', '+main: let norm',
-        '+main: walk#4', '+main: walk#10', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units10': (
-        'enable#3', '+binding params#2', '+const UNITS#11', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#4', '+main: let u8#3', '+main: let first_channel', '+main: own#7',
-        '+main: own#12', '+main: var scaled#3', '+main: deviations#5', '+main: deviations#6',
-        '+main: deviations#11', '+main: let norm', '+main: walk#4', '+main: walk#10', '+main: }#5',
-    ),
-    'norm-row-registers.last-packed-halves-units1': (
-        'enable#3', '+binding params#2', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#2',
-        '+fn held_count', 'fn finite', '+main: let u0#3', '+main: let first_channel#2',
-        '+main: var scaled#3', '+main: let norm#2', '+main: walk#11', '+main: }#5',
-    ),
-    'norm-row-registers.exact-packed-halves-units1': (
-        'enable#3', '+binding params#2', '+const UNITS#12', 'var wg_subgroups', 'alias Unit', 'fn held#3',
-        'fn finite', '+main: let u0#8', '+main: let first_channel#2', '+main: var scaled#3',
-        '+main: let norm#2', '+main: walk#11', '+main: }#5',
-    ),
-    'norm-splitk-partials.units1': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#12', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#9', '+main: let h0', 'main: var count',
-        '+main: let n#5', '+main: mean0', '+main: var deviations', '+main: let lo',
-    ),
-    'norm-splitk-partials.units1-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#12', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#10', '+main: let h0', 'main: var count',
-        '+main: let n#5', '+main: mean0', '+main: var deviations', '+main: let lo',
-    ),
-    'norm-splitk-partials.units8': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#2', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#11', '+main: let u4#5', '+main: let h0#2',
-        '+main: let h6', 'main: var count#2', '+main: count', '+main: count#2', '+main: let n#5',
-        '+main: running#11', '+main: running#12', '+main: mean0', '+main: var deviations#2',
-        '+main: deviations#12', '+main: let lo',
-    ),
-    'norm-splitk-partials.units8-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#2', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#12', '+main: let u4#6', '+main: let h0#2',
-        '+main: let h6', 'main: var count#2', '+main: count', '+main: count#2', '+main: let n#5',
-        '+main: running#11', '+main: running#12', '+main: mean0', '+main: var deviations#2',
-        '+main: deviations#12', '+main: let lo',
-    ),
-    'norm-splitk-partials.units6': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#3', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#11', '+main: let u4#7', '+main: let h0#2',
-        'main: var count#2', '+main: count', '+main: let n#5', '+main: running#11', '+main: mean0',
-        '+main: var deviations#2', '+main: deviations#13', '+main: let lo',
-    ),
-    'norm-splitk-partials.units6-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#3', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#12', '+main: let u4#8', '+main: let h0#2',
-        'main: var count#2', '+main: count', '+main: let n#5', '+main: running#11', '+main: mean0',
-        '+main: var deviations#2', '+main: deviations#13', '+main: let lo',
-    ),
-    'norm-splitk-partials.units4': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#5', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#11', '+main: let h0#3', 'main: var count#2',
-        '+main: count#3', '+main: let n#5', '+main: running#13', '+main: running#14', '+main: mean0',
-        '+main: var deviations#2', '+main: let lo',
-    ),
-    'norm-splitk-partials.units4-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#5', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#12', '+main: let h0#3', 'main: var count#2',
-        '+main: count#3', '+main: let n#5', '+main: running#13', '+main: running#14', '+main: mean0',
-        '+main: var deviations#2', '+main: let lo',
-    ),
-    'norm-splitk-partials.units3': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#6', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#13', '+main: let u2#2', '+main: let h0#4',
-        'main: var count#2', '+main: let n#5', '+main: running#13', '+main: mean0',
-        '+main: var deviations#3', '+main: deviations#14', '+main: let lo',
-    ),
-    'norm-splitk-partials.units3-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#6', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#14', '+main: let u2#3', '+main: let h0#4',
-        'main: var count#2', '+main: let n#5', '+main: running#13', '+main: mean0',
-        '+main: var deviations#3', '+main: deviations#14', '+main: let lo',
-    ),
-    'norm-splitk-partials.units2': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#8', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#13', '+main: let h0#5', 'main: var count',
-        '+main: count#4', '+main: let n#5', '+main: running#15', '+main: mean0', '+main: var deviations#3',
-        '+main: let lo',
-    ),
-    'norm-splitk-partials.units2-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#8', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#14', '+main: let h0#5', 'main: var count',
-        '+main: count#4', '+main: let n#5', '+main: running#15', '+main: mean0', '+main: var deviations#3',
-        '+main: let lo',
-    ),
-    'norm-splitk-partials.units16': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#9', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#11', '+main: let u4#5', '+main: let u8#5',
-        '+main: let u12#2', '+main: let h0#6', '+main: let h12', 'main: var count#2', '+main: count',
-        '+main: count#5', '+main: count#6', '+main: let n#5', '+main: running#11', '+main: running#12',
-        '+main: running#16', '+main: running#17', '+main: mean0', '+main: var deviations#2',
-        '+main: deviations#12', '+main: deviations#15', '+main: deviations#16', '+main: let lo',
-    ),
-    'norm-splitk-partials.units16-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#9', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6',
-        '+main: let u12#3', '+main: let h0#6', '+main: let h12', 'main: var count#2', '+main: count',
-        '+main: count#5', '+main: count#6', '+main: let n#5', '+main: running#11', '+main: running#12',
-        '+main: running#16', '+main: running#17', '+main: mean0', '+main: var deviations#2',
-        '+main: deviations#12', '+main: deviations#15', '+main: deviations#16', '+main: let lo',
-    ),
-    'norm-splitk-partials.units12': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#10', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#4',
-        '+fn main#4', '+main: let row#2', '+main: let u0#11', '+main: let u4#5', '+main: let u8#5',
-        '+main: let h0#6', 'main: var count#2', '+main: count', '+main: count#5', '+main: let n#5',
-        '+main: running#11', '+main: running#12', '+main: running#16', '+main: mean0',
-        '+main: var deviations#2', '+main: deviations#12', '+main: deviations#15', '+main: let lo',
-    ),
-    'norm-splitk-partials.units12-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH', '+binding partials#3', '+const UNITS#10', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'fn finite#2', 'fn running_mean', 'fn held#5',
-        '+fn main#4', '+main: let row#3', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6',
-        '+main: let h0#6', 'main: var count#2', '+main: count', '+main: count#5', '+main: let n#5',
-        '+main: running#11', '+main: running#12', '+main: running#16', '+main: mean0',
-        '+main: var deviations#2', '+main: deviations#12', '+main: deviations#15', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units1': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#12', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#9', '+main: let h0', 'main: var count', '+main: let n#6',
-        '+main: var deviations', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units1-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#12', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#10', '+main: let h0', 'main: var count', '+main: let n#6',
-        '+main: var deviations', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units8': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#2', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#11', '+main: let u4#5', '+main: let h0#2', '+main: let h6',
-        'main: var count#2', '+main: count', '+main: count#2', '+main: let n#6', '+main: var deviations#2',
-        '+main: deviations#12', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units8-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#2', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#12', '+main: let u4#6', '+main: let h0#2', '+main: let h6',
-        'main: var count#2', '+main: count', '+main: count#2', '+main: let n#6', '+main: var deviations#2',
-        '+main: deviations#12', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units6': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#3', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#11', '+main: let u4#7', '+main: let h0#2', 'main: var count#2',
-        '+main: count', '+main: let n#6', '+main: var deviations#2', '+main: deviations#13',
-        '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units6-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#3', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#12', '+main: let u4#8', '+main: let h0#2', 'main: var count#2',
-        '+main: count', '+main: let n#6', '+main: var deviations#2', '+main: deviations#13',
-        '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units4': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#5', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#11', '+main: let h0#3', 'main: var count#2', '+main: count#3',
-        '+main: let n#6', '+main: var deviations#2', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units4-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#5', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#12', '+main: let h0#3', 'main: var count#2', '+main: count#3',
-        '+main: let n#6', '+main: var deviations#2', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units3': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#6', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#13', '+main: let u2#2', '+main: let h0#4', 'main: var count#2',
-        '+main: let n#6', '+main: var deviations#3', '+main: deviations#14', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units3-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#6', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#14', '+main: let u2#3', '+main: let h0#4', 'main: var count#2',
-        '+main: let n#6', '+main: var deviations#3', '+main: deviations#14', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units2': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#8', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#13', '+main: let h0#5', 'main: var count', '+main: count#4',
-        '+main: let n#6', '+main: var deviations#3', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units2-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#8', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#14', '+main: let h0#5', 'main: var count', '+main: count#4',
-        '+main: let n#6', '+main: var deviations#3', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units16': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#9', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#11', '+main: let u4#5', '+main: let u8#5', '+main: let u12#2',
-        '+main: let h0#6', '+main: let h12', 'main: var count#2', '+main: count', '+main: count#5',
-        '+main: count#6', '+main: let n#6', '+main: var deviations#2', '+main: deviations#12',
-        '+main: deviations#15', '+main: deviations#16', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units16-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#9', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6', '+main: let u12#3',
-        '+main: let h0#6', '+main: let h12', 'main: var count#2', '+main: count', '+main: count#5',
-        '+main: count#6', '+main: let n#6', '+main: var deviations#2', '+main: deviations#12',
-        '+main: deviations#15', '+main: deviations#16', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units12': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#10', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#4', '+fn main#4',
-        '+main: let row#2', '+main: let u0#11', '+main: let u4#5', '+main: let u8#5', '+main: let h0#6',
-        'main: var count#2', '+main: count', '+main: count#5', '+main: let n#6', '+main: var deviations#2',
-        '+main: deviations#12', '+main: deviations#15', '+main: let lo',
-    ),
-    'norm-splitk-partials.packed-halves-units12-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#4', '+binding partials#3', '+const UNITS#10', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit', 'fn held#5', '+fn main#4',
-        '+main: let row#3', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6', '+main: let h0#6',
-        'main: var count#2', '+main: count', '+main: count#5', '+main: let n#6', '+main: var deviations#2',
-        '+main: deviations#12', '+main: deviations#15', '+main: let lo',
-    ),
-    'norm-splitk-apply.units1': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#12', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#9', 'main: var own#4', '+store_row: }',
-    ),
-    'norm-splitk-apply.units1-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#12', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#10', 'main: var own#4', '+store_row: }',
-    ),
-    'norm-splitk-apply.units8': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#2', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#11', '+main: let u4#5', 'main: var own#4',
-        '+main: at', '+main: at#2', '+store_row: }',
-    ),
-    'norm-splitk-apply.units8-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#2', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#12', '+main: let u4#6', 'main: var own#4',
-        '+main: at', '+main: at#2', '+store_row: }',
-    ),
-    'norm-splitk-apply.units6': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#3', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#11', '+main: let u4#7', 'main: var own#4',
-        '+main: at', '+store_row: }',
-    ),
-    'norm-splitk-apply.units6-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#3', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#12', '+main: let u4#8', 'main: var own#4',
-        '+main: at', '+store_row: }',
-    ),
-    'norm-splitk-apply.units4': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#5', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#11', 'main: var own#4', '+main: at#3', '+main: at#4',
-    ),
-    'norm-splitk-apply.units4-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#5', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#12', 'main: var own#4', '+main: at#3', '+main: at#4',
-    ),
-    'norm-splitk-apply.units3': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#6', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#13', '+main: let u2#2', 'main: var own#4',
-        '+main: at#3', '+store_row: }',
-    ),
-    'norm-splitk-apply.units3-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#6', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#14', '+main: let u2#3', 'main: var own#4',
-        '+main: at#3', '+store_row: }',
-    ),
-    'norm-splitk-apply.units2': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#8', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#13', 'main: var own#4', '+main: at#5',
-    ),
-    'norm-splitk-apply.units2-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#8', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#14', 'main: var own#4', '+main: at#5',
-    ),
-    'norm-splitk-apply.units16': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#9', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#11', '+main: let u4#5', '+main: let u8#5',
-        '+main: let u12#2', 'main: var own#4', '+main: at', '+main: at#2', '+main: at#6', '+main: at#7',
-    ),
-    'norm-splitk-apply.units16-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#9', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6',
-        '+main: let u12#3', 'main: var own#4', '+main: at', '+main: at#2', '+main: at#6', '+main: at#7',
-    ),
-    'norm-splitk-apply.units12': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#10', 'fn chunk_units',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit',
-        'fn main#5', '+main: let last', '+main: let u0#11', '+main: let u4#5', '+main: let u8#5',
-        'main: var own#4', '+main: at', '+main: at#2', '+main: at#6', '+store_row: }',
-    ),
-    'norm-splitk-apply.units12-whole-chunks': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding params#3', '+const UNITS#10', 'fn chunk_units#2',
-        '+var slots#2', 'struct Stats', 'fn pack_stats', 'alias Unit#2', 'fn advance', 'fn store_unit#2',
-        'fn main#5', '// main: let u0', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6',
-        'main: var own#4', '+main: at', '+main: at#2', '+main: at#6', '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units1': (
-        'enable#4', '+binding params#3', '+const UNITS#12', 'fn chunk_units', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5',
-        '+main: let last', '+main: let u0#9', 'main: var own#4', '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units1-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#12', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#10', 'main: var own#4', '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units8': (
-        'enable#4', '+binding params#3', '+const UNITS#2', 'fn chunk_units', '+var slots#2', 'struct Stats',
-        'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5', '+main: let last',
-        '+main: let u0#11', '+main: let u4#5', 'main: var own#4', '+main: at', '+main: at#2',
-        '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units8-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#2', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#12', '+main: let u4#6', 'main: var own#4', '+main: at',
-        '+main: at#2', '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units6': (
-        'enable#4', '+binding params#3', '+const UNITS#3', 'fn chunk_units', '+var slots#2', 'struct Stats',
-        'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5', '+main: let last',
-        '+main: let u0#11', '+main: let u4#7', 'main: var own#4', '+main: at', '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units6-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#3', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#12', '+main: let u4#8', 'main: var own#4', '+main: at',
-        '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units4': (
-        'enable#4', '+binding params#3', '+const UNITS#5', 'fn chunk_units', '+var slots#2', 'struct Stats',
-        'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5', '+main: let last',
-        '+main: let u0#11', 'main: var own#4', '+main: at#3', '+main: at#4',
-    ),
-    'norm-splitk-apply.packed-halves-units4-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#5', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#12', 'main: var own#4', '+main: at#3', '+main: at#4',
-    ),
-    'norm-splitk-apply.packed-halves-units3': (
-        'enable#4', '+binding params#3', '+const UNITS#6', 'fn chunk_units', '+var slots#2', 'struct Stats',
-        'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5', '+main: let last',
-        '+main: let u0#13', '+main: let u2#2', 'main: var own#4', '+main: at#3', '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units3-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#6', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#14', '+main: let u2#3', 'main: var own#4', '+main: at#3',
-        '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units2': (
-        'enable#4', '+binding params#3', '+const UNITS#8', 'fn chunk_units', '+var slots#2', 'struct Stats',
-        'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5', '+main: let last',
-        '+main: let u0#13', 'main: var own#4', '+main: at#5',
-    ),
-    'norm-splitk-apply.packed-halves-units2-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#8', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#14', 'main: var own#4', '+main: at#5',
-    ),
-    'norm-splitk-apply.packed-halves-units16': (
-        'enable#4', '+binding params#3', '+const UNITS#9', 'fn chunk_units', '+var slots#2', 'struct Stats',
-        'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5', '+main: let last',
-        '+main: let u0#11', '+main: let u4#5', '+main: let u8#5', '+main: let u12#2', 'main: var own#4',
-        '+main: at', '+main: at#2', '+main: at#6', '+main: at#7',
-    ),
-    'norm-splitk-apply.packed-halves-units16-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#9', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6', '+main: let u12#3',
-        'main: var own#4', '+main: at', '+main: at#2', '+main: at#6', '+main: at#7',
-    ),
-    'norm-splitk-apply.packed-halves-units12': (
-        'enable#4', '+binding params#3', '+const UNITS#10', 'fn chunk_units', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit', 'fn main#5',
-        '+main: let last', '+main: let u0#11', '+main: let u4#5', '+main: let u8#5', 'main: var own#4',
-        '+main: at', '+main: at#2', '+main: at#6', '+store_row: }',
-    ),
-    'norm-splitk-apply.packed-halves-units12-whole-chunks': (
-        'enable#4', '+binding params#3', '+const UNITS#10', 'fn chunk_units#2', '+var slots#2',
-        'struct Stats', 'fn pack_stats', 'alias Unit', 'fn advance', 'fn store_unit#2', 'fn main#5',
-        '// main: let u0', '+main: let u0#12', '+main: let u4#6', '+main: let u8#6', 'main: var own#4',
-        '+main: at', '+main: at#2', '+main: at#6', '+store_row: }',
+    'instance-normalization-batched-planes-vec4.only': ShaderInterface(
+        template='templates/instance-normalization-batched-planes-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('hiddenVec', 'u32'), ('channels', 'u32'), ('lanesPerPlane', 'u32'), ('planesPerWorkgroup', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'instance-normalization-batched-planes-vec4.uses-f16': ShaderInterface(
+        template='templates/instance-normalization-batched-planes-vec4.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('hiddenVec', 'u32'), ('channels', 'u32'), ('lanesPerPlane', 'u32'), ('planesPerWorkgroup', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.f32-vec4': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('hiddenVec', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.combine-subgroups-f32-vec4': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('hiddenVec', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.pairs-f16-vec4': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('hiddenVec', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.combine-subgroups-pairs-f16-vec4': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('hiddenVec', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.combine-subgroups-f32-vec4.plane-subgroup-vec4-scalar-io-main': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('hiddenVec', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.f32': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32'), ('_pad2', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.combine-subgroups-f32': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32'), ('_pad2', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.f16': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32'), ('_pad2', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-stats.combine-subgroups-f16': ShaderInterface(
+        template='templates/norm-row-stats.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowStride', 'u32'), ('epsilon', 'f32'), ('hiddenSize', 'u32'), ('channels', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32'), ('_pad2', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'instance-normalization-splitk-partials.vec4-vec4f32': ShaderInterface(
+        template='templates/instance-normalization-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('split', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'params')),
+    ),
+    'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f32': ShaderInterface(
+        template='templates/instance-normalization-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('split', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'params')),
+    ),
+    'instance-normalization-splitk-partials.vec4-vec4f16': ShaderInterface(
+        template='templates/instance-normalization-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('split', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'params')),
+    ),
+    'instance-normalization-splitk-partials.combine-subgroups-vec4-vec4f16': ShaderInterface(
+        template='templates/instance-normalization-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('split', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'params')),
+    ),
+    'instance-normalization-splitk-partials.f32': ShaderInterface(
+        template='templates/instance-normalization-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('split', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'params')),
+    ),
+    'instance-normalization-splitk-partials.f16': ShaderInterface(
+        template='templates/instance-normalization-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('split', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'params')),
+    ),
+    'instance-normalization-splitk-combine.vec4-vec4f32': ShaderInterface(
+        template='templates/instance-normalization-splitk-combine.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('epsilon', 'f32'), ('split', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'stats'), (3, 'params')),
+    ),
+    'instance-normalization-splitk-combine.vec4-vec4f16': ShaderInterface(
+        template='templates/instance-normalization-splitk-combine.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('epsilon', 'f32'), ('split', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'stats'), (3, 'params')),
+    ),
+    'instance-normalization-splitk-combine.f32': ShaderInterface(
+        template='templates/instance-normalization-splitk-combine.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('epsilon', 'f32'), ('split', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'stats'), (3, 'params')),
+    ),
+    'instance-normalization-splitk-combine.f16': ShaderInterface(
+        template='templates/instance-normalization-splitk-combine.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('planes', 'u32'), ('spatial', 'u32'), ('epsilon', 'f32'), ('split', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'input'), (1, 'partials'), (2, 'stats'), (3, 'params')),
+    ),
+    'instance-normalization-splitk-apply.vec4': ShaderInterface(
+        template='templates/instance-normalization-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('count', 'u32'), ('channels', 'u32'), ('spatial', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'input'), (1, 'stats'), (2, 'scale'), (3, 'bias'), (4, 'output'), (5, 'params')),
+    ),
+    'instance-normalization-splitk-apply.uses-f16-vec4': ShaderInterface(
+        template='templates/instance-normalization-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('count', 'u32'), ('channels', 'u32'), ('spatial', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'input'), (1, 'stats'), (2, 'scale'), (3, 'bias'), (4, 'output'), (5, 'params')),
+    ),
+    'instance-normalization-splitk-apply.only': ShaderInterface(
+        template='templates/instance-normalization-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('count', 'u32'), ('channels', 'u32'), ('spatial', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'input'), (1, 'stats'), (2, 'scale'), (3, 'bias'), (4, 'output'), (5, 'params')),
+    ),
+    'instance-normalization-splitk-apply.uses-f16': ShaderInterface(
+        template='templates/instance-normalization-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('count', 'u32'), ('channels', 'u32'), ('spatial', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'input'), (1, 'stats'), (2, 'scale'), (3, 'bias'), (4, 'output'), (5, 'params')),
+    ),
+    'norm-row-registers.any-units24': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units8': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units6': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units5': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units4': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units3': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units20': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units2': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units16': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units12': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units10': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-units1': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units24': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units24': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units8': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units8': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units6': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units6': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units5': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units5': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units4': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units4': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units3': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units3': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units20': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units20': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units2': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units2': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units16': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units16': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units12': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units12': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units10': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units10': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-units1': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-units1': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units24': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units8': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units6': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units5': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units4': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units3': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units20': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units2': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units16': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units12': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units10': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.any-packed-halves-units1': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units24': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units24': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units8': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units8': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units6': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units6': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units5': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units5': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units4': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units4': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units3': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units3': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units20': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units20': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units2': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units2': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units16': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units16': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units12': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units12': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units10': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units10': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.last-packed-halves-units1': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-row-registers.exact-packed-halves-units1': ShaderInterface(
+        template='templates/norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('maxChannels', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('spatialUnits', 'u32'), ('hidden', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ()), (8, ('maxChannels',))),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'y'), (4, 'params')),
+    ),
+    'norm-splitk-partials.units1': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units1-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units8': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units8-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units6': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units6-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units4': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units4-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units3': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units3-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units2': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units2-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units16': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units16-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units12': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.units12-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units1': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units1-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units8': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units8-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units6': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units6-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units4': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units4-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units3': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units3-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units2': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units2-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units16': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units16-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units12': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-partials.packed-halves-units12-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-partials.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('_pad0', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'partials'), (2, 'params')),
+    ),
+    'norm-splitk-apply.units1': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units1-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units8': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units8-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units6': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units6-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units4': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units4-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units3': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units3-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units2': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units2-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units16': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units16-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units12': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.units12-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units1': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units1-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units8': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units8-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units6': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units6-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units4': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units4-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units3': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units3-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units2': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units2-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units16': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units16-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units12': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
+    ),
+    'norm-splitk-apply.packed-halves-units12-whole-chunks': ShaderInterface(
+        template='templates/norm-splitk-apply.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('applyOrder', 'u32'), ('channelsPerGroup', 'u32'), ('workgroupSize', 'u32')),
+        params=(('rows', 'u32'), ('epsilon', 'f32'), ('rowUnits', 'u32'), ('chunks', 'u32'), ('spatialUnits', 'u32'), ('numGroups', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'scale'), (2, 'bias'), (3, 'partials'), (4, 'y'), (5, 'params')),
     ),
 }
 # fmt: on
-
-
-def wgsl(name: str) -> str:
-    """The WGSL text of shader `name`."""
-    text = ""
-    for i, part in enumerate(SHADERS[name]):
-        if part.startswith("+"):
-            text += "\n" + PARTS[part[1:]]
-        else:
-            text += ("\n\n" if i else "") + PARTS[part]
-    return text

@@ -369,7 +369,9 @@ def derive(r) -> Derived:
         limits["maxComputeInvocationsPerWorkgroup"], limits["maxComputeWorkgroupSizeX"]
     )
     # deviceLaneCap: min(deviceWorkgroupCap, floor(device.limits.maxComputeWorkgroupStorageSize / 16))
-    device_lane_cap = min(device_workgroup_cap, math.floor(limits["maxComputeWorkgroupStorageSize"] / 16))
+    device_lane_cap = min(
+        device_workgroup_cap, math.floor(js_div(limits["maxComputeWorkgroupStorageSize"], 16))
+    )
     # sgWorkgroupCap: max(1, min(tunables.WORKGROUP_SIZE, deviceLaneCap))
     sg_workgroup_cap = max(1, min(tunable_workgroup_size, device_lane_cap))
     # sgDispatchCap: min(device.limits.maxComputeWorkgroupsPerDimension, 65535)
@@ -543,7 +545,7 @@ def derive(r) -> Derived:
     sg_reg_max_words = 4 * min(tunable_register_max_units, 24)
     # sgRegLanesForTarget: max(1, pow2ceil(floor(4 * sgRegWorkgroupTarget / (3 * sgRegGroupUnits)) + 1) / 2)
     sg_reg_lanes_for_target = max(
-        1, pow2ceil(math.floor(js_div(4 * sg_reg_workgroup_target, 3 * sg_reg_group_units)) + 1) / 2
+        1, js_div(pow2ceil(math.floor(js_div(4 * sg_reg_workgroup_target, 3 * sg_reg_group_units)) + 1), 2)
     )
     # sgRegLanesForRegisters: pow2ceil(ceilDiv(max(1, sgSpatial), max(1, floor(sgRegMaxWords / sgRegUnitWords))))
     sg_reg_lanes_for_registers = pow2ceil(
@@ -552,7 +554,9 @@ def derive(r) -> Derived:
     # sgRegLanesAtLeast: min(pow2ceil(tunables.REGISTER_MIN_POSITION_LANES), pow2ceil(max(1, sgSpatial)))
     sg_reg_lanes_at_least = min(pow2ceil(tunable_register_min_position_lanes), pow2ceil(max(1, sg_spatial)))
     # sgRegLanesCap: max(1, pow2ceil(floor(deviceWorkgroupCap / sgRegGroupUnits) + 1) / 2)
-    sg_reg_lanes_cap = max(1, pow2ceil(math.floor(js_div(device_workgroup_cap, sg_reg_group_units)) + 1) / 2)
+    sg_reg_lanes_cap = max(
+        1, js_div(pow2ceil(math.floor(js_div(device_workgroup_cap, sg_reg_group_units)) + 1), 2)
+    )
     # sgRegPositionLanes: min(sgRegLanesCap, pow2ceil(max(1, sgSpatial)), max(sgRegLanesForTarget, sgRegLanesForRegisters, sgRegLanesAtLeast))
     sg_reg_position_lanes = min(
         sg_reg_lanes_cap,

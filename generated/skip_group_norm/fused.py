@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, fold_dispatch, make_pass, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "fused"
 PRIORITY = 120
@@ -158,15 +158,29 @@ def _main(r, d, v):
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
+        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "numChannels": v.num_channels,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
+        "itemStride": v.item_stride,  # request-dependent: bound at dispatch time
+        "groupStride": v.group_stride,  # request-dependent: bound at dispatch time
+        "innerVectors": v.inner_vectors,  # request-dependent: bound at dispatch time
+        "outerStride": v.outer_stride,  # request-dependent: bound at dispatch time
+        "channelDivisor": v.channel_divisor,  # request-dependent: bound at dispatch time
+        "laneChannelStep": v.lane_channel_step,  # request-dependent: bound at dispatch time
+        "rowCount": v.row_count,  # request-dependent: bound at dispatch time
+        "rowVectors": v.row_vectors,  # request-dependent: bound at dispatch time
+        "groupValues": v.group_values,  # request-dependent: bound at dispatch time
     }
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, v=v)
+    numbers = {"paramsF16": v.params_f16, "workgroupSize": v.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
 
 
-# Pass `main`: its shaders by (hasBias, ioElement, skipFull, writeSum): the template values that
-# tell its specializations apart; the others are gamma element type='u32', beta element type='u32' or follow from these.
+# Pass `main`: its shaders (shaders/<name>.wgsl) by (hasBias, ioElement, skipFull, writeSum): the
+# template values that tell its specializations apart; the others are gamma element type='u32', beta element type='u32' or follow from these.
 MAIN_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/skip-group-norm-fused.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "X", "read-only-storage"),
@@ -178,24 +192,56 @@ MAIN_SHADERS = shader_table(
         Binding(6, "sumOut", "output", "S", "storage"),
         Binding(7, "params", "uniform", "params", "uniform"),
     ),
-    # Every combination of these values: a name is the template's stem and a token a value.
+    # fmt: off
     shaders={
-        (
-            has_bias,
-            io_element,
-            skip_full,
-            write_sum,
-        ): f"skip-group-norm-fused.{has_bias_token}{io_element_token}{skip_full_token}{write_sum_token}"
-        for has_bias, has_bias_token in ((False, ""), (True, "has-bias-"))
-        for io_element, io_element_token in (
-            ("f32", "f32"),
-            ("vec4<f32>", "vec4f32"),
-            ("vec2<f32>", "vec2f32"),
-            ("f16", "f16"),
-            ("vec4<f16>", "vec4f16"),
-            ("vec2<f16>", "vec2f16"),
-        )
-        for skip_full, skip_full_token in ((False, ""), (True, "-skip-full"))
-        for write_sum, write_sum_token in ((False, ""), (True, "-write-sum"))
+        (False, 'f32', False, False): 'skip-group-norm-fused.f32',
+        (False, 'f32', False, True): 'skip-group-norm-fused.f32-write-sum',
+        (False, 'vec4<f32>', False, False): 'skip-group-norm-fused.vec4f32',
+        (False, 'vec4<f32>', False, True): 'skip-group-norm-fused.vec4f32-write-sum',
+        (False, 'vec2<f32>', False, False): 'skip-group-norm-fused.vec2f32',
+        (False, 'vec2<f32>', False, True): 'skip-group-norm-fused.vec2f32-write-sum',
+        (False, 'f32', True, False): 'skip-group-norm-fused.f32-skip-full',
+        (False, 'f32', True, True): 'skip-group-norm-fused.f32-skip-full-write-sum',
+        (False, 'vec4<f32>', True, False): 'skip-group-norm-fused.vec4f32-skip-full',
+        (False, 'vec4<f32>', True, True): 'skip-group-norm-fused.vec4f32-skip-full-write-sum',
+        (False, 'vec2<f32>', True, False): 'skip-group-norm-fused.vec2f32-skip-full',
+        (False, 'vec2<f32>', True, True): 'skip-group-norm-fused.vec2f32-skip-full-write-sum',
+        (True, 'f32', False, False): 'skip-group-norm-fused.has-bias-f32',
+        (True, 'f32', False, True): 'skip-group-norm-fused.has-bias-f32-write-sum',
+        (True, 'vec4<f32>', False, False): 'skip-group-norm-fused.has-bias-vec4f32',
+        (True, 'vec4<f32>', False, True): 'skip-group-norm-fused.has-bias-vec4f32-write-sum',
+        (True, 'vec2<f32>', False, False): 'skip-group-norm-fused.has-bias-vec2f32',
+        (True, 'vec2<f32>', False, True): 'skip-group-norm-fused.has-bias-vec2f32-write-sum',
+        (True, 'f32', True, False): 'skip-group-norm-fused.has-bias-f32-skip-full',
+        (True, 'f32', True, True): 'skip-group-norm-fused.has-bias-f32-skip-full-write-sum',
+        (True, 'vec4<f32>', True, False): 'skip-group-norm-fused.has-bias-vec4f32-skip-full',
+        (True, 'vec4<f32>', True, True): 'skip-group-norm-fused.has-bias-vec4f32-skip-full-write-sum',
+        (True, 'vec2<f32>', True, False): 'skip-group-norm-fused.has-bias-vec2f32-skip-full',
+        (True, 'vec2<f32>', True, True): 'skip-group-norm-fused.has-bias-vec2f32-skip-full-write-sum',
+        (False, 'f16', False, False): 'skip-group-norm-fused.f16',
+        (False, 'f16', False, True): 'skip-group-norm-fused.f16-write-sum',
+        (False, 'vec4<f16>', False, False): 'skip-group-norm-fused.vec4f16',
+        (False, 'vec4<f16>', False, True): 'skip-group-norm-fused.vec4f16-write-sum',
+        (False, 'vec2<f16>', False, False): 'skip-group-norm-fused.vec2f16',
+        (False, 'vec2<f16>', False, True): 'skip-group-norm-fused.vec2f16-write-sum',
+        (False, 'f16', True, False): 'skip-group-norm-fused.f16-skip-full',
+        (False, 'f16', True, True): 'skip-group-norm-fused.f16-skip-full-write-sum',
+        (False, 'vec4<f16>', True, False): 'skip-group-norm-fused.vec4f16-skip-full',
+        (False, 'vec4<f16>', True, True): 'skip-group-norm-fused.vec4f16-skip-full-write-sum',
+        (False, 'vec2<f16>', True, False): 'skip-group-norm-fused.vec2f16-skip-full',
+        (False, 'vec2<f16>', True, True): 'skip-group-norm-fused.vec2f16-skip-full-write-sum',
+        (True, 'f16', False, False): 'skip-group-norm-fused.has-bias-f16',
+        (True, 'f16', False, True): 'skip-group-norm-fused.has-bias-f16-write-sum',
+        (True, 'vec4<f16>', False, False): 'skip-group-norm-fused.has-bias-vec4f16',
+        (True, 'vec4<f16>', False, True): 'skip-group-norm-fused.has-bias-vec4f16-write-sum',
+        (True, 'vec2<f16>', False, False): 'skip-group-norm-fused.has-bias-vec2f16',
+        (True, 'vec2<f16>', False, True): 'skip-group-norm-fused.has-bias-vec2f16-write-sum',
+        (True, 'f16', True, False): 'skip-group-norm-fused.has-bias-f16-skip-full',
+        (True, 'f16', True, True): 'skip-group-norm-fused.has-bias-f16-skip-full-write-sum',
+        (True, 'vec4<f16>', True, False): 'skip-group-norm-fused.has-bias-vec4f16-skip-full',
+        (True, 'vec4<f16>', True, True): 'skip-group-norm-fused.has-bias-vec4f16-skip-full-write-sum',
+        (True, 'vec2<f16>', True, False): 'skip-group-norm-fused.has-bias-vec2f16-skip-full',
+        (True, 'vec2<f16>', True, True): 'skip-group-norm-fused.has-bias-vec2f16-skip-full-write-sum',
     },
+    # fmt: on
 )

@@ -13,5964 +13,4489 @@
 #   templates/skip-group-norm-slab.wgsl.jinja (sha256 e627da5570a1c419)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
-"""Every shader of com.microsoft SkipGroupNorm-1, each distinct WGSL text stored once.
+"""The shaders of com.microsoft SkipGroupNorm-1: what each file `shaders/<name>.wgsl` declares.
 
-A shader is the parts it names in SHADERS, joined by blank lines; a name starting with `+`
-continues the previous part on the next line instead. Parts are runs of WGSL lines, cut where
-specializations differ and joined again where storing a run inside each of its neighbours takes
-fewer lines than naming it in every shader; each is stored once in PARTS under what it declares
-first (`main: let s0`: a run inside fn main, `// x`: the note before x). `wgsl(name)` gives back
-the exact text naga validated, which `plan().passes[i].wgsl` shows whole; a shader's name is its
-template's stem and the template values that tell its specializations apart."""
+The render stage made these records while it wrote the shaders' declarations; the runtime binds,
+sizes and sets a shader from its record and never reads its text for that. A shader's name is
+its template's stem and the template values that tell its specializations apart; each file
+starts with a header naming its template and key."""
 
 from __future__ import annotations
 
-PARTS = {
-    "override DISPATCH_FOLD_WIDTH": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;""",
-    "binding y": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "// const UNITS": """\
-// com.microsoft SkipGroupNorm, row-in-registers variant `registers` (with or without a bias and S:
-// hasBias, writeSum), channels-last (N, H, W, C) only: every (batch item, group) row
-// is read from memory once per workgroup, S = (X + skip) + bias is formed on load and kept in
-// registers, and the statistics and the normalized output are computed from the registers.
-//
-// Grid: rowCount * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
-// w / split and stores share w % split of it: the units j (of every invocation) in
-// [share * per, (share + 1) * per), per = ceil(ceil(spatial / positionLanes) / split), i.e. one
-// contiguous range of positions, tested with two compares a unit. (A running owner counter,
-// j % split without a division, made LLVM take 90 s to compile 32 units on lavapipe.) Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another, and S and Y are each written
-// once.
-//
-// The row is strided: position p (of spatial = H * W) holds the group's channelsPerGroup
-// contiguous channels at (item * spatial + p) * C + group * channelsPerGroup. A unit is one load
-// of UNIT_VALUES of them: 1, 2 or 4 words (f32, or with f16 tensors u32 words of two halves,
-// widened to f32 with unpack2x16float: f32 math, pack2x16float at the stores), the widest that
-// divides channelsPerGroup (SDXL: 10 channels a group give 2-value units, 20 and 40 give 4, and
-// for f16 40 give 8). A position holds groupUnits units of the row, and positionUnits = C /
-// UNIT_VALUES units of the tensor.
-//
-// The workgroup is groupUnits * positionLanes invocations (positionLanes a power of two, chosen
-// by the manifest): invocation lid takes the unit lid % groupUnits of positions lid / groupUnits
-// + j * positionLanes, for j < UNITS. So an invocation's channels never change (its gamma, beta
-// and bias are loaded once, into registers), unit j's address is first + j * stride
-// (no division, no walk a unit), and consecutive invocations still read consecutive units:
-// groupUnits of them contiguous, then the next position's. UNITS is the specialization's bucket
-// (the row's ceil(spatial / positionLanes) units, rounded up so that UNITS * words a unit is one
-// of 8 register budgets, 8 ... 96 words): a constant, so the loads are straight-line code into
-// registers (a private array sized by an override is not WGSL, and an array under a loop bounded
-// by one spilled in the GroupNorm spike on the H200). Units past the row (the tail of spatial,
-// and the bucket's spare ones) are not loaded, hold zero and are left out of every sum and store.
-//
-// Loads are branch-free: unit j's index is clamped to the row's last unit and its value is
-// replaced by zero past the row (select), so all UNITS loads can be issued before the first is
-// used; the bucket's spare units reload the row's last unit (a cache hit). With exactRow (spatial
-// is UNITS * positionLanes, so every unit of every invocation lies in the row) there is no clamp
-// and no test: in_row() is true. (The share bounds below still come from the uniforms.) Measured
-// on the H200 (docs/PERFORMANCE.md, session 7).
-//
-// S: (X + skip) + bias in f32, then rounded to T (exactly, by `half`, for f16) before anything
-// sees it, the same bits as the split and fused variants write. skip is bound as units like X in
-// both forms: skip unit j is at skipFirst + j * skipStride, with the strides of X for a skip
-// shaped like X and skipPositionUnits = 0 for an (N, C) skip, whose unit of the invocation's
-// channels is then the same for every j (one shader for both forms; an (N, C) skip costs a
-// cached load a unit, no memory traffic). The rounded S is what the registers hold (f16: packed
-// again, exactly), what the statistics see and, with writeSum, what the owning workgroup stores to
-// S; so Y has the same bits whether S is requested or not.
-//
-// Statistics, from registers, as GroupNorm's norm-row-registers takes them (_lib/row_stats, whose
-// header there says why): two-pass within each subgroup (its mean, then the deviations from it),
-// one barrier, the subgroups' summaries merged as sums by subgroupAdd into the mean as the pair
-// (mean0 = shift, lo = delta) and M2, a sum of terms >= 0; variance = M2 / n. Every
-// invocation of every workgroup of the row gets the same bits (a row whose sums pass f32 gets
-// the bias: _lib/row_stats normalization); a subgroup layout other than
-// lid = k * width + lane (or a partial subgroup: rows of few positions) merges every invocation's
-// summary one by one instead.
-//
-// Y = ((s - mean0) - lo) * (inv_std * gamma) + beta, then SiLU (y / (1 + exp(-y))) when
-// params.activation is 1; gamma and beta (type M) are bound as 32-bit words and decoded by the
-// paramsF16 override.
-//
-// The compiler prepends the overrides (workgroupSize, paramsF16, split, DISPATCH_FOLD_WIDTH), the
-// bindings and Params: epsilon, activation and, as params.<name>, the shape-dependent rowCount,
-// numGroups, channelsPerGroup, spatial, groupUnits, positionUnits,
-// positionLanes, groupValues, skipItemUnits and skipPositionUnits.
+from .._runtime import ShaderInterface
 
-// The units of the row each invocation holds: the bucket of this specialization.""",
-    "const UNITS": """\
-const UNITS: u32 = 48u;""",
-    "const UNIT_VALUES": """\
-// Values a unit: channels of one position.
-const UNIT_VALUES: u32 = 2u;
-
-// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
-// an irregular subgroup layout; the flag says which the merge reads.
-var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
-var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
-var<workgroup> wg_irregular: atomic<u32>;
-
-// A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).
-alias Unit = vec2<f32>;
-alias FV = vec2<f32>;
-alias FU = vec2<u32>;
-alias Wide = FV;
-
-fn lanes_sum(v: vec2<f32>) -> f32 {
-    return v.x + v.y;
-}
-
-// (mean, count) of some values moved on by the values of v, one at a time: no sum of them is
-// formed, so values up to f32's largest keep a finite mean. For an invocation whose plain sum
-// overflowed (values past about 1e36); compilers may factor a scale out of a sum, never out of this.
-fn running_mean(mean_count: vec2<f32>, v: vec2<f32>) -> vec2<f32> {
-    var m = mean_count.x;
-    var k = mean_count.y;
-    for (var i = 0u; i < 2u; i++) {
-        k += 1.0;
-        m += (v[i] - m) / k;
-    }
-    return vec2<f32>(m, k);
-}
-
-fn wide(u: Unit) -> Wide {
-    return u;""",
-    "fn narrow": """\
-}
-
-fn narrow(w: Wide) -> Unit {
-    return w;
-}
-
-fn wide_add(a: Wide, b: Wide) -> Wide {
-    return a + b;
-}
-
-fn wide_sum(w: Wide) -> f32 {
-    return lanes_sum(w);
-}
-
-// (sum of w - mean0, sum of (w - mean0)^2).
-fn wide_deviations(w: Wide, mean0: f32) -> vec2<f32> {
-    let d = w - mean0;
-    return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}
-
-fn wide_affine(w: Wide, mean0: f32, lo: f32, k: Wide, b: Wide) -> Wide {
-    return ((w - mean0) - lo) * k + b;
-}
-
-fn wide_silu(w: Wide) -> Wide {
-    return w / (1.0 + exp(-w));
-}
-
-fn wide_scaled(s: f32, w: Wide) -> Wide {""",
-    "wide_scaled: return": """\
-    return s * w;
-}""",
-    "fn gamma_at": """\
-// gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
-// shader serves both M types.
-// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn gamma_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(gamma[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(gamma[c]);
-}
-
-// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn beta_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(beta[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(beta[c]);
-}
-
-// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_gamma(c: u32) -> Wide {
-    return Wide(gamma_at(c), gamma_at(c + 1u));
-}
-
-
-// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_beta(c: u32) -> Wide {
-    return Wide(beta_at(c), beta_at(c + 1u));""",
-    "struct Lane": """\
-}
-
-
-// Where an invocation's units are (in X, Y and S, and in skip), and its bias.
-struct Lane {
-    first: u32,  // unit index of its unit 0
-    stride: u32,  // units between its consecutive units: positionLanes positions
-    last: u32,  // the row's last unit: indices are clamped to it
-    count: u32,  // its units that lie in the row
-    skip_first: u32,
-    skip_stride: u32,  // 0 for an (N, C) skip
-    skip_last: u32,
-}""",
-    "struct Norm": """\
-// What the stores need besides the Lane.
-struct Norm {
-    mean0: f32,
-    lo: f32,
-    scale: Wide,  // inv_std * gamma
-    shift: Wide,  // beta
-    own_first: u32,  // this workgroup stores units own_first <= j < own_end
-    own_end: u32,
-}
-
-// Whether unit j of the lane lies in the row.
-fn in_row(l: Lane, j: u32) -> bool {
-    return j < l.count;
-}
-
-// Index i of a load, clamped to the row's last unit `last` where a unit can lie past the row.
-fn clamped(i: u32, last: u32) -> u32 {
-    return min(i, last);
-}
-
-// S of unit j: (X + skip) + bias in f32, rounded to T; zero for a unit past the row (its load
-// clamped to the row's last unit, no branch).
-fn formed(l: Lane, j: u32) -> Unit {
-    let i = clamped(l.first + j * l.stride, l.last);
-    var v = wide_add(wide(x[i]), wide(skip[clamped(l.skip_first + j * l.skip_stride, l.skip_last)]));""",
-    "fn unit_sum": """\
-    return select(Unit(), narrow(v), in_row(l, j));
-}
-
-fn unit_sum(s: Unit) -> f32 {
-    return wide_sum(wide(s));
-}
-
-// (sum of s - mean0, sum of (s - mean0)^2) over unit j, zero past the row.
-fn unit_deviations(l: Lane, j: u32, s: Unit, mean0: f32) -> vec2<f32> {
-    return select(vec2<f32>(0.0), wide_deviations(wide(s), mean0), in_row(l, j));
-}
-
-// Stores unit j (S with writeSum, and Y) if this workgroup owns it and it lies in the row.
-fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
-    if (j >= n.own_first && j < n.own_end && in_row(l, j)) {
-        let i = l.first + j * l.stride;""",
-    "fn finite": """\
-        var v = wide_affine(wide(s), n.mean0, n.lo, n.scale, n.shift);
-        if (params.activation != 0u) {
-            v = wide_silu(v);
-        }
-        y[i] = narrow(v);
-    }
-}
-
-// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
-fn finite(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
-}
-
-// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
-// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
-// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
-// exact, so the result is the true quotient to within an ulp however the device divides. A
-// quotient that is not finite is kept as it is (its residual would be NaN).
-fn refined_quotient(a: f32, b: f32) -> f32 {
-    let q = a / b;
-    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
-}""",
-    "const MEAN_EXPONENT": """\
-// A subgroup's sum for its mean is of each invocation's sum times 2^-MEAN_EXPONENT (exact): up to
-// 65536 finite f32 values then stay inside f32 (a subgroup of rows of 1e36 sums past 3.4e38
-// unscaled, and its mean came back inf). Scaled after an invocation's own sum, never inside it: a
-// compiler may factor a common multiplier out of a sum (lavapipe does), and the sum overflows.
-const MEAN_EXPONENT: i32 = 16;
-
-// (the subgroup's mean, its count of values) from this invocation's sum of its values times
-// 2^-MEAN_EXPONENT and its count of values. Divided by the scaled count rather than multiplied
-// back after the division, which a compiler may reorder into an overflowing product.
-fn subgroup_mean(scaled: f32, n: f32) -> vec2<f32> {
-    let totals = subgroupAdd(vec2<f32>(scaled, n));
-    return vec2<f32>(select(0.0, totals.x / (totals.y * ldexp(1.0, -MEAN_EXPONENT)), totals.y > 0.0), totals.y);
-}
-
-// A row's statistics: the mean is shift + delta, M2 the sum of squared deviations from it.
-// finite_values: every subgroup's mean was finite, which with MEAN_EXPONENT's sums means every value
-// was (a mean past f32 can then only be an overflow of the merge).
-struct RowStats {
-    shift: f32,
-    delta: f32,
-    m2: f32,
-    finite_values: bool,
-}
-
-// The summary (n, mean, lo, M2) of n values from their mean m and their deviations from it,
-// d = (sum of x - m, sum of (x - m)^2): the mean is m + lo.
-fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
-    let lo = select(0.0, refined_quotient(d.x, n), n > 0.0);
-    return vec4<f32>(n, m, lo, select(max(d.y - d.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(d.y) & 0x7f800000u) == 0x7f800000u));
-}
-
-// The row's RowStats from the subgroups' summaries. Lane l of every subgroup takes slots l,
-// l + width, ... in that order (one each where there are no more slots than lanes) and subgroupAdd
-// sums the lanes, so every subgroup gets the same bits. Meaningful only when every subgroup is
-// full and regular (row_stats says which result it takes).
-fn merged_subgroups(lane: u32, width: u32) -> RowStats {
-    let count = min(workgroupSize / width, 256u);
-    let shift = wg_subgroups[0].y;
-    // (n, n times the offset from shift); n is NaN where a subgroup's mean is not finite.
-    var n_offset = vec2<f32>(0.0);
-    for (var i = lane; i < count; i += width) {
-        let s = wg_subgroups[i];
-        n_offset += vec2<f32>(select(bitcast<f32>(0x7fc00000u), s.x, finite(s.y)), s.x * ((s.y - shift) + s.z));
-    }
-    let totals = subgroupAdd(n_offset);
-    let delta = refined_quotient(totals.y, totals.x);
-    var m2 = 0.0;
-    for (var i = lane; i < count; i += width) {
-        let s = wg_subgroups[i];
-        let d = ((s.y - shift) + s.z) - delta;
-        m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
-    }
-    return RowStats(shift, delta, subgroupAdd(m2), finite(totals.x));
-}
-
-// The same from every invocation's summary, one by one in order: no subgroup operation, so any
-// subgroup layout gets the same bits everywhere.
-fn merged_invocations() -> RowStats {
-    let shift = wg_invocations[0].y;
-    var n = 0.0;
-    var offset = 0.0;
-    var finite_values = true;
-    for (var i = 0u; i < workgroupSize; i++) {
-        let s = wg_invocations[i];
-        n += s.x;
-        offset += s.x * ((s.y - shift) + s.z);
-        finite_values = finite_values && finite(s.y);
-    }
-    let delta = refined_quotient(offset, n);
-    var m2 = 0.0;
-    for (var i = 0u; i < workgroupSize; i++) {
-        let s = wg_invocations[i];
-        let d = ((s.y - shift) + s.z) - delta;
-        m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
-    }
-    return RowStats(shift, delta, m2, finite_values);
-}
-
-// The row's RowStats from this invocation's n values, its subgroup's mean (and count) and its
-// deviations from that mean: the same bits in every invocation of every workgroup of the row.
-// Call in uniform control flow, once.
-fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> RowStats {
-    // Every subgroup operation runs in uniform control flow: none under `&&` or under the flag.
-    let numbered = subgroupAll(lane == lid % width);
-    let lanes = subgroupAdd(1u);
-    let regular = numbered && lanes == width && workgroupSize % width == 0u && workgroupSize / width <= 256u;
-    let subgroup = summary(mean.y, mean.x, subgroupAdd(deviations));
-    wg_invocations[lid] = summary(n, mean.x, deviations);
-    if (regular && lane == 0u) {
-        wg_subgroups[lid / width] = subgroup;
-    }
-    if (!regular) {
-        atomicStore(&wg_irregular, 1u);
-    }
-    workgroupBarrier();
-    // Merged from the slots whatever the flag (its subgroupAdds need every invocation); where the
-    // flag is raised the slots are not all written, and the one-by-one merge is taken instead.
-    let by_subgroups = merged_subgroups(lane, width);
-    if (atomicLoad(&wg_irregular) != 0u) {
-        return merged_invocations();
-    }
-    return by_subgroups;
-}
-
-// (shift, delta, inv_std) that normalize a row of `count` values from its row_stats: y is
-// ((x - shift) - delta) * inv_std * scale + bias. A row of finite values whose merge or variance
-// passed f32's range (values that far apart differ by more than f32's squares hold) gets
-// (0, 0, 0): Y is the bias, as for every row whose squared deviations overflow. A row holding an
-// infinity or NaN gets NaN, as in the definition. One test of the sum covers all three: a part
-// that is not finite makes it inf or NaN, and finite parts whose sum overflows are that far apart.
-// Measured on the H200 (session 8): -0.9 to +1.5 % on the row-register cases with a folded store.
-fn normalization(stats: RowStats, count: u32, epsilon: f32) -> vec3<f32> {
-    let variance = stats.m2 / f32(count);
-    let usable = stats.finite_values && finite(stats.shift + stats.delta + variance);
-    let fallback = select(vec3<f32>(bitcast<f32>(0x7fc00000u)), vec3<f32>(0.0), stats.finite_values);
-    return select(fallback, vec3<f32>(stats.shift, stats.delta, inverseSqrt(variance + epsilon)), usable);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(
-    @builtin(workgroup_id) wid: vec3<u32>,
-    @builtin(local_invocation_index) lid: u32,
-    @builtin(subgroup_invocation_id) lane: u32,
-    @builtin(subgroup_size) lane_width: u32,
-) {
-    let w = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    // Workgroup-uniform: the whole workgroup leaves or none of it does.
-    if (w >= params.rowCount * split) {
-        return;
-    }
-    if (lid == 0u) {
-        atomicStore(&wg_irregular, 0u);
-    }
-    workgroupBarrier();
-    let row = w / split;""",
-    "main: let item": """\
-    let item = row / params.numGroups;
-    let group = row % params.numGroups;
-    // This invocation's unit of a position, and its first position (< positionLanes).
-    let unit_in_group = lid % params.groupUnits;
-    let position = lid / params.groupUnits;
-    let c0 = group * params.channelsPerGroup + unit_in_group * UNIT_VALUES;
-    let in_group = group * params.groupUnits + unit_in_group;
-    let first = (item * params.spatial + position) * params.positionUnits + in_group;
-    let last = (item * params.spatial + params.spatial - 1u) * params.positionUnits + group * params.groupUnits + params.groupUnits - 1u;
-    let held = select(0u, (params.spatial - position + params.positionLanes - 1u) / params.positionLanes, position < params.spatial);
-    let skip_first = item * params.skipItemUnits + position * params.skipPositionUnits + in_group;
-    let skip_last = item * params.skipItemUnits + (params.spatial - 1u) * params.skipPositionUnits + group * params.groupUnits + params.groupUnits - 1u;
-    let skip_stride = params.positionLanes * params.skipPositionUnits;
-    let l = Lane(first, params.positionLanes * params.positionUnits, last, held, skip_first, skip_stride, skip_last);""",
-    "main: let s0": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u); let s24 = formed(l, 24u); let s25 = formed(l, 25u);
-    let s26 = formed(l, 26u); let s27 = formed(l, 27u); let s28 = formed(l, 28u);
-    let s29 = formed(l, 29u); let s30 = formed(l, 30u); let s31 = formed(l, 31u);""",
-    "main: let s32": """\
-    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
-    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
-    let s38 = formed(l, 38u); let s39 = formed(l, 39u); let s40 = formed(l, 40u);
-    let s41 = formed(l, 41u); let s42 = formed(l, 42u); let s43 = formed(l, 43u);
-    let s44 = formed(l, 44u); let s45 = formed(l, 45u); let s46 = formed(l, 46u);
-    let s47 = formed(l, 47u);""",
-    "main: var own": """\
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);
-    own += unit_sum(s24); own += unit_sum(s25); own += unit_sum(s26); own += unit_sum(s27);
-    own += unit_sum(s28); own += unit_sum(s29); own += unit_sum(s30); own += unit_sum(s31);""",
-    "main: own": """\
-    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
-    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
-    own += unit_sum(s40); own += unit_sum(s41); own += unit_sum(s42); own += unit_sum(s43);
-    own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);""",
-    "main: var scaled": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);
-    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
-    if (!finite(own)) {
-        var running = vec2<f32>(0.0);
-        running = select(running, running_mean(running, wide(s0)), in_row(l, 0u));
-        running = select(running, running_mean(running, wide(s1)), in_row(l, 1u));
-        running = select(running, running_mean(running, wide(s2)), in_row(l, 2u));
-        running = select(running, running_mean(running, wide(s3)), in_row(l, 3u));
-        running = select(running, running_mean(running, wide(s4)), in_row(l, 4u));
-        running = select(running, running_mean(running, wide(s5)), in_row(l, 5u));
-        running = select(running, running_mean(running, wide(s6)), in_row(l, 6u));
-        running = select(running, running_mean(running, wide(s7)), in_row(l, 7u));
-        running = select(running, running_mean(running, wide(s8)), in_row(l, 8u));
-        running = select(running, running_mean(running, wide(s9)), in_row(l, 9u));
-        running = select(running, running_mean(running, wide(s10)), in_row(l, 10u));
-        running = select(running, running_mean(running, wide(s11)), in_row(l, 11u));
-        running = select(running, running_mean(running, wide(s12)), in_row(l, 12u));
-        running = select(running, running_mean(running, wide(s13)), in_row(l, 13u));
-        running = select(running, running_mean(running, wide(s14)), in_row(l, 14u));
-        running = select(running, running_mean(running, wide(s15)), in_row(l, 15u));
-        running = select(running, running_mean(running, wide(s16)), in_row(l, 16u));
-        running = select(running, running_mean(running, wide(s17)), in_row(l, 17u));
-        running = select(running, running_mean(running, wide(s18)), in_row(l, 18u));
-        running = select(running, running_mean(running, wide(s19)), in_row(l, 19u));""",
-    "main: running": """\
-        running = select(running, running_mean(running, wide(s20)), in_row(l, 20u));
-        running = select(running, running_mean(running, wide(s21)), in_row(l, 21u));
-        running = select(running, running_mean(running, wide(s22)), in_row(l, 22u));
-        running = select(running, running_mean(running, wide(s23)), in_row(l, 23u));
-        running = select(running, running_mean(running, wide(s24)), in_row(l, 24u));
-        running = select(running, running_mean(running, wide(s25)), in_row(l, 25u));
-        running = select(running, running_mean(running, wide(s26)), in_row(l, 26u));
-        running = select(running, running_mean(running, wide(s27)), in_row(l, 27u));
-        running = select(running, running_mean(running, wide(s28)), in_row(l, 28u));
-        running = select(running, running_mean(running, wide(s29)), in_row(l, 29u));
-        running = select(running, running_mean(running, wide(s30)), in_row(l, 30u));
-        running = select(running, running_mean(running, wide(s31)), in_row(l, 31u));""",
-    "main: running#2": """\
-        running = select(running, running_mean(running, wide(s32)), in_row(l, 32u));
-        running = select(running, running_mean(running, wide(s33)), in_row(l, 33u));
-        running = select(running, running_mean(running, wide(s34)), in_row(l, 34u));
-        running = select(running, running_mean(running, wide(s35)), in_row(l, 35u));
-        running = select(running, running_mean(running, wide(s36)), in_row(l, 36u));
-        running = select(running, running_mean(running, wide(s37)), in_row(l, 37u));
-        running = select(running, running_mean(running, wide(s38)), in_row(l, 38u));
-        running = select(running, running_mean(running, wide(s39)), in_row(l, 39u));""",
-    "main: running#3": """\
-        running = select(running, running_mean(running, wide(s40)), in_row(l, 40u));
-        running = select(running, running_mean(running, wide(s41)), in_row(l, 41u));
-        running = select(running, running_mean(running, wide(s42)), in_row(l, 42u));
-        running = select(running, running_mean(running, wide(s43)), in_row(l, 43u));
-        running = select(running, running_mean(running, wide(s44)), in_row(l, 44u));
-        running = select(running, running_mean(running, wide(s45)), in_row(l, 45u));
-        running = select(running, running_mean(running, wide(s46)), in_row(l, 46u));
-        running = select(running, running_mean(running, wide(s47)), in_row(l, 47u));
-        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
-    }
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);""",
-    "main: deviations": """\
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);
-    deviations += unit_deviations(l, 24u, s24, mean.x);
-    deviations += unit_deviations(l, 25u, s25, mean.x);
-    deviations += unit_deviations(l, 26u, s26, mean.x);
-    deviations += unit_deviations(l, 27u, s27, mean.x);
-    deviations += unit_deviations(l, 28u, s28, mean.x);
-    deviations += unit_deviations(l, 29u, s29, mean.x);
-    deviations += unit_deviations(l, 30u, s30, mean.x);
-    deviations += unit_deviations(l, 31u, s31, mean.x);
-    deviations += unit_deviations(l, 32u, s32, mean.x);
-    deviations += unit_deviations(l, 33u, s33, mean.x);
-    deviations += unit_deviations(l, 34u, s34, mean.x);
-    deviations += unit_deviations(l, 35u, s35, mean.x);
-    deviations += unit_deviations(l, 36u, s36, mean.x);
-    deviations += unit_deviations(l, 37u, s37, mean.x);
-    deviations += unit_deviations(l, 38u, s38, mean.x);
-    deviations += unit_deviations(l, 39u, s39, mean.x);""",
-    "main: deviations#2": """\
-    deviations += unit_deviations(l, 40u, s40, mean.x);
-    deviations += unit_deviations(l, 41u, s41, mean.x);
-    deviations += unit_deviations(l, 42u, s42, mean.x);
-    deviations += unit_deviations(l, 43u, s43, mean.x);
-    deviations += unit_deviations(l, 44u, s44, mean.x);
-    deviations += unit_deviations(l, 45u, s45, mean.x);
-    deviations += unit_deviations(l, 46u, s46, mean.x);
-    deviations += unit_deviations(l, 47u, s47, mean.x);""",
-    "main: let coefficients": """\
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-    store_unit(l, norm, 24u, s24); store_unit(l, norm, 25u, s25); store_unit(l, norm, 26u, s26);
-    store_unit(l, norm, 27u, s27); store_unit(l, norm, 28u, s28); store_unit(l, norm, 29u, s29);""",
-    "main: store_unit": """\
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
-    store_unit(l, norm, 39u, s39); store_unit(l, norm, 40u, s40); store_unit(l, norm, 41u, s41);
-    store_unit(l, norm, 42u, s42); store_unit(l, norm, 43u, s43); store_unit(l, norm, 44u, s44);
-    store_unit(l, norm, 45u, s45); store_unit(l, norm, 46u, s46); store_unit(l, norm, 47u, s47);
-}
-""",
-    "binding y#2": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f32>>;""",
-    "struct Params": """\
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn finite#2": """\
-        sumOut[i] = s;
-        var v = wide_affine(wide(s), n.mean0, n.lo, n.scale, n.shift);
-        if (params.activation != 0u) {
-            v = wide_silu(v);
-        }
-        y[i] = narrow(v);
-    }
-}
-
-// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
-fn finite(v: f32) -> bool {
-    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
-}
-
-// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
-// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
-// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
-// exact, so the result is the true quotient to within an ulp however the device divides. A
-// quotient that is not finite is kept as it is (its residual would be NaN).
-fn refined_quotient(a: f32, b: f32) -> f32 {
-    let q = a / b;
-    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
-}""",
-    "const UNITS#2": """\
-const UNITS: u32 = 40u;""",
-    "main: let s32#2": """\
-    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
-    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
-    let s38 = formed(l, 38u); let s39 = formed(l, 39u);""",
-    "main: own#2": """\
-    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
-    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);""",
-    "main: scaled": """\
-        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
-    }
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);""",
-    "main: store_unit#2": """\
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
-    store_unit(l, norm, 39u, s39);
-}
-""",
-    "const UNITS#3": """\
-const UNITS: u32 = 4u;""",
-    "main: let s0#2": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);""",
-    "main: var scaled#2": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);
-    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
-    if (!finite(own)) {
-        var running = vec2<f32>(0.0);
-        running = select(running, running_mean(running, wide(s0)), in_row(l, 0u));
-        running = select(running, running_mean(running, wide(s1)), in_row(l, 1u));""",
-    "main: running#4": """\
-        running = select(running, running_mean(running, wide(s2)), in_row(l, 2u));
-        running = select(running, running_mean(running, wide(s3)), in_row(l, 3u));
-        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
-    }""",
-    "main: let n": """\
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3);
-}
-""",
-    "const UNITS#4": """\
-const UNITS: u32 = 32u;""",
-    "main: deviations#3": """\
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);
-    deviations += unit_deviations(l, 20u, s20, mean.x);
-    deviations += unit_deviations(l, 21u, s21, mean.x);
-    deviations += unit_deviations(l, 22u, s22, mean.x);
-    deviations += unit_deviations(l, 23u, s23, mean.x);""",
-    "main: deviations#4": """\
-    deviations += unit_deviations(l, 24u, s24, mean.x);
-    deviations += unit_deviations(l, 25u, s25, mean.x);
-    deviations += unit_deviations(l, 26u, s26, mean.x);
-    deviations += unit_deviations(l, 27u, s27, mean.x);
-    deviations += unit_deviations(l, 28u, s28, mean.x);
-    deviations += unit_deviations(l, 29u, s29, mean.x);
-    deviations += unit_deviations(l, 30u, s30, mean.x);
-    deviations += unit_deviations(l, 31u, s31, mean.x);""",
-    "main: store_unit#3": """\
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31);
-}
-""",
-    "const UNITS#5": """\
-const UNITS: u32 = 24u;""",
-    "main: let s0#3": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-    let s20 = formed(l, 20u); let s21 = formed(l, 21u); let s22 = formed(l, 22u);
-    let s23 = formed(l, 23u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);
-    own += unit_sum(s20); own += unit_sum(s21); own += unit_sum(s22); own += unit_sum(s23);""",
-    "main: running#5": """\
-        running = select(running, running_mean(running, wide(s20)), in_row(l, 20u));
-        running = select(running, running_mean(running, wide(s21)), in_row(l, 21u));
-        running = select(running, running_mean(running, wide(s22)), in_row(l, 22u));
-        running = select(running, running_mean(running, wide(s23)), in_row(l, 23u));""",
-    "main: let coefficients#2": """\
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19); store_unit(l, norm, 20u, s20);
-    store_unit(l, norm, 21u, s21); store_unit(l, norm, 22u, s22); store_unit(l, norm, 23u, s23);
-}
-""",
-    "const UNITS#6": """\
-const UNITS: u32 = 16u;""",
-    "main: let s0#4": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);""",
-    "main: var scaled#3": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);
-    // f32 values past about 1e36 can sum past f32's range: their mean one value at a time instead.
-    if (!finite(own)) {
-        var running = vec2<f32>(0.0);
-        running = select(running, running_mean(running, wide(s0)), in_row(l, 0u));
-        running = select(running, running_mean(running, wide(s1)), in_row(l, 1u));
-        running = select(running, running_mean(running, wide(s2)), in_row(l, 2u));
-        running = select(running, running_mean(running, wide(s3)), in_row(l, 3u));
-        running = select(running, running_mean(running, wide(s4)), in_row(l, 4u));
-        running = select(running, running_mean(running, wide(s5)), in_row(l, 5u));""",
-    "main: running#6": """\
-        running = select(running, running_mean(running, wide(s6)), in_row(l, 6u));
-        running = select(running, running_mean(running, wide(s7)), in_row(l, 7u));
-        running = select(running, running_mean(running, wide(s8)), in_row(l, 8u));
-        running = select(running, running_mean(running, wide(s9)), in_row(l, 9u));
-        running = select(running, running_mean(running, wide(s10)), in_row(l, 10u));
-        running = select(running, running_mean(running, wide(s11)), in_row(l, 11u));""",
-    "main: running#7": """\
-        running = select(running, running_mean(running, wide(s12)), in_row(l, 12u));
-        running = select(running, running_mean(running, wide(s13)), in_row(l, 13u));
-        running = select(running, running_mean(running, wide(s14)), in_row(l, 14u));
-        running = select(running, running_mean(running, wide(s15)), in_row(l, 15u));""",
-    "main: deviations#5": """\
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15);
-}
-""",
-    "const UNITS#7": """\
-const UNITS: u32 = 12u;""",
-    "main: let s0#5": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);""",
-    "main: deviations#6": """\
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);""",
-    "main: let coefficients#3": """\
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7); store_unit(l, norm, 8u, s8);
-    store_unit(l, norm, 9u, s9); store_unit(l, norm, 10u, s10); store_unit(l, norm, 11u, s11);""",
-    "main: }": """\
-}
-""",
-    "const UNITS#8": """\
-const UNITS: u32 = 8u;""",
-    "main: let s0#6": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);""",
-    "main: running#8": """\
-        running = select(running, running_mean(running, wide(s6)), in_row(l, 6u));
-        running = select(running, running_mean(running, wide(s7)), in_row(l, 7u));
-        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
-    }""",
-    "main: let n#2": """\
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-    store_unit(l, norm, 6u, s6); store_unit(l, norm, 7u, s7);
-}
-""",
-    "override DISPATCH_FOLD_WIDTH#2": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "const UNIT_VALUES#2": """\
-// Values a unit: channels of one position.
-const UNIT_VALUES: u32 = 4u;
-
-// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
-// an irregular subgroup layout; the flag says which the merge reads.
-var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
-var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
-var<workgroup> wg_irregular: atomic<u32>;
-
-// A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).
-alias Unit = vec4<f32>;
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-alias Wide = FV;
-
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-// (mean, count) of some values moved on by the values of v, one at a time: no sum of them is
-// formed, so values up to f32's largest keep a finite mean. For an invocation whose plain sum
-// overflowed (values past about 1e36); compilers may factor a scale out of a sum, never out of this.
-fn running_mean(mean_count: vec2<f32>, v: vec4<f32>) -> vec2<f32> {
-    var m = mean_count.x;
-    var k = mean_count.y;
-    for (var i = 0u; i < 4u; i++) {
-        k += 1.0;
-        m += (v[i] - m) / k;
-    }
-    return vec2<f32>(m, k);
-}
-
-fn wide(u: Unit) -> Wide {
-    return u;""",
-    "fn gamma_at#2": """\
-    return s * w;
-}
-
-// gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
-// shader serves both M types.
-// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn gamma_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(gamma[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(gamma[c]);
-}
-
-// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn beta_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(beta[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(beta[c]);
-}""",
-    "fn gather_gamma": """\
-// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_gamma(c: u32) -> Wide {
-    return Wide(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
-}
-
-
-// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_beta(c: u32) -> Wide {
-    return Wide(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));""",
-    "override DISPATCH_FOLD_WIDTH#3": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;""",
-    "binding x": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;""",
-    "binding y#3": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f32>>;""",
-    "const UNITS#9": """\
-const UNITS: u32 = 20u;""",
-    "main: let s0#7": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-    let s8 = formed(l, 8u); let s9 = formed(l, 9u); let s10 = formed(l, 10u);
-    let s11 = formed(l, 11u); let s12 = formed(l, 12u); let s13 = formed(l, 13u);
-    let s14 = formed(l, 14u); let s15 = formed(l, 15u); let s16 = formed(l, 16u);
-    let s17 = formed(l, 17u); let s18 = formed(l, 18u); let s19 = formed(l, 19u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    own += unit_sum(s8); own += unit_sum(s9); own += unit_sum(s10); own += unit_sum(s11);
-    own += unit_sum(s12); own += unit_sum(s13); own += unit_sum(s14); own += unit_sum(s15);
-    own += unit_sum(s16); own += unit_sum(s17); own += unit_sum(s18); own += unit_sum(s19);""",
-    "main: deviations#7": """\
-    deviations += unit_deviations(l, 8u, s8, mean.x);
-    deviations += unit_deviations(l, 9u, s9, mean.x);
-    deviations += unit_deviations(l, 10u, s10, mean.x);
-    deviations += unit_deviations(l, 11u, s11, mean.x);
-    deviations += unit_deviations(l, 12u, s12, mean.x);
-    deviations += unit_deviations(l, 13u, s13, mean.x);
-    deviations += unit_deviations(l, 14u, s14, mean.x);
-    deviations += unit_deviations(l, 15u, s15, mean.x);
-    deviations += unit_deviations(l, 16u, s16, mean.x);
-    deviations += unit_deviations(l, 17u, s17, mean.x);
-    deviations += unit_deviations(l, 18u, s18, mean.x);
-    deviations += unit_deviations(l, 19u, s19, mean.x);""",
-    "main: store_unit#4": """\
-    store_unit(l, norm, 12u, s12); store_unit(l, norm, 13u, s13); store_unit(l, norm, 14u, s14);
-    store_unit(l, norm, 15u, s15); store_unit(l, norm, 16u, s16); store_unit(l, norm, 17u, s17);
-    store_unit(l, norm, 18u, s18); store_unit(l, norm, 19u, s19);
-}
-""",
-    "const UNITS#10": """\
-const UNITS: u32 = 2u;""",
-    "main: let s0#8": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1);""",
-    "main: scaled#2": """\
-        scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
-    }""",
-    "main: let n#3": """\
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1);
-}
-""",
-    "const UNITS#11": """\
-const UNITS: u32 = 6u;""",
-    "main: let s0#9": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5);""",
-    "main: let n#4": """\
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
-
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
-    let own_first = (w % split) * per_share;
-    let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
-    store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
-    store_unit(l, norm, 3u, s3); store_unit(l, norm, 4u, s4); store_unit(l, norm, 5u, s5);
-}
-""",
-    "struct Lane#2": """\
-}
-
-
-// Where an invocation's units are (in X, Y and S, and in skip), and its bias.
-struct Lane {
-    first: u32,  // unit index of its unit 0
-    stride: u32,  // units between its consecutive units: positionLanes positions
-    last: u32,  // the row's last unit: indices are clamped to it
-    count: u32,  // its units that lie in the row
-    skip_first: u32,
-    skip_stride: u32,  // 0 for an (N, C) skip
-    skip_last: u32,
-}
-
-// What the stores need besides the Lane.
-struct Norm {
-    mean0: f32,
-    lo: f32,
-    scale: Wide,  // inv_std * gamma
-    shift: Wide,  // beta
-    own_first: u32,  // this workgroup stores units own_first <= j < own_end
-    own_end: u32,
-}
-
-// Whether unit j of the lane lies in the row.
-fn in_row(l: Lane, j: u32) -> bool {
-    return true;
-}
-
-// Index i of a load, clamped to the row's last unit `last` where a unit can lie past the row.
-fn clamped(i: u32, last: u32) -> u32 {
-    return i;
-}
-
-// S of unit j: (X + skip) + bias in f32, rounded to T; zero for a unit past the row (its load
-// clamped to the row's last unit, no branch).
-fn formed(l: Lane, j: u32) -> Unit {
-    let i = clamped(l.first + j * l.stride, l.last);
-    var v = wide_add(wide(x[i]), wide(skip[clamped(l.skip_first + j * l.skip_stride, l.skip_last)]));""",
-    "override DISPATCH_FOLD_WIDTH#4": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;""",
-    "override workgroupSize": """\
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;""",
-    "fn bias_at": """\
-fn bias_at(c: u32) -> f32 {
-    return f32(bias[c]);
-}
-
-// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_gamma(c: u32) -> Wide {
-    return Wide(gamma_at(c), gamma_at(c + 1u));
-}
-
-
-// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_beta(c: u32) -> Wide {
-    return Wide(beta_at(c), beta_at(c + 1u));
-}
-
-
-// bias_at(c), bias_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_bias(c: u32) -> Wide {
-    return Wide(bias_at(c), bias_at(c + 1u));
-}
-
-
-// Where an invocation's units are (in X, Y and S, and in skip), and its bias.
-struct Lane {
-    first: u32,  // unit index of its unit 0
-    stride: u32,  // units between its consecutive units: positionLanes positions
-    last: u32,  // the row's last unit: indices are clamped to it
-    count: u32,  // its units that lie in the row
-    skip_first: u32,
-    skip_stride: u32,  // 0 for an (N, C) skip
-    skip_last: u32,
-    bias: Wide,  // the bias of its channels
-}""",
-    "formed: v": """\
-    v = wide_add(v, l.bias);""",
-    "main: let item#2": """\
-    let item = row / params.numGroups;
-    let group = row % params.numGroups;
-    // This invocation's unit of a position, and its first position (< positionLanes).
-    let unit_in_group = lid % params.groupUnits;
-    let position = lid / params.groupUnits;
-    let c0 = group * params.channelsPerGroup + unit_in_group * UNIT_VALUES;
-    let in_group = group * params.groupUnits + unit_in_group;
-    let first = (item * params.spatial + position) * params.positionUnits + in_group;
-    let last = (item * params.spatial + params.spatial - 1u) * params.positionUnits + group * params.groupUnits + params.groupUnits - 1u;
-    let held = select(0u, (params.spatial - position + params.positionLanes - 1u) / params.positionLanes, position < params.spatial);
-    let skip_first = item * params.skipItemUnits + position * params.skipPositionUnits + in_group;
-    let skip_last = item * params.skipItemUnits + (params.spatial - 1u) * params.skipPositionUnits + group * params.groupUnits + params.groupUnits - 1u;
-    let skip_stride = params.positionLanes * params.skipPositionUnits;
-    let l = Lane(first, params.positionLanes * params.positionUnits, last, held, skip_first, skip_stride, skip_last, gather_bias(c0));""",
-    "override workgroupSize#2": """\
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
-    "binding y#4": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f32>>;""",
-    "struct Params#2": """\
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "binding x#2": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
-    "binding y#5": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn bias_at#2": """\
-fn bias_at(c: u32) -> f32 {
-    return f32(bias[c]);
-}
-
-// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_gamma(c: u32) -> Wide {
-    return Wide(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
-}
-
-
-// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_beta(c: u32) -> Wide {
-    return Wide(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));
-}
-
-
-// bias_at(c), bias_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_bias(c: u32) -> Wide {
-    return Wide(bias_at(c), bias_at(c + 1u), bias_at(c + 2u), bias_at(c + 3u));
-}
-
-
-// Where an invocation's units are (in X, Y and S, and in skip), and its bias.
-struct Lane {
-    first: u32,  // unit index of its unit 0
-    stride: u32,  // units between its consecutive units: positionLanes positions
-    last: u32,  // the row's last unit: indices are clamped to it
-    count: u32,  // its units that lie in the row
-    skip_first: u32,
-    skip_stride: u32,  // 0 for an (N, C) skip
-    skip_last: u32,
-    bias: Wide,  // the bias of its channels
-}""",
-    "binding y#6": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f32>>;""",
-    "struct Norm#2": """\
-// What the stores need besides the Lane.
-struct Norm {
-    mean0: f32,
-    lo: f32,
-    scale: Wide,  // inv_std * gamma
-    shift: Wide,  // beta
-    own_first: u32,  // this workgroup stores units own_first <= j < own_end
-    own_end: u32,
-}
-
-// Whether unit j of the lane lies in the row.
-fn in_row(l: Lane, j: u32) -> bool {
-    return true;
-}
-
-// Index i of a load, clamped to the row's last unit `last` where a unit can lie past the row.
-fn clamped(i: u32, last: u32) -> u32 {
-    return i;
-}
-
-// S of unit j: (X + skip) + bias in f32, rounded to T; zero for a unit past the row (its load
-// clamped to the row's last unit, no branch).
-fn formed(l: Lane, j: u32) -> Unit {
-    let i = clamped(l.first + j * l.stride, l.last);
-    var v = wide_add(wide(x[i]), wide(skip[clamped(l.skip_first + j * l.skip_stride, l.skip_last)]));
-    v = wide_add(v, l.bias);""",
-    "override DISPATCH_FOLD_WIDTH#5": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> skip: array<u32>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<u32>;""",
-    "struct Params#3": """\
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "const UNITS#12": """\
-const UNITS: u32 = 96u;""",
-    "const UNIT_VALUES#3": """\
-// Values a unit: channels of one position.
-const UNIT_VALUES: u32 = 2u;
-
-// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
-// an irregular subgroup layout; the flag says which the merge reads.
-var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
-var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
-var<workgroup> wg_irregular: atomic<u32>;
-
-// A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).
-alias Unit = u32;
-alias FV = vec2<f32>;
-alias FU = vec2<u32>;
-alias Wide = FV;
-
-fn lanes_sum(v: vec2<f32>) -> f32 {
-    return v.x + v.y;
-}
-
-// Nearest binary16 value (ties to even), exactly, in f32, and the infinity of v's sign where
-// binary16 cannot hold it (|v| >= 65520 rounds to infinity, as a binary16 conversion does: what
-// follows, the statistics too, must see the value T holds): q is the binary16 spacing at v
-// (2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the
-// bits 0x7f000000 - bits(q); v * (1 / q), round() and * q are exact in f32 (a multiplication is
-// correctly rounded in WGSL, a division only to 2.5 ulp), so no driver can fold the rounding away
-// (NVIDIA folds f32(f16(v)) and pack/unpack round trips). NaN stays NaN.
-fn half(v: FV) -> FV {
-    let a = abs(v);
-    let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
-    let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
-    // |v| >= 65520 times 2^113 is past f32's largest value: the infinity of v's sign (one multiply;
-    // building it from v's sign bit measured up to 2 % slower on the H200, PERFORMANCE.md).
-    return select(round(v * inverse_q) * q, v * FV(0x1p+113f), a >= FV(65520.0));
-}
-
-fn wide(u: Unit) -> Wide {
-    return unpack2x16float(u);
-}
-
-// Each value to the nearest binary16 (S: exactly, it is rounded already).
-fn narrow(w: Wide) -> Unit {
-    return pack2x16float(w);""",
-    "fn wide_add": """\
-}
-
-fn wide_add(a: Wide, b: Wide) -> Wide {
-    return a + b;
-}
-
-fn wide_sum(w: Wide) -> f32 {
-    return lanes_sum(w);
-}
-
-// (sum of w - mean0, sum of (w - mean0)^2).
-fn wide_deviations(w: Wide, mean0: f32) -> vec2<f32> {
-    let d = w - mean0;
-    return vec2<f32>(lanes_sum(d), lanes_sum(d * d));
-}
-
-fn wide_affine(w: Wide, mean0: f32, lo: f32, k: Wide, b: Wide) -> Wide {
-    return ((w - mean0) - lo) * k + b;
-}
-
-fn wide_silu(w: Wide) -> Wide {
-    return w / (1.0 + exp(-w));
-}
-
-fn wide_scaled(s: f32, w: Wide) -> Wide {
-    return s * w;
-}
-
-fn wide_half(w: Wide) -> Wide {
-    return half(w);""",
-    "wide_half: }": """\
-}""",
-    "fn unit_sum#2": """\
-    v = wide_half(v);
-    return select(Unit(), narrow(v), in_row(l, j));
-}
-
-fn unit_sum(s: Unit) -> f32 {
-    return wide_sum(wide(s));
-}
-
-// (sum of s - mean0, sum of (s - mean0)^2) over unit j, zero past the row.
-fn unit_deviations(l: Lane, j: u32, s: Unit, mean0: f32) -> vec2<f32> {
-    return select(vec2<f32>(0.0), wide_deviations(wide(s), mean0), in_row(l, j));
-}
-
-// Stores unit j (S with writeSum, and Y) if this workgroup owns it and it lies in the row.
-fn store_unit(l: Lane, n: Norm, j: u32, s: Unit) {
-    if (j >= n.own_first && j < n.own_end && in_row(l, j)) {
-        let i = l.first + j * l.stride;""",
-    "main: let s32#3": """\
-    let s32 = formed(l, 32u); let s33 = formed(l, 33u); let s34 = formed(l, 34u);
-    let s35 = formed(l, 35u); let s36 = formed(l, 36u); let s37 = formed(l, 37u);
-    let s38 = formed(l, 38u); let s39 = formed(l, 39u); let s40 = formed(l, 40u);
-    let s41 = formed(l, 41u); let s42 = formed(l, 42u); let s43 = formed(l, 43u);
-    let s44 = formed(l, 44u); let s45 = formed(l, 45u); let s46 = formed(l, 46u);
-    let s47 = formed(l, 47u); let s48 = formed(l, 48u); let s49 = formed(l, 49u);
-    let s50 = formed(l, 50u); let s51 = formed(l, 51u); let s52 = formed(l, 52u);
-    let s53 = formed(l, 53u); let s54 = formed(l, 54u); let s55 = formed(l, 55u);
-    let s56 = formed(l, 56u); let s57 = formed(l, 57u); let s58 = formed(l, 58u);
-    let s59 = formed(l, 59u); let s60 = formed(l, 60u); let s61 = formed(l, 61u);""",
-    "main: let s62": """\
-    let s62 = formed(l, 62u); let s63 = formed(l, 63u); let s64 = formed(l, 64u);
-    let s65 = formed(l, 65u); let s66 = formed(l, 66u); let s67 = formed(l, 67u);
-    let s68 = formed(l, 68u); let s69 = formed(l, 69u); let s70 = formed(l, 70u);
-    let s71 = formed(l, 71u); let s72 = formed(l, 72u); let s73 = formed(l, 73u);
-    let s74 = formed(l, 74u); let s75 = formed(l, 75u); let s76 = formed(l, 76u);
-    let s77 = formed(l, 77u); let s78 = formed(l, 78u); let s79 = formed(l, 79u);""",
-    "main: let s80": """\
-    let s80 = formed(l, 80u); let s81 = formed(l, 81u); let s82 = formed(l, 82u);
-    let s83 = formed(l, 83u); let s84 = formed(l, 84u); let s85 = formed(l, 85u);
-    let s86 = formed(l, 86u); let s87 = formed(l, 87u); let s88 = formed(l, 88u);
-    let s89 = formed(l, 89u); let s90 = formed(l, 90u); let s91 = formed(l, 91u);
-    let s92 = formed(l, 92u); let s93 = formed(l, 93u); let s94 = formed(l, 94u);
-    let s95 = formed(l, 95u);""",
-    "main: own#3": """\
-    own += unit_sum(s32); own += unit_sum(s33); own += unit_sum(s34); own += unit_sum(s35);
-    own += unit_sum(s36); own += unit_sum(s37); own += unit_sum(s38); own += unit_sum(s39);
-    own += unit_sum(s40); own += unit_sum(s41); own += unit_sum(s42); own += unit_sum(s43);
-    own += unit_sum(s44); own += unit_sum(s45); own += unit_sum(s46); own += unit_sum(s47);
-    own += unit_sum(s48); own += unit_sum(s49); own += unit_sum(s50); own += unit_sum(s51);
-    own += unit_sum(s52); own += unit_sum(s53); own += unit_sum(s54); own += unit_sum(s55);
-    own += unit_sum(s56); own += unit_sum(s57); own += unit_sum(s58); own += unit_sum(s59);
-    own += unit_sum(s60); own += unit_sum(s61); own += unit_sum(s62); own += unit_sum(s63);
-    own += unit_sum(s64); own += unit_sum(s65); own += unit_sum(s66); own += unit_sum(s67);
-    own += unit_sum(s68); own += unit_sum(s69); own += unit_sum(s70); own += unit_sum(s71);
-    own += unit_sum(s72); own += unit_sum(s73); own += unit_sum(s74); own += unit_sum(s75);
-    own += unit_sum(s76); own += unit_sum(s77); own += unit_sum(s78); own += unit_sum(s79);""",
-    "main: own#4": """\
-    own += unit_sum(s80); own += unit_sum(s81); own += unit_sum(s82); own += unit_sum(s83);
-    own += unit_sum(s84); own += unit_sum(s85); own += unit_sum(s86); own += unit_sum(s87);
-    own += unit_sum(s88); own += unit_sum(s89); own += unit_sum(s90); own += unit_sum(s91);
-    own += unit_sum(s92); own += unit_sum(s93); own += unit_sum(s94); own += unit_sum(s95);""",
-    "main: var scaled#4": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);
-    let n = f32(held * UNIT_VALUES);
-    let mean = subgroup_mean(scaled, n);
-    var deviations = vec2<f32>(0.0);
-    deviations += unit_deviations(l, 0u, s0, mean.x);
-    deviations += unit_deviations(l, 1u, s1, mean.x);
-    deviations += unit_deviations(l, 2u, s2, mean.x);
-    deviations += unit_deviations(l, 3u, s3, mean.x);
-    deviations += unit_deviations(l, 4u, s4, mean.x);
-    deviations += unit_deviations(l, 5u, s5, mean.x);
-    deviations += unit_deviations(l, 6u, s6, mean.x);
-    deviations += unit_deviations(l, 7u, s7, mean.x);""",
-    "main: deviations#8": """\
-    deviations += unit_deviations(l, 48u, s48, mean.x);
-    deviations += unit_deviations(l, 49u, s49, mean.x);
-    deviations += unit_deviations(l, 50u, s50, mean.x);
-    deviations += unit_deviations(l, 51u, s51, mean.x);
-    deviations += unit_deviations(l, 52u, s52, mean.x);
-    deviations += unit_deviations(l, 53u, s53, mean.x);
-    deviations += unit_deviations(l, 54u, s54, mean.x);
-    deviations += unit_deviations(l, 55u, s55, mean.x);
-    deviations += unit_deviations(l, 56u, s56, mean.x);
-    deviations += unit_deviations(l, 57u, s57, mean.x);
-    deviations += unit_deviations(l, 58u, s58, mean.x);
-    deviations += unit_deviations(l, 59u, s59, mean.x);
-    deviations += unit_deviations(l, 60u, s60, mean.x);
-    deviations += unit_deviations(l, 61u, s61, mean.x);
-    deviations += unit_deviations(l, 62u, s62, mean.x);
-    deviations += unit_deviations(l, 63u, s63, mean.x);""",
-    "main: deviations#9": """\
-    deviations += unit_deviations(l, 64u, s64, mean.x);
-    deviations += unit_deviations(l, 65u, s65, mean.x);
-    deviations += unit_deviations(l, 66u, s66, mean.x);
-    deviations += unit_deviations(l, 67u, s67, mean.x);
-    deviations += unit_deviations(l, 68u, s68, mean.x);
-    deviations += unit_deviations(l, 69u, s69, mean.x);
-    deviations += unit_deviations(l, 70u, s70, mean.x);
-    deviations += unit_deviations(l, 71u, s71, mean.x);
-    deviations += unit_deviations(l, 72u, s72, mean.x);
-    deviations += unit_deviations(l, 73u, s73, mean.x);
-    deviations += unit_deviations(l, 74u, s74, mean.x);
-    deviations += unit_deviations(l, 75u, s75, mean.x);
-    deviations += unit_deviations(l, 76u, s76, mean.x);
-    deviations += unit_deviations(l, 77u, s77, mean.x);
-    deviations += unit_deviations(l, 78u, s78, mean.x);
-    deviations += unit_deviations(l, 79u, s79, mean.x);""",
-    "main: deviations#10": """\
-    deviations += unit_deviations(l, 80u, s80, mean.x);
-    deviations += unit_deviations(l, 81u, s81, mean.x);
-    deviations += unit_deviations(l, 82u, s82, mean.x);
-    deviations += unit_deviations(l, 83u, s83, mean.x);
-    deviations += unit_deviations(l, 84u, s84, mean.x);
-    deviations += unit_deviations(l, 85u, s85, mean.x);
-    deviations += unit_deviations(l, 86u, s86, mean.x);
-    deviations += unit_deviations(l, 87u, s87, mean.x);
-    deviations += unit_deviations(l, 88u, s88, mean.x);
-    deviations += unit_deviations(l, 89u, s89, mean.x);
-    deviations += unit_deviations(l, 90u, s90, mean.x);
-    deviations += unit_deviations(l, 91u, s91, mean.x);
-    deviations += unit_deviations(l, 92u, s92, mean.x);
-    deviations += unit_deviations(l, 93u, s93, mean.x);
-    deviations += unit_deviations(l, 94u, s94, mean.x);
-    deviations += unit_deviations(l, 95u, s95, mean.x);""",
-    "main: store_unit#5": """\
-    store_unit(l, norm, 30u, s30); store_unit(l, norm, 31u, s31); store_unit(l, norm, 32u, s32);
-    store_unit(l, norm, 33u, s33); store_unit(l, norm, 34u, s34); store_unit(l, norm, 35u, s35);
-    store_unit(l, norm, 36u, s36); store_unit(l, norm, 37u, s37); store_unit(l, norm, 38u, s38);
-    store_unit(l, norm, 39u, s39); store_unit(l, norm, 40u, s40); store_unit(l, norm, 41u, s41);
-    store_unit(l, norm, 42u, s42); store_unit(l, norm, 43u, s43); store_unit(l, norm, 44u, s44);
-    store_unit(l, norm, 45u, s45); store_unit(l, norm, 46u, s46); store_unit(l, norm, 47u, s47);
-    store_unit(l, norm, 48u, s48); store_unit(l, norm, 49u, s49); store_unit(l, norm, 50u, s50);
-    store_unit(l, norm, 51u, s51); store_unit(l, norm, 52u, s52); store_unit(l, norm, 53u, s53);
-    store_unit(l, norm, 54u, s54); store_unit(l, norm, 55u, s55); store_unit(l, norm, 56u, s56);
-    store_unit(l, norm, 57u, s57); store_unit(l, norm, 58u, s58); store_unit(l, norm, 59u, s59);
-    store_unit(l, norm, 60u, s60); store_unit(l, norm, 61u, s61); store_unit(l, norm, 62u, s62);""",
-    "main: store_unit#6": """\
-    store_unit(l, norm, 63u, s63); store_unit(l, norm, 64u, s64); store_unit(l, norm, 65u, s65);
-    store_unit(l, norm, 66u, s66); store_unit(l, norm, 67u, s67); store_unit(l, norm, 68u, s68);
-    store_unit(l, norm, 69u, s69); store_unit(l, norm, 70u, s70); store_unit(l, norm, 71u, s71);
-    store_unit(l, norm, 72u, s72); store_unit(l, norm, 73u, s73); store_unit(l, norm, 74u, s74);
-    store_unit(l, norm, 75u, s75); store_unit(l, norm, 76u, s76); store_unit(l, norm, 77u, s77);""",
-    "main: store_unit#7": """\
-    store_unit(l, norm, 78u, s78); store_unit(l, norm, 79u, s79); store_unit(l, norm, 80u, s80);
-    store_unit(l, norm, 81u, s81); store_unit(l, norm, 82u, s82); store_unit(l, norm, 83u, s83);
-    store_unit(l, norm, 84u, s84); store_unit(l, norm, 85u, s85); store_unit(l, norm, 86u, s86);
-    store_unit(l, norm, 87u, s87); store_unit(l, norm, 88u, s88); store_unit(l, norm, 89u, s89);
-    store_unit(l, norm, 90u, s90); store_unit(l, norm, 91u, s91); store_unit(l, norm, 92u, s92);
-    store_unit(l, norm, 93u, s93); store_unit(l, norm, 94u, s94); store_unit(l, norm, 95u, s95);
-}
-""",
-    "binding sumOut": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<u32>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "const UNITS#13": """\
-const UNITS: u32 = 80u;""",
-    "main: store_unit#8": """\
-    store_unit(l, norm, 78u, s78); store_unit(l, norm, 79u, s79);
-}
-""",
-    "main: let s0#10": """\
-    // ---- the row into registers: S formed on load
-    let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
-    let s4 = formed(l, 4u); let s5 = formed(l, 5u); let s6 = formed(l, 6u); let s7 = formed(l, 7u);
-
-    // ---- statistics: each subgroup's mean, the deviations from it, one merge over the workgroup
-    var own = 0.0;
-    own += unit_sum(s0); own += unit_sum(s1); own += unit_sum(s2); own += unit_sum(s3);
-    own += unit_sum(s4); own += unit_sum(s5); own += unit_sum(s6); own += unit_sum(s7);
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);""",
-    "const UNITS#14": """\
-const UNITS: u32 = 64u;""",
-    "main: let s62#2": """\
-    let s62 = formed(l, 62u); let s63 = formed(l, 63u);""",
-    "main: own#5": """\
-    own += unit_sum(s48); own += unit_sum(s49); own += unit_sum(s50); own += unit_sum(s51);
-    own += unit_sum(s52); own += unit_sum(s53); own += unit_sum(s54); own += unit_sum(s55);
-    own += unit_sum(s56); own += unit_sum(s57); own += unit_sum(s58); own += unit_sum(s59);
-    own += unit_sum(s60); own += unit_sum(s61); own += unit_sum(s62); own += unit_sum(s63);""",
-    "main: store_unit#9": """\
-    store_unit(l, norm, 63u, s63);
-}
-""",
-    "override DISPATCH_FOLD_WIDTH#6": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "const UNIT_VALUES#4": """\
-// Values a unit: channels of one position.
-const UNIT_VALUES: u32 = 8u;
-
-// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
-// an irregular subgroup layout; the flag says which the merge reads.
-var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
-var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
-var<workgroup> wg_irregular: atomic<u32>;
-
-// A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).
-alias Unit = vec4<u32>;
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-// 8 halves: values 0-3 and 4-7.
-struct Wide {
-    lo: vec4<f32>,
-    hi: vec4<f32>,
-}
-
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-// Nearest binary16 value (ties to even), exactly, in f32, and the infinity of v's sign where
-// binary16 cannot hold it (|v| >= 65520 rounds to infinity, as a binary16 conversion does: what
-// follows, the statistics too, must see the value T holds): q is the binary16 spacing at v
-// (2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the
-// bits 0x7f000000 - bits(q); v * (1 / q), round() and * q are exact in f32 (a multiplication is
-// correctly rounded in WGSL, a division only to 2.5 ulp), so no driver can fold the rounding away
-// (NVIDIA folds f32(f16(v)) and pack/unpack round trips). NaN stays NaN.
-fn half(v: FV) -> FV {
-    let a = abs(v);
-    let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
-    let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
-    // |v| >= 65520 times 2^113 is past f32's largest value: the infinity of v's sign (one multiply;
-    // building it from v's sign bit measured up to 2 % slower on the H200, PERFORMANCE.md).
-    return select(round(v * inverse_q) * q, v * FV(0x1p+113f), a >= FV(65520.0));
-}
-
-fn wide(u: Unit) -> Wide {
-    return Wide(vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y)), vec4<f32>(unpack2x16float(u.z), unpack2x16float(u.w)));
-}
-
-// Each value to the nearest binary16 (S: exactly, it is rounded already).
-fn narrow(w: Wide) -> Unit {
-    return vec4<u32>(pack2x16float(w.lo.xy), pack2x16float(w.lo.zw), pack2x16float(w.hi.xy), pack2x16float(w.hi.zw));
-}
-
-fn wide_add(a: Wide, b: Wide) -> Wide {
-    return Wide(a.lo + b.lo, a.hi + b.hi);
-}
-
-fn wide_sum(w: Wide) -> f32 {
-    return lanes_sum(w.lo) + lanes_sum(w.hi);
-}
-
-// (sum of w - mean0, sum of (w - mean0)^2).
-fn wide_deviations(w: Wide, mean0: f32) -> vec2<f32> {
-    let a = w.lo - mean0;
-    let b = w.hi - mean0;
-    return vec2<f32>(lanes_sum(a + b), lanes_sum(a * a + b * b));
-}
-
-fn wide_affine(w: Wide, mean0: f32, lo: f32, k: Wide, b: Wide) -> Wide {
-    return Wide(((w.lo - mean0) - lo) * k.lo + b.lo, ((w.hi - mean0) - lo) * k.hi + b.hi);
-}
-
-fn wide_silu(w: Wide) -> Wide {
-    return Wide(w.lo / (1.0 + exp(-w.lo)), w.hi / (1.0 + exp(-w.hi)));
-}
-
-fn wide_scaled(s: f32, w: Wide) -> Wide {
-    return Wide(s * w.lo, s * w.hi);
-}
-
-fn wide_half(w: Wide) -> Wide {
-    return Wide(half(w.lo), half(w.hi));
-}
-
-// gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
-// shader serves both M types.
-// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn gamma_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(gamma[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(gamma[c]);
-}
-
-// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn beta_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(beta[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(beta[c]);
-}""",
-    "fn gather_gamma#2": """\
-// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_gamma(c: u32) -> Wide {
-    let lo = vec4<f32>(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
-    return Wide(lo, vec4<f32>(gamma_at(c + 4u), gamma_at(c + 5u), gamma_at(c + 6u), gamma_at(c + 7u)));
-}
-
-
-// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_beta(c: u32) -> Wide {
-    let lo = vec4<f32>(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));
-    return Wide(lo, vec4<f32>(beta_at(c + 4u), beta_at(c + 5u), beta_at(c + 6u), beta_at(c + 7u)));""",
-    "override DISPATCH_FOLD_WIDTH#7": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<u32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "main: var scaled#5": """\
-    var scaled = own * ldexp(1.0, -MEAN_EXPONENT);""",
-    "override DISPATCH_FOLD_WIDTH#8": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;""",
-    "binding y#7": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "const UNIT_VALUES#5": """\
-// Values a unit: channels of one position.
-const UNIT_VALUES: u32 = 4u;
-
-// Summaries (n, mean, lo, M2): one a subgroup (slot k), and one an invocation for the fallback of
-// an irregular subgroup layout; the flag says which the merge reads.
-var<workgroup> wg_subgroups: array<vec4<f32>, 256>;
-var<workgroup> wg_invocations: array<vec4<f32>, workgroupSize>;
-var<workgroup> wg_irregular: atomic<u32>;
-
-// A unit as bound (X, skip, Y, S), and its values as f32 (Wide; FV / FU a vector of it).
-alias Unit = vec2<u32>;
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-alias Wide = FV;
-
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}
-
-// Nearest binary16 value (ties to even), exactly, in f32, and the infinity of v's sign where
-// binary16 cannot hold it (|v| >= 65520 rounds to infinity, as a binary16 conversion does: what
-// follows, the statistics too, must see the value T holds): q is the binary16 spacing at v
-// (2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the
-// bits 0x7f000000 - bits(q); v * (1 / q), round() and * q are exact in f32 (a multiplication is
-// correctly rounded in WGSL, a division only to 2.5 ulp), so no driver can fold the rounding away
-// (NVIDIA folds f32(f16(v)) and pack/unpack round trips). NaN stays NaN.
-fn half(v: FV) -> FV {
-    let a = abs(v);
-    let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
-    let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
-    // |v| >= 65520 times 2^113 is past f32's largest value: the infinity of v's sign (one multiply;
-    // building it from v's sign bit measured up to 2 % slower on the H200, PERFORMANCE.md).
-    return select(round(v * inverse_q) * q, v * FV(0x1p+113f), a >= FV(65520.0));
-}
-
-fn wide(u: Unit) -> Wide {
-    return vec4<f32>(unpack2x16float(u.x), unpack2x16float(u.y));
-}
-
-// Each value to the nearest binary16 (S: exactly, it is rounded already).
-fn narrow(w: Wide) -> Unit {
-    return vec2<u32>(pack2x16float(w.xy), pack2x16float(w.zw));""",
-    "fn gamma_at#3": """\
-}
-
-// gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
-// shader serves both M types.
-// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn gamma_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(gamma[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(gamma[c]);
-}
-
-// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn beta_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(beta[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(beta[c]);
-}""",
-    "binding y#8": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<u32>>;
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "enable": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<u32>;
-@group(0) @binding(1) var<storage, read> skip: array<u32>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
-    "binding y#9": """\
-@group(0) @binding(5) var<storage, read_write> y: array<u32>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "binding y#10": """\
-@group(0) @binding(5) var<storage, read_write> y: array<u32>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<u32>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "enable#2": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec4<u32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<u32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
-    "binding y#11": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn bias_at#3": """\
-fn bias_at(c: u32) -> f32 {
-    return f32(bias[c]);
-}
-
-// gamma_at(c), gamma_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_gamma(c: u32) -> Wide {
-    let lo = vec4<f32>(gamma_at(c), gamma_at(c + 1u), gamma_at(c + 2u), gamma_at(c + 3u));
-    return Wide(lo, vec4<f32>(gamma_at(c + 4u), gamma_at(c + 5u), gamma_at(c + 6u), gamma_at(c + 7u)));
-}
-
-
-// beta_at(c), beta_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_beta(c: u32) -> Wide {
-    let lo = vec4<f32>(beta_at(c), beta_at(c + 1u), beta_at(c + 2u), beta_at(c + 3u));
-    return Wide(lo, vec4<f32>(beta_at(c + 4u), beta_at(c + 5u), beta_at(c + 6u), beta_at(c + 7u)));
-}
-
-
-// bias_at(c), bias_at(c + 1), ... for the UNIT_VALUES channels of a unit.
-fn gather_bias(c: u32) -> Wide {
-    let lo = vec4<f32>(bias_at(c), bias_at(c + 1u), bias_at(c + 2u), bias_at(c + 3u));
-    return Wide(lo, vec4<f32>(bias_at(c + 4u), bias_at(c + 5u), bias_at(c + 6u), bias_at(c + 7u)));
-}
-
-
-// Where an invocation's units are (in X, Y and S, and in skip), and its bias.
-struct Lane {
-    first: u32,  // unit index of its unit 0
-    stride: u32,  // units between its consecutive units: positionLanes positions
-    last: u32,  // the row's last unit: indices are clamped to it
-    count: u32,  // its units that lie in the row
-    skip_first: u32,
-    skip_stride: u32,  // 0 for an (N, C) skip
-    skip_last: u32,
-    bias: Wide,  // the bias of its channels
-}""",
-    "binding y#12": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<u32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "enable#3": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override split: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<u32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<u32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
-    "binding y#13": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "binding y#14": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<u32>>;
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<u32>>;
-struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, channelsPerGroup: u32, spatial: u32, groupUnits: u32, positionUnits: u32, positionLanes: u32, groupValues: u32, skipItemUnits: u32, skipPositionUnits: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "override DISPATCH_FOLD_WIDTH#9": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;""",
-    "override laneColumns": """\
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;""",
-    "override segmentLanes": """\
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;
-override workgroupSize: u32;""",
-    "binding x#3": """\
-@group(0) @binding(0) var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;""",
-    "binding partials": """\
-@group(0) @binding(2) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(3) var<uniform> params: Params;""",
-    "// alias FV": """\
-// com.microsoft SkipGroupNorm, split variant `split` (with or without a bias and S: hasBias,
-// writeSum): pass `stats` (slabStage "stats") and pass `normalize` (slabStage "normalize").
-// Both passes run the same grid: (tileCount, 1, slabCount), tiles folded at DISPATCH_FOLD_WIDTH.
-//
-// Geometry, in vector units (vectorWidth = 4, 2 or 1 values, along the contiguous axis of a group:
-// channels in NHWC, where channelsPerGroup is a multiple of the width; positions in NCHW, where the
-// spatial size is). A (batch item n, group g) row is an [outer][inner] grid whose vector (a, b) sits at
-// n * itemStride + g * groupStride + a * outerStride + b and starts at channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, its lanes laneChannelStep channels apart
-// (NHWC: a = position, b = channel vector, step 1; NCHW: a = 0, b = the row's vector, step 0).
-// A tile is groupsPerBlock adjacent groups of one batch item (NHWC: as many as fill one row of lanes;
-// NCHW: 1) and slab k of their units (NHWC: spatial positions; NCHW: the row's vectors), balanced:
-// the first slabUnits % slabCount slabs hold one unit more. Lanes form laneRows x laneColumns:
-// column col walks the tile's vectors w = col, col + laneColumns, ... (NHWC with a block of groups:
-// exactly one; so a lane's group never changes), row r the slab's positions p_begin + r, + laneRows, ...
-// Memory is read contiguously across the lanes at every step.
-//
-// The sum s = (X + skip) + bias is formed in f32 and rounded to T (exactly, with `half` for f16,
-// which no driver can fold away) before anything else sees it. Pass `stats` walks each lane's
-// vectors (columns outer, rows inner, as above) in blocks of at most STATS_BLOCK = 16 vectors; a
-// block's shift is its own first rounded sum (a cache hit), the loop keeps plain shifted sums
-// s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane, no division, and the block is
-// converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32 by split_sum: hi = fl(.) with
-// its last 4 bits cleared, lo the rest, a split no compiler can fold away;
-// M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the lane's summary (n, hi, lo, M2), n a
-// u32: two divisions a block. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the slab's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the slab size and wherever outliers sit.
-// Each group's lanes are then merged by fixed-order trees of pairwise Chan merges in workgroup
-// memory, one over the lane rows and one over each group's segment of segmentLanes columns
-// (1 + log2(pow2ceil(laneRows)) + log2(pow2ceil(segmentLanes)) barriers). A merge A + B (A the
-// side with more values) moves A's mean by t = delta * (nB / n), delta = (hiB - hiA) + (loB - loA),
-// renormalized into (hi, lo) by split_sum; M2 = M2A + M2B + delta^2 nA (nB / n): every term
-// non-negative, nothing cancels. The first lane of each segment writes
-// partials[row * slabCount + k] = (hi, lo, M2, 0): the slab's mean as the pair hi + lo, and its M2
-// (zeros for an empty slab);
-// the slab's count n is not stored, the combine pass derives it. With writeSum it also stores S.
-// Pass `normalize` reads stats[row] = (hi, lo, 1 / sqrt(var + epsilon), 0) from the combine
-// pass and writes Y = ((s - hi) - lo) * inv_std * gamma + beta, then SiLU when
-// params.activation is 1, where s is read back from S (writeSum: the statistics pass stored
-// exactly the rounded sum) or formed again by the same code as in pass `stats`, so Y has the same
-// bits with and without S. No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), the sums (sum_with, addends, sum_at) and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
-// their notes stand at their functions below.
-// Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
-// request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
-// the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
-// DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
-// prepends them and the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.""",
-    "alias FV": """\
-alias FV = f32;
-alias FU = u32;
-alias TV = f32;""",
-    "const VW": """\
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 1u;
-
-// (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
-// inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
-// one correction suffices and no division is needed.
-fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - divisor), p.y >= divisor);
-}""",
-    "fn skip_at": """\
-fn skip_at(i: u32) -> f32 {
-    return f32(skip[i]);
-}
-
-// skip_at(c), skip_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_skip(c: u32) -> FV {""",
-    "gather_skip: return": """\
-    return skip_at(c);""",
-    "struct Addends": """\
-}
-
-// What a vector's sum adds to X besides a full skip, the same at every position of a channel: an
-// (N, C) skip and the bias, each at the vector's channels. A walk along a channel loads them once.
-struct Addends {
-    skip: FV,  // the (N, C) skip of the batch item (unused with a full skip)
-    bias: FV,  // unused without a bias
-}
-
-fn addends(item: u32, c0: u32) -> Addends {""",
-    "addends: return": """\
-    return Addends(gather_skip(item * numChannels + c0), FV(0.0));""",
-    "fn sum_with": """\
-}
-
-// s = (X + skip) + bias at vector i, its channels' addends `a`, formed in f32 and rounded to T
-// before anything else sees it.
-fn sum_with(i: u32, a: Addends) -> FV {
-    var v = FV(x[i]) + a.skip;""",
-    "fn sum_at": """\
-    return v;
-}
-
-// sum_with at vector i of batch item `item`, first channel c0.
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    return sum_with(i, addends(item, c0));
-}""",
-    "var slots": """\
-// One summary per lane, merged in place by the trees.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "fn refined_quotient": """\
-// a / b refined by one step. Vulkan allows a division 2.5 ulp off, and on the H200 the low part of
-// a constant row's mean (n equal deviations, divided by n) came back an ulp off, which
-// 1 / sqrt(epsilon) then scaled into Y (the bias + 0.1 on rows of 5.6e10). The fma residual is
-// exact, so the result is the true quotient to within an ulp however the device divides. A
-// quotient that is not finite is kept as it is (its residual would be NaN).
-fn refined_quotient(a: f32, b: f32) -> f32 {
-    let q = a / b;
-    return select(q, q + fma(-q, b, a) / b, (bitcast<u32>(q) & 0x7f800000u) != 0x7f800000u);
-}
-
-// (count, mean as the pair hi + lo, M2 = sum of squared deviations from the mean) of some values.
-struct Stats {
-    n: u32,
-    hi: f32,
-    lo: f32,
-    m2: f32,
-}
-
-// a + b as the pair (hi, lo): hi is fl(a + b) with its last 4 significand bits cleared, lo the
-// rest, (a - hi) + b, rounded once (|lo| <= 16 ulp(hi) + eps |b|). Not a two-sum: compilers fold
-// the two-sum's error term (a - fl(a + b)) + b to 0 (measured on lavapipe: the pair lost its low
-// part); an integer mask is opaque to float algebra, so lo survives every compiler.
-fn split_sum(a: f32, b: f32) -> vec2<f32> {
-    let hi = bitcast<f32>(bitcast<u32>(a + b) & 0xfffffff0u);
-    return vec2<f32>(hi, (a - hi) + b);
-}
-
-// Chan's merge. The larger side is the base, so its mean moves by at most half the distance
-// between the two means; an empty side leaves the other unchanged, bit for bit.
-fn chan_merge(a: Stats, b: Stats) -> Stats {
-    if (b.n == 0u) {
-        return a;
-    }
-    if (a.n == 0u) {
-        return b;
-    }
-    var big = a;
-    var small = b;
-    if (b.n > a.n) {
-        big = b;
-        small = a;
-    }
-    let n = a.n + b.n;
-    let w = f32(small.n) / f32(n);
-    let delta = (small.hi - big.hi) + (small.lo - big.lo);
-    let mean = split_sum(big.hi, big.lo + delta * w);
-    return Stats(n, mean.x, mean.y, (a.m2 + b.m2) + delta * delta * (f32(big.n) * w));
-}""",
-    "const STATS_BLOCK": """\
-// A statistics block holds at most STATS_BLOCK loop steps of one invocation's walk.
-const STATS_BLOCK: u32 = 16u;
-
-// A block of m >= 1 values with plain shifted sums s1 = sum (x - shift), s2 = sum (x - shift)^2,
-// converted once (mean = shift + s1 / m as a pair, M2 = s2 - s1^2 / m) and merged into s.
-fn add_block(s: Stats, m: u32, shift: f32, s1: f32, s2: f32) -> Stats {
-    let q = s1 / f32(m);
-    let mean = split_sum(shift, q);
-    return chan_merge(s, Stats(m, mean.x, mean.y, select(max(s2 - s1 * q, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(s2) & 0x7f800000u) == 0x7f800000u)));
-}
-
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}""",
-    "fn lanes_sum": """\
-fn lanes_sum(v: f32) -> f32 {
-    return v;
-}""",
-    "fn balanced_chunk": """\
-// Chunk k of `units` units cut into `parts` contiguous, balanced chunks: the first units % parts
-// chunks hold one unit more, and a chunk is empty when units < parts. (first unit, unit count).
-fn balanced_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
-    let q = units / parts;
-    let r = units % parts;
-    return vec2<u32>(k * q + min(k, r), q + select(0u, 1u, k < r));
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let tile = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (tile >= tileCount) {
-        return;
-    }
-    let item = tile / blocksPerItem;
-    let g0 = (tile % blocksPerItem) * groupsPerBlock;
-    let k = wid.z;
-    let chunk = balanced_chunk(slabUnits, slabCount, k);
-    let begin = chunk.x;
-    let count = chunk.y;
-    var p_begin = 0u;
-    var p_end = 1u;
-    var w_begin = 0u;
-    var w_end = tileWidth;
-    if (layoutChannelsLast != 0u) {
-        p_begin = begin;
-        p_end = begin + count;
-    } else {
-        w_begin = begin;
-        w_end = begin + count;
-    }
-    let col = lid % laneColumns;
-    let r = lid / laneColumns;
-    // A lane's columns all belong to one group: its segment of segmentLanes columns.
-    let group = g0 + col / segmentLanes;
-    let tile_base = item * itemStride + g0 * groupStride;
-    // The workgroup is laneColumns x laneRows lanes rounded up to a power of two (a bounded set of
-    // pipelines): lanes past the last row take no vectors.
-    let active_lane = r < laneRows;
-    // Column w starts at channel g0 * channelsPerGroup + (w * VW) / channelDivisor: the walks keep
-    // ((w * VW) / channelDivisor, (w * VW) % channelDivisor) and advance it by laneColumns split
-    // once, so no division by a uniform happens per vector (NHWC: channelDivisor 1).
-    let channel_base = g0 * channelsPerGroup;
-    let cw_step = vec2<u32>((laneColumns * VW) / channelDivisor, (laneColumns * VW) % channelDivisor);""",
-    "main: var own#2": """\
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    if (group < numGroups && active_lane) {
-        // The lane's vectors, columns outer and rows inner, walked as one sequence of blocks.
-        var w = w_begin + col;
-        var p = p_begin + r;
-        var cw = vec2<u32>((w * VW) / channelDivisor, (w * VW) % channelDivisor);
-        // The addends of the lane's column, loaded again only when the walk moves to a new column.
-        var a = addends(item, channel_base + cw.x);
-        loop {
-            if (w >= w_end || p >= p_end) {
-                break;""",
-    "main: let shift": """\
-            }
-            let shift = sum_with(tile_base + p * outerStride + w, a);""",
-    "main: var s1": """\
-            var s1 = FV(0.0);
-            var s2 = FV(0.0);
-            var m = 0u;
-            for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
-                let i = tile_base + p * outerStride + w;
-                let s = sum_with(i, a);""",
-    "main: let d": """\
-                let d = s - FV(shift);
-                s1 += d;
-                s2 += d * d;
-                p += laneRows;
-                if (p >= p_end) {
-                    p = p_begin + r;
-                    w += laneColumns;
-                    cw = advance(cw, cw_step, channelDivisor);
-                    if (w < w_end) {
-                        a = addends(item, channel_base + cw.x);
-                    }
-                }
-            }
-            own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-        }
-    }
-    let lane = col % segmentLanes;
-
-    // Tree over the lane rows of each column: slots[col] ends with the column's summary; then over
-    // each group's segment of columns in row 0: its first column ends with the group's.
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over r in [0, laneRows): strides pow2ceil(laneRows) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < laneRows) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (r < step && r + step < laneRows) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step * laneColumns])));
-            }
-            workgroupBarrier();
-        }
-    }
-    // Tree over lane in [0, segmentLanes): strides pow2ceil(segmentLanes) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < segmentLanes) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (r == 0u && lane < step && lane + step < segmentLanes) {
-                slots[col] = pack_stats(chan_merge(unpack_stats(slots[col]), unpack_stats(slots[col + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    if (r == 0u && lane == 0u && group < numGroups) {
-        let row = item * numGroups + group;
-        // An empty slab's summary is all zeros.
-        let total = unpack_stats(slots[col]);
-        let summary = vec4<f32>(total.hi, total.lo, total.m2, 0.0);
-        partials[row * slabCount + k] = summary;
-    }
-}""",
-    "binding sumOut#2": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<f32>;""",
-    "binding partials#2": """\
-@group(0) @binding(3) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(4) var<uniform> params: Params;""",
-    "fn stored_sum": """\
-// sum_with(i, a), also stored to S (binding sumOut) as T: the statistics walk's value.
-fn stored_sum(i: u32, a: Addends) -> FV {
-    let s = sum_with(i, a);
-    sumOut[i] = TV(s);
-    return s;
-}""",
-    "main: var s1#2": """\
-            var s1 = FV(0.0);
-            var s2 = FV(0.0);
-            var m = 0u;
-            for (; m < STATS_BLOCK * VW && w < w_end; m += VW) {
-                let i = tile_base + p * outerStride + w;
-                let s = stored_sum(i, a);""",
-    "override laneChannelStep": """\
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numChannels: u32;
-override numGroups: u32;
-override outerStride: u32;""",
-    "binding x#4": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;""",
-    "alias FV#2": """\
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-alias TV = vec4<f32>;""",
-    "const VW#2": """\
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 4u;
-
-// (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
-// inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
-// one correction suffices and no division is needed.
-fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - divisor), p.y >= divisor);
-}""",
-    "gather_skip: return#2": """\
-    return FV(skip_at(c), skip_at(c + laneChannelStep), skip_at(c + 2u * laneChannelStep), skip_at(c + 3u * laneChannelStep));""",
-    "fn lanes_sum#2": """\
-fn lanes_sum(v: vec4<f32>) -> f32 {
-    return (v.x + v.y) + (v.z + v.w);
-}""",
-    "main: let shift#2": """\
-            }
-            let shift = sum_with(tile_base + p * outerStride + w, a).x;""",
-    "binding sumOut#3": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f32>>;""",
-    "override segmentLanes#2": """\
-override segmentLanes: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override tileCount: u32;
-override tileWidth: u32;""",
-    "override workgroupSize#3": """\
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<f32>;""",
-    "alias FV#3": """\
-alias FV = vec2<f32>;
-alias FU = vec2<u32>;
-alias TV = vec2<f32>;""",
-    "const VW#3": """\
-// Values a vector: the specialization's vector width, as a constant.
-const VW: u32 = 2u;
-
-// (quotient, remainder) of a walk position by `divisor` (channel and unit within it; or outer and
-// inner index), moved on by `step` = the walk stride's (quotient, remainder): p.y < 2 divisor, so
-// one correction suffices and no division is needed.
-fn advance(at: vec2<u32>, step: vec2<u32>, divisor: u32) -> vec2<u32> {
-    let p = at + step;
-    return select(p, vec2<u32>(p.x + 1u, p.y - divisor), p.y >= divisor);
-}""",
-    "gather_skip: return#3": """\
-    return FV(skip_at(c), skip_at(c + laneChannelStep));""",
-    "fn lanes_sum#3": """\
-fn lanes_sum(v: vec2<f32>) -> f32 {
-    return v.x + v.y;
-}""",
-    "binding sumOut#4": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f32>>;""",
-    "override laneColumns#2": """\
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;""",
-    "struct Addends#2": """\
-// What a vector's sum adds to X besides a full skip, the same at every position of a channel: an
-// (N, C) skip and the bias, each at the vector's channels. A walk along a channel loads them once.
-struct Addends {
-    skip: FV,  // the (N, C) skip of the batch item (unused with a full skip)
-    bias: FV,  // unused without a bias
-}
-
-fn addends(item: u32, c0: u32) -> Addends {
-    return Addends(FV(0.0), FV(0.0));
-}
-
-// s = (X + skip) + bias at vector i, its channels' addends `a`, formed in f32 and rounded to T
-// before anything else sees it.
-fn sum_with(i: u32, a: Addends) -> FV {
-    var v = FV(x[i]) + FV(skip[i]);""",
-    "binding x#5": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f32>>;""",
-    "override workgroupSize#4": """\
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;""",
-    "binding bias": """\
-@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
-    "fn bias_at#4": """\
-fn bias_at(c: u32) -> f32 {
-    return f32(bias[c]);
-}
-
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_bias(c: u32) -> FV {
-    return bias_at(c);""",
-    "addends: return#2": """\
-    return Addends(gather_skip(item * numChannels + c0), gather_bias(c0));""",
-    "fn sum_with#2": """\
-}
-
-// s = (X + skip) + bias at vector i, its channels' addends `a`, formed in f32 and rounded to T
-// before anything else sees it.
-fn sum_with(i: u32, a: Addends) -> FV {
-    var v = FV(x[i]) + a.skip;
-    v = v + a.bias;""",
-    "binding sumOut#5": """\
-@group(0) @binding(3) var<storage, read_write> sumOut: array<f32>;""",
-    "binding partials#3": """\
-@group(0) @binding(4) var<storage, read_write> partials: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "fn bias_at#5": """\
-fn bias_at(c: u32) -> f32 {
-    return f32(bias[c]);
-}
-
-// bias_at(c), bias_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_bias(c: u32) -> FV {""",
-    "gather_bias: return": """\
-    return FV(bias_at(c), bias_at(c + laneChannelStep), bias_at(c + 2u * laneChannelStep), bias_at(c + 3u * laneChannelStep));""",
-    "binding sumOut#6": """\
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f32>>;""",
-    "gather_bias: return#2": """\
-    return FV(bias_at(c), bias_at(c + laneChannelStep));""",
-    "binding sumOut#7": """\
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f32>>;""",
-    "struct Addends#3": """\
-}
-
-// What a vector's sum adds to X besides a full skip, the same at every position of a channel: an
-// (N, C) skip and the bias, each at the vector's channels. A walk along a channel loads them once.
-struct Addends {
-    skip: FV,  // the (N, C) skip of the batch item (unused with a full skip)
-    bias: FV,  // unused without a bias
-}
-
-fn addends(item: u32, c0: u32) -> Addends {
-    return Addends(FV(0.0), gather_bias(c0));
-}
-
-// s = (X + skip) + bias at vector i, its channels' addends `a`, formed in f32 and rounded to T
-// before anything else sees it.
-fn sum_with(i: u32, a: Addends) -> FV {
-    var v = FV(x[i]) + FV(skip[i]);
-    v = v + a.bias;""",
-    "override laneChannelStep#2": """\
-override laneChannelStep: u32;
-override laneColumns: u32;
-override laneRows: u32;
-override layoutChannelsLast: u32;
-override numGroups: u32;
-override outerStride: u32;""",
-    "override workgroupSize#5": """\
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> x: array<vec2<f32>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f32>>;
-@group(0) @binding(2) var<storage, read> bias: array<f32>;""",
-    "enable#4": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override blocksPerItem: u32;
-override channelDivisor: u32;
-override channelsPerGroup: u32;
-override groupStride: u32;
-override groupsPerBlock: u32;
-override itemStride: u32;""",
-    "binding x#6": """\
-@group(0) @binding(0) var<storage, read> x: array<f16>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;""",
-    "alias FV#4": """\
-alias FV = f32;
-alias FU = u32;
-alias TV = f16;""",
-    "fn half": """\
-// Nearest binary16 value (ties to even), exactly, in f32, and the infinity of v's sign where
-// binary16 cannot hold it (|v| >= 65520 rounds to infinity, as a binary16 conversion does: what
-// follows, the statistics too, must see the value T holds): q is the binary16 spacing at v
-// (2^(e - 10) for |v| in [2^e, 2^(e+1)), 2^-24 below 2^-14), a power of two whose inverse has the
-// bits 0x7f000000 - bits(q); v * (1 / q), round() and * q are exact in f32 (a multiplication is
-// correctly rounded in WGSL, a division only to 2.5 ulp), so no driver can fold the rounding away
-// (NVIDIA folds f32(f16(v)) and pack/unpack round trips). NaN stays NaN.
-fn half(v: FV) -> FV {
-    let a = abs(v);
-    let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
-    let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
-    // |v| >= 65520 times 2^113 is past f32's largest value: the infinity of v's sign (one multiply;
-    // building it from v's sign bit measured up to 2 % slower on the H200, PERFORMANCE.md).
-    return select(round(v * inverse_q) * q, v * FV(0x1p+113f), a >= FV(65520.0));
-}""",
-    "fn sum_at#2": """\
-    return half(v);
-}
-
-// sum_with at vector i of batch item `item`, first channel c0.
-fn sum_at(i: u32, item: u32, c0: u32) -> FV {
-    return sum_with(i, addends(item, c0));
-}""",
-    "binding sumOut#8": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<f16>;""",
-    "binding x#7": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;""",
-    "alias FV#5": """\
-alias FV = vec4<f32>;
-alias FU = vec4<u32>;
-alias TV = vec4<f16>;""",
-    "binding sumOut#9": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec4<f16>>;""",
-    "binding x#8": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<f16>;""",
-    "alias FV#6": """\
-alias FV = vec2<f32>;
-alias FU = vec2<u32>;
-alias TV = vec2<f16>;""",
-    "binding sumOut#10": """\
-@group(0) @binding(2) var<storage, read_write> sumOut: array<vec2<f16>>;""",
-    "binding x#9": """\
-@group(0) @binding(0) var<storage, read> x: array<vec4<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec4<f16>>;""",
-    "binding x#10": """\
-@group(0) @binding(0) var<storage, read> x: array<vec2<f16>>;
-@group(0) @binding(1) var<storage, read> skip: array<vec2<f16>>;""",
-    "binding bias#2": """\
-@group(0) @binding(2) var<storage, read> bias: array<f16>;""",
-    "binding sumOut#11": """\
-@group(0) @binding(3) var<storage, read_write> sumOut: array<f16>;""",
-    "binding sumOut#12": """\
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec4<f16>>;""",
-    "binding sumOut#13": """\
-@group(0) @binding(3) var<storage, read_write> sumOut: array<vec2<f16>>;""",
-    "override paramsF16": """\
-override paramsF16: u32;""",
-    "binding gamma": """\
-@group(0) @binding(2) var<storage, read> gamma: array<u32>;
-@group(0) @binding(3) var<storage, read> beta: array<u32>;""",
-    "binding stats": """\
-@group(0) @binding(4) var<storage, read> stats: array<vec4<f32>>;""",
-    "binding y#15": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f32>;""",
-    "struct Params#4": """\
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "fn gamma_at#4": """\
-// gamma and beta (type M) decoded by the paramsF16 override, not by the binding's type: one
-// shader serves both M types, and an f32 X with f16 gamma/beta needs no shader-f16.
-// gamma[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn gamma_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(gamma[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(gamma[c]);
-}
-
-// beta[c] as f32: type M, bound as 32-bit words, decoded by paramsF16 (binary16 pairs or f32 bits).
-fn beta_at(c: u32) -> f32 {
-    if (paramsF16 != 0u) {
-        return unpack2x16float(beta[c >> 1u])[c & 1u];
-    }
-    return bitcast<f32>(beta[c]);
-}""",
-    "fn gather_gamma#3": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_gamma(c: u32) -> FV {
-    return gamma_at(c);
-}
-
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_beta(c: u32) -> FV {
-    return beta_at(c);""",
-    "main: if": """\
-    if (group >= numGroups || !active_lane) {
-        return;
-    }
-    let st = stats[item * numGroups + group];
-    let hi = FV(st.x);
-    let lo = FV(st.y);
-    var cw = vec2<u32>(((w_begin + col) * VW) / channelDivisor, ((w_begin + col) * VW) % channelDivisor);
-    for (var w = w_begin + col; w < w_end; w += laneColumns) {
-        let c0 = channel_base + cw.x;
-        cw = advance(cw, cw_step, channelDivisor);
-        let scale = FV(st.z) * gather_gamma(c0);
-        let offset = gather_beta(c0);""",
-    "main: let a": """\
-        let a = addends(item, c0);
-        for (var p = p_begin + r; p < p_end; p += laneRows) {
-            let i = tile_base + p * outerStride + w;
-            let s = sum_with(i, a);""",
-    "main: var v": """\
-            var v = ((s - hi) - lo) * scale + offset;
-            if (params.activation != 0u) {
-                v = v / (FV(1.0) + exp(-v));
-            }
-            y[i] = TV(v);
-        }
-    }
-}""",
-    "binding sumOut#14": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<f32>;""",
-    "binding gamma#2": """\
-@group(0) @binding(1) var<storage, read> gamma: array<u32>;
-@group(0) @binding(2) var<storage, read> beta: array<u32>;
-@group(0) @binding(3) var<storage, read> stats: array<vec4<f32>>;""",
-    "binding y#16": """\
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;""",
-    "struct Params#5": """\
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "main: for": """\
-        for (var p = p_begin + r; p < p_end; p += laneRows) {
-            let i = tile_base + p * outerStride + w;
-            let s = FV(sumOut[i]);""",
-    "binding y#17": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f32>>;""",
-    "fn gather_gamma#4": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_gamma(c: u32) -> FV {
-    return FV(gamma_at(c), gamma_at(c + laneChannelStep), gamma_at(c + 2u * laneChannelStep), gamma_at(c + 3u * laneChannelStep));""",
-    "fn gather_beta": """\
-}
-
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_beta(c: u32) -> FV {""",
-    "gather_beta: return": """\
-    return FV(beta_at(c), beta_at(c + laneChannelStep), beta_at(c + 2u * laneChannelStep), beta_at(c + 3u * laneChannelStep));
-}""",
-    "binding sumOut#15": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f32>>;""",
-    "binding y#18": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f32>>;""",
-    "binding y#19": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f32>>;""",
-    "fn gather_gamma#5": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_gamma(c: u32) -> FV {
-    return FV(gamma_at(c), gamma_at(c + laneChannelStep));""",
-    "gather_beta: return#2": """\
-    return FV(beta_at(c), beta_at(c + laneChannelStep));
-}""",
-    "binding sumOut#16": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f32>>;""",
-    "binding y#20": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f32>>;""",
-    "binding bias#3": """\
-@group(0) @binding(2) var<storage, read> bias: array<f32>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
-    "binding stats#2": """\
-@group(0) @binding(5) var<storage, read> stats: array<vec4<f32>>;""",
-    "binding y#21": """\
-@group(0) @binding(6) var<storage, read_write> y: array<f32>;""",
-    "struct Params#6": """\
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "binding y#22": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f32>>;""",
-    "binding y#23": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f32>>;""",
-    "binding y#24": """\
-@group(0) @binding(5) var<storage, read_write> y: array<f16>;""",
-    "binding sumOut#17": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<f16>;""",
-    "binding y#25": """\
-@group(0) @binding(4) var<storage, read_write> y: array<f16>;""",
-    "binding y#26": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec4<f16>>;""",
-    "binding sumOut#18": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec4<f16>>;""",
-    "binding y#27": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec4<f16>>;""",
-    "binding y#28": """\
-@group(0) @binding(5) var<storage, read_write> y: array<vec2<f16>>;""",
-    "binding sumOut#19": """\
-@group(0) @binding(0) var<storage, read> sumOut: array<vec2<f16>>;""",
-    "binding y#29": """\
-@group(0) @binding(4) var<storage, read_write> y: array<vec2<f16>>;""",
-    "binding bias#4": """\
-@group(0) @binding(2) var<storage, read> bias: array<f16>;
-@group(0) @binding(3) var<storage, read> gamma: array<u32>;
-@group(0) @binding(4) var<storage, read> beta: array<u32>;""",
-    "binding y#30": """\
-@group(0) @binding(6) var<storage, read_write> y: array<f16>;""",
-    "binding y#31": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec4<f16>>;""",
-    "binding y#32": """\
-@group(0) @binding(6) var<storage, read_write> y: array<vec2<f16>>;""",
-    "override DISPATCH_FOLD_WIDTH#10": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override channelsPerGroup: u32;
-override groupValues: u32;
-override layoutChannelsLast: u32;
-override rowCount: u32;
-override slabCount: u32;
-override slabUnits: u32;
-override vectorWidth: u32;
-override workgroupSize: u32;
-@group(0) @binding(0) var<storage, read> partials: array<vec4<f32>>;
-@group(0) @binding(1) var<storage, read_write> stats: array<vec4<f32>>;
-struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(2) var<uniform> params: Params;
-
-// com.microsoft SkipGroupNorm, split variants, pass `combine`: one workgroup per (batch item,
-// group) row, dispatch (rowCount) folded at DISPATCH_FOLD_WIDTH.
-//
-// The statistics pass left, for each row, slabCount summaries partials[row * slabCount + k] =
-// (hi_k, lo_k, M2_k, 0): slab k's mean as the pair hi_k + lo_k and its sum of squared
-// deviations. Slab k's count n_k is the statistics pass's own arithmetic: its balanced share of
-// the slabUnits units, times channelsPerGroup values (NHWC: a unit is a position) or vectorWidth
-// (NCHW: a unit is a vector). Lanes merge slabs k = lane, lane + workgroupSize, ... in
-// order with Chan's formula into (n, hi, lo, M2), n a u32, then one fixed-order tree of pairwise
-// Chan merges in workgroup memory (1 + log2(pow2ceil(workgroupSize)) barriers; right for
-// any workgroup size; no subgroups, no atomics, bit-identical repeated runs) merges the lanes. A
-// merge A + B (A the side with more values) moves A's mean by t = delta * (nB / n),
-// delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum (hi with its last 4
-// bits cleared, lo the rest: opaque to compilers that fold a two-sum's error term), and
-// M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing cancels, and
-// |t| <= |delta| / 2 keeps the mean's rounding below eps times the spread. Over the row's
-// groupValues values, in f32: variance = max(M2 / n, 0), and
-// stats[row] = (hi, lo, 1 / sqrt(variance + epsilon), 0), so that the normalize pass forms
-// (s - hi) - lo, which stays exact when the data sit far from zero.
-// The compiler prepends the overrides, the bindings (partials, stats) and the uniform `params`
-// (epsilon).
-// One summary per lane, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "fn pack_stats": """\
-// Workgroup memory holds a summary as four 32-bit words.
-fn pack_stats(s: Stats) -> vec4<u32> {
-    return vec4<u32>(s.n, bitcast<u32>(s.hi), bitcast<u32>(s.lo), bitcast<u32>(s.m2));
-}
-
-fn unpack_stats(v: vec4<u32>) -> Stats {
-    return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
-}
-
-// Chunk k of `units` units cut into `parts` contiguous, balanced chunks: the first units % parts
-// chunks hold one unit more, and a chunk is empty when units < parts. (first unit, unit count).
-fn balanced_chunk(units: u32, parts: u32, k: u32) -> vec2<u32> {
-    let q = units / parts;
-    let r = units % parts;
-    return vec2<u32>(k * q + min(k, r), q + select(0u, 1u, k < r));
-}
-
-// Values of the row in slab k: the statistics pass's balanced share of the slabUnits units, times
-// the values of a unit.
-fn slab_values(k: u32) -> u32 {
-    return balanced_chunk(slabUnits, slabCount, k).y * select(vectorWidth, channelsPerGroup, layoutChannelsLast != 0u);
-}
-
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= rowCount) {
-        return;
-    }
-    let n = f32(groupValues);
-
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    // Partials lid, lid + workgroupSize, ... in order: (hi, lo, M2) each, the count
-    // from the chunk bounds (the partials pass computes the same ones; empty chunks add nothing).
-    for (var part = lid; part < slabCount; part += workgroupSize) {
-        let p = partials[row * slabCount + part];
-        own = chan_merge(own, Stats(slab_values(part), p.x, p.y, p.z));
-    }
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    if (lid == 0u) {
-        let total = unpack_stats(slots[0]);
-        let variance = max(total.m2 / n, 0.0);
-        stats[row] = vec4<f32>(total.hi, total.lo, inverseSqrt(variance + params.epsilon), 0.0);
-    }
-}""",
-    "override DISPATCH_FOLD_WIDTH#11": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override workgroupSize: u32;""",
-    "struct Params#7": """\
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(5) var<uniform> params: Params;""",
-    "// alias FV#2": """\
-// com.microsoft SkipGroupNorm, fused variant `fused` (with or without a bias and S: hasBias,
-// writeSum): one workgroup per (batch item, group) row, dispatch (rowCount) folded at
-// DISPATCH_FOLD_WIDTH; one dispatch, no scratch buffers.
-//
-// Geometry (as in skip-group-norm-slab), in vector units of vectorWidth = 4, 2 or 1 values along
-// the contiguous axis of the group (channels in NHWC, positions in NCHW): vector j of the row is
-// (a, b) = (j / innerVectors, j % innerVectors) of an [outer][inner] grid at
-// n * itemStride + g * groupStride + a * outerStride + b, first channel
-// g * channelsPerGroup + (b * vectorWidth) / channelDivisor, lanes laneChannelStep channels apart.
-// Invocations take j = lane, lane + workgroupSize, ...: consecutive lanes read consecutive
-// vectors of the group.
-//
-// Walk 1 forms s = (X + skip) + bias in f32 rounded to T (exactly, with `half` for f16, which no
-// driver can fold away), stores it to S with writeSum, and walks each invocation's vectors in
-// blocks of at most STATS_BLOCK = 16; a block's shift is its own first rounded sum (a cache hit),
-// the loop keeps plain shifted sums s1 = sum (s - shift), s2 = sum (s - shift)^2 per vector lane,
-// no division, and the block is converted once (n_b, mean_b = shift + s1 / n_b as a pair of f32
-// by split_sum: hi = fl(.) with its last 4 bits cleared, lo the rest, a split no compiler can fold
-// away; M2_b = max(s2 - s1^2 / n_b, 0)) and Chan-merged into the invocation's summary
-// (n, hi, lo, M2), n a u32: two divisions a block, one block an invocation for rows of up to
-// 16 * workgroupSize vectors. The rounding error of M2_b is at most about 19 eps s2 <=
-// 19 eps n_b D_b^2 (at most 16 terms an accumulator; D_b the largest |s - shift| of the block,
-// which holds both values, so its M2 >= D_b^2 / 2): the row's M2 is off by at most
-// 2 * 19 * n_b eps relative (n_b <= 64 values), whatever the row length and wherever outliers
-// sit. The workgroup merges the invocations' summaries by one fixed-order tree of pairwise Chan
-// merges in workgroup memory (1 + log2(pow2ceil(workgroupSize)) barriers; right for any
-// workgroup size): A + B (A the side with more values) moves A's mean by t = delta * (nB / n),
-// delta = (hiB - hiA) + (loB - loA), renormalized into (hi, lo) by split_sum, and
-// M2 = M2A + M2B + delta^2 nA (nB / n): every term non-negative, nothing cancels;
-// variance = max(M2 / n, 0), in f32.
-// Walk 2 takes s again (read back from S, which this invocation wrote: exactly the rounded sum; or
-// formed again by the same code), so Y has the same bits with and without S, and writes
-// Y = ((s - hi) - lo) * (inv_std * gamma) + beta, then SiLU when params.activation is 1.
-// No subgroups and no atomics: the same input always gives the same bits.
-// `half` (the exact binary16 rounding, in f32), the sums (sum_with, addends, sum_at) and the gamma/beta decoding by the paramsF16
-// override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
-// their notes stand at their functions below.
-// Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
-// the attributes come from the uniform `params` (the compiler reads every request-dependent name
-// as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
-// it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
-// the bindings.
-// Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):
-// FV / FU are their f32 / u32 forms, TV the element type of X, Y and S.""",
-    "addends: return#3": """\
-    return Addends(gather_skip(item * params.numChannels + c0), FV(0.0));""",
-    "var slots#2": """\
-}
-
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "fn main": """\
-@compute @workgroup_size(workgroupSize)
-fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) lid: u32) {
-    // Workgroup-uniform: the early return keeps the barriers below in uniform control flow.
-    let row = wid.x + wid.y * DISPATCH_FOLD_WIDTH;
-    if (row >= params.rowCount) {
-        return;
-    }
-    let item = row / params.numGroups;
-    let group = row % params.numGroups;
-    let base = item * params.itemStride + group * params.groupStride;
-    let channel0 = group * params.channelsPerGroup;
-    // Vector j of the row is (a, b) = (j / innerVectors, j % innerVectors), its first channel
-    // channel0 + (b * VW) / channelDivisor. Both walks advance a (a, b) pair and, for NCHW, a
-    // (channel, value within it) pair by their stride split once into quotient and remainder,
-    // so no division by a uniform happens per vector. NHWC has channelDivisor 1 (channel
-    // b * VW); NCHW has innerVectors = rowVectors, so b == j and the channel pair tracks j * VW.
-    let ab_step = vec2<u32>(workgroupSize / params.innerVectors, workgroupSize % params.innerVectors);
-    let cw_step = vec2<u32>((workgroupSize * VW) / params.channelDivisor, (workgroupSize * VW) % params.channelDivisor);
-    let channels_last = params.laneChannelStep != 0u;  // 1 in NHWC, 0 in NCHW
-    var ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
-    var cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
-    var own = Stats(0u, 0.0, 0.0, 0.0);
-    for (var j = lid; j < params.rowVectors;) {
-        let c0_block = channel0 + select(cw.x, ab.y * VW, channels_last);""",
-    "main: let shift#3": """\
-        let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block);
-        var s1 = FV(0.0);
-        var s2 = FV(0.0);
-        var m = 0u;
-        for (; m < STATS_BLOCK * VW && j < params.rowVectors; m += VW) {
-            let i = base + ab.x * params.outerStride + ab.y;""",
-    "main: let s": """\
-            let s = sum_at(i, item, channel0 + select(cw.x, ab.y * VW, channels_last));""",
-    "main: let d#2": """\
-            let d = s - FV(shift);
-            s1 += d;
-            s2 += d * d;
-            j += workgroupSize;
-            ab = advance(ab, ab_step, params.innerVectors);
-            cw = advance(cw, cw_step, params.channelDivisor);
-        }
-        own = add_block(own, m, shift, lanes_sum(s1), lanes_sum(s2));
-    }
-    let n = f32(params.groupValues);
-    slots[lid] = pack_stats(own);
-    workgroupBarrier();
-    // Tree over lid in [0, workgroupSize): strides pow2ceil(workgroupSize) / 2, ..., 2, 1.
-    {
-        var width = 1u;
-        while (width < workgroupSize) {
-            width = width << 1u;
-        }
-        for (var step = width >> 1u; step > 0u; step = step >> 1u) {
-            if (lid < step && lid + step < workgroupSize) {
-                slots[lid] = pack_stats(chan_merge(unpack_stats(slots[lid]), unpack_stats(slots[lid + step])));
-            }
-            workgroupBarrier();
-        }
-    }
-    let total = unpack_stats(slots[0]);
-    let hi = total.hi;
-    let lo = total.lo;
-    let variance = max(total.m2 / n, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);
-
-    ab = vec2<u32>(lid / params.innerVectors, lid % params.innerVectors);
-    cw = vec2<u32>((lid * VW) / params.channelDivisor, (lid * VW) % params.channelDivisor);
-    for (var j = lid; j < params.rowVectors; j += workgroupSize) {
-        let i = base + ab.x * params.outerStride + ab.y;
-        let c0 = channel0 + select(cw.x, ab.y * VW, channels_last);
-        ab = advance(ab, ab_step, params.innerVectors);
-        cw = advance(cw, cw_step, params.channelDivisor);""",
-    "main: let s#2": """\
-        let s = sum_at(i, item, c0);
-        var v = ((s - FV(hi)) - FV(lo)) * (FV(inv_std) * gather_gamma(c0)) + gather_beta(c0);
-        if (params.activation != 0u) {
-            v = v / (FV(1.0) + exp(-v));
-        }
-        y[i] = TV(v);
-    }
-}""",
-    "binding sumOut#20": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<f32>;""",
-    "struct Params#8": """\
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(6) var<uniform> params: Params;""",
-    "main: let s#3": """\
-            let s = stored_sum(i, addends(item, channel0 + select(cw.x, ab.y * VW, channels_last)));""",
-    "main: let s#4": """\
-        let s = FV(sumOut[i]);
-        var v = ((s - FV(hi)) - FV(lo)) * (FV(inv_std) * gather_gamma(c0)) + gather_beta(c0);
-        if (params.activation != 0u) {
-            v = v / (FV(1.0) + exp(-v));
-        }
-        y[i] = TV(v);
-    }
-}""",
-    "gather_skip: return#4": """\
-    return FV(skip_at(c), skip_at(c + params.laneChannelStep), skip_at(c + 2u * params.laneChannelStep), skip_at(c + 3u * params.laneChannelStep));""",
-    "fn gather_gamma#6": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_gamma(c: u32) -> FV {
-    return FV(gamma_at(c), gamma_at(c + params.laneChannelStep), gamma_at(c + 2u * params.laneChannelStep), gamma_at(c + 3u * params.laneChannelStep));
-}
-
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_beta(c: u32) -> FV {
-    return FV(beta_at(c), beta_at(c + params.laneChannelStep), beta_at(c + 2u * params.laneChannelStep), beta_at(c + 3u * params.laneChannelStep));
-}
-
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "main: let shift#4": """\
-        let shift = sum_at(base + ab.x * params.outerStride + ab.y, item, c0_block).x;
-        var s1 = FV(0.0);
-        var s2 = FV(0.0);
-        var m = 0u;
-        for (; m < STATS_BLOCK * VW && j < params.rowVectors; m += VW) {
-            let i = base + ab.x * params.outerStride + ab.y;""",
-    "override DISPATCH_FOLD_WIDTH#12": """\
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;""",
-    "gather_skip: return#5": """\
-    return FV(skip_at(c), skip_at(c + params.laneChannelStep));""",
-    "fn gather_gamma#7": """\
-// gamma_at(c), gamma_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_gamma(c: u32) -> FV {
-    return FV(gamma_at(c), gamma_at(c + params.laneChannelStep));
-}
-
-// beta_at(c), beta_at(c + laneChannelStep), ... as the lanes of a vector.
-fn gather_beta(c: u32) -> FV {
-    return FV(beta_at(c), beta_at(c + params.laneChannelStep));
-}
-
-// One summary per invocation, merged in place by the tree.
-var<workgroup> slots: array<vec4<u32>, workgroupSize>;""",
-    "addends: return#4": """\
-    return Addends(gather_skip(item * params.numChannels + c0), gather_bias(c0));""",
-    "binding sumOut#21": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<f32>;""",
-    "struct Params#9": """\
-struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32, channelsPerGroup: u32, itemStride: u32, groupStride: u32, innerVectors: u32, outerStride: u32, channelDivisor: u32, laneChannelStep: u32, rowCount: u32, rowVectors: u32, groupValues: u32, _pad0: u32, _pad1: u32 }
-@group(0) @binding(7) var<uniform> params: Params;""",
-    "gather_bias: return#3": """\
-    return FV(bias_at(c), bias_at(c + params.laneChannelStep), bias_at(c + 2u * params.laneChannelStep), bias_at(c + 3u * params.laneChannelStep));""",
-    "gather_bias: return#4": """\
-    return FV(bias_at(c), bias_at(c + params.laneChannelStep));""",
-    "enable#5": """\
-enable f16;
-override DISPATCH_FOLD_WIDTH: u32;
-override paramsF16: u32;
-override workgroupSize: u32;""",
-    "binding sumOut#22": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<f16>;""",
-    "binding sumOut#23": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec4<f16>>;""",
-    "binding sumOut#24": """\
-@group(0) @binding(5) var<storage, read_write> sumOut: array<vec2<f16>>;""",
-    "binding sumOut#25": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<f16>;""",
-    "binding sumOut#26": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec4<f16>>;""",
-    "binding sumOut#27": """\
-@group(0) @binding(6) var<storage, read_write> sumOut: array<vec2<f16>>;""",
-}
-
+# A record a shader, a field a line (black would write a tuple item a line).
 # fmt: off
 SHADERS = {
-    'skip-group-norm-row-registers.vec2f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: running#3', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: running#3', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#2',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#3',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', 'main: var own', '+main: var scaled', '+main: running', '+main: scaled',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0', 'main: var own', '+main: var scaled', '+main: running',
-        '+main: scaled', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
-        '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7',
-        '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#7',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.vec2f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3', '+main: var scaled',
-        '+main: running#5', '+main: scaled', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#7', '+main: var scaled',
-        '+main: scaled', '+main: deviations#7', '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#8', '+main: var scaled#2',
-        '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4', '+main: var scaled#3',
-        '+main: running#6', '+main: running#7', '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7',
-        '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#5', '+main: var scaled#3',
-        '+main: running#6', '+main: scaled', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#6', '+main: var scaled#3',
-        '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#9', '+main: var scaled#3',
-        '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane', 'struct Norm', '+fn unit_sum',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#2', '+main: var scaled#2',
-        '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.vec4f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane', 'struct Norm', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled', '+main: running',
-        '+main: running#2', '+main: running#3', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled', '+main: running',
-        '+main: running#2', '+main: running#3', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#2',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled', '+main: running',
-        '+main: running#2', '+main: scaled', '+main: deviations', '+main: let coefficients',
-        '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#3',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#2',
-        '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        'main: var own', '+main: var scaled', '+main: running', '+main: scaled', '+main: deviations#3',
-        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', 'main: var own', '+main: var scaled', '+main: running', '+main: scaled',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3',
-        '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4',
-        '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#7',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#5',
-        '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#6',
-        '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH', '+binding y#2', '+struct Params', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+wide_scaled: return', 'fn gamma_at',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3', '+main: var scaled', '+main: running#5',
-        '+main: scaled', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#7', '+main: var scaled', '+main: scaled',
-        '+main: deviations#7', '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#8', '+main: var scaled#2',
-        '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4', '+main: var scaled#3',
-        '+main: running#6', '+main: running#7', '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#5', '+main: var scaled#3',
-        '+main: running#6', '+main: scaled', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#6', '+main: var scaled#3',
-        '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#9', '+main: var scaled#3',
-        '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#2', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2',
-        '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma', '+struct Lane#2', '+fn unit_sum', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#2', '+main: var scaled#2',
-        '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x', '+binding y#3', '+struct Params', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn gather_gamma',
-        '+struct Lane#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: running#3', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: running#3', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0', 'main: var own', '+main: var scaled', '+main: running', '+main: scaled',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled', '+main: running',
-        '+main: scaled', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
-        '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#3', '+main: running#6',
-        '+main: running#7', '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm',
-        '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#3', '+main: running#6',
-        '+main: running#7', '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#3', '+main: running#6',
-        '+main: running#7', '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at', 'struct Norm#2',
-        '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled', '+main: running',
-        '+main: running#2', '+main: running#3', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own', '+main: own',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: running#3', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled',
-        '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2',
-        '+main: var scaled', '+main: running', '+main: running#2', '+main: scaled', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0', 'main: var own', '+main: var scaled', '+main: running', '+main: scaled',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled', '+main: running',
-        '+main: scaled', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
-        '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#3', '+main: running#6',
-        '+main: running#7', '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize', '+struct Params', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2', 'fn bias_at',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#4', '+override workgroupSize#2', '+binding y#4', '+struct Params#2',
-        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled', '+main: running#5', '+main: scaled',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#7', '+main: var scaled', '+main: scaled', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#8', '+main: var scaled#2', '+main: scaled#2', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#4', '+main: var scaled#3', '+main: running#6', '+main: running#7', '+main: scaled',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#3', '+main: running#6',
-        '+main: running#7', '+main: scaled', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#3', '+main: running#6', '+main: scaled',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#6', '+main: var scaled#3', '+main: running#8', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#9', '+main: var scaled#3', '+main: scaled#2', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#5', '// const UNITS',
-        '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2', 'fn bias_at#2',
-        'struct Norm#2', '+fn unit_sum', '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2',
-        'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#3', '+binding x#2', '+binding y#6', '+struct Params#2',
-        '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#2', '+fn narrow', '+fn gamma_at#2',
-        'fn bias_at#2', 'struct Norm#2', '+fn unit_sum', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#2', '+main: running#4', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#12',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#3', '+main: let s62', '+main: let s80', 'main: var own',
-        '+main: own#3', '+main: own#4', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#12',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#3', '+main: let s62', '+main: let s80', 'main: var own',
-        '+main: own#3', '+main: own#4', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#13',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3',
-        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
-        '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6',
-        '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#13',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3',
-        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
-        '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6',
-        '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#14',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#3', '+main: let s62#2', 'main: var own', '+main: own',
-        '+main: own#5', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#14',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#3', '+main: let s62#2', 'main: var own', '+main: own',
-        '+main: own#5', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
-        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
-        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#7', '+main: var scaled#4',
-        '+main: deviations#7', '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#7', '+main: var scaled#4',
-        '+main: deviations#7', '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#5', '+main: var scaled#4',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#5', '+main: var scaled#4',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.vec4u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane', 'struct Norm', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#2',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled#4',
-        '+main: deviations', '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#2',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled#4',
-        '+main: deviations', '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#3',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#3',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
-        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0', 'main: var own', '+main: var scaled#4', '+main: deviations#3',
-        '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#3', '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#7',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
-        '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#7',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#5', '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3',
-        '+main: }',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.vec2u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane',
-        'struct Norm', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item',
-        'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#12',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3',
-        '+main: own#4', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#12',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3',
-        '+main: own#4', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: deviations#9', '+main: deviations#10', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#13',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
-        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#13',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
-        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#10',
-        '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#10',
-        '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#14',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5',
-        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
-        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#14',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#3', '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5',
-        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
-        '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        'main: var own', '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4',
-        '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        'main: var own', '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4',
-        '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3',
-        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3',
-        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#5', '+struct Params#3', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4',
-        '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#5', '+binding sumOut', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#3', '+fn wide_add', '+wide_half: }', 'fn gamma_at', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4',
-        '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#7', '+main: var scaled#4', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#7', '+main: var scaled#4', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#6', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#7', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn gather_gamma#2', '+struct Lane#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket96': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket96-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32', 'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket80': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#2',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket80-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#2',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        '+main: let s32#2', 'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket8': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#3',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#2',
-        '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket8-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#3',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#2',
-        '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket64': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        'main: var own', '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4',
-        '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket64-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#4',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0',
-        'main: var own', '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4',
-        '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket48': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3',
-        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket48-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#5',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#3',
-        '+main: var scaled#4', '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket32': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4',
-        '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#6',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#4',
-        '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket24': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#7',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#5',
-        '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket24-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#7',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#5',
-        '+main: var scaled#4', '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket16': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#7', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#10',
-        '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket16-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#8', '+binding y#8', '// const UNITS', '+const UNITS#8',
-        '+const UNIT_VALUES#5', '+fn wide_add', '+fn gamma_at#3', 'fn gather_gamma', '+struct Lane#2',
-        '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item', 'main: let s0#10',
-        '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket96': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4',
-        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
-        '+main: deviations#9', '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5',
-        '+main: store_unit#6', '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket96-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4',
-        '+main: var scaled#4', '+main: deviations', '+main: deviations#2', '+main: deviations#8',
-        '+main: deviations#9', '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5',
-        '+main: store_unit#6', '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket80': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket80-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3',
-        '+main: let s62', 'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#8', '+main: deviations#9', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#6', '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket8': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket8-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket64': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3',
-        '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket64-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3',
-        '+main: let s62#2', 'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: let coefficients',
-        '+main: store_unit#5', '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket48': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket48-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket32': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own',
-        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
-        '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket32-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own',
-        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
-        '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket24': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket24-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket16': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-u32-words-bucket16-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#7', '+main: var scaled#4', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#7', '+main: var scaled#4',
-        '+main: deviations#7', '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#8', '+main: var scaled#5',
-        '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#5', '+main: var scaled#4',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#9', '+main: var scaled#5',
-        '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm', '+formed: v', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32',
-        'main: var own', '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#2',
-        'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#2',
-        'main: var own', '+main: own#2', '+main: var scaled#4', '+main: deviations',
-        '+main: let coefficients', '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#2', '+main: var scaled#5',
-        '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#2', '+main: var scaled#5',
-        '+main: let n',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own',
-        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
-        '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own',
-        '+main: var scaled#4', '+main: deviations#3', '+main: deviations#4', '+main: let coefficients',
-        '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#5', '+main: var scaled#4',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#5', '+main: var scaled#4',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm', '+formed: v', '+fn unit_sum#2',
-        '+fn finite#2', 'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket96': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
-        '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6',
-        '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket96-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#12', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        '+main: let s80', 'main: var own', '+main: own#3', '+main: own#4', '+main: var scaled#4',
-        '+main: deviations', '+main: deviations#2', '+main: deviations#8', '+main: deviations#9',
-        '+main: deviations#10', '+main: let coefficients', '+main: store_unit#5', '+main: store_unit#6',
-        '+main: store_unit#7',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket80': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5',
-        '+main: store_unit#6', '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket80-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#13', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62',
-        'main: var own', '+main: own#3', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: deviations#8', '+main: deviations#9', '+main: let coefficients', '+main: store_unit#5',
-        '+main: store_unit#6', '+main: store_unit#8',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket8': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket8-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket64': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
-        'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5',
-        '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket64-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#14', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#3', '+main: let s62#2',
-        'main: var own', '+main: own', '+main: own#5', '+main: var scaled#4', '+main: deviations',
-        '+main: deviations#2', '+main: deviations#8', '+main: let coefficients', '+main: store_unit#5',
-        '+main: store_unit#9',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket48': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket48-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#3', '+fn wide_add',
-        '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket32': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket32-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket24': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket24-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket16': (
-        'enable', '+binding y#9', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket16-write-sum': (
-        'enable', '+binding y#10', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#3',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket96': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket96-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#3', '+main: var scaled#4', '+main: deviations#3',
-        '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket80': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#7', '+main: var scaled#4', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket80-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#9', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#7', '+main: var scaled#4', '+main: deviations#7',
-        '+main: let coefficients#3', '+main: store_unit#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket8': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket8-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#10', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#8', '+main: var scaled#5', '+main: let n#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket64': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket64-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#4', '+main: var scaled#4', '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket48': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket48-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#5', '+main: var scaled#4', '+main: deviations#6',
-        '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket32': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket32-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket24': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket24-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#11', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#9', '+main: var scaled#5', '+main: let n#4',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket16': (
-        'enable#2', '+binding y#11', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket16-write-sum': (
-        'enable#2', '+binding y#12', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#4',
-        'fn bias_at#3', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2', 'const MEAN_EXPONENT',
-        '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket96': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket96-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32', 'main: var own',
-        '+main: own', '+main: var scaled#4', '+main: deviations', '+main: deviations#2',
-        '+main: let coefficients', '+main: store_unit',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket80': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
-        '+main: own#2', '+main: var scaled#4', '+main: deviations', '+main: let coefficients',
-        '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket80-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#2', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', '+main: let s32#2', 'main: var own',
-        '+main: own#2', '+main: var scaled#4', '+main: deviations', '+main: let coefficients',
-        '+main: store_unit#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket8': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket8-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#3', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#2', '+main: var scaled#5', '+main: let n',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket64': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket64-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#4', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0', 'main: var own', '+main: var scaled#4',
-        '+main: deviations#3', '+main: deviations#4', '+main: let coefficients', '+main: store_unit#3',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket48': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket48-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#5', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#3', '+main: var scaled#4',
-        '+main: deviations#3', '+main: let coefficients#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket32': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket32-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#6', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#4', '+main: var scaled#4',
-        '+main: deviations#5',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket24': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#5', '+main: var scaled#4',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket24-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#7', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#5', '+main: var scaled#4',
-        '+main: deviations#6', '+main: let coefficients#3', '+main: }',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket16': (
-        'enable#3', '+binding y#13', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket16-write-sum': (
-        'enable#3', '+binding y#14', '// const UNITS', '+const UNITS#8', '+const UNIT_VALUES#5',
-        '+fn wide_add', '+fn gamma_at#3', 'fn bias_at#2', 'struct Norm#2', '+fn unit_sum#2', '+fn finite#2',
-        'const MEAN_EXPONENT', '+main: let item#2', 'main: let s0#10', '+main: let n#2',
-    ),
-    'skip-group-norm-slab.f32-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns', '+override segmentLanes', '+binding x#3',
-        '+binding partials', '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2',
-        '+main: let shift', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns', '+override segmentLanes', '+binding x#3',
-        '+binding sumOut#2', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at',
-        'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f32-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes',
-        '+binding x#4', '+binding partials', '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#2', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at',
-        'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes',
-        '+binding x#4', '+binding sumOut#3', '+binding partials#2', '// alias FV', '+alias FV#2',
-        '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+struct Addends', '+addends: return',
-        '+fn sum_with', '+fn sum_at', 'fn stored_sum', 'var slots', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2',
-        '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f32-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes#2',
-        '+override workgroupSize#3', '+binding partials', '// alias FV', '+alias FV#3', '+const VW#3',
-        'fn skip_at', '+gather_skip: return#3', '+struct Addends', '+addends: return', '+fn sum_with',
-        '+fn sum_at', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes#2',
-        '+override workgroupSize#3', '+binding sumOut#4', '+binding partials#2', '// alias FV',
-        '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+struct Addends',
-        '+addends: return', '+fn sum_with', '+fn sum_at', 'fn stored_sum', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes',
-        '+binding x#3', '+binding partials', '// alias FV', '+alias FV', '+const VW', 'struct Addends#2',
-        '+fn sum_at', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes',
-        '+binding x#3', '+binding sumOut#2', '+binding partials#2', '// alias FV', '+alias FV', '+const VW',
-        'struct Addends#2', '+fn sum_at', 'fn stored_sum', 'var slots', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2', '+main: let shift',
-        '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes',
-        '+binding x#5', '+binding partials', '// alias FV', '+alias FV#2', '+const VW#2',
-        'struct Addends#2', '+fn sum_at', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes',
-        '+binding x#5', '+binding sumOut#3', '+binding partials#2', '// alias FV', '+alias FV#2',
-        '+const VW#2', 'struct Addends#2', '+fn sum_at', 'fn stored_sum', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes#2',
-        '+override workgroupSize#4', '+binding partials', '// alias FV', '+alias FV#3', '+const VW#3',
-        'struct Addends#2', '+fn sum_at', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes#2',
-        '+override workgroupSize#4', '+binding sumOut#4', '+binding partials#2', '// alias FV',
-        '+alias FV#3', '+const VW#3', 'struct Addends#2', '+fn sum_at', 'fn stored_sum', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f32-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns', '+override segmentLanes', '+binding x#3',
-        '+binding bias', '+binding partials#2', '// alias FV', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+wide_half: }', 'fn bias_at#4', '+struct Addends', '+addends: return#2',
-        '+fn sum_with#2', '+fn sum_at', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2', '+main: let shift', '+main: var s1',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns', '+override segmentLanes', '+binding x#3',
-        '+binding bias', '+binding sumOut#5', '+binding partials#3', '// alias FV', '+alias FV',
-        '+const VW', 'fn skip_at', '+gather_skip: return', '+wide_half: }', 'fn bias_at#4',
-        '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at', 'fn stored_sum',
-        'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f32-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes',
-        '+binding x#4', '+binding bias', '+binding partials#2', '// alias FV', '+alias FV#2', '+const VW#2',
-        'fn skip_at', '+gather_skip: return#2', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return',
-        '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes',
-        '+binding x#4', '+binding bias', '+binding sumOut#6', '+binding partials#3', '// alias FV',
-        '+alias FV#2', '+const VW#2', 'fn skip_at', '+gather_skip: return#2', '+wide_half: }',
-        'fn bias_at#5', '+gather_bias: return', '+struct Addends', '+addends: return#2', '+fn sum_with#2',
-        '+fn sum_at', 'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f32-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes#2',
-        '+override workgroupSize#3', '+binding bias', '+binding partials#2', '// alias FV', '+alias FV#3',
-        '+const VW#3', 'fn skip_at', '+gather_skip: return#3', '+wide_half: }', 'fn bias_at#5',
-        '+gather_bias: return#2', '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at',
-        'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f32-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override segmentLanes#2',
-        '+override workgroupSize#3', '+binding bias', '+binding sumOut#7', '+binding partials#3',
-        '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at', '+gather_skip: return#3',
-        '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#2', '+struct Addends', '+addends: return#2',
-        '+fn sum_with#2', '+fn sum_at', 'fn stored_sum', 'var slots', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2',
-        '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes',
-        '+binding x#3', '+binding bias', '+binding partials#2', '// alias FV', '+alias FV', '+const VW',
-        'fn bias_at#4', '+struct Addends#3', '+fn sum_at', 'var slots', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2', '+main: let shift',
-        '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override segmentLanes',
-        '+binding x#3', '+binding bias', '+binding sumOut#5', '+binding partials#3', '// alias FV',
-        '+alias FV', '+const VW', 'fn bias_at#4', '+struct Addends#3', '+fn sum_at', 'fn stored_sum',
-        'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override segmentLanes',
-        '+binding x#5', '+binding bias', '+binding partials#2', '// alias FV', '+alias FV#2', '+const VW#2',
-        'fn bias_at#5', '+gather_bias: return', '+struct Addends#3', '+fn sum_at', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override segmentLanes',
-        '+binding x#5', '+binding bias', '+binding sumOut#6', '+binding partials#3', '// alias FV',
-        '+alias FV#2', '+const VW#2', 'fn bias_at#5', '+gather_bias: return', '+struct Addends#3',
-        '+fn sum_at', 'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override segmentLanes#2',
-        '+override workgroupSize#5', '+binding partials#2', '// alias FV', '+alias FV#3', '+const VW#3',
-        'fn bias_at#5', '+gather_bias: return#2', '+struct Addends#3', '+fn sum_at', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override segmentLanes#2',
-        '+override workgroupSize#5', '+binding sumOut#7', '+binding partials#3', '// alias FV',
-        '+alias FV#3', '+const VW#3', 'fn bias_at#5', '+gather_bias: return#2', '+struct Addends#3',
-        '+fn sum_at', 'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.f16-stats': (
-        'enable#4', '+override laneColumns', '+override segmentLanes', '+binding x#6', '+binding partials',
-        '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'fn skip_at', '+gather_skip: return',
-        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2',
-        '+main: let shift', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.f16-stats-write-sum': (
-        'enable#4', '+override laneColumns', '+override segmentLanes', '+binding x#6', '+binding sumOut#8',
-        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'fn skip_at',
-        '+gather_skip: return', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2',
-        'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f16-stats': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#7',
-        '+binding partials', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half', 'fn skip_at',
-        '+gather_skip: return#2', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2',
-        'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f16-stats-write-sum': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#7',
-        '+binding sumOut#9', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half',
-        'fn skip_at', '+gather_skip: return#2', '+struct Addends', '+addends: return', '+fn sum_with',
-        '+fn sum_at#2', 'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f16-stats': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#8',
-        '+binding partials', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half', 'fn skip_at',
-        '+gather_skip: return#3', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2',
-        'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f16-stats-write-sum': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#8',
-        '+binding sumOut#10', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half',
-        'fn skip_at', '+gather_skip: return#3', '+struct Addends', '+addends: return', '+fn sum_with',
-        '+fn sum_at#2', 'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.f16-skip-full-stats': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#6',
-        '+binding partials', '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'struct Addends#2',
-        '+fn sum_at#2', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.f16-skip-full-stats-write-sum': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#6',
-        '+binding sumOut#8', '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half',
-        'struct Addends#2', '+fn sum_at#2', 'fn stored_sum', 'var slots', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2', '+main: let shift',
-        '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f16-skip-full-stats': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#9',
-        '+binding partials', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half', 'struct Addends#2',
-        '+fn sum_at#2', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec4f16-skip-full-stats-write-sum': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#9',
-        '+binding sumOut#9', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half',
-        'struct Addends#2', '+fn sum_at#2', 'fn stored_sum', 'var slots', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2',
-        '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f16-skip-full-stats': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#10',
-        '+binding partials', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half', 'struct Addends#2',
-        '+fn sum_at#2', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.vec2f16-skip-full-stats-write-sum': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#10',
-        '+binding sumOut#10', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half',
-        'struct Addends#2', '+fn sum_at#2', 'fn stored_sum', 'var slots', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2',
-        '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f16-stats': (
-        'enable#4', '+override laneColumns', '+override segmentLanes', '+binding x#6', '+binding bias#2',
-        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'fn skip_at',
-        '+gather_skip: return', '+wide_half: }', 'fn bias_at#4', '+struct Addends', '+addends: return#2',
-        '+fn sum_with#2', '+fn sum_at#2', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2', '+main: let shift', '+main: var s1',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f16-stats-write-sum': (
-        'enable#4', '+override laneColumns', '+override segmentLanes', '+binding x#6', '+binding bias#2',
-        '+binding sumOut#11', '+binding partials#3', '// alias FV', '+alias FV#4', '+const VW', 'fn half',
-        'fn skip_at', '+gather_skip: return', '+wide_half: }', 'fn bias_at#4', '+struct Addends',
-        '+addends: return#2', '+fn sum_with#2', '+fn sum_at#2', 'fn stored_sum', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2',
-        '+main: let shift', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f16-stats': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#7',
-        '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half',
-        'fn skip_at', '+gather_skip: return#2', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return',
-        '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at#2', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f16-stats-write-sum': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#7',
-        '+binding bias#2', '+binding sumOut#12', '+binding partials#3', '// alias FV', '+alias FV#5',
-        '+const VW#2', 'fn half', 'fn skip_at', '+gather_skip: return#2', '+wide_half: }', 'fn bias_at#5',
-        '+gather_bias: return', '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at#2',
-        'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f16-stats': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#8',
-        '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half',
-        'fn skip_at', '+gather_skip: return#3', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#2',
-        '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at#2', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f16-stats-write-sum': (
-        'enable#4', '+override laneChannelStep', '+override segmentLanes', '+binding x#8',
-        '+binding bias#2', '+binding sumOut#13', '+binding partials#3', '// alias FV', '+alias FV#6',
-        '+const VW#3', 'fn half', 'fn skip_at', '+gather_skip: return#3', '+wide_half: }', 'fn bias_at#5',
-        '+gather_bias: return#2', '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at#2',
-        'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f16-skip-full-stats': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#6', '+binding bias#2',
-        '+binding partials#2', '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'fn bias_at#4',
-        '+struct Addends#3', '+fn sum_at#2', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2', '+main: let shift', '+main: var s1',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-f16-skip-full-stats-write-sum': (
-        'enable#4', '+override laneColumns#2', '+override segmentLanes', '+binding x#6', '+binding bias#2',
-        '+binding sumOut#11', '+binding partials#3', '// alias FV', '+alias FV#4', '+const VW', 'fn half',
-        'fn bias_at#4', '+struct Addends#3', '+fn sum_at#2', 'fn stored_sum', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn balanced_chunk', 'main: var own#2',
-        '+main: let shift', '+main: var s1#2', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats': (
-        'enable#4', '+override laneChannelStep#2', '+override segmentLanes', '+binding x#9',
-        '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#5', '+const VW#2', 'fn half',
-        'fn bias_at#5', '+gather_bias: return', '+struct Addends#3', '+fn sum_at#2', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats-write-sum': (
-        'enable#4', '+override laneChannelStep#2', '+override segmentLanes', '+binding x#9',
-        '+binding bias#2', '+binding sumOut#12', '+binding partials#3', '// alias FV', '+alias FV#5',
-        '+const VW#2', 'fn half', 'fn bias_at#5', '+gather_bias: return', '+struct Addends#3',
-        '+fn sum_at#2', 'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats': (
-        'enable#4', '+override laneChannelStep#2', '+override segmentLanes', '+binding x#10',
-        '+binding bias#2', '+binding partials#2', '// alias FV', '+alias FV#6', '+const VW#3', 'fn half',
-        'fn bias_at#5', '+gather_bias: return#2', '+struct Addends#3', '+fn sum_at#2', 'var slots',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn balanced_chunk',
-        'main: var own#2', '+main: let shift#2', '+main: var s1', '+main: let d',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats-write-sum': (
-        'enable#4', '+override laneChannelStep#2', '+override segmentLanes', '+binding x#10',
-        '+binding bias#2', '+binding sumOut#13', '+binding partials#3', '// alias FV', '+alias FV#6',
-        '+const VW#3', 'fn half', 'fn bias_at#5', '+gather_bias: return#2', '+struct Addends#3',
-        '+fn sum_at#2', 'fn stored_sum', 'var slots', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn balanced_chunk', 'main: var own#2', '+main: let shift#2', '+main: var s1#2',
-        '+main: let d',
-    ),
-    'skip-group-norm-slab.f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns', '+override paramsF16',
-        '+override segmentLanes', '+binding x#3', '+binding gamma', '+binding stats', '+binding y#15',
-        '+struct Params#4', '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk', 'main: if', '+main: let a',
-        '+main: var v',
-    ),
-    'skip-group-norm-slab.f32-normalize-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override paramsF16',
-        '+override segmentLanes', '+binding sumOut#14', '+binding gamma#2', '+binding y#16',
-        '+struct Params#5', '// alias FV', '+alias FV', '+const VW', 'fn gamma_at#4', 'fn gather_gamma#3',
-        '+wide_half: }', 'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec4f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override paramsF16',
-        '+override segmentLanes', '+binding x#4', '+binding gamma', '+binding stats', '+binding y#17',
-        '+struct Params#4', '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#2', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at',
-        'fn gamma_at#4', 'fn gather_gamma#4', '+fn gather_beta', '+gather_beta: return',
-        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec4f32-normalize-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override paramsF16',
-        '+override segmentLanes', '+binding sumOut#15', '+binding gamma#2', '+binding y#18',
-        '+struct Params#5', '// alias FV', '+alias FV#2', '+const VW#2', 'fn gamma_at#4',
-        'fn gather_gamma#4', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
-        '+main: for', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec2f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override paramsF16',
-        '+override segmentLanes#2', '+override workgroupSize#3', '+binding gamma', '+binding stats',
-        '+binding y#19', '+struct Params#4', '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#3', '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at',
-        'fn gamma_at#4', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return#2',
-        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec2f32-normalize-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override paramsF16',
-        '+override segmentLanes', '+binding sumOut#16', '+binding gamma#2', '+binding y#20',
-        '+struct Params#5', '// alias FV', '+alias FV#3', '+const VW#3', 'fn gamma_at#4',
-        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
-        '+main: for', '+main: var v',
-    ),
-    'skip-group-norm-slab.f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override paramsF16',
-        '+override segmentLanes', '+binding x#3', '+binding gamma', '+binding stats', '+binding y#15',
-        '+struct Params#4', '// alias FV', '+alias FV', '+const VW', 'struct Addends#2', '+fn sum_at',
-        'fn gamma_at#4', 'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk', 'main: if',
-        '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec4f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override paramsF16',
-        '+override segmentLanes', '+binding x', '+binding stats', '+binding y#17', '+struct Params#4',
-        '// alias FV', '+alias FV#2', '+const VW#2', 'struct Addends#2', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#4', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
-        '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec2f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override paramsF16',
-        '+override segmentLanes#2', '+override workgroupSize#4', '+binding gamma', '+binding stats',
-        '+binding y#19', '+struct Params#4', '// alias FV', '+alias FV#3', '+const VW#3',
-        'struct Addends#2', '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#5', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns', '+override paramsF16',
-        '+override segmentLanes', '+binding x#3', '+binding bias#3', '+binding stats#2', '+binding y#21',
-        '+struct Params#6', '// alias FV', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+wide_half: }', 'fn bias_at#4', '+struct Addends', '+addends: return#2', '+fn sum_with#2',
-        '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk',
-        'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override paramsF16',
-        '+override segmentLanes', '+binding x#4', '+binding bias#3', '+binding stats#2', '+binding y#22',
-        '+struct Params#6', '// alias FV', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#2', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return',
-        '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#4', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
-        '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f32-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep', '+override paramsF16',
-        '+override segmentLanes#2', '+override workgroupSize#3', '+binding bias#3', '+binding stats#2',
-        '+binding y#23', '+struct Params#6', '// alias FV', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#3', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#2',
-        '+struct Addends', '+addends: return#2', '+fn sum_with#2', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
-        '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneColumns#2', '+override paramsF16',
-        '+override segmentLanes', '+binding x#3', '+binding bias#3', '+binding stats#2', '+binding y#21',
-        '+struct Params#6', '// alias FV', '+alias FV', '+const VW', 'fn bias_at#4', '+struct Addends#3',
-        '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk',
-        'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override paramsF16',
-        '+override segmentLanes', '+binding x#2', '+binding stats#2', '+binding y#22', '+struct Params#6',
-        '// alias FV', '+alias FV#2', '+const VW#2', 'fn bias_at#5', '+gather_bias: return',
-        '+struct Addends#3', '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#4', '+fn gather_beta',
-        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f32-skip-full-normalize': (
-        'override DISPATCH_FOLD_WIDTH#9', '+override laneChannelStep#2', '+override paramsF16',
-        '+override segmentLanes#2', '+override workgroupSize#2', '+binding stats#2', '+binding y#23',
-        '+struct Params#6', '// alias FV', '+alias FV#3', '+const VW#3', 'fn bias_at#5',
-        '+gather_bias: return#2', '+struct Addends#3', '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#5',
-        '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let a',
-        '+main: var v',
-    ),
-    'skip-group-norm-slab.f16-normalize': (
-        'enable#4', '+override laneColumns', '+override paramsF16', '+override segmentLanes',
-        '+binding x#6', '+binding gamma', '+binding stats', '+binding y#24', '+struct Params#4',
-        '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'fn skip_at', '+gather_skip: return',
-        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at#4',
-        'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk', 'main: if', '+main: let a',
-        '+main: var v',
-    ),
-    'skip-group-norm-slab.f16-normalize-write-sum': (
-        'enable#4', '+override laneColumns#2', '+override paramsF16', '+override segmentLanes',
-        '+binding sumOut#17', '+binding gamma#2', '+binding y#25', '+struct Params#5', '// alias FV',
-        '+alias FV#4', '+const VW', 'fn gamma_at#4', 'fn gather_gamma#3', '+wide_half: }',
-        'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec4f16-normalize': (
-        'enable#4', '+override laneChannelStep', '+override paramsF16', '+override segmentLanes',
-        '+binding x#7', '+binding gamma', '+binding stats', '+binding y#26', '+struct Params#4',
-        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half', 'fn skip_at', '+gather_skip: return#2',
-        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at#4',
-        'fn gather_gamma#4', '+fn gather_beta', '+gather_beta: return', 'fn balanced_chunk', 'main: if',
-        '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec4f16-normalize-write-sum': (
-        'enable#4', '+override laneChannelStep#2', '+override paramsF16', '+override segmentLanes',
-        '+binding sumOut#18', '+binding gamma#2', '+binding y#27', '+struct Params#5', '// alias FV',
-        '+alias FV#5', '+const VW#2', 'fn gamma_at#4', 'fn gather_gamma#4', '+fn gather_beta',
-        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec2f16-normalize': (
-        'enable#4', '+override laneChannelStep', '+override paramsF16', '+override segmentLanes',
-        '+binding x#8', '+binding gamma', '+binding stats', '+binding y#28', '+struct Params#4',
-        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half', 'fn skip_at', '+gather_skip: return#3',
-        '+struct Addends', '+addends: return', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at#4',
-        'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return#2', 'fn balanced_chunk', 'main: if',
-        '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec2f16-normalize-write-sum': (
-        'enable#4', '+override laneChannelStep#2', '+override paramsF16', '+override segmentLanes',
-        '+binding sumOut#19', '+binding gamma#2', '+binding y#29', '+struct Params#5', '// alias FV',
-        '+alias FV#6', '+const VW#3', 'fn gamma_at#4', 'fn gather_gamma#5', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: for', '+main: var v',
-    ),
-    'skip-group-norm-slab.f16-skip-full-normalize': (
-        'enable#4', '+override laneColumns#2', '+override paramsF16', '+override segmentLanes',
-        '+binding x#6', '+binding gamma', '+binding stats', '+binding y#24', '+struct Params#4',
-        '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'struct Addends#2', '+fn sum_at#2',
-        'fn gamma_at#4', 'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk', 'main: if',
-        '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec4f16-skip-full-normalize': (
-        'enable#4', '+override laneChannelStep#2', '+override paramsF16', '+override segmentLanes',
-        '+binding x#9', '+binding gamma', '+binding stats', '+binding y#26', '+struct Params#4',
-        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half', 'struct Addends#2', '+fn sum_at#2',
-        'fn gamma_at#4', 'fn gather_gamma#4', '+fn gather_beta', '+gather_beta: return',
-        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.vec2f16-skip-full-normalize': (
-        'enable#4', '+override laneChannelStep#2', '+override paramsF16', '+override segmentLanes',
-        '+binding x#10', '+binding gamma', '+binding stats', '+binding y#28', '+struct Params#4',
-        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half', 'struct Addends#2', '+fn sum_at#2',
-        'fn gamma_at#4', 'fn gather_gamma#5', '+fn gather_beta', '+gather_beta: return#2',
-        'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-f16-normalize': (
-        'enable#4', '+override laneColumns', '+override paramsF16', '+override segmentLanes',
-        '+binding x#6', '+binding bias#4', '+binding stats#2', '+binding y#30', '+struct Params#6',
-        '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'fn skip_at', '+gather_skip: return',
-        '+wide_half: }', 'fn bias_at#4', '+struct Addends', '+addends: return#2', '+fn sum_with#2',
-        '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk',
-        'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f16-normalize': (
-        'enable#4', '+override laneChannelStep', '+override paramsF16', '+override segmentLanes',
-        '+binding x#7', '+binding bias#4', '+binding stats#2', '+binding y#31', '+struct Params#6',
-        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half', 'fn skip_at', '+gather_skip: return#2',
-        '+wide_half: }', 'fn bias_at#5', '+gather_bias: return', '+struct Addends', '+addends: return#2',
-        '+fn sum_with#2', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#4', '+fn gather_beta',
-        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f16-normalize': (
-        'enable#4', '+override laneChannelStep', '+override paramsF16', '+override segmentLanes',
-        '+binding x#8', '+binding bias#4', '+binding stats#2', '+binding y#32', '+struct Params#6',
-        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half', 'fn skip_at', '+gather_skip: return#3',
-        '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#2', '+struct Addends', '+addends: return#2',
-        '+fn sum_with#2', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#5', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-f16-skip-full-normalize': (
-        'enable#4', '+override laneColumns#2', '+override paramsF16', '+override segmentLanes',
-        '+binding x#6', '+binding bias#4', '+binding stats#2', '+binding y#30', '+struct Params#6',
-        '// alias FV', '+alias FV#4', '+const VW', 'fn half', 'fn bias_at#4', '+struct Addends#3',
-        '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#3', '+wide_half: }', 'fn balanced_chunk',
-        'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec4f16-skip-full-normalize': (
-        'enable#4', '+override laneChannelStep#2', '+override paramsF16', '+override segmentLanes',
-        '+binding x#9', '+binding bias#4', '+binding stats#2', '+binding y#31', '+struct Params#6',
-        '// alias FV', '+alias FV#5', '+const VW#2', 'fn half', 'fn bias_at#5', '+gather_bias: return',
-        '+struct Addends#3', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#4', '+fn gather_beta',
-        '+gather_beta: return', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-slab.has-bias-vec2f16-skip-full-normalize': (
-        'enable#4', '+override laneChannelStep#2', '+override paramsF16', '+override segmentLanes',
-        '+binding x#10', '+binding bias#4', '+binding stats#2', '+binding y#32', '+struct Params#6',
-        '// alias FV', '+alias FV#6', '+const VW#3', 'fn half', 'fn bias_at#5', '+gather_bias: return#2',
-        '+struct Addends#3', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#5', '+fn gather_beta',
-        '+gather_beta: return#2', 'fn balanced_chunk', 'main: if', '+main: let a', '+main: var v',
-    ),
-    'skip-group-norm-combine.only': (
-        'override DISPATCH_FOLD_WIDTH#10', 'fn refined_quotient', 'fn pack_stats',
-    ),
-    'skip-group-norm-fused.f32': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding gamma', '+binding y#16',
-        '+struct Params#7', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn main', '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding gamma', '+binding y#16',
-        '+binding sumOut#20', '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at',
-        'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec4f32': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#4', '+binding gamma', '+binding y#18',
-        '+struct Params#7', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#4', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at',
-        'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec4f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#4', '+binding gamma', '+binding y#3',
-        '+struct Params#8', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#4', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at',
-        'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2',
-        '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec2f32': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize#3', '+binding gamma', '+binding y#20',
-        '+struct Params#7', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#5', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at',
-        'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec2f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize#3', '+binding gamma', '+binding y#2',
-        '+struct Params#8', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#5', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at',
-        'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2',
-        '+main: let s#4',
-    ),
-    'skip-group-norm-fused.f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding gamma', '+binding y#16',
-        '+struct Params#7', '// alias FV#2', '+alias FV', '+const VW', 'struct Addends#2', '+fn sum_at',
-        'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding gamma', '+binding y#16',
-        '+binding sumOut#20', '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW',
-        'struct Addends#2', '+fn sum_at', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3',
-        '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec4f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x', '+binding y#18', '+struct Params#7',
-        '// alias FV#2', '+alias FV#2', '+const VW#2', 'struct Addends#2', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec4f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x', '+binding y#3', '+struct Params#8',
-        '// alias FV#2', '+alias FV#2', '+const VW#2', 'struct Addends#2', '+fn sum_at', 'fn stored_sum',
-        'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec2f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize#4', '+binding gamma', '+binding y#20',
-        '+struct Params#7', '// alias FV#2', '+alias FV#3', '+const VW#3', 'struct Addends#2', '+fn sum_at',
-        'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec2f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize#4', '+binding gamma', '+binding y#2',
-        '+struct Params#8', '// alias FV#2', '+alias FV#3', '+const VW#3', 'struct Addends#2', '+fn sum_at',
-        'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2',
-        '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-f32': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding bias#3', '+binding y#15',
-        '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at', '+gather_skip: return',
-        '+wide_half: }', 'fn bias_at#4', '+struct Addends', '+addends: return#4', '+fn sum_with#2',
-        '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s',
-        '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding bias#3', '+binding y#15',
-        '+binding sumOut#21', '+struct Params#9', '// alias FV#2', '+alias FV', '+const VW', 'fn skip_at',
-        '+gather_skip: return', '+wide_half: }', 'fn bias_at#4', '+struct Addends', '+addends: return#4',
-        '+fn sum_with#2', '+fn sum_at', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3',
-        '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f32': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#4', '+binding bias#3', '+binding y#17',
-        '+struct Params#8', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#4', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#3',
-        '+struct Addends', '+addends: return#4', '+fn sum_with#2', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#4', '+binding bias#3', '+binding y#6',
-        '+struct Params#9', '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn skip_at',
-        '+gather_skip: return#4', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#3',
-        '+struct Addends', '+addends: return#4', '+fn sum_with#2', '+fn sum_at', 'fn stored_sum',
-        'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f32': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize#3', '+binding bias#3', '+binding y#19',
-        '+struct Params#8', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#5', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#4',
-        '+struct Addends', '+addends: return#4', '+fn sum_with#2', '+fn sum_at', 'fn gamma_at#4',
-        'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
-        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f32-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize#3', '+binding bias#3', '+binding y#4',
-        '+struct Params#9', '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn skip_at',
-        '+gather_skip: return#5', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#4',
-        '+struct Addends', '+addends: return#4', '+fn sum_with#2', '+fn sum_at', 'fn stored_sum',
-        'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding bias#3', '+binding y#15',
-        '+struct Params#8', '// alias FV#2', '+alias FV', '+const VW', 'fn bias_at#4', '+struct Addends#3',
-        '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s',
-        '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#3', '+binding bias#3', '+binding y#15',
-        '+binding sumOut#21', '+struct Params#9', '// alias FV#2', '+alias FV', '+const VW', 'fn bias_at#4',
-        '+struct Addends#3', '+fn sum_at', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3',
-        '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#2', '+binding y#17', '+struct Params#8',
-        '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn bias_at#5', '+gather_bias: return#3',
-        '+struct Addends#3', '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s',
-        '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#11', '+binding x#2', '+binding y#6', '+struct Params#9',
-        '// alias FV#2', '+alias FV#2', '+const VW#2', 'fn bias_at#5', '+gather_bias: return#3',
-        '+struct Addends#3', '+fn sum_at', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#6',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f32-skip-full': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize', '+struct Params#8', '// alias FV#2',
-        '+alias FV#3', '+const VW#3', 'fn bias_at#5', '+gather_bias: return#4', '+struct Addends#3',
-        '+fn sum_at', 'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2',
-        '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f32-skip-full-write-sum': (
-        'override DISPATCH_FOLD_WIDTH#12', '+override workgroupSize#2', '+binding y#4', '+struct Params#9',
-        '// alias FV#2', '+alias FV#3', '+const VW#3', 'fn bias_at#5', '+gather_bias: return#4',
-        '+struct Addends#3', '+fn sum_at', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#7',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.f16': (
-        'enable#5', '+binding x#6', '+binding gamma', '+binding y#25', '+struct Params#7', '// alias FV#2',
-        '+alias FV#4', '+const VW', 'fn half', 'fn skip_at', '+gather_skip: return', '+struct Addends',
-        '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#3',
-        '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.f16-write-sum': (
-        'enable#5', '+binding x#6', '+binding gamma', '+binding y#25', '+binding sumOut#22',
-        '+struct Params#8', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half', 'fn skip_at',
-        '+gather_skip: return', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at#2',
-        'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec4f16': (
-        'enable#5', '+binding x#7', '+binding gamma', '+binding y#27', '+struct Params#7', '// alias FV#2',
-        '+alias FV#5', '+const VW#2', 'fn half', 'fn skip_at', '+gather_skip: return#4', '+struct Addends',
-        '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#6',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4',
-        '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec4f16-write-sum': (
-        'enable#5', '+binding x#7', '+binding gamma', '+binding y#27', '+binding sumOut#23',
-        '+struct Params#8', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half', 'fn skip_at',
-        '+gather_skip: return#4', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at#2',
-        'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2',
-        '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec2f16': (
-        'enable#5', '+binding x#8', '+binding gamma', '+binding y#29', '+struct Params#7', '// alias FV#2',
-        '+alias FV#6', '+const VW#3', 'fn half', 'fn skip_at', '+gather_skip: return#5', '+struct Addends',
-        '+addends: return#3', '+fn sum_with', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#7',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4',
-        '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec2f16-write-sum': (
-        'enable#5', '+binding x#8', '+binding gamma', '+binding y#29', '+binding sumOut#24',
-        '+struct Params#8', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half', 'fn skip_at',
-        '+gather_skip: return#5', '+struct Addends', '+addends: return#3', '+fn sum_with', '+fn sum_at#2',
-        'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2',
-        '+main: let s#4',
-    ),
-    'skip-group-norm-fused.f16-skip-full': (
-        'enable#5', '+binding x#6', '+binding gamma', '+binding y#25', '+struct Params#7', '// alias FV#2',
-        '+alias FV#4', '+const VW', 'fn half', 'struct Addends#2', '+fn sum_at#2', 'fn gamma_at#4',
-        'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum',
-        'fn main', '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.f16-skip-full-write-sum': (
-        'enable#5', '+binding x#6', '+binding gamma', '+binding y#25', '+binding sumOut#22',
-        '+struct Params#8', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half', 'struct Addends#2',
-        '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2',
-        'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main', '+main: let shift#3',
-        '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec4f16-skip-full': (
-        'enable#5', '+binding x#9', '+binding gamma', '+binding y#27', '+struct Params#7', '// alias FV#2',
-        '+alias FV#5', '+const VW#2', 'fn half', 'struct Addends#2', '+fn sum_at#2', 'fn gamma_at#4',
-        'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec4f16-skip-full-write-sum': (
-        'enable#5', '+binding x#9', '+binding gamma', '+binding y#27', '+binding sumOut#23',
-        '+struct Params#8', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half', 'struct Addends#2',
-        '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.vec2f16-skip-full': (
-        'enable#5', '+binding x#10', '+binding gamma', '+binding y#29', '+struct Params#7', '// alias FV#2',
-        '+alias FV#6', '+const VW#3', 'fn half', 'struct Addends#2', '+fn sum_at#2', 'fn gamma_at#4',
-        'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
-        '+main: let shift#4', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.vec2f16-skip-full-write-sum': (
-        'enable#5', '+binding x#10', '+binding gamma', '+binding y#29', '+binding sumOut#24',
-        '+struct Params#8', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half', 'struct Addends#2',
-        '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s#3',
-        '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-f16': (
-        'enable#5', '+binding x#6', '+binding bias#4', '+binding y#24', '+struct Params#8', '// alias FV#2',
-        '+alias FV#4', '+const VW', 'fn half', 'fn skip_at', '+gather_skip: return', '+wide_half: }',
-        'fn bias_at#4', '+struct Addends', '+addends: return#4', '+fn sum_with#2', '+fn sum_at#2',
-        'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-f16-write-sum': (
-        'enable#5', '+binding x#6', '+binding bias#4', '+binding y#24', '+binding sumOut#25',
-        '+struct Params#9', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half', 'fn skip_at',
-        '+gather_skip: return', '+wide_half: }', 'fn bias_at#4', '+struct Addends', '+addends: return#4',
-        '+fn sum_with#2', '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3',
-        '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f16': (
-        'enable#5', '+binding x#7', '+binding bias#4', '+binding y#26', '+struct Params#8', '// alias FV#2',
-        '+alias FV#5', '+const VW#2', 'fn half', 'fn skip_at', '+gather_skip: return#4', '+wide_half: }',
-        'fn bias_at#5', '+gather_bias: return#3', '+struct Addends', '+addends: return#4', '+fn sum_with#2',
-        '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2',
-        '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f16-write-sum': (
-        'enable#5', '+binding x#7', '+binding bias#4', '+binding y#26', '+binding sumOut#26',
-        '+struct Params#9', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half', 'fn skip_at',
-        '+gather_skip: return#4', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#3',
-        '+struct Addends', '+addends: return#4', '+fn sum_with#2', '+fn sum_at#2', 'fn stored_sum',
-        'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2',
-        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f16': (
-        'enable#5', '+binding x#8', '+binding bias#4', '+binding y#28', '+struct Params#8', '// alias FV#2',
-        '+alias FV#6', '+const VW#3', 'fn half', 'fn skip_at', '+gather_skip: return#5', '+wide_half: }',
-        'fn bias_at#5', '+gather_bias: return#4', '+struct Addends', '+addends: return#4', '+fn sum_with#2',
-        '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s', '+main: let d#2',
-        '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f16-write-sum': (
-        'enable#5', '+binding x#8', '+binding bias#4', '+binding y#28', '+binding sumOut#27',
-        '+struct Params#9', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half', 'fn skip_at',
-        '+gather_skip: return#5', '+wide_half: }', 'fn bias_at#5', '+gather_bias: return#4',
-        '+struct Addends', '+addends: return#4', '+fn sum_with#2', '+fn sum_at#2', 'fn stored_sum',
-        'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3',
-        'fn main', '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-f16-skip-full': (
-        'enable#5', '+binding x#6', '+binding bias#4', '+binding y#24', '+struct Params#8', '// alias FV#2',
-        '+alias FV#4', '+const VW', 'fn half', 'fn bias_at#4', '+struct Addends#3', '+fn sum_at#2',
-        'fn gamma_at#4', 'fn gather_gamma#3', '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK',
-        'fn lanes_sum', 'fn main', '+main: let shift#3', '+main: let s', '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-f16-skip-full-write-sum': (
-        'enable#5', '+binding x#6', '+binding bias#4', '+binding y#24', '+binding sumOut#25',
-        '+struct Params#9', '// alias FV#2', '+alias FV#4', '+const VW', 'fn half', 'fn bias_at#4',
-        '+struct Addends#3', '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at#4', 'fn gather_gamma#3',
-        '+var slots#2', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum', 'fn main',
-        '+main: let shift#3', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f16-skip-full': (
-        'enable#5', '+binding x#9', '+binding bias#4', '+binding y#26', '+struct Params#8', '// alias FV#2',
-        '+alias FV#5', '+const VW#2', 'fn half', 'fn bias_at#5', '+gather_bias: return#3',
-        '+struct Addends#3', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#6', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main', '+main: let shift#4', '+main: let s',
-        '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec4f16-skip-full-write-sum': (
-        'enable#5', '+binding x#9', '+binding bias#4', '+binding y#26', '+binding sumOut#26',
-        '+struct Params#9', '// alias FV#2', '+alias FV#5', '+const VW#2', 'fn half', 'fn bias_at#5',
-        '+gather_bias: return#3', '+struct Addends#3', '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at#4',
-        'fn gather_gamma#6', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#2', 'fn main',
-        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f16-skip-full': (
-        'enable#5', '+binding x#10', '+binding bias#4', '+binding y#28', '+struct Params#8',
-        '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half', 'fn bias_at#5', '+gather_bias: return#4',
-        '+struct Addends#3', '+fn sum_at#2', 'fn gamma_at#4', 'fn gather_gamma#7', 'fn refined_quotient',
-        'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main', '+main: let shift#4', '+main: let s',
-        '+main: let d#2', '+main: let s#2',
-    ),
-    'skip-group-norm-fused.has-bias-vec2f16-skip-full-write-sum': (
-        'enable#5', '+binding x#10', '+binding bias#4', '+binding y#28', '+binding sumOut#27',
-        '+struct Params#9', '// alias FV#2', '+alias FV#6', '+const VW#3', 'fn half', 'fn bias_at#5',
-        '+gather_bias: return#4', '+struct Addends#3', '+fn sum_at#2', 'fn stored_sum', 'fn gamma_at#4',
-        'fn gather_gamma#7', 'fn refined_quotient', 'const STATS_BLOCK', 'fn lanes_sum#3', 'fn main',
-        '+main: let shift#4', '+main: let s#3', '+main: let d#2', '+main: let s#4',
+    'skip-group-norm-row-registers.vec2f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4f32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec4u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.vec2u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec4u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-vec2u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec4u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.has-bias-vec2u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec4u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket96': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket96-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket80': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket80-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket8': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket8-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket64': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket64-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket48': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket48-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket32': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket24': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket24-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket16': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-row-registers.exact-row-has-bias-vec2u32-words-bucket16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-row-registers.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('split', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('rowCount', 'u32'), ('numGroups', 'u32'), ('channelsPerGroup', 'u32'), ('spatial', 'u32'), ('groupUnits', 'u32'), ('positionUnits', 'u32'), ('positionLanes', 'u32'), ('groupValues', 'u32'), ('skipItemUnits', 'u32'), ('skipPositionUnits', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('256',)), (16, ('workgroupSize',)), (4, ())),
+        uses_subgroups=True,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.f32-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.f32-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f32-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f32-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f32-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f32-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.f32-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.f32-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f32-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f32-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f32-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f32-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f32-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f32-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f32-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f32-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f32-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f32-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f32-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f32-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.f16-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.f16-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f16-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f16-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f16-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f16-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.f16-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.f16-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f16-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f16-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f16-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'partials'), (3, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f16-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'sumOut'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f16-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f16-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f16-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f16-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f16-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f16-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f16-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f16-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'partials'), (4, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'sumOut'), (4, 'partials'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.f32-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.f32-normalize-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'sumOut'), (1, 'gamma'), (2, 'beta'), (3, 'stats'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f32-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f32-normalize-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'sumOut'), (1, 'gamma'), (2, 'beta'), (3, 'stats'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f32-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f32-normalize-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'sumOut'), (1, 'gamma'), (2, 'beta'), (3, 'stats'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.f32-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f32-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f32-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f32-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f32-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f32-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f32-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f32-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f32-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.f16-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.f16-normalize-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'sumOut'), (1, 'gamma'), (2, 'beta'), (3, 'stats'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f16-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f16-normalize-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'sumOut'), (1, 'gamma'), (2, 'beta'), (3, 'stats'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f16-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f16-normalize-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'sumOut'), (1, 'gamma'), (2, 'beta'), (3, 'stats'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-slab.f16-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec4f16-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.vec2f16-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'stats'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f16-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f16-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f16-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numChannels', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-f16-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec4f16-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-slab.has-bias-vec2f16-skip-full-normalize': ShaderInterface(
+        template='templates/skip-group-norm-slab.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('blocksPerItem', 'u32'), ('channelDivisor', 'u32'), ('channelsPerGroup', 'u32'), ('groupStride', 'u32'), ('groupsPerBlock', 'u32'), ('itemStride', 'u32'), ('laneChannelStep', 'u32'), ('laneColumns', 'u32'), ('laneRows', 'u32'), ('layoutChannelsLast', 'u32'), ('numGroups', 'u32'), ('outerStride', 'u32'), ('paramsF16', 'u32'), ('segmentLanes', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('tileCount', 'u32'), ('tileWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=(),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'stats'), (6, 'y'), (7, 'params')),
+    ),
+    'skip-group-norm-combine.only': ShaderInterface(
+        template='templates/skip-group-norm-combine.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('channelsPerGroup', 'u32'), ('groupValues', 'u32'), ('layoutChannelsLast', 'u32'), ('rowCount', 'u32'), ('slabCount', 'u32'), ('slabUnits', 'u32'), ('vectorWidth', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'partials'), (1, 'stats'), (2, 'params')),
+    ),
+    'skip-group-norm-fused.f32': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.f32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f32': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f32': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.f32-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.f32-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f32-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f32-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f32-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f32-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f32': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f32': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f32': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f32-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f32-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f32-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f32-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f32-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f32-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f32-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.f16': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.f16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f16': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f16': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.f16-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.f16-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f16-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec4f16-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f16-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'params')),
+    ),
+    'skip-group-norm-fused.vec2f16-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'gamma'), (3, 'beta'), (4, 'y'), (5, 'sumOut'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f16': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f16': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f16': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f16-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f16-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-f16-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f16-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec4f16-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f16-skip-full': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'params')),
+    ),
+    'skip-group-norm-fused.has-bias-vec2f16-skip-full-write-sum': ShaderInterface(
+        template='templates/skip-group-norm-fused.wgsl.jinja',
+        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('paramsF16', 'u32'), ('workgroupSize', 'u32')),
+        params=(('epsilon', 'f32'), ('activation', 'u32'), ('numGroups', 'u32'), ('numChannels', 'u32'), ('channelsPerGroup', 'u32'), ('itemStride', 'u32'), ('groupStride', 'u32'), ('innerVectors', 'u32'), ('outerStride', 'u32'), ('channelDivisor', 'u32'), ('laneChannelStep', 'u32'), ('rowCount', 'u32'), ('rowVectors', 'u32'), ('groupValues', 'u32'), ('_pad0', 'u32'), ('_pad1', 'u32')),
+        workgroup_size='workgroupSize',
+        workgroup_arrays=((16, ('workgroupSize',)),),
+        uses_subgroups=False,
+        features=(('f16', 'shader-f16'),),
+        bindings=((0, 'x'), (1, 'skip'), (2, 'bias'), (3, 'gamma'), (4, 'beta'), (5, 'y'), (6, 'sumOut'), (7, 'params')),
     ),
 }
 # fmt: on
-
-
-def wgsl(name: str) -> str:
-    """The WGSL text of shader `name`."""
-    text = ""
-    for i, part in enumerate(SHADERS[name]):
-        if part.startswith("+"):
-            text += "\n" + PARTS[part[1:]]
-        else:
-            text += ("\n\n" if i else "") + PARTS[part]
-    return text

@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from .._runtime import Binding, fold_dispatch, make_pass, shader_table
-from .shaders import wgsl
+from .shaders import SHADERS
 
 ID = "split"
 PRIORITY = 110
@@ -215,9 +215,29 @@ def _stats(r, d, v):
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
-    numbers = {"workgroupSize": workgroup_size}
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "stats", "SkipGroupNorm.SlabStats", dispatch, uniforms, numbers, v=v)
+    numbers = {
+        "numGroups": v.num_groups,
+        "numChannels": v.num_channels,
+        "channelsPerGroup": v.channels_per_group,
+        "itemStride": v.item_stride,
+        "groupStride": v.group_stride,
+        "outerStride": v.outer_stride,
+        "channelDivisor": v.channel_divisor,
+        "laneChannelStep": v.lane_channel_step,
+        "layoutChannelsLast": v.layout_channels_last,
+        "groupsPerBlock": v.groups_per_block,
+        "blocksPerItem": v.blocks_per_item,
+        "tileWidth": v.tile_width,
+        "tileCount": v.tile_count,
+        "slabUnits": v.slab_units,
+        "slabCount": v.slab_count,
+        "laneColumns": v.lane_columns,
+        "laneRows": v.lane_rows,
+        "segmentLanes": v.segment_lanes,
+        "workgroupSize": workgroup_size,
+    }
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "stats", "SkipGroupNorm.SlabStats", dispatch, uniforms, numbers)
 
 
 def _combine(r, d, v):
@@ -233,9 +253,18 @@ def _combine(r, d, v):
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
-    numbers = {"workgroupSize": workgroup_size}
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "combine", "SkipGroupNorm.Combine", dispatch, uniforms, numbers, v=v)
+    numbers = {
+        "channelsPerGroup": v.channels_per_group,
+        "vectorWidth": v.vector_width,
+        "rowCount": v.row_count,
+        "groupValues": v.group_values,
+        "layoutChannelsLast": v.layout_channels_last,
+        "slabUnits": v.slab_units,
+        "slabCount": v.slab_count,
+        "workgroupSize": workgroup_size,
+    }
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "combine", "SkipGroupNorm.Combine", dispatch, uniforms, numbers)
 
 
 def _normalize(r, d, v):
@@ -253,15 +282,37 @@ def _normalize(r, d, v):
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
-    numbers = {"workgroupSize": workgroup_size}
-    # Every other number the shader declares is v's value of that name (DISPATCH_FOLD_WIDTH: fold_width).
-    return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers, v=v)
+    numbers = {
+        "numGroups": v.num_groups,
+        "numChannels": v.num_channels,
+        "channelsPerGroup": v.channels_per_group,
+        "itemStride": v.item_stride,
+        "groupStride": v.group_stride,
+        "outerStride": v.outer_stride,
+        "channelDivisor": v.channel_divisor,
+        "laneChannelStep": v.lane_channel_step,
+        "paramsF16": v.params_f16,
+        "layoutChannelsLast": v.layout_channels_last,
+        "groupsPerBlock": v.groups_per_block,
+        "blocksPerItem": v.blocks_per_item,
+        "tileWidth": v.tile_width,
+        "tileCount": v.tile_count,
+        "slabUnits": v.slab_units,
+        "slabCount": v.slab_count,
+        "laneColumns": v.lane_columns,
+        "laneRows": v.lane_rows,
+        "segmentLanes": v.segment_lanes,
+        "workgroupSize": workgroup_size,
+    }
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
 
 
-# Pass `stats`: its shaders by (hasBias, ioElement, skipFull, writeSum): the template values that
-# tell its specializations apart; the others are slabStage='stats', partials element type='vec4<f32>' or follow from these.
+# Pass `stats`: its shaders (shaders/<name>.wgsl) by (hasBias, ioElement, skipFull, writeSum): the
+# template values that tell its specializations apart; the others are slabStage='stats', partials element type='vec4<f32>' or follow from these.
 STATS_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/skip-group-norm-slab.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "X", "read-only-storage"),
@@ -271,49 +322,85 @@ STATS_SHADERS = shader_table(
         Binding(4, "partials", "intermediate", "partials", "storage"),
         Binding(5, "params", "uniform", "params", "uniform"),
     ),
-    # Every combination of these values: a name is the template's stem and a token a value.
+    # fmt: off
     shaders={
-        (
-            has_bias,
-            io_element,
-            skip_full,
-            write_sum,
-        ): f"skip-group-norm-slab.{has_bias_token}{io_element_token}{skip_full_token}-stats{write_sum_token}"
-        for has_bias, has_bias_token in ((False, ""), (True, "has-bias-"))
-        for io_element, io_element_token in (
-            ("f32", "f32"),
-            ("vec4<f32>", "vec4f32"),
-            ("vec2<f32>", "vec2f32"),
-            ("f16", "f16"),
-            ("vec4<f16>", "vec4f16"),
-            ("vec2<f16>", "vec2f16"),
-        )
-        for skip_full, skip_full_token in ((False, ""), (True, "-skip-full"))
-        for write_sum, write_sum_token in ((False, ""), (True, "-write-sum"))
+        (False, 'f32', False, False): 'skip-group-norm-slab.f32-stats',
+        (False, 'f32', False, True): 'skip-group-norm-slab.f32-stats-write-sum',
+        (False, 'vec4<f32>', False, False): 'skip-group-norm-slab.vec4f32-stats',
+        (False, 'vec4<f32>', False, True): 'skip-group-norm-slab.vec4f32-stats-write-sum',
+        (False, 'vec2<f32>', False, False): 'skip-group-norm-slab.vec2f32-stats',
+        (False, 'vec2<f32>', False, True): 'skip-group-norm-slab.vec2f32-stats-write-sum',
+        (False, 'f32', True, False): 'skip-group-norm-slab.f32-skip-full-stats',
+        (False, 'f32', True, True): 'skip-group-norm-slab.f32-skip-full-stats-write-sum',
+        (False, 'vec4<f32>', True, False): 'skip-group-norm-slab.vec4f32-skip-full-stats',
+        (False, 'vec4<f32>', True, True): 'skip-group-norm-slab.vec4f32-skip-full-stats-write-sum',
+        (False, 'vec2<f32>', True, False): 'skip-group-norm-slab.vec2f32-skip-full-stats',
+        (False, 'vec2<f32>', True, True): 'skip-group-norm-slab.vec2f32-skip-full-stats-write-sum',
+        (True, 'f32', False, False): 'skip-group-norm-slab.has-bias-f32-stats',
+        (True, 'f32', False, True): 'skip-group-norm-slab.has-bias-f32-stats-write-sum',
+        (True, 'vec4<f32>', False, False): 'skip-group-norm-slab.has-bias-vec4f32-stats',
+        (True, 'vec4<f32>', False, True): 'skip-group-norm-slab.has-bias-vec4f32-stats-write-sum',
+        (True, 'vec2<f32>', False, False): 'skip-group-norm-slab.has-bias-vec2f32-stats',
+        (True, 'vec2<f32>', False, True): 'skip-group-norm-slab.has-bias-vec2f32-stats-write-sum',
+        (True, 'f32', True, False): 'skip-group-norm-slab.has-bias-f32-skip-full-stats',
+        (True, 'f32', True, True): 'skip-group-norm-slab.has-bias-f32-skip-full-stats-write-sum',
+        (True, 'vec4<f32>', True, False): 'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats',
+        (True, 'vec4<f32>', True, True): 'skip-group-norm-slab.has-bias-vec4f32-skip-full-stats-write-sum',
+        (True, 'vec2<f32>', True, False): 'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats',
+        (True, 'vec2<f32>', True, True): 'skip-group-norm-slab.has-bias-vec2f32-skip-full-stats-write-sum',
+        (False, 'f16', False, False): 'skip-group-norm-slab.f16-stats',
+        (False, 'f16', False, True): 'skip-group-norm-slab.f16-stats-write-sum',
+        (False, 'vec4<f16>', False, False): 'skip-group-norm-slab.vec4f16-stats',
+        (False, 'vec4<f16>', False, True): 'skip-group-norm-slab.vec4f16-stats-write-sum',
+        (False, 'vec2<f16>', False, False): 'skip-group-norm-slab.vec2f16-stats',
+        (False, 'vec2<f16>', False, True): 'skip-group-norm-slab.vec2f16-stats-write-sum',
+        (False, 'f16', True, False): 'skip-group-norm-slab.f16-skip-full-stats',
+        (False, 'f16', True, True): 'skip-group-norm-slab.f16-skip-full-stats-write-sum',
+        (False, 'vec4<f16>', True, False): 'skip-group-norm-slab.vec4f16-skip-full-stats',
+        (False, 'vec4<f16>', True, True): 'skip-group-norm-slab.vec4f16-skip-full-stats-write-sum',
+        (False, 'vec2<f16>', True, False): 'skip-group-norm-slab.vec2f16-skip-full-stats',
+        (False, 'vec2<f16>', True, True): 'skip-group-norm-slab.vec2f16-skip-full-stats-write-sum',
+        (True, 'f16', False, False): 'skip-group-norm-slab.has-bias-f16-stats',
+        (True, 'f16', False, True): 'skip-group-norm-slab.has-bias-f16-stats-write-sum',
+        (True, 'vec4<f16>', False, False): 'skip-group-norm-slab.has-bias-vec4f16-stats',
+        (True, 'vec4<f16>', False, True): 'skip-group-norm-slab.has-bias-vec4f16-stats-write-sum',
+        (True, 'vec2<f16>', False, False): 'skip-group-norm-slab.has-bias-vec2f16-stats',
+        (True, 'vec2<f16>', False, True): 'skip-group-norm-slab.has-bias-vec2f16-stats-write-sum',
+        (True, 'f16', True, False): 'skip-group-norm-slab.has-bias-f16-skip-full-stats',
+        (True, 'f16', True, True): 'skip-group-norm-slab.has-bias-f16-skip-full-stats-write-sum',
+        (True, 'vec4<f16>', True, False): 'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats',
+        (True, 'vec4<f16>', True, True): 'skip-group-norm-slab.has-bias-vec4f16-skip-full-stats-write-sum',
+        (True, 'vec2<f16>', True, False): 'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats',
+        (True, 'vec2<f16>', True, True): 'skip-group-norm-slab.has-bias-vec2f16-skip-full-stats-write-sum',
     },
+    # fmt: on
 )
 
 
-# Pass `combine`: its shaders by (): the template values that
-# tell its specializations apart; the others are partials element type='vec4<f32>', stats element type='vec4<f32>' or follow from these.
+# Pass `combine`: its shaders (shaders/<name>.wgsl) by (): the
+# template values that tell its specializations apart; the others are partials element type='vec4<f32>', stats element type='vec4<f32>' or follow from these.
 COMBINE_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/skip-group-norm-combine.wgsl.jinja",
     bindings=(
         Binding(0, "partials", "intermediate", "partials", "read-only-storage"),
         Binding(1, "stats", "intermediate", "stats", "storage"),
         Binding(2, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (): "skip-group-norm-combine.only",
+        (): 'skip-group-norm-combine.only',
     },
+    # fmt: on
 )
 
 
-# Pass `normalize`: its shaders by (hasBias, ioElement, skipFull, writeSum): the template values that
-# tell its specializations apart; the others are slabStage='normalize', gamma element type='u32', beta element type='u32', stats element type='vec4<f32>' or follow from these.
+# Pass `normalize`: its shaders (shaders/<name>.wgsl) by (hasBias, ioElement, skipFull, writeSum): the
+# template values that tell its specializations apart; the others are slabStage='normalize', gamma element type='u32', beta element type='u32', stats element type='vec4<f32>' or follow from these.
 NORMALIZE_SHADERS = shader_table(
-    wgsl,
+    SHADERS,
+    package=__package__,
     template="templates/skip-group-norm-slab.wgsl.jinja",
     bindings=(
         Binding(0, "x", "input", "X", "read-only-storage"),
@@ -326,54 +413,56 @@ NORMALIZE_SHADERS = shader_table(
         Binding(7, "y", "output", "Y", "storage"),
         Binding(8, "params", "uniform", "params", "uniform"),
     ),
+    # fmt: off
     shaders={
-        (False, "f32", False, False): "skip-group-norm-slab.f32-normalize",
-        (False, "f32", False, True): "skip-group-norm-slab.f32-normalize-write-sum",
-        (False, "vec4<f32>", False, False): "skip-group-norm-slab.vec4f32-normalize",
-        (False, "vec4<f32>", False, True): "skip-group-norm-slab.vec4f32-normalize-write-sum",
-        (False, "vec2<f32>", False, False): "skip-group-norm-slab.vec2f32-normalize",
-        (False, "vec2<f32>", False, True): "skip-group-norm-slab.vec2f32-normalize-write-sum",
-        (False, "f32", True, False): "skip-group-norm-slab.f32-skip-full-normalize",
-        (False, "f32", True, True): "skip-group-norm-slab.f32-normalize-write-sum",
-        (False, "vec4<f32>", True, False): "skip-group-norm-slab.vec4f32-skip-full-normalize",
-        (False, "vec4<f32>", True, True): "skip-group-norm-slab.vec4f32-normalize-write-sum",
-        (False, "vec2<f32>", True, False): "skip-group-norm-slab.vec2f32-skip-full-normalize",
-        (False, "vec2<f32>", True, True): "skip-group-norm-slab.vec2f32-normalize-write-sum",
-        (True, "f32", False, False): "skip-group-norm-slab.has-bias-f32-normalize",
-        (True, "f32", False, True): "skip-group-norm-slab.f32-normalize-write-sum",
-        (True, "vec4<f32>", False, False): "skip-group-norm-slab.has-bias-vec4f32-normalize",
-        (True, "vec4<f32>", False, True): "skip-group-norm-slab.vec4f32-normalize-write-sum",
-        (True, "vec2<f32>", False, False): "skip-group-norm-slab.has-bias-vec2f32-normalize",
-        (True, "vec2<f32>", False, True): "skip-group-norm-slab.vec2f32-normalize-write-sum",
-        (True, "f32", True, False): "skip-group-norm-slab.has-bias-f32-skip-full-normalize",
-        (True, "f32", True, True): "skip-group-norm-slab.f32-normalize-write-sum",
-        (True, "vec4<f32>", True, False): "skip-group-norm-slab.has-bias-vec4f32-skip-full-normalize",
-        (True, "vec4<f32>", True, True): "skip-group-norm-slab.vec4f32-normalize-write-sum",
-        (True, "vec2<f32>", True, False): "skip-group-norm-slab.has-bias-vec2f32-skip-full-normalize",
-        (True, "vec2<f32>", True, True): "skip-group-norm-slab.vec2f32-normalize-write-sum",
-        (False, "f16", False, False): "skip-group-norm-slab.f16-normalize",
-        (False, "f16", False, True): "skip-group-norm-slab.f16-normalize-write-sum",
-        (False, "vec4<f16>", False, False): "skip-group-norm-slab.vec4f16-normalize",
-        (False, "vec4<f16>", False, True): "skip-group-norm-slab.vec4f16-normalize-write-sum",
-        (False, "vec2<f16>", False, False): "skip-group-norm-slab.vec2f16-normalize",
-        (False, "vec2<f16>", False, True): "skip-group-norm-slab.vec2f16-normalize-write-sum",
-        (False, "f16", True, False): "skip-group-norm-slab.f16-skip-full-normalize",
-        (False, "f16", True, True): "skip-group-norm-slab.f16-normalize-write-sum",
-        (False, "vec4<f16>", True, False): "skip-group-norm-slab.vec4f16-skip-full-normalize",
-        (False, "vec4<f16>", True, True): "skip-group-norm-slab.vec4f16-normalize-write-sum",
-        (False, "vec2<f16>", True, False): "skip-group-norm-slab.vec2f16-skip-full-normalize",
-        (False, "vec2<f16>", True, True): "skip-group-norm-slab.vec2f16-normalize-write-sum",
-        (True, "f16", False, False): "skip-group-norm-slab.has-bias-f16-normalize",
-        (True, "f16", False, True): "skip-group-norm-slab.f16-normalize-write-sum",
-        (True, "vec4<f16>", False, False): "skip-group-norm-slab.has-bias-vec4f16-normalize",
-        (True, "vec4<f16>", False, True): "skip-group-norm-slab.vec4f16-normalize-write-sum",
-        (True, "vec2<f16>", False, False): "skip-group-norm-slab.has-bias-vec2f16-normalize",
-        (True, "vec2<f16>", False, True): "skip-group-norm-slab.vec2f16-normalize-write-sum",
-        (True, "f16", True, False): "skip-group-norm-slab.has-bias-f16-skip-full-normalize",
-        (True, "f16", True, True): "skip-group-norm-slab.f16-normalize-write-sum",
-        (True, "vec4<f16>", True, False): "skip-group-norm-slab.has-bias-vec4f16-skip-full-normalize",
-        (True, "vec4<f16>", True, True): "skip-group-norm-slab.vec4f16-normalize-write-sum",
-        (True, "vec2<f16>", True, False): "skip-group-norm-slab.has-bias-vec2f16-skip-full-normalize",
-        (True, "vec2<f16>", True, True): "skip-group-norm-slab.vec2f16-normalize-write-sum",
+        (False, 'f32', False, False): 'skip-group-norm-slab.f32-normalize',
+        (False, 'f32', False, True): 'skip-group-norm-slab.f32-normalize-write-sum',
+        (False, 'vec4<f32>', False, False): 'skip-group-norm-slab.vec4f32-normalize',
+        (False, 'vec4<f32>', False, True): 'skip-group-norm-slab.vec4f32-normalize-write-sum',
+        (False, 'vec2<f32>', False, False): 'skip-group-norm-slab.vec2f32-normalize',
+        (False, 'vec2<f32>', False, True): 'skip-group-norm-slab.vec2f32-normalize-write-sum',
+        (False, 'f32', True, False): 'skip-group-norm-slab.f32-skip-full-normalize',
+        (False, 'f32', True, True): 'skip-group-norm-slab.f32-normalize-write-sum',
+        (False, 'vec4<f32>', True, False): 'skip-group-norm-slab.vec4f32-skip-full-normalize',
+        (False, 'vec4<f32>', True, True): 'skip-group-norm-slab.vec4f32-normalize-write-sum',
+        (False, 'vec2<f32>', True, False): 'skip-group-norm-slab.vec2f32-skip-full-normalize',
+        (False, 'vec2<f32>', True, True): 'skip-group-norm-slab.vec2f32-normalize-write-sum',
+        (True, 'f32', False, False): 'skip-group-norm-slab.has-bias-f32-normalize',
+        (True, 'f32', False, True): 'skip-group-norm-slab.f32-normalize-write-sum',
+        (True, 'vec4<f32>', False, False): 'skip-group-norm-slab.has-bias-vec4f32-normalize',
+        (True, 'vec4<f32>', False, True): 'skip-group-norm-slab.vec4f32-normalize-write-sum',
+        (True, 'vec2<f32>', False, False): 'skip-group-norm-slab.has-bias-vec2f32-normalize',
+        (True, 'vec2<f32>', False, True): 'skip-group-norm-slab.vec2f32-normalize-write-sum',
+        (True, 'f32', True, False): 'skip-group-norm-slab.has-bias-f32-skip-full-normalize',
+        (True, 'f32', True, True): 'skip-group-norm-slab.f32-normalize-write-sum',
+        (True, 'vec4<f32>', True, False): 'skip-group-norm-slab.has-bias-vec4f32-skip-full-normalize',
+        (True, 'vec4<f32>', True, True): 'skip-group-norm-slab.vec4f32-normalize-write-sum',
+        (True, 'vec2<f32>', True, False): 'skip-group-norm-slab.has-bias-vec2f32-skip-full-normalize',
+        (True, 'vec2<f32>', True, True): 'skip-group-norm-slab.vec2f32-normalize-write-sum',
+        (False, 'f16', False, False): 'skip-group-norm-slab.f16-normalize',
+        (False, 'f16', False, True): 'skip-group-norm-slab.f16-normalize-write-sum',
+        (False, 'vec4<f16>', False, False): 'skip-group-norm-slab.vec4f16-normalize',
+        (False, 'vec4<f16>', False, True): 'skip-group-norm-slab.vec4f16-normalize-write-sum',
+        (False, 'vec2<f16>', False, False): 'skip-group-norm-slab.vec2f16-normalize',
+        (False, 'vec2<f16>', False, True): 'skip-group-norm-slab.vec2f16-normalize-write-sum',
+        (False, 'f16', True, False): 'skip-group-norm-slab.f16-skip-full-normalize',
+        (False, 'f16', True, True): 'skip-group-norm-slab.f16-normalize-write-sum',
+        (False, 'vec4<f16>', True, False): 'skip-group-norm-slab.vec4f16-skip-full-normalize',
+        (False, 'vec4<f16>', True, True): 'skip-group-norm-slab.vec4f16-normalize-write-sum',
+        (False, 'vec2<f16>', True, False): 'skip-group-norm-slab.vec2f16-skip-full-normalize',
+        (False, 'vec2<f16>', True, True): 'skip-group-norm-slab.vec2f16-normalize-write-sum',
+        (True, 'f16', False, False): 'skip-group-norm-slab.has-bias-f16-normalize',
+        (True, 'f16', False, True): 'skip-group-norm-slab.f16-normalize-write-sum',
+        (True, 'vec4<f16>', False, False): 'skip-group-norm-slab.has-bias-vec4f16-normalize',
+        (True, 'vec4<f16>', False, True): 'skip-group-norm-slab.vec4f16-normalize-write-sum',
+        (True, 'vec2<f16>', False, False): 'skip-group-norm-slab.has-bias-vec2f16-normalize',
+        (True, 'vec2<f16>', False, True): 'skip-group-norm-slab.vec2f16-normalize-write-sum',
+        (True, 'f16', True, False): 'skip-group-norm-slab.has-bias-f16-skip-full-normalize',
+        (True, 'f16', True, True): 'skip-group-norm-slab.f16-normalize-write-sum',
+        (True, 'vec4<f16>', True, False): 'skip-group-norm-slab.has-bias-vec4f16-skip-full-normalize',
+        (True, 'vec4<f16>', True, True): 'skip-group-norm-slab.vec4f16-normalize-write-sum',
+        (True, 'vec2<f16>', True, False): 'skip-group-norm-slab.has-bias-vec2f16-skip-full-normalize',
+        (True, 'vec2<f16>', True, True): 'skip-group-norm-slab.vec2f16-normalize-write-sum',
     },
+    # fmt: on
 )
