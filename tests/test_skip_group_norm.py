@@ -248,7 +248,8 @@ def test_natural_cases_run_their_natural_variant(case, request):
 
 def test_sdxl_bench_shapes_take_the_measured_family_with_sane_geometry():
     """64 rows each: split for the 40960-value groups of 64x64x320, fused for 20480 and 10240 (the
-    H200 measurements behind SPLIT_MIN_GROUP_VALUES = 32768, in docs/PERFORMANCE.md)."""
+    H200 measurements behind SPLIT_MIN_GROUP_VALUES = 32768, in
+    docs/history/2026-12-performance-diary.md, "Kernel changes, round 2", change 6)."""
     assert len(BENCH_CASES) == 12
     for case in BENCH_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
@@ -261,9 +262,9 @@ def test_sdxl_bench_shapes_take_the_measured_family_with_sane_geometry():
             stats, combine, normalize = p.passes
             assert stats.dispatch == normalize.dispatch and combine.dispatch == (64, 1, 1)
             tiles, _, slabs = stats.dispatch
-            # 128 slabs of 32 positions an item (the defaults measured on the H200, docs/PERFORMANCE.md
-            # round 5); these caps allow 256 invocations, the H200's 1024: 160 lanes a position, 6
-            # positions a pass.
+            # 128 slabs of 32 positions an item (the defaults measured on the H200,
+            # docs/history/2026-12-performance-diary.md, round 5); these caps allow 256 invocations,
+            # the H200's 1024: 160 lanes a position, 6 positions a pass.
             assert (tiles, slabs) == (2, 128) and stats.workgroup_size == 256, (case["name"], stats.dispatch)
             assert {**combine.overrides, **combine.uniforms}["vectorWidth"] in (2, 4)
             if shapes["X"] == (2, 64, 64, 320) and dtypes["T"] == "float16":

@@ -110,8 +110,8 @@ fn normalized_unit(u: Unit, hi: f32, lo: f32, k: f32, b: f32) -> Unit {
 // constant at every call, so the test folds away): "exact", the row is UNITS whole sweeps of the
 // workgroup, so every unit; "last", UNITS is the row's own ceil(rowUnits / workgroupSize), so
 // every unit but the last; "any", a larger bucket, so the index decides. Measured on the H200
-// (docs/PERFORMANCE.md, session 7) with split as an override: 4-6 % off the UNet rows that fill
-// their bucket.
+// (docs/history/2026-12-performance-diary.md, session 7) with split as an override: 4-6 % off
+// the UNet rows that fill their bucket.
 fn held(j: u32, lid: u32) -> bool {
     return j + 1u < UNITS || j * workgroupSize + lid < params.rowUnits;
 }
@@ -289,7 +289,8 @@ fn store_unit(s: Store, walk: Walk, j: u32, u: Unit) -> Walk {
         // delta is subtracted from each value, not folded into the bias as bias - delta * k: on a
         // constant row of 1e12 delta is an ulp of 1e12 and k = 1 / sqrt(epsilon), so the folded
         // bias lost its own digits (Y came back 0), and an infinite scale made it inf - inf. The
-        // subtract costs 0.5-2 % on the H200 (docs/PERFORMANCE.md, session 8).
+        // subtract costs 0.5-2 % on the H200 (docs/history/2026-12-performance-diary.md,
+        // session 8).
         y[s.base + j * workgroupSize + s.lid] = normalized_unit(u, s.shift, s.delta, s.inv_std * affine.x, affine.y);
     }
     return Walk(select(walk.owner + 1u, 0u, walk.owner + 1u == split), advance(walk.at, s.step, params.spatialUnits));

@@ -53,7 +53,7 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 // used; the bucket's spare units reload the row's last unit (a cache hit). With exactRow (spatial
 // is UNITS * positionLanes, so every unit of every invocation lies in the row) there is no clamp
 // and no test: in_row() is true. (The share bounds below still come from the uniforms.) Measured
-// on the H200 (docs/PERFORMANCE.md, session 7).
+// on the H200 (docs/history/2026-12-performance-diary.md, session 7).
 //
 // S: (X + skip) + bias in f32, then rounded to T (exactly, by `half`, for f16) before anything
 // sees it, the same bits as the split and fused variants write. skip is bound as units like X in

@@ -55,7 +55,7 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 // used; the bucket's spare units reload the row's last unit (a cache hit). With exactRow (spatial
 // is UNITS * positionLanes, so every unit of every invocation lies in the row) there is no clamp
 // and no test: in_row() is true. (The share bounds below still come from the uniforms.) Measured
-// on the H200 (docs/PERFORMANCE.md, session 7).
+// on the H200 (docs/history/2026-12-performance-diary.md, session 7).
 //
 // S: (X + skip) + bias in f32, then rounded to T (exactly, by `half`, for f16) before anything
 // sees it, the same bits as the split and fused variants write. skip is bound as units like X in
@@ -121,7 +121,8 @@ fn half(v: FV) -> FV {
     let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
     let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
     // |v| >= 65520 times 2^113 is past f32's largest value: the infinity of v's sign (one multiply;
-    // building it from v's sign bit measured up to 2 % slower on the H200, PERFORMANCE.md).
+    // building it from v's sign bit measured up to 2 % slower on the H200:
+    // docs/history/2026-12-performance-diary.md, session 6).
     return select(round(v * inverse_q) * q, v * FV(0x1p+113f), a >= FV(65520.0));
 }
 

@@ -106,7 +106,8 @@ fn half(v: FV) -> FV {
     let q = max(bitcast<FV>((bitcast<FU>(a) & FU(0x7f800000u)) - FU(0x05000000u)), FV(0x1p-24f));
     let inverse_q = bitcast<FV>(FU(0x7f000000u) - bitcast<FU>(q));
     // |v| >= 65520 times 2^113 is past f32's largest value: the infinity of v's sign (one multiply;
-    // building it from v's sign bit measured up to 2 % slower on the H200, PERFORMANCE.md).
+    // building it from v's sign bit measured up to 2 % slower on the H200:
+    // docs/history/2026-12-performance-diary.md, session 6).
     return select(round(v * inverse_q) * q, v * FV(0x1p+113f), a >= FV(65520.0));
 }
 
