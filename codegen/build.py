@@ -217,7 +217,7 @@ def _template_paths(rendered) -> list[str]:
 
 def project_version(repo_root: Path) -> str:
     """`[project] version` of the pyproject.toml beside MANIFESTS (else the compiler's own): the one
-    source of the version, read by the wheel build too (build_backend/)."""
+    source of the version, which hatchling also writes into the wheel's metadata."""
     for path in (repo_root / "pyproject.toml", OWN_PYPROJECT):
         if path.exists():
             version = tomllib.loads(path.read_text()).get("project", {}).get("version")
