@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import os
 import tempfile
-import tomllib
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace

@@ -20,7 +20,7 @@ import importlib
 from ._runtime import ContractError, DeviceLostError, NoAdapterError, Sequence, Tensor, default_device
 from .registry import OpEntry, find_in, ops_of
 
-__version__ = "0.1.0"  # [project] version in pyproject.toml (the packaging tests check it)
+__version__ = "0.1.0"  # the distribution's version too (pyproject.toml: [tool.hatch.version])
 __all__ = [
     "ContractError",
     "DeviceLostError",

@@ -1,10 +1,11 @@
 """Packaging: the license, the metadata, and the wheel, sdist and editable install that pip builds.
 
-The build backend (build_backend/) is standard library only, so every build here runs offline
-with the pip of the test interpreter. The runtime wheel is installed into a fresh venv outside the
-repository (no pip in it, no system site-packages); wgpu and numpy, with what they need, come
-from the test interpreter's site-packages through a folder of links to exactly those
-distributions, so nothing of the repository (nor its editable install) is visible there.
+pyproject.toml builds with hatchling, which pip (and `python -m build`, for the sdist) installs from
+the package index into an isolated build environment, so these builds need the index. The runtime
+wheel is installed into a fresh venv outside the repository (no pip in it, no system site-packages);
+wgpu and numpy, with what they need, come from the test interpreter's site-packages through a folder
+of links to exactly those distributions, so nothing of the repository (nor its editable install) is
+visible there.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -37,7 +39,8 @@ from oracles import (
 
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
-VERSION = PROJECT["version"]
+# The one source of the version (pyproject.toml: dynamic, [tool.hatch.version]).
+VERSION = re.search(r'^__version__ = "([^"]+)"', (REPO / "generated" / "__init__.py").read_text(), re.M).group(1)
 DIST = f"webgpu_norm_kernels-{VERSION}"
 SPDX = "# SPDX-License-Identifier: Apache-2.0"
 
@@ -100,53 +103,108 @@ def test_metadata_is_consistent():
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory):
     out = tmp_path_factory.mktemp("wheel")
-    _pip("wheel", "--no-deps", "--no-index", "--wheel-dir", str(out), str(REPO))
+    _pip("wheel", "--no-deps", "--wheel-dir", str(out), str(REPO))
     (path,) = out.glob("*.whl")
     return path
 
 
-def test_the_wheel_holds_one_namespaced_package_and_its_license(wheel):
-    assert wheel.name == f"{DIST}-py3-none-any.whl"
-    names = zipfile.ZipFile(wheel).namelist()
-    tops = {name.split("/")[0] for name in names}
-    assert tops == {"webgpu_norm_kernels", f"{DIST}.dist-info"}, tops
-    generated = sorted(
-        p.relative_to(REPO / "generated").as_posix()
-        for p in (REPO / "generated").rglob("*")
+def _generated_files(root: Path) -> list[str]:
+    """Every file under root/generated but caches, relative to it."""
+    return sorted(
+        p.relative_to(root / "generated").as_posix()
+        for p in (root / "generated").rglob("*")
         if p.is_file() and "__pycache__" not in p.parts
     )
-    assert sorted(n.split("/", 1)[1] for n in names if n.startswith("webgpu_norm_kernels/")) == generated
-    archive = zipfile.ZipFile(wheel)
-    assert archive.read(f"{DIST}.dist-info/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
-    metadata = Metadata.from_email(archive.read(f"{DIST}.dist-info/METADATA"), validate=True)
-    assert (metadata.name, str(metadata.version), metadata.license_expression) == ("webgpu-norm-kernels", VERSION, "Apache-2.0")
-    assert metadata.license_files == ["LICENSE"] and str(metadata.requires_python) == ">=3.11"
-    assert [str(r) for r in metadata.requires_dist if not r.marker] == ["wgpu==0.32.*", "numpy"]
+
+
+def _metadata(text: bytes) -> Metadata:
+    metadata = Metadata.from_email(text, validate=True)
+    assert metadata.metadata_version == "2.4"  # PEP 639's; hatchling's default, 2.5, needs packaging>=26
+    assert (metadata.name, str(metadata.version)) == (PROJECT["name"], VERSION)
+    assert (metadata.license_expression, metadata.license_files) == ("Apache-2.0", ["LICENSE"])
+    assert str(metadata.requires_python) == ">=3.11"
+    assert sorted(str(r) for r in metadata.requires_dist if not r.marker) == sorted(PROJECT["dependencies"])
     assert set(metadata.provides_extra) == {"codegen", "test", "bench"}
+    return metadata
+
+
+def test_the_wheel_holds_one_namespaced_package_and_its_license(wheel):
+    assert wheel.name == f"{DIST}-py3-none-any.whl"
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    tops = {name.split("/")[0] for name in names}
+    assert tops == {"webgpu_norm_kernels", f"{DIST}.dist-info"}, tops
+    packaged = sorted(n.split("/", 1)[1] for n in names if n.startswith("webgpu_norm_kernels/"))
+    assert packaged == _generated_files(REPO)
+    assert archive.read(f"{DIST}.dist-info/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
+    _metadata(archive.read(f"{DIST}.dist-info/METADATA"))
+    assert "Generator: hatchling " in archive.read(f"{DIST}.dist-info/WHEEL").decode()
     assert "webgpu-norm-kernels = webgpu_norm_kernels.__main__:main" in archive.read(f"{DIST}.dist-info/entry_points.txt").decode()
+    # Reproducible: one fixed timestamp (SOURCE_DATE_EPOCH, else hatchling's), normalized permissions.
+    assert len({info.date_time for info in archive.infolist()}) == 1
+    assert {info.external_attr >> 16 & 0o777 for info in archive.infolist()} <= {0o644, 0o755}
+
+
+def test_the_wheel_takes_every_file_of_generated_but_caches(tmp_path):
+    """Shaders and data files in subfolders go in as they are; __pycache__ and *.pyc stay out."""
+    root = tmp_path / "tree"
+    root.mkdir()
+    for name in ("pyproject.toml", "README.md", "LICENSE", ".gitignore"):
+        shutil.copy2(REPO / name, root / name)
+    shutil.copytree(REPO / "generated", root / "generated", ignore=shutil.ignore_patterns("__pycache__"))
+    extra = {
+        "batch_normalization/shaders/stats.wgsl": "@compute @workgroup_size(64) fn main() {}\n",
+        "batch_normalization/data/tuning.json": "{}\n",
+        "data/nested/deeper/facts.json": "[]\n",
+    }
+    for relative, text in extra.items():
+        (root / "generated" / relative).parent.mkdir(parents=True, exist_ok=True)
+        (root / "generated" / relative).write_text(text)
+    (root / "generated" / "data" / "__pycache__").mkdir()
+    (root / "generated" / "data" / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"cache")
+    (root / "generated" / "stray.pyc").write_bytes(b"cache")
+    out = tmp_path / "out"
+    _pip("wheel", "--no-deps", "--wheel-dir", str(out), str(root), cwd=tmp_path)
+    (path,) = out.glob("*.whl")
+    names = zipfile.ZipFile(path).namelist()
+    packaged = sorted(n.split("/", 1)[1] for n in names if n.startswith("webgpu_norm_kernels/"))
+    expected = sorted(name for name in _generated_files(root) if not name.endswith(".pyc"))
+    assert packaged == expected and set(extra) <= set(packaged), packaged
+    assert not any("__pycache__" in n or n.endswith(".pyc") for n in names)
+
+
+SDIST_TOPS = {
+    "PKG-INFO", ".gitignore", "pyproject.toml", "README.md", "LICENSE", "codegen", "generated", "editable",
+    "manifests", "templates", "tests", "docs", "scripts", ".ci",
+}
 
 
 def test_the_sdist_has_the_sources_and_builds_the_same_wheel(wheel, tmp_path):
-    sys.path.insert(0, str(REPO / "build_backend"))
-    try:
-        import norm_kernels_backend as backend
-    finally:
-        sys.path.pop(0)
-    cwd = os.getcwd()
-    os.chdir(REPO)  # PEP 517 hooks run in the source tree
-    try:
-        sdist = tmp_path / backend.build_sdist(str(tmp_path))
-    finally:
-        os.chdir(cwd)
-    members = tarfile.open(sdist).getnames()
-    for needed in ("PKG-INFO", "LICENSE", "pyproject.toml", "README.md", "build_backend/norm_kernels_backend.py",
-                   "codegen/__main__.py", "codegen/emit.py", "generated/__init__.py", "scripts/bootstrap"):
+    out = tmp_path / "sdist"
+    _run([sys.executable, "-m", "build", "--sdist", "--outdir", str(out), str(REPO)], cwd=tmp_path)
+    (sdist,) = out.glob("*.tar.gz")
+    assert sdist.name == f"{DIST}.tar.gz"
+    with tarfile.open(sdist) as archive:
+        members = {m.name: m for m in archive.getmembers()}
+        pkg_info = archive.extractfile(f"{DIST}/PKG-INFO").read()
+    assert {name.split("/")[1] for name in members} == SDIST_TOPS
+    sources = [
+        "LICENSE", "pyproject.toml", "README.md", "codegen/__main__.py", "codegen/emit.py",
+        "generated/__init__.py", "editable/webgpu_norm_kernels/__main__.py", "scripts/bootstrap", ".ci/run",
+    ]
+    for needed in sources:
         assert f"{DIST}/{needed}" in members, needed
+    prefix = f"{DIST}/generated/"
+    assert sorted(m[len(prefix) :] for m in members if m.startswith(prefix)) == _generated_files(REPO)
     assert any(m.startswith(f"{DIST}/manifests/") and m.endswith("manifest.json") for m in members)
     assert any(m.startswith(f"{DIST}/templates/") and m.endswith(".wgsl.jinja") for m in members)
-    assert not any("__pycache__" in m for m in members)
+    assert not any("__pycache__" in m or m.endswith(".pyc") for m in members)
+    # scripts/bootstrap and .ci/run stay runnable; one fixed timestamp (reproducible)
+    assert members[f"{DIST}/scripts/bootstrap"].mode == members[f"{DIST}/.ci/run"].mode == 0o755
+    assert len({m.mtime for m in members.values()}) == 1
+    _metadata(pkg_info)
     rebuilt = tmp_path / "from-sdist"
-    _pip("wheel", "--no-deps", "--no-index", "--wheel-dir", str(rebuilt), str(sdist), cwd=tmp_path)
+    _pip("wheel", "--no-deps", "--wheel-dir", str(rebuilt), str(sdist), cwd=tmp_path)
     (again,) = rebuilt.glob("*.whl")
     assert again.read_bytes() == wheel.read_bytes()
 
@@ -237,20 +295,38 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
 
 
 def test_the_editable_install_imports_the_repository_packages(tmp_path):
-    """pip install -e . (scripts/bootstrap) gives codegen and generated from the repository, from any folder."""
+    """pip install -e . (scripts/bootstrap) gives codegen and generated from the repository, from any
+    folder, and a `webgpu-norm-kernels` command that runs generated's __main__."""
     environment = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(environment)
     python = environment / "bin" / "python"
-    _pip("--python", str(python), "install", "--no-deps", "--no-index", "-e", str(REPO), cwd=tmp_path)
-    # Found, not imported: the throwaway venv has neither numpy nor black.
+    purelib = "import sysconfig; print(sysconfig.get_path('purelib'))"
+    site = Path(_run([str(python), "-c", purelib]).stdout.strip())
+    _pip("--python", str(python), "install", "--no-deps", "-e", str(REPO), cwd=tmp_path)
+    # hatchling's dev mode: a .pth with the repository root and editable/, nothing copied.
+    (pth,) = site.glob("*.pth")
+    assert pth.read_text().split() == [str(REPO), str(REPO / "editable")]
+    installed = importlib.metadata.Distribution.at(next(site.glob(f"{DIST}.dist-info")))
+    assert not [f for f in installed.files if not str(f).startswith((f"{DIST}.dist-info/", pth.name, "../"))]
+    # Found, not imported: numpy is not in this venv yet.
     code = "import codegen.onnx_versions as v, importlib.util as u; print(v.__file__); print(u.find_spec('generated').origin)"
     result = _run([str(python), "-I", "-c", code], cwd=tmp_path)
     module, init = result.stdout.split()
     assert Path(module) == REPO / "codegen" / "onnx_versions.py" and Path(init) == REPO / "generated" / "__init__.py"
-    found = _run([str(python), "-I", "-c", "import importlib.util as u; print(u.find_spec('tests'), u.find_spec('webgpu_norm_kernels'))"], cwd=tmp_path)
-    assert found.stdout.split() == ["None", "None"]  # only the two packages, not the whole repository
-    # Its console script runs generated/'s __main__ (an audit found it pointed at webgpu_norm_kernels,
-    # which only the wheel installs): numpy is missing here, so the import gets that far and no further.
+    # The wheel's name is only the editable/ stand-in, for the command: none of the kernels.
+    code = "import webgpu_norm_kernels as k; print(k.__file__, hasattr(k, 'ops'))"
+    assert _run([str(python), "-I", "-c", code], cwd=tmp_path).stdout.split() == [
+        str(REPO / "editable" / "webgpu_norm_kernels" / "__init__.py"),
+        "False",
+    ]
+    # The command (webgpu_norm_kernels.__main__:main, as in the wheel) runs generated/'s __main__ from the
+    # repository: without numpy the import gets that far; with it, no command prints the usage (exit 2).
     script = environment / "bin" / "webgpu-norm-kernels"
     script_run = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
-    assert "No module named 'numpy'" in script_run.stderr and "webgpu_norm_kernels" not in script_run.stderr, script_run.stderr
+    assert "No module named 'numpy'" in script_run.stderr, script_run.stderr
+    assert f'File "{REPO / "generated" / "__init__.py"}"' in script_run.stderr, script_run.stderr
+    _link_farm(tmp_path / "deps", [str(r) for r in PROJECT["dependencies"]])
+    (site / "deps.pth").write_text(str(tmp_path / "deps") + "\n")
+    script_run = subprocess.run([str(script)], capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert script_run.returncode == 2, script_run.stderr
+    assert "usage: python -m generated COMMAND" in script_run.stderr, script_run.stderr
