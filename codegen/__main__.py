@@ -36,9 +36,16 @@ def parse_args(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(prog="python -m codegen", description=__doc__.splitlines()[0])
     parser.add_argument("manifests", type=Path, help="folder of <op id>/manifest.json")
     parser.add_argument("out", type=Path, help="the generated package folder")
-    parser.add_argument("--templates", type=Path, default=None, help="template folder (default: templates/ beside MANIFESTS)")
+    parser.add_argument(
+        "--templates", type=Path, default=None, help="template folder (default: templates/ beside MANIFESTS)"
+    )
     parser.add_argument("--check", action="store_true", help="change nothing; exit 1 listing stale files")
-    parser.add_argument("--only", action="append", default=[], help="op id, name or module name to build (repeatable): writes only that op's files")
+    parser.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        help="op id, name or module name to build (repeatable): writes only that op's files",
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     templates = args.templates or args.manifests.resolve().parent / "templates"

@@ -16,7 +16,18 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
-from .emit import Source, banner, emit_cases, emit_op_init, emit_ops_table, emit_shaders_module, emit_variant, format_source, module_name, shader_file_text
+from .emit import (
+    Source,
+    banner,
+    emit_cases,
+    emit_op_init,
+    emit_ops_table,
+    emit_shaders_module,
+    emit_variant,
+    format_source,
+    module_name,
+    shader_file_text,
+)
 from .expr import snake
 from .manifest import load_manifests
 from .problems import CompileError, Problem
@@ -168,13 +179,20 @@ def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:
     shaders' interface records (shaders.py) and a file a shader (shaders/<name>.wgsl)."""
 
     def sources(items) -> list[Source]:
-        return [Source(op.ir.source, op.ir.sha256)] + [Source(t, snapshot.sha256(t)) for t in _template_paths(items)]
+        return [Source(op.ir.source, op.ir.sha256)] + [
+            Source(t, snapshot.sha256(t)) for t in _template_paths(items)
+        ]
 
     package = module_name(op)
-    files: dict[str, object] = {f"{package}/__init__.py": emit_op_init(op, rendered, banner(sources(rendered)))}
+    files: dict[str, object] = {
+        f"{package}/__init__.py": emit_op_init(op, rendered, banner(sources(rendered)))
+    }
     folder = f"{snapshot.manifests}/{op.ir.id}"
     case_files = {
-        name: (Source(f"{folder}/{name}", snapshot.sha256(f"{folder}/{name}")), snapshot.text(f"{folder}/{name}"))
+        name: (
+            Source(f"{folder}/{name}", snapshot.sha256(f"{folder}/{name}")),
+            snapshot.text(f"{folder}/{name}"),
+        )
         for name in CASE_FILES
         if snapshot.has(f"{folder}/{name}")
     }
@@ -187,7 +205,9 @@ def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:
         files[f"{package}/shaders/{shader.name}.wgsl"] = shader_file_text(shader)
     for variant in op.variants:
         mine = [item for item in rendered if item.variant is variant]
-        files[f"{package}/{variant.ir.id}.py"] = emit_variant(op, variant, mine, shaders, banner(sources(mine)))
+        files[f"{package}/{variant.ir.id}.py"] = emit_variant(
+            op, variant, mine, shaders, banner(sources(mine))
+        )
     return files
 
 
@@ -240,8 +260,15 @@ def _leftovers(files: dict[str, str], out: Path) -> list[Path]:
         relative = path.relative_to(out).as_posix()
         if relative in files or "__pycache__" in path.parts:
             continue
-        in_package = len(path.relative_to(out).parts) > 1 and (out / path.relative_to(out).parts[0] / "__init__.py").exists()
-        if (relative in TOP_LEVEL_FILES or in_package) and not relative.startswith("_runtime/") and carries_banner(path):
+        in_package = (
+            len(path.relative_to(out).parts) > 1
+            and (out / path.relative_to(out).parts[0] / "__init__.py").exists()
+        )
+        if (
+            (relative in TOP_LEVEL_FILES or in_package)
+            and not relative.startswith("_runtime/")
+            and carries_banner(path)
+        ):
             found.append(path)
     return found
 
@@ -249,7 +276,10 @@ def _leftovers(files: dict[str, str], out: Path) -> list[Path]:
 def _hand_written_in_the_way(files: dict[str, str], out: Path) -> list[Problem]:
     """Files the build would replace that do not carry the banner: hand-written, never overwritten."""
     return [
-        Problem(None, f"{out / relative}: a hand-written file (no Generated banner) where the compiler writes; move it away")
+        Problem(
+            None,
+            f"{out / relative}: a hand-written file (no Generated banner) where the compiler writes; move it away",
+        )
         for relative in sorted(files)
         if (out / relative).is_file() and not carries_banner(out / relative)
     ]
@@ -261,7 +291,9 @@ def check_out(out: Path) -> None:
     existing = next(path for path in (out, *out.absolute().parents) if path.exists())
     if not existing.is_dir():
         reason = "a file, not a folder" if existing == out else f"under {existing}, which is a file"
-        raise CompileError([Problem(None, f"{out}: {reason}; OUT is the folder the generated package is written into")])
+        raise CompileError(
+            [Problem(None, f"{out}: {reason}; OUT is the folder the generated package is written into")]
+        )
 
 
 def write(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
@@ -273,7 +305,9 @@ def write(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as error:
-        raise CompileError([Problem(None, f"{out}: cannot create this folder: {error.strerror or error}")]) from None
+        raise CompileError(
+            [Problem(None, f"{out}: cannot create this folder: {error.strerror or error}")]
+        ) from None
     folders = {folder for relative in files for folder in Path(relative).parents if folder != Path(".")}
     in_the_way = [
         Problem(None, f"{out / folder}: a file, where the generated package has a folder")
@@ -340,8 +374,6 @@ def stale(files: dict[str, str], out: Path, only: bool = False) -> list[str]:
     return found
 
 
-
-
 def stale_diff(files: dict[str, str], out: Path, limit: int = 3, lines: int = 40) -> str:
     """A unified diff of the first `limit` stale files (committed -> built), cut to `lines` lines each."""
     parts = []
@@ -350,7 +382,11 @@ def stale_diff(files: dict[str, str], out: Path, limit: int = 3, lines: int = 40
         old = path.read_text() if path.exists() else ""
         if old == text:
             continue
-        diff = list(difflib.unified_diff(old.splitlines(True), text.splitlines(True), f"{out.name}/{relative}", f"built/{relative}"))
+        diff = list(
+            difflib.unified_diff(
+                old.splitlines(True), text.splitlines(True), f"{out.name}/{relative}", f"built/{relative}"
+            )
+        )
         parts.append("".join(diff[:lines]) + ("...\n" if len(diff) > lines else ""))
         if len(parts) == limit:
             break

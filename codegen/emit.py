@@ -174,7 +174,10 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     w.line()
     w.line()
     _emit_shapes(
-        w, op, "def output_shapes(r):", "Each output's shape, from the manifest's `shape` expressions.",
+        w,
+        op,
+        "def output_shapes(r):",
+        "Each output's shape, from the manifest's `shape` expressions.",
         [(f'"{t.key}": tuple({c.python})', f"{t.role}: {t.shape.text()}", c) for t, c in op.output_shapes],
     )
     w.line()
@@ -191,7 +194,16 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     w.line()
     _emit_chunking(w, ir.chunking)
     w.line("CONTRACT = OpContract(")
-    for field in ("OP", "INPUTS", "OUTPUTS", "TYPE_CONSTRAINTS", "ATTRIBUTES", "TUNABLES", "CANDIDATES", "CHUNKING"):
+    for field in (
+        "OP",
+        "INPUTS",
+        "OUTPUTS",
+        "TYPE_CONSTRAINTS",
+        "ATTRIBUTES",
+        "TUNABLES",
+        "CANDIDATES",
+        "CHUNKING",
+    ):
         w.line(f"    {field.lower()}={field},")
     w.line("    output_shapes=output_shapes, check_contract=check_contract, derive=derive,")
     w.line("    check_derived_contract=check_derived_contract,")
@@ -214,7 +226,21 @@ def _emit_op_imports(w: Writer, op: ResolvedOp) -> None:
     if "math" in helpers:
         w.line("import math")
         w.line()
-    runtime_names = ["AttributeSpec", "Caps", "ContractError", "OpContract", "Plan", "Tensor", "TensorIn", "TensorSpec", "build_plan", "explain_plan", "run_kernel", "show", "warm_up"]
+    runtime_names = [
+        "AttributeSpec",
+        "Caps",
+        "ContractError",
+        "OpContract",
+        "Plan",
+        "Tensor",
+        "TensorIn",
+        "TensorSpec",
+        "build_plan",
+        "explain_plan",
+        "run_kernel",
+        "show",
+        "warm_up",
+    ]
     if op.ir.chunking is not None:
         runtime_names.append("ChunkSpec")
     if any(t.optional for t in op.ir.outputs):  # the plain function's return_<output>= flags
@@ -232,7 +258,9 @@ def _emit_op_specs(w: Writer, op: ResolvedOp) -> None:
     for name, tensors in (("INPUTS", ir.inputs), ("OUTPUTS", ir.outputs)):
         w.line(f"{name} = (")
         for t in tensors:
-            w.line(f'    TensorSpec(key="{t.key}", role="{t.role}", type_var="{t.type_var}", optional={t.optional}),')
+            w.line(
+                f'    TensorSpec(key="{t.key}", role="{t.role}", type_var="{t.type_var}", optional={t.optional}),'
+            )
         w.line(")")
     w.line(f"TYPE_CONSTRAINTS = {dict((k, tuple(v)) for k, v in ir.type_constraints)!r}")
     w.line("ATTRIBUTES = (")
@@ -276,13 +304,28 @@ def _emit_chunking(w: Writer, chunking) -> None:
 
 
 def _annotation(kind: str) -> str:
-    return {"int": "int", "float": "float", "bool": "bool", "str": "str", "shape": "tuple", "list": "tuple"}.get(kind, "object")
+    return {
+        "int": "int",
+        "float": "float",
+        "bool": "bool",
+        "str": "str",
+        "shape": "tuple",
+        "list": "tuple",
+    }.get(kind, "object")
 
 
 def _emit_contract(w: Writer, op: ResolvedOp) -> None:
     phases = (
-        ("check_contract(r)", "Rules every variant needs: breaking one is the caller's error, raised before any GPU work.", False),
-        ("check_derived_contract(r, d)", "The contract rules that read derived values, checked right after derive().", True),
+        (
+            "check_contract(r)",
+            "Rules every variant needs: breaking one is the caller's error, raised before any GPU work.",
+            False,
+        ),
+        (
+            "check_derived_contract(r, d)",
+            "The contract rules that read derived values, checked right after derive().",
+            True,
+        ),
     )
     for signature, doc, derived in phases:
         rules = [rule for rule in op.rules if rule.reads_derived == derived]
@@ -295,7 +338,11 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                 facts = ", ".join(f"{text} = {{show(lambda: {code.python})}}" for text, code in rule.facts)
                 w.comment(rule.source)
                 with w.block(f"if not ({rule.code.python}):"):
-                    message = f"needs `{rule.source}`" + (f", got {facts}" if facts else "") + _meaning(op, rule.subject)
+                    message = (
+                        f"needs `{rule.source}`"
+                        + (f", got {facts}" if facts else "")
+                        + _meaning(op, rule.subject)
+                    )
                     if _F16_RULE.fullmatch(rule.source):
                         message = _F16_MESSAGE
                     w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, f{message!r})")
@@ -339,16 +386,26 @@ _CALL_PARAMS = (
 
 def _emit_api(w: Writer, op: ResolvedOp) -> None:
     ir = op.ir
-    w.line(f"def plan({_PLAN_PARAMS}, variant: str | None = None, device: Any = None, outputs: Sequence[str] | None = None) -> Plan:")
-    w.line('    """The launch plan for these shapes, without touching a GPU: `p.variant`, `p.passes[i].dispatch`, `.uniforms`, `.overrides`, `p.chunks`."""')
+    w.line(
+        f"def plan({_PLAN_PARAMS}, variant: str | None = None, device: Any = None, outputs: Sequence[str] | None = None) -> Plan:"
+    )
+    w.line(
+        '    """The launch plan for these shapes, without touching a GPU: `p.variant`, `p.passes[i].dispatch`, `.uniforms`, `.overrides`, `p.chunks`."""'
+    )
     w.line("    return build_plan(")
-    w.line("        CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device, outputs=outputs")
+    w.line(
+        "        CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, variant=variant, device=device, outputs=outputs"
+    )
     w.line("    )")
     w.line()
     w.line()
     w.line(f"def explain({_PLAN_PARAMS}, device: Any = None, outputs: Sequence[str] | None = None) -> str:")
-    w.line('    """Every candidate variant and why it was or was not taken; for a refused request, the broken rule first."""')
-    w.line("    return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)")
+    w.line(
+        '    """Every candidate variant and why it was or was not taken; for a refused request, the broken rule first."""'
+    )
+    w.line(
+        "    return explain_plan(CONTRACT, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs)"
+    )
     w.line()
     w.line()
     w.line(f"def kernel(inputs: Mapping[str, TensorIn | None], {_CALL_PARAMS}) -> dict[str, TensorIn]:")
@@ -361,15 +418,23 @@ def _emit_api(w: Writer, op: ResolvedOp) -> None:
     w.line("    GPUCommandEncoder the caller owns (inputs Tensors, Tensors out) and submits nothing.")
     w.line('    """')
     w.line("    return run_kernel(")
-    w.line("        CONTRACT, inputs, attrs, outputs=outputs, device=device, variant=variant, caps=caps, tunables=tunables, out=out,")
+    w.line(
+        "        CONTRACT, inputs, attrs, outputs=outputs, device=device, variant=variant, caps=caps, tunables=tunables, out=out,"
+    )
     w.line("        encoder=encoder,")
     w.line("    )")
     w.line()
     w.line()
-    w.line(f"def warmup({_PLAN_PARAMS}, device: Any = None, variant: str | None = None, outputs: Sequence[str] | None = None) -> Plan:")
-    w.line('    """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""')
+    w.line(
+        f"def warmup({_PLAN_PARAMS}, device: Any = None, variant: str | None = None, outputs: Sequence[str] | None = None) -> Plan:"
+    )
+    w.line(
+        '    """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""'
+    )
     w.line("    return warm_up(")
-    w.line("        CONTRACT, shapes, dtypes, attrs, device=device, caps=caps, tunables=tunables, variant=variant, outputs=outputs")
+    w.line(
+        "        CONTRACT, shapes, dtypes, attrs, device=device, caps=caps, tunables=tunables, variant=variant, outputs=outputs"
+    )
     w.line("    )")
     w.line()
     w.line()
@@ -418,8 +483,12 @@ def _emit_plain_function(w: Writer, op: ResolvedOp) -> None:
     first = ir.outputs[0]
     returns_type = "TensorIn" if not optional_outputs else "TensorIn | tuple[TensorIn, ...]"
     with w.block(f"def {name}({', '.join(params)}, *, {', '.join(keywords)}) -> {returns_type}:"):
-        returns = first.role + "".join(f", and {t.role} when {t.api_flag or 'return_' + snake(t.key)}" for t in optional_outputs)
-        w.line(f'"""{ir.name} as a plain function: returns {returns} (numpy in, numpy out; any Tensor in, Tensors out).')
+        returns = first.role + "".join(
+            f", and {t.role} when {t.api_flag or 'return_' + snake(t.key)}" for t in optional_outputs
+        )
+        w.line(
+            f'"""{ir.name} as a plain function: returns {returns} (numpy in, numpy out; any Tensor in, Tensors out).'
+        )
         w.line()
         for line in _api_reference(op):
             w.line(line)
@@ -460,7 +529,9 @@ def _wrap_text(text: str, width: int = 96) -> list[str]:
 # --- variant modules -----------------------------------------------------------------------------
 
 
-def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], shaders: ShaderFiles, header: str) -> PythonSource:
+def emit_variant(
+    op: ResolvedOp, variant: ResolvedVariant, rendered: list[RenderedPass], shaders: ShaderFiles, header: str
+) -> PythonSource:
     ir = variant.ir
     by_pass = {item.pass_.ir.id: item for item in rendered if item.variant is variant}
     w = Writer()
@@ -472,11 +543,19 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     w.line(f"REQUIRED_FEATURES = {tuple(ir.required_features)!r}")
     kept = dict(op.ir.pipeline_constants + ir.pipeline_constants)
     w.comment("Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`):")
-    w.comment("a new value of one of these creates a pipeline; every other request-dependent value is a uniform.")
+    w.comment(
+        "a new value of one of these creates a pipeline; every other request-dependent value is a uniform."
+    )
     w.line(f"PIPELINE_CONSTANTS = {kept!r}")
     w.line()
     w.line()
-    _emit_conditions(w, op, "when", variant.when, "None when every `when` clause is exactly true, else the first that is not.")
+    _emit_conditions(
+        w,
+        op,
+        "when",
+        variant.when,
+        "None when every `when` clause is exactly true, else the first that is not.",
+    )
     w.line()
     w.line()
     _emit_conditions(w, op, "demoted", variant.demote_when, "True when a `demoteWhen` clause holds.")
@@ -498,7 +577,9 @@ def emit_variant(op: ResolvedOp, variant: ResolvedVariant, rendered: list[Render
     return formatted(header, w)
 
 
-def _emit_shapes(w: Writer, op: ResolvedOp, signature: str, doc: str, entries: list[tuple[str, str, Compiled]]) -> None:
+def _emit_shapes(
+    w: Writer, op: ResolvedOp, signature: str, doc: str, entries: list[tuple[str, str, Compiled]]
+) -> None:
     """A function returning a dict of shapes: `entries` are (dict item, its comment, its code)."""
     with w.block(signature):
         w.line(f'"""{doc}"""')
@@ -572,8 +653,14 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
     w.line()
     w.line()
     _emit_shapes(
-        w, op, "def intermediates(r, d, v) -> dict:", "Scratch buffers: id -> (shape, dtype), allocated for the call and released after it.",
-        [(f'"{i.id}": (tuple({c.python}), "{i.dtype}")', i.shape.text(), c) for i, c in variant.intermediates],
+        w,
+        op,
+        "def intermediates(r, d, v) -> dict:",
+        "Scratch buffers: id -> (shape, dtype), allocated for the call and released after it.",
+        [
+            (f'"{i.id}": (tuple({c.python}), "{i.dtype}")', i.shape.text(), c)
+            for i, c in variant.intermediates
+        ],
     )
 
 
@@ -628,11 +715,17 @@ def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
     w.comment("dispatch: " + ", ".join(f"{k}={e.text()}" for k, e in ir.dispatch.values))
     label = f"{op.ir.name}.{p.ir.label}" if "." not in ir.label else ir.label
     if ir.dispatch.form == "threads":
-        w.line(f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, r.caps, "{label}")')
+        w.line(
+            f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, r.caps, "{label}")'
+        )
     elif ir.dispatch.form == "workgroups":
-        w.line(f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, r.caps, "{label}")')
+        w.line(
+            f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, r.caps, "{label}")'
+        )
     else:
-        w.line(f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, r.caps, "{label}")')
+        w.line(
+            f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, r.caps, "{label}")'
+        )
     return label
 
 
@@ -669,7 +762,9 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
             w.line(f'    "{field.name}": {code.python},  # {field.value.text()}')
         for uniform in item.scope_uniforms:
             if not uniform.declared:
-                w.line(f'    "{uniform.name}": {numbers[uniform.name]},  # request-dependent: bound at dispatch time')
+                w.line(
+                    f'    "{uniform.name}": {numbers[uniform.name]},  # request-dependent: bound at dispatch time'
+                )
         w.line("}")
         moved = {u.name for u in item.scope_uniforms}
         own = {name: text for name, text in numbers.items() if name not in moved | {"DISPATCH_FOLD_WIDTH"}}
@@ -690,8 +785,13 @@ def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, shaders: 
         for i in range(len(item.key_names))
         if len({repr(s.key[i]) for s in item.specializations}) == 1
     ]
-    w.comment(f"Pass `{ir.id}`: its shaders (shaders/<name>.wgsl) by ({', '.join(str(item.key_names[i]) for i in varying)}): the")
-    w.comment("template values that tell its specializations apart" + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else "."))
+    w.comment(
+        f"Pass `{ir.id}`: its shaders (shaders/<name>.wgsl) by ({', '.join(str(item.key_names[i]) for i in varying)}): the"
+    )
+    w.comment(
+        "template values that tell its specializations apart"
+        + (f"; the others are {', '.join(fixed)} or follow from these." if fixed else ".")
+    )
     w.line(f"{ir.id.upper()}_SHADERS = shader_table(")
     w.line("    SHADERS,")
     w.line("    package=__package__,")
@@ -771,9 +871,13 @@ def emit_cases(op: ResolvedOp, case_files: dict[str, tuple[Source, str]]) -> Pyt
     if not tables:
         return None
     w = Writer()
-    w.line(f'"""Correctness and benchmark cases of {op.ir.title}, from the JSON files beside its manifest."""')
+    w.line(
+        f'"""Correctness and benchmark cases of {op.ir.title}, from the JSON files beside its manifest."""'
+    )
     w.line()
-    w.comment("Each case starts a line, its fields filled into the lines after it (black would write a value a line).")
+    w.comment(
+        "Each case starts a line, its fields filled into the lines after it (black would write a value a line)."
+    )
     w.line("# fmt: off")
     for variable in ("TEST_CASES", "BENCH_CASES", "BENCH_SEQUENCES"):
         w.line(f"{variable} = [")
@@ -814,7 +918,9 @@ def emit_ops_table(ops: list[ResolvedOp], sources: list[Source]) -> PythonSource
     w.line(f"OP_PACKAGE_NAMES = {tuple(module_name(op) for op in ops)!r}")
     w.line(f"OP_PACKAGES = ({', '.join(module_name(op) for op in ops)},)")
     w.line()
-    w.comment("From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).")
+    w.comment(
+        "From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx)."
+    )
     w.line("ENTRIES = (")
     for op in ops:
         for entry in onnx_entries(op):
@@ -829,7 +935,9 @@ def onnx_entries(op: ResolvedOp) -> list[tuple]:
     key = (op.ir.domain, op.ir.name)
     versions = ONNX_VERSIONS.get(key, (op.ir.since_version,))
     if op.ir.since_version not in versions:
-        raise ValueError(f"{op.ir.title}: onnx_versions.py does not list version {op.ir.since_version} of {key}")
+        raise ValueError(
+            f"{op.ir.title}: onnx_versions.py does not list version {op.ir.since_version} of {key}"
+        )
 
     def span(since):
         later = [v for v in versions if v > since]

@@ -30,7 +30,17 @@ from .problems import Problem, closest
 
 NUMERIC = ("int", "float")
 
-ONNX_DTYPE_CODES = {"float32": 1, "uint8": 2, "int8": 3, "int32": 6, "int64": 7, "bool": 9, "float16": 10, "float64": 11, "bfloat16": 16}
+ONNX_DTYPE_CODES = {
+    "float32": 1,
+    "uint8": 2,
+    "int8": 3,
+    "int32": 6,
+    "int64": 7,
+    "bool": 9,
+    "float16": 10,
+    "float64": 11,
+    "bfloat16": 16,
+}
 
 # Python precedence, loosest first; an operand needing a looser binding than its position gets parens.
 PREC_COND, PREC_OR, PREC_AND, PREC_NOT, PREC_CMP, PREC_ADD, PREC_MUL, PREC_UNARY, PREC_ATOM = range(1, 10)
@@ -136,7 +146,11 @@ def compile_expr(expr: Expr, scope: Scope, expect: str | tuple[str, ...] | None 
     if expect is not None:
         allowed = (expect,) if isinstance(expect, str) else expect
         if result.type not in allowed:
-            raise ExprError(expr.origin, expr.text(), f"expected a value of kind {' or '.join(allowed)}, got {result.type}")
+            raise ExprError(
+                expr.origin,
+                expr.text(),
+                f"expected a value of kind {' or '.join(allowed)}, got {result.type}",
+            )
     return result
 
 
@@ -202,7 +216,9 @@ class Compiler:
     def resolve(self, node: nodes.Node) -> Compiled:
         path = self.path_of(node)
         if path is None:
-            raise self.fail("only names and dotted names can be read (`shapes.X`, `device.limits.maxBufferSize`)")
+            raise self.fail(
+                "only names and dotted names can be read (`shapes.X`, `device.limits.maxBufferSize`)"
+            )
         symbol = self.scope.lookup(path)
         if symbol is None:
             known = [name.strip() for name in self.scope.describe().split(",")]
@@ -248,15 +264,30 @@ class Compiler:
         right = self.numeric(self.visit(node.right), "the right operand of `/`")
         kind = "int" if left.type == right.type == "int" else "float"
         if kind == "float" and right.is_constant and right.constant != 0:
-            return Compiled(f"{_wrap(left, PREC_MUL)} / {_wrap(right, PREC_MUL + 1)}", kind, PREC_MUL, **_merge(left, right))
+            return Compiled(
+                f"{_wrap(left, PREC_MUL)} / {_wrap(right, PREC_MUL + 1)}",
+                kind,
+                PREC_MUL,
+                **_merge(left, right),
+            )
         # Between ints, js_div keeps an exact quotient an int (the value a plan shows is the type it declares).
-        return Compiled(f"js_div({left.python}, {right.python})", kind, PREC_ATOM, **_merge(left, right, helpers={"js_div"}))
+        return Compiled(
+            f"js_div({left.python}, {right.python})",
+            kind,
+            PREC_ATOM,
+            **_merge(left, right, helpers={"js_div"}),
+        )
 
     def visit_Mod(self, node: nodes.Mod) -> Compiled:
         left = self.numeric(self.visit(node.left), "the left operand of `%`")
         right = self.numeric(self.visit(node.right), "the right operand of `%`")
         kind = "int" if left.type == right.type == "int" else "float"
-        return Compiled(f"js_mod({left.python}, {right.python})", kind, PREC_ATOM, **_merge(left, right, helpers={"js_mod"}))
+        return Compiled(
+            f"js_mod({left.python}, {right.python})",
+            kind,
+            PREC_ATOM,
+            **_merge(left, right, helpers={"js_mod"}),
+        )
 
     def visit_FloorDiv(self, node):
         raise self.fail("`//` does not exist in the manifest language (JS numbers): write floor(a / b)")
@@ -278,7 +309,9 @@ class Compiler:
             if part.type == "str":
                 parts.append(part)
             elif part.type in NUMERIC + ("bool",):
-                parts.append(Compiled(f"js_str({part.python})", "str", PREC_ATOM, **_merge(part, helpers={"js_str"})))
+                parts.append(
+                    Compiled(f"js_str({part.python})", "str", PREC_ATOM, **_merge(part, helpers={"js_str"}))
+                )
             else:
                 raise self.fail(f"`~` joins strings, numbers and booleans, not a {part.type}")
         text = " + ".join(_wrap(p, PREC_ADD + 1) for p in parts)
@@ -293,7 +326,9 @@ class Compiler:
     def logical(self, node, word: str, prec: int) -> Compiled:
         left = self.boolean(self.visit(node.left), f"the left operand of `{word}`")
         right = self.boolean(self.visit(node.right), f"the right operand of `{word}`")
-        return Compiled(f"{_wrap(left, prec)} {word} {_wrap(right, prec + 1)}", "bool", prec, **_merge(left, right))
+        return Compiled(
+            f"{_wrap(left, prec)} {word} {_wrap(right, prec + 1)}", "bool", prec, **_merge(left, right)
+        )
 
     def visit_Not(self, node: nodes.Not) -> Compiled:
         operand = self.boolean(self.visit(node.node), "the operand of `not`")
@@ -310,11 +345,17 @@ class Compiler:
             right = self.visit(operand.expr)
             ordered = operand.op not in ("eq", "ne")
             if ordered and (left.type not in NUMERIC or right.type not in NUMERIC):
-                raise self.fail(f"`{self._COMPARE[operand.op]}` compares numbers, got {left.type} and {right.type}")
+                raise self.fail(
+                    f"`{self._COMPARE[operand.op]}` compares numbers, got {left.type} and {right.type}"
+                )
             if not ordered and not (left.type == right.type or {left.type, right.type} <= set(NUMERIC)):
-                raise self.fail(f"`{self._COMPARE[operand.op]}` between a {left.type} and a {right.type} is never true")
+                raise self.fail(
+                    f"`{self._COMPARE[operand.op]}` between a {left.type} and a {right.type} is never true"
+                )
             if not ordered and left.type in ("shape", "list", "set", "map"):
-                raise self.fail(f"`{self._COMPARE[operand.op]}` on a {left.type} compares identity in JS: use sameShape")
+                raise self.fail(
+                    f"`{self._COMPARE[operand.op]}` on a {left.type} compares identity in JS: use sameShape"
+                )
             text += f" {self._COMPARE[operand.op]} {_wrap(right, PREC_CMP + 1)}"
             parts.append(right)
             left = right
@@ -371,7 +412,9 @@ class Compiler:
         (key,) = self.arity("has", args, 1)
         if key.type != "str":
             raise self.fail(f"`has` looks up a string, got {key.type}")
-        return Compiled(f"{_wrap(key, PREC_CMP + 1)} in {target.python}", "bool", PREC_CMP, **_merge(target, key))
+        return Compiled(
+            f"{_wrap(key, PREC_CMP + 1)} in {target.python}", "bool", PREC_CMP, **_merge(target, key)
+        )
 
     def helper(self, name: str, text: str, kind: str, *parts: Compiled, helpers=()) -> Compiled:
         return Compiled(text, kind, PREC_ATOM, **_merge(*parts, helpers=helpers))
@@ -383,14 +426,18 @@ class Compiler:
         if index.is_constant and isinstance(index.constant, int):
             # Python indexing already counts negative indices from the end, as `dim` does.
             return Compiled(f"{shape.python}[{index.python}]", "int", PREC_ATOM, **_merge(shape, index))
-        return self.helper("dim", f"dim({shape.python}, {index.python})", "int", shape, index, helpers={"dim"})
+        return self.helper(
+            "dim", f"dim({shape.python}, {index.python})", "int", shape, index, helpers={"dim"}
+        )
 
     def shape_helper(self, name: str, args, count) -> Compiled:
         parts = self.arity(name, args, count)
         self.shape_arg(name, parts[0])
         for p in parts[1:]:
             self.numeric(p, f"the index of `{name}`")
-        return self.helper(name, f"{name}({', '.join(p.python for p in parts)})", "int", *parts, helpers={name})
+        return self.helper(
+            name, f"{name}({', '.join(p.python for p in parts)})", "int", *parts, helpers={name}
+        )
 
     def call_inner(self, args):
         return self.shape_helper("inner", args, 2)
@@ -417,13 +464,20 @@ class Compiler:
             raise self.fail(f"`has` takes 2 argument(s), got {len(args)}")
         target = self.visit(args[0])
         if target.type not in ("set", "map"):
-            raise self.fail(f"the first argument of `has` must be a feature set or `device.adapterInfo`, got {target.type}")
+            raise self.fail(
+                f"the first argument of `has` must be a feature set or `device.adapterInfo`, got {target.type}"
+            )
         return self.membership(target, args[1:])
 
     def extremum(self, name: str, args) -> Compiled:
         parts = [self.numeric(p, f"an argument of `{name}`") for p in self.arity(name, args, (1, 999))]
         kind = "int" if all(p.type == "int" for p in parts) else "float"
-        return self.helper(name, f"{name}({', '.join(p.python for p in parts)})" if len(parts) > 1 else _wrap(parts[0], PREC_ATOM), kind, *parts)
+        return self.helper(
+            name,
+            f"{name}({', '.join(p.python for p in parts)})" if len(parts) > 1 else _wrap(parts[0], PREC_ATOM),
+            kind,
+            *parts,
+        )
 
     def call_min(self, args):
         return self.extremum("min", args)
@@ -444,7 +498,9 @@ class Compiler:
 
     def call_ceilDiv(self, args):
         parts = [self.numeric(p, "an argument of `ceilDiv`") for p in self.arity("ceilDiv", args, 2)]
-        return self.helper("ceil_div", f"ceil_div({parts[0].python}, {parts[1].python})", "int", *parts, helpers={"ceil_div"})
+        return self.helper(
+            "ceil_div", f"ceil_div({parts[0].python}, {parts[1].python})", "int", *parts, helpers={"ceil_div"}
+        )
 
     def call_pow2ceil(self, args):
         (value,) = self.arity("pow2ceil", args, 1)
@@ -462,6 +518,8 @@ class Compiler:
     def call_onnxDtypeCode(self, args):
         (name,) = self.arity("onnxDtypeCode", args, 1)
         if not name.is_constant or name.constant not in ONNX_DTYPE_CODES:
-            raise self.fail(f"`onnxDtypeCode` takes a literal TensorProto type name, one of {sorted(ONNX_DTYPE_CODES)}")
+            raise self.fail(
+                f"`onnxDtypeCode` takes a literal TensorProto type name, one of {sorted(ONNX_DTYPE_CODES)}"
+            )
         code = ONNX_DTYPE_CODES[name.constant]
         return Compiled(repr(code), "int", PREC_ATOM, constant=code, is_constant=True)

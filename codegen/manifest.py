@@ -40,7 +40,11 @@ from .problems import CompileError, Problem, closest
 from .schema import schema_problems
 
 # The dispatch forms, by the key that picks each, and the keys each takes (docs/MANIFEST.md, "Dispatch").
-DISPATCH_FORMS = {"threads": ("threads", "workgroupSize"), "workgroups": ("workgroups", "z"), "x": ("x", "y", "z")}
+DISPATCH_FORMS = {
+    "threads": ("threads", "workgroupSize"),
+    "workgroups": ("workgroups", "z"),
+    "x": ("x", "y", "z"),
+}
 
 
 class _Reader:
@@ -58,7 +62,11 @@ class _Reader:
         """`name` refers to nothing of its kind: say so, with the closest known name or the list."""
         known = sorted(known)
         suggestion = closest(name, known)
-        hint = f"did you mean `{suggestion}`?" if suggestion else f"known: {', '.join(known) if known else 'none'}"
+        hint = (
+            f"did you mean `{suggestion}`?"
+            if suggestion
+            else f"known: {', '.join(known) if known else 'none'}"
+        )
         self.fail(origin, f"unknown {what} `{name}`; {hint}")
 
     @staticmethod
@@ -109,7 +117,9 @@ def _op(reader: _Reader, op_id: str, source: str, sha256: str) -> Op:
         inputs=inputs,
         outputs=outputs,
         attributes=attributes,
-        type_constraints=tuple((name, tuple(types)) for name, types in data.get("typeConstraints", {}).items()),
+        type_constraints=tuple(
+            (name, tuple(types)) for name, types in data.get("typeConstraints", {}).items()
+        ),
         tunables=tuple((name, reader.plain_default(v)) for name, v in data.get("tunables", {}).items()),
         derives=reader.derives(data.get("derive"), root.child("derive")),
         variants=_variants(reader, tensors),
@@ -128,7 +138,12 @@ def _tensors(reader: _Reader) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
     sides = []
     for side in ("inputs", "outputs"):
         entries = data[side].items()
-        sides.append(tuple(_tensor(reader, key, spec.get("onnx", key), spec, side == "outputs", root.child(side, key)) for key, spec in entries))
+        sides.append(
+            tuple(
+                _tensor(reader, key, spec.get("onnx", key), spec, side == "outputs", root.child(side, key))
+                for key, spec in entries
+            )
+        )
     return sides[0], sides[1]
 
 
@@ -146,7 +161,14 @@ def _list_dialect_tensors(reader: _Reader) -> tuple[tuple[Tensor, ...], tuple[Te
     for side in ("inputs", "outputs"):
         sides.append(
             tuple(
-                _tensor(reader, key_of_role.get(spec["role"], spec["role"]), spec["role"], spec, side == "outputs", root.child(side, i))
+                _tensor(
+                    reader,
+                    key_of_role.get(spec["role"], spec["role"]),
+                    spec["role"],
+                    spec,
+                    side == "outputs",
+                    root.child(side, i),
+                )
                 for i, spec in enumerate(data[side])
             )
         )
@@ -171,7 +193,9 @@ def _tensor(reader: _Reader, key: str, role: str, spec: dict, is_output: bool, o
     )
 
 
-def _chunking(reader: _Reader, tensors: dict[str, Tensor], attributes: tuple[Attribute, ...]) -> Chunking | None:
+def _chunking(
+    reader: _Reader, tensors: dict[str, Tensor], attributes: tuple[Attribute, ...]
+) -> Chunking | None:
     """The optional `chunking` object: tensor names (bind key or role) and the groups attribute."""
     origin = reader.root.child("chunking")
     spec = reader.data.get("chunking")
@@ -227,14 +251,22 @@ def _variants(reader: _Reader, tensors: dict[str, Tensor]) -> tuple[Variant, ...
 def _variant(reader: _Reader, spec: dict, order: int, tensors: dict[str, Tensor]) -> Variant:
     origin = reader.root.child("variants", order)
     intermediates = tuple(
-        Intermediate(i["id"], i.get("dtype", "float32"), reader.expr(i["shape"], origin.child("intermediates", n, "shape")))
+        Intermediate(
+            i["id"],
+            i.get("dtype", "float32"),
+            reader.expr(i["shape"], origin.child("intermediates", n, "shape")),
+        )
         for n, i in enumerate(spec.get("intermediates", []))
     )
     # `constants` (list dialect) and `derive` (keyed dialect) are the same thing: named values
     # evaluated after selection, visible to passes and templates.
-    derives = reader.derives(spec.get("constants"), origin.child("constants")) + reader.derives(spec.get("derive"), origin.child("derive"))
+    derives = reader.derives(spec.get("constants"), origin.child("constants")) + reader.derives(
+        spec.get("derive"), origin.child("derive")
+    )
     resources = _Resources(tensors, {i.id for i in intermediates})
-    passes = tuple(_pass(reader, p, origin.child("passes", n), resources) for n, p in enumerate(spec.get("passes", [])))
+    passes = tuple(
+        _pass(reader, p, origin.child("passes", n), resources) for n, p in enumerate(spec.get("passes", []))
+    )
     return Variant(
         id=spec["id"],
         priority=spec.get("priority", 0),
@@ -308,7 +340,10 @@ def _pass_bindings(reader: _Reader, value: Any, origin: Origin, resources: _Reso
             reader.unknown(origin, "binding set", value, sets)
             return ()
         set_origin = reader.root.child("bindingSets", value)
-        found = ((_inline_binding(reader, b, {}, set_origin.child(i)), set_origin.child(i)) for i, b in enumerate(sets[value]))
+        found = (
+            (_inline_binding(reader, b, {}, set_origin.child(i)), set_origin.child(i))
+            for i, b in enumerate(sets[value])
+        )
         specs = [(spec, spec_origin) for spec, spec_origin in found if spec is not None]
     else:
         pool = data.get("bindings", {})
@@ -349,17 +384,25 @@ def _binding(reader: _Reader, spec: dict, origin: Origin, resources: _Resources)
     struct = spec.get("struct")
     if struct is not None:
         if "when" in spec:
-            reader.fail(origin.child("when"), "the uniform is bound by every shader of a pass: it cannot have a `when`")
+            reader.fail(
+                origin.child("when"),
+                "the uniform is bound by every shader of a pass: it cannot have a `when`",
+            )
         return _uniform_binding(reader, name, buffer, struct, origin)
     resource = spec.get("arg") or name
     kind = resources.kind(resource)
     if kind is None:
         known = sorted({*resources.tensors, *resources.intermediates})
         # A pooled binding's `name` may be its key, not a member: then the binding itself is the place.
-        reader.unknown(origin.child("arg") if "arg" in spec else origin, "tensor or intermediate", resource, known)
+        reader.unknown(
+            origin.child("arg") if "arg" in spec else origin, "tensor or intermediate", resource, known
+        )
         return None
     if buffer is None or buffer == "uniform":
-        reader.fail(origin.child("buffer"), f"{kind} {resource!r} needs a storage buffer: read-only-storage or storage")
+        reader.fail(
+            origin.child("buffer"),
+            f"{kind} {resource!r} needs a storage buffer: read-only-storage or storage",
+        )
     elif kind == "input" and buffer != "read-only-storage":
         reader.fail(origin.child("buffer"), f"input {resource!r} must be bound read-only")
     if "elementType" not in spec:
@@ -373,10 +416,14 @@ def _uniform_binding(reader: _Reader, name: str, buffer: str | None, struct: Any
     """A `struct` binding: a list of fields, or `{name, fields}`."""
     if buffer not in (None, "uniform"):
         reader.fail(origin.child("buffer"), f"a binding with a `struct` is a uniform buffer, not {buffer!r}")
-    fields_spec, struct_name = (struct["fields"], struct.get("name", "Params")) if isinstance(struct, dict) else (struct, "Params")
+    fields_spec, struct_name = (
+        (struct["fields"], struct.get("name", "Params")) if isinstance(struct, dict) else (struct, "Params")
+    )
     fields_origin = origin.child("struct", "fields") if isinstance(struct, dict) else origin.child("struct")
     fields = tuple(
-        UniformField(field["name"], field["type"], reader.expr(field["value"], fields_origin.child(i, "value")))
+        UniformField(
+            field["name"], field["type"], reader.expr(field["value"], fields_origin.child(i, "value"))
+        )
         for i, field in enumerate(fields_spec)
     )
     return Binding(name, "uniform", "params", "uniform", None, struct_name, fields, origin)
@@ -395,7 +442,11 @@ def _dispatch(reader: _Reader, spec: dict, origin: Origin) -> Dispatch:
     if form == "threads" and "workgroupSize" not in spec:
         reader.fail(origin, "a `threads` dispatch needs `workgroupSize`")
     defaults = {"z": 1, "y": 1}
-    values = tuple((k, reader.expr(spec.get(k, defaults.get(k, 1)), origin.child(k))) for k in keys if k in spec or k in defaults)
+    values = tuple(
+        (k, reader.expr(spec.get(k, defaults.get(k, 1)), origin.child(k)))
+        for k in keys
+        if k in spec or k in defaults
+    )
     return Dispatch(form, values, origin)
 
 

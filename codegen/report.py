@@ -22,9 +22,16 @@ def emit_report(emitted, skipped, validation, files: dict[str, str]) -> str:
     for op, rendered in emitted:
         lines += _op_section(op, rendered, files)
     if skipped:
-        lines += ["## Compiled but not emitted", "", "Every expression of these variants compiled; their templates are not written yet.", ""]
+        lines += [
+            "## Compiled but not emitted",
+            "",
+            "Every expression of these variants compiled; their templates are not written yet.",
+            "",
+        ]
         for op, variant, missing in skipped:
-            lines += _item(f"{op.ir.title} `{variant.ir.id}`: {', '.join(f'`templates/{m}`' for m in missing)}")
+            lines += _item(
+                f"{op.ir.title} `{variant.ir.id}`: {', '.join(f'`templates/{m}`' for m in missing)}"
+            )
         lines.append("")
     lines.append(f"Total: {len(emitted)} ops emitted, {shaders} shader specializations.")
     lines += ["", f"<!-- {LICENSE_NOTICE} -->"]
@@ -33,8 +40,16 @@ def emit_report(emitted, skipped, validation, files: dict[str, str]) -> str:
 
 def _op_section(op, rendered, files: dict[str, str]) -> list[str]:
     package = module_name(op)
-    lines = [f"## {op.ir.title} (`{package}`)", "", f"Source: `{op.ir.source}` (sha256 `{op.ir.sha256[:16]}`)", ""]
-    lines += ["| variant | priority | pass | template | specializations | WGSL bytes |", "| --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        f"## {op.ir.title} (`{package}`)",
+        "",
+        f"Source: `{op.ir.source}` (sha256 `{op.ir.sha256[:16]}`)",
+        "",
+    ]
+    lines += [
+        "| variant | priority | pass | template | specializations | WGSL bytes |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
     for item in rendered:
         variant = item.variant.ir
         sizes = sorted(len(s.wgsl.encode()) for s in item.specializations)
@@ -49,7 +64,9 @@ def _op_section(op, rendered, files: dict[str, str]) -> list[str]:
     lines += ["", "Specialization keys:", ""]
     for item in rendered:
         names = ", ".join(str(n) for n in item.key_names)
-        lines += _item(f"`{item.variant.ir.id}.{item.pass_.ir.id}` ({len(item.specializations)}), by ({names}):")
+        lines += _item(
+            f"`{item.variant.ir.id}.{item.pass_.ir.id}` ({len(item.specializations)}), by ({names}):"
+        )
         lines += [f"  - {', '.join(repr(v) for v in spec.key)}" for spec in item.specializations]
     mine = {path: text for path, text in files.items() if path.startswith(f"{package}/")}
     wgsl = [text for path, text in mine.items() if path.endswith(".wgsl")]
@@ -64,7 +81,9 @@ def _op_section(op, rendered, files: dict[str, str]) -> list[str]:
 
 def _item(text: str) -> list[str]:
     """A Markdown list item, wrapped (its continuation lines indented under it)."""
-    return textwrap.wrap(text, width=WIDTH, initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False)
+    return textwrap.wrap(
+        text, width=WIDTH, initial_indent="- ", subsequent_indent="  ", break_on_hyphens=False
+    )
 
 
 def _wgpu_version() -> str:

@@ -104,8 +104,12 @@ class ResolvedPass:
     dispatch: tuple[NamedCode, ...]
     uniforms: tuple[FieldCode, ...]
     element_types: tuple[NamedCode, ...]  # binding name -> WGSL type (a str value)
-    scope_values: tuple[Value, ...]  # variant then pass values, pass values winning: what the template may see
-    bound: tuple[NamedCode, ...] = ()  # binding name -> whether it is bound (a bool), for bindings with a `when`
+    scope_values: tuple[
+        Value, ...
+    ]  # variant then pass values, pass values winning: what the template may see
+    bound: tuple[
+        NamedCode, ...
+    ] = ()  # binding name -> whether it is bound (a bool), for bindings with a `when`
 
 
 @dataclass(frozen=True)
@@ -175,7 +179,9 @@ class _Level:
             raise
         finally:
             self.active.pop()
-        self.done[name] = Value(name, self.var_prefix + snake(name), spec.expr, code, self.request_dependent(code))
+        self.done[name] = Value(
+            name, self.var_prefix + snake(name), spec.expr, code, self.request_dependent(code)
+        )
         return self.done[name]
 
     def request_dependent(self, code: Compiled) -> bool:
@@ -201,7 +207,9 @@ class _Resolver:
         self.attributes = {a.name for a in op.attributes}
         self.tunables = dict(op.tunables)
         self.type_vars = {name for name, _ in op.type_constraints}
-        self.manifest = _Level(op.derives, lambda: self.scope("manifest"), levels=lambda: {"manifest": self.manifest})
+        self.manifest = _Level(
+            op.derives, lambda: self.scope("manifest"), levels=lambda: {"manifest": self.manifest}
+        )
         self.problems: list[Problem] = []
 
     def attempt(self, make):
@@ -226,7 +234,11 @@ class _Resolver:
         head, rest = path[0], path[1:]
         if head in ("shapes", "ranks") and len(rest) == 1 and rest[0] in self.tensors:
             var = request_local("shape", self.tensors[rest[0]].key)
-            return Symbol(var if head == "shapes" else f"len({var})", "shape" if head == "shapes" else "int", frozenset({var}))
+            return Symbol(
+                var if head == "shapes" else f"len({var})",
+                "shape" if head == "shapes" else "int",
+                frozenset({var}),
+            )
         if head == "dtypes" and len(rest) == 1 and rest[0] in self.type_vars:
             var = request_local("dtype", rest[0])
             return Symbol(var, "str", frozenset({var}))
@@ -239,9 +251,13 @@ class _Resolver:
             return Symbol(var, kind, frozenset({var}))
         if path == ("shapes",):
             # The local "r" marks both as request-dependent, never a compile-time (finite) value.
-            return Symbol("r.shapes", "map", frozenset({"r"}))  # has(shapes, "bias"): is an optional input present
+            return Symbol(
+                "r.shapes", "map", frozenset({"r"})
+            )  # has(shapes, "bias"): is an optional input present
         if path == ("outputs",):
-            return Symbol("r.outputs", "set", frozenset({"r"}))  # outputs.has("S"): was an optional output asked for
+            return Symbol(
+                "r.outputs", "set", frozenset({"r"})
+            )  # outputs.has("S"): was an optional output asked for
         if head == "device":
             return self.device(rest)
         if path == ("DISPATCH_FOLD_WIDTH",) and allow_fold:
@@ -290,7 +306,12 @@ class _Resolver:
 
     def resolve(self) -> ResolvedOp:
         derives = self.values(self.manifest)
-        outputs = [self.attempt(lambda: ShapeCode(t, compile_expr(t.shape, self.scope("manifest"), ("shape", "list")))) for t in self.op.outputs]
+        outputs = [
+            self.attempt(
+                lambda: ShapeCode(t, compile_expr(t.shape, self.scope("manifest"), ("shape", "list")))
+            )
+            for t in self.op.outputs
+        ]
         for tensor in self.op.tensors:
             if tensor.rank is not None:
                 self.attempt(lambda: compile_expr(tensor.rank, self.scope("select"), ("int", "float")))
@@ -304,12 +325,22 @@ class _Resolver:
 
     def variant(self, variant: Variant) -> ResolvedVariant:
         select = self.scope("select")
-        when = tuple(self.attempt(lambda: ClauseCode(e, compile_expr(e, select, "bool"))) for e in variant.when)
-        demote = tuple(self.attempt(lambda: ClauseCode(e, compile_expr(e, select, "bool"))) for e in variant.demote_when)
-        level = _Level(variant.derives, lambda: self.scope("variant", level), levels=lambda: {"manifest": self.manifest, "variant": level})
+        when = tuple(
+            self.attempt(lambda: ClauseCode(e, compile_expr(e, select, "bool"))) for e in variant.when
+        )
+        demote = tuple(
+            self.attempt(lambda: ClauseCode(e, compile_expr(e, select, "bool"))) for e in variant.demote_when
+        )
+        level = _Level(
+            variant.derives,
+            lambda: self.scope("variant", level),
+            levels=lambda: {"manifest": self.manifest, "variant": level},
+        )
         values = self.values(level)
         intermediates = tuple(
-            self.attempt(lambda: ShapeCode(i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape"))))
+            self.attempt(
+                lambda: ShapeCode(i, compile_expr(i.shape, self.scope("variant", level), ("list", "shape")))
+            )
             for i in variant.intermediates
         )
         passes = tuple(self.pass_(p, level) for p in variant.passes)
@@ -323,9 +354,19 @@ class _Resolver:
         )
         values = self.values(level)
         scope = self.scope("pass", variant_level, level)
-        dispatch = tuple(self.attempt(lambda: NamedCode(k, compile_expr(e, scope, ("int", "float")))) for k, e in pass_.dispatch.values)
+        dispatch = tuple(
+            self.attempt(lambda: NamedCode(k, compile_expr(e, scope, ("int", "float"))))
+            for k, e in pass_.dispatch.values
+        )
         uniforms = tuple(
-            self.attempt(lambda: FieldCode(f, compile_expr(f.value, scope, ("int", "float", "bool") if f.type != "f32" else ("int", "float"))))
+            self.attempt(
+                lambda: FieldCode(
+                    f,
+                    compile_expr(
+                        f.value, scope, ("int", "float", "bool") if f.type != "f32" else ("int", "float")
+                    ),
+                )
+            )
             for b in pass_.bindings
             for f in b.fields
         )
@@ -334,7 +375,9 @@ class _Resolver:
             for b in pass_.bindings
             if b.element_type is not None
         )
-        bound = tuple(self.attempt(lambda: self.bound(b, scope)) for b in pass_.bindings if b.when is not None)
+        bound = tuple(
+            self.attempt(lambda: self.bound(b, scope)) for b in pass_.bindings if b.when is not None
+        )
         shadowed = {v.name for v in values}
         visible = tuple(v for v in variant_level.compiled() if v.name not in shadowed) + values
         return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible, bound)
@@ -346,7 +389,11 @@ class _Resolver:
         says the same, and render shaders binding what their code does not have."""
         code = compile_expr(binding.when, scope, "bool")
         if reads_request(code):
-            raise ExprError(binding.when.origin, binding.when.text(), "a binding's `when` must name derived values, not read the request itself: derive it (`hasBias: has(shapes, \"bias\")`) and name that")
+            raise ExprError(
+                binding.when.origin,
+                binding.when.text(),
+                'a binding\'s `when` must name derived values, not read the request itself: derive it (`hasBias: has(shapes, "bias")`) and name that',
+            )
         return NamedCode(binding.name, code)
 
     def element_type(self, expr: Expr, scope: Scope) -> Compiled:
@@ -451,7 +498,11 @@ def _leaves(node: nodes.Node) -> list[nodes.Node]:
     """The readable facts inside a clause: names, dotted names and helper calls on shapes."""
     if _path(node) is not None:
         return [node]
-    if isinstance(node, nodes.Call) and isinstance(node.node, nodes.Name) and node.node.name in ("dim", "inner", "outer", "numel"):
+    if (
+        isinstance(node, nodes.Call)
+        and isinstance(node.node, nodes.Name)
+        and node.node.name in ("dim", "inner", "outer", "numel")
+    ):
         return [node]
     if isinstance(node, nodes.Call):
         if isinstance(node.node, nodes.Getattr):

@@ -23,7 +23,15 @@ from .problems import Problem, closest
 
 SCHEMA_PATH = Path(__file__).with_name("manifest.schema.json")
 
-_JSON_TYPES = {"object": "an object", "array": "an array", "string": "a string", "number": "a number", "integer": "an integer", "boolean": "a boolean", "null": "null"}
+_JSON_TYPES = {
+    "object": "an object",
+    "array": "an array",
+    "string": "a string",
+    "number": "a number",
+    "integer": "an integer",
+    "boolean": "a boolean",
+    "null": "null",
+}
 
 
 @functools.cache
@@ -49,11 +57,20 @@ def _problems_of(error: ValidationError, root: Origin) -> list[Problem]:
     if kind in ("anyOf", "oneOf"):
         return _problems_of_the_fitting_form(error, root)
     if kind == "required":
-        return [Problem(origin.child(key), "required key is missing") for key in error.validator_value if key not in error.instance]
+        return [
+            Problem(origin.child(key), "required key is missing")
+            for key in error.validator_value
+            if key not in error.instance
+        ]
     if kind == "additionalProperties" and error.validator_value is False:
         return _unknown_keys(error, origin)
     if kind == "pattern" and "propertyNames" in list(error.absolute_schema_path)[-3:]:  # a key, not a value
-        return [Problem(origin.child(error.instance), f"the key `{error.instance}` is not {_title(error.schema, 'valid here')}")]
+        return [
+            Problem(
+                origin.child(error.instance),
+                f"the key `{error.instance}` is not {_title(error.schema, 'valid here')}",
+            )
+        ]
     return [Problem(origin, _message(error))]
 
 
@@ -64,7 +81,9 @@ def _message(error: ValidationError) -> str:
         return f"expected {expected}, got {_json_type(value)}"
     if kind == "enum":
         options = ", ".join(repr(option) for option in error.validator_value)
-        suggestion = closest(value, [str(o) for o in error.validator_value]) if isinstance(value, str) else None
+        suggestion = (
+            closest(value, [str(o) for o in error.validator_value]) if isinstance(value, str) else None
+        )
         hint = f"; did you mean {suggestion!r}?" if suggestion else ""
         return f"{_title(error.schema, 'the value')} must be one of {options}, got {value!r}{hint}"
     if kind == "pattern":
@@ -82,7 +101,12 @@ def _problems_of_the_fitting_form(error: ValidationError, root: Origin) -> list[
     if len(fitting) == 1:
         return [problem for sub in fitting[0] for problem in _problems_of(sub, root)]
     origin = root.child(*error.absolute_path)
-    return [Problem(origin, f"expected {_title(error.schema, 'another kind of value')}, got {_json_type(error.instance)}")]
+    return [
+        Problem(
+            origin,
+            f"expected {_title(error.schema, 'another kind of value')}, got {_json_type(error.instance)}",
+        )
+    ]
 
 
 def _wrong_type_here(sub: ValidationError, parent: ValidationError) -> bool:
@@ -96,7 +120,11 @@ def _unknown_keys(error: ValidationError, origin: Origin) -> list[Problem]:
         if key in known:
             continue
         suggestion = closest(key, known)
-        message = f"unknown key `{key}`; did you mean `{suggestion}`?" if suggestion else f"unknown key `{key}`; keys here: {', '.join(known)}"
+        message = (
+            f"unknown key `{key}`; did you mean `{suggestion}`?"
+            if suggestion
+            else f"unknown key `{key}`; keys here: {', '.join(known)}"
+        )
         problems.append(Problem(origin.child(key), message))
     return problems
 

@@ -102,7 +102,9 @@ def _named_texts(rendered: list[RenderedPass]) -> dict[str, _Named]:
     by_template: dict[str, list[tuple[dict, RenderedPass, Specialization]]] = {}
     for item in rendered:
         for spec in item.specializations:
-            by_template.setdefault(item.template, []).append((dict(zip(item.key_names, spec.key)), item, spec))
+            by_template.setdefault(item.template, []).append(
+                (dict(zip(item.key_names, spec.key)), item, spec)
+            )
     named: dict[str, _Named] = {}
     for template, specs in by_template.items():
         columns = list(dict.fromkeys(n for values, _, _ in specs for n in values))
@@ -134,6 +136,8 @@ def shader_files(rendered: list[RenderedPass]) -> ShaderFiles:
             origin = item.origin
             name = f"{name}.{origin.replace('_', '-').replace('.', '-')}"
         taken.add(name)
-        files[name] = ShaderFile(name, item.template, item.tokens, origin, text, item.specialization.interface)
+        files[name] = ShaderFile(
+            name, item.template, item.tokens, origin, text, item.specialization.interface
+        )
         names[text] = name
     return ShaderFiles(files, names)

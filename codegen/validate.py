@@ -69,7 +69,11 @@ def validate(rendered: list[RenderedPass], device=None) -> ValidationReport:
 
 def _shaders(rendered: list[RenderedPass]) -> list[tuple[str, RenderedPass, Specialization]]:
     """(label, pass, specialization) of every specialization, in order."""
-    return [(f"{item.variant.ir.id}.{item.pass_.ir.id}", item, spec) for item in rendered for spec in item.specializations]
+    return [
+        (f"{item.variant.ir.id}.{item.pass_.ir.id}", item, spec)
+        for item in rendered
+        for spec in item.specializations
+    ]
 
 
 def naga_failures(device, shaders: list[tuple[str, str]]) -> list[tuple[int, str]]:
@@ -88,7 +92,9 @@ def naga_failures(device, shaders: list[tuple[str, str]]) -> list[tuple[int, str
 def _report(shaders: list, failures: list[tuple[int, str]], adapter: str) -> ValidationReport:
     """The report, or a CompileError with each failure at its template line."""
     if failures:
-        raise CompileError([naga_problem(shaders[index][1], shaders[index][2], message) for index, message in failures])
+        raise CompileError(
+            [naga_problem(shaders[index][1], shaders[index][2], message) for index, message in failures]
+        )
     return ValidationReport(adapter, len(shaders))
 
 
@@ -104,10 +110,17 @@ class NagaProcess:
         code = f"import sys; sys.path.insert(0, {str(root)!r}); from codegen.validate import serve; serve()"
         self.printed = tempfile.TemporaryFile()
         try:
-            self.process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.printed)
+            self.process = subprocess.Popen(
+                [sys.executable, "-c", code],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self.printed,
+            )
         except OSError as error:
             self.printed.close()
-            raise CompileError([Problem(None, f"the validation process (naga) did not start: {error}")]) from error
+            raise CompileError(
+                [Problem(None, f"the validation process (naga) did not start: {error}")]
+            ) from error
 
     def __enter__(self) -> NagaProcess:
         return self
@@ -146,9 +159,18 @@ class NagaProcess:
         finally:
             watchdog.cancel()
         if stopped.is_set():
-            raise CompileError([Problem(None, f"the validation process (naga) gave no answer in {VALIDATION_TIMEOUT_S} s{self._printed()}")])
+            raise CompileError(
+                [
+                    Problem(
+                        None,
+                        f"the validation process (naga) gave no answer in {VALIDATION_TIMEOUT_S} s{self._printed()}",
+                    )
+                ]
+            )
         if self.process.returncode != 0 or not reply:
-            message = f"the validation process (naga) exited with status {self.process.returncode}{self._printed()}"
+            message = (
+                f"the validation process (naga) exited with status {self.process.returncode}{self._printed()}"
+            )
             raise CompileError([Problem(None, message)])
         answer = json.loads(reply)
         if "problem" in answer:

@@ -85,7 +85,11 @@ class KeyName(NamedTuple):
     bound: bool = False
 
     def __str__(self) -> str:
-        return f"{self.name} element type" if self.element_type else (f"{self.name} bound" if self.bound else self.name)
+        return (
+            f"{self.name} element type"
+            if self.element_type
+            else (f"{self.name} bound" if self.bound else self.name)
+        )
 
 
 @dataclass(frozen=True)
@@ -170,11 +174,16 @@ class _LineMarkers(jinja2.ext.Extension):
                 yield token
                 continue
             lines = token.value.split("\n")
-            marked = [f"{text}{_MARK_OPEN}{stream.name}:{token.lineno + i}{_MARK_CLOSE}" for i, text in enumerate(lines[:-1])]
+            marked = [
+                f"{text}{_MARK_OPEN}{stream.name}:{token.lineno + i}{_MARK_CLOSE}"
+                for i, text in enumerate(lines[:-1])
+            ]
             yield Token(token.lineno, "data", "\n".join(marked + lines[-1:]))
 
 
-def _unmark(marked: str, folder: str, lines: dict | None = None) -> tuple[str, tuple[TemplateLocation | None, ...]]:
+def _unmark(
+    marked: str, folder: str, lines: dict | None = None
+) -> tuple[str, tuple[TemplateLocation | None, ...]]:
     """The rendered text without marks, and for each of its lines the template line that made it.
 
     A line without a mark (its newline came from a value, not from template text) belongs to the
@@ -186,7 +195,10 @@ def _unmark(marked: str, folder: str, lines: dict | None = None) -> tuple[str, t
     marked_lines = marked.split("\n")
     for line in set(marked_lines).difference(lines):
         found = _MARK.search(line)
-        lines[line] = (_MARK.sub("", line), TemplateLocation(f"{folder}/{found.group(1)}", int(found.group(2))) if found else None)
+        lines[line] = (
+            _MARK.sub("", line),
+            TemplateLocation(f"{folder}/{found.group(1)}", int(found.group(2))) if found else None,
+        )
     unmarked = [lines[line] for line in marked_lines]
     locations = [location for _, location in unmarked]
     for i in reversed([i for i, location in enumerate(locations) if location is None]):
@@ -198,7 +210,9 @@ class _ReadOnce(jinja2.BaseLoader):
     """The environment's own loader, with each template's text read from disk once: the variable
     analysis, the render and imports all use the text read first."""
 
-    def __init__(self, loader: jinja2.BaseLoader, texts: dict[str, str] | None = None, folder: Path | None = None):
+    def __init__(
+        self, loader: jinja2.BaseLoader, texts: dict[str, str] | None = None, folder: Path | None = None
+    ):
         self.loader = loader
         self.sources: dict[str, tuple[str, str | None]] = {}
         # Texts the build's snapshot read already (sources.Snapshot.template_texts()): served as read.
@@ -217,7 +231,9 @@ class _ReadOnce(jinja2.BaseLoader):
         instead of parsing the text again."""
         _, filename, uptodate = self.get_source(environment, name)
         code = environment.compile(_tree(environment, name), name, filename)
-        return environment.template_class.from_code(environment, code, {} if globals is None else globals, uptodate)
+        return environment.template_class.from_code(
+            environment, code, {} if globals is None else globals, uptodate
+        )
 
     def list_templates(self) -> list[str]:
         return self.loader.list_templates()
@@ -262,7 +278,10 @@ class _Domains:
             "variant": {v.name: v for v in variant.derives},
             "pass": {v.name: v for v in pass_.derives},
         }
-        self.base = {request_local("dtype", tv): tuple(WGSL_DTYPE[t] for t in types if t in WGSL_DTYPE) for tv, types in op.ir.type_constraints}
+        self.base = {
+            request_local("dtype", tv): tuple(WGSL_DTYPE[t] for t in types if t in WGSL_DTYPE)
+            for tv, types in op.ir.type_constraints
+        }
         for attribute in op.ir.attributes:
             if attribute.allowed is not None:
                 self.base[request_local("attr", attribute.name)] = attribute.allowed
@@ -393,7 +412,10 @@ class _Namespace:
 
 _EVAL_GLOBALS = {
     "math": math,
-    **{name: getattr(runtime_numeric, name) for name in ("js_div", "js_mod", "js_str", "pow2ceil", "ceil_div", "numel", "inner", "outer", "dim")},
+    **{
+        name: getattr(runtime_numeric, name)
+        for name in ("js_div", "js_mod", "js_str", "pow2ceil", "ceil_div", "numel", "inner", "outer", "dim")
+    },
 }
 
 
@@ -407,7 +429,9 @@ class _Declarations:
     bindings: tuple[tuple[int, str], ...]  # (index, WGSL variable)
 
 
-def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple) -> _Declarations:
+def _declarations(
+    pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple
+) -> _Declarations:
     """The header of one specialization: `enable f16`, the overrides, and the bindings whose
     element types `element_types` holds (those bound in it), numbered in the manifest's order."""
     lines, features, params, bindings = [], [], (), []
@@ -429,11 +453,19 @@ def _declarations(pass_: ResolvedPass, element_types: dict, overrides: list[tupl
             lines.append(f"@group(0) @binding({index}) var<uniform> {binding.name}: {binding.struct_name};")
         else:
             access = BUFFER_ACCESS[binding.buffer]
-            lines.append(f"@group(0) @binding({index}) var<{access}> {binding.name}: array<{element_types[binding.name]}>;")
+            lines.append(
+                f"@group(0) @binding({index}) var<{access}> {binding.name}: array<{element_types[binding.name]}>;"
+            )
     return _Declarations("\n".join(lines) + "\n\n", tuple(features), params, tuple(bindings))
 
 
-def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, env: jinja2.Environment, templates_dir: Path) -> RenderedPass:
+def render_pass(
+    op: ResolvedOp,
+    variant: ResolvedVariant,
+    pass_: ResolvedPass,
+    env: jinja2.Environment,
+    templates_dir: Path,
+) -> RenderedPass:
     """Every specialization of one pass; `env` comes from `_render_environment` (its loader and
     line marks are what the line maps and the problems' template lines are made from)."""
     origin = pass_.ir.origin
@@ -443,14 +475,21 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
     template_values = _template_values(pass_, env, folder)
     key_values = (
         template_values
-        + [Value(f"binding:{binding}", f"binding_{binding}", None, code) for binding, code in pass_.element_types]
+        + [
+            Value(f"binding:{binding}", f"binding_{binding}", None, code)
+            for binding, code in pass_.element_types
+        ]
         + [Value(f"bound:{binding}", f"bound_{binding}", None, code) for binding, code in pass_.bound]
     )
     try:
-        conditions = [Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)]
+        conditions = [
+            Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)
+        ]
         combos = _Domains(op, variant, pass_).enumerate(key_values, conditions)
     except _NotFinite as error:
-        message = f"a specialization value of template `{name}` depends on `{error}`, which has no finite domain"
+        message = (
+            f"a specialization value of template `{name}` depends on `{error}`, which has no finite domain"
+        )
         raise CompileError([Problem(origin, message)]) from None
     value_names = tuple(v.name for v in key_values)
     key_names = (
@@ -458,14 +497,20 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
         + tuple(KeyName(b, element_type=True) for b, _ in pass_.element_types)
         + tuple(KeyName(b, bound=True) for b, _ in pass_.bound)
     )
-    numeric = {v.name: ("f32" if v.code.type == "float" else "u32") for v in pass_.scope_values if v.code.type in ("int", "float")}
+    numeric = {
+        v.name: ("f32" if v.code.type == "float" else "u32")
+        for v in pass_.scope_values
+        if v.code.type in ("int", "float")
+    }
     if pass_.ir.dispatch.form == "threads":
         numeric["WORKGROUP_SIZE"] = "u32"
     numeric["DISPATCH_FOLD_WIDTH"] = "u32"
     bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, key_names, template_values)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
     # Only code decides what a shader uses: a name in a comment declares nothing and reads nothing.
-    uniforms = _scope_uniforms(pass_, kept, numeric, [code_of(body.text) for body in bodies.values()], origin, name)
+    uniforms = _scope_uniforms(
+        pass_, kept, numeric, [code_of(body.text) for body in bodies.values()], origin, name
+    )
     moved = {u.name for u in uniforms}
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
     specializations = []
@@ -473,16 +518,24 @@ def render_pass(op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass, e
         text = _read_from_params(body.text, uniforms, pass_)
         code = code_of(text)
         overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(code, n)]
-        element_types = {b: body.combo[f"binding:{b}"] for b, _ in pass_.element_types if body.combo.get(f"bound:{b}", True)}
+        element_types = {
+            b: body.combo[f"binding:{b}"]
+            for b, _ in pass_.element_types
+            if body.combo.get(f"bound:{b}", True)
+        }
         header = _declarations(pass_, element_types, overrides, text, extra)
         if not workgroup_size(code):
             message = "a template needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"
             raise CompileError([Problem(origin, message, template=TemplateLocation(f"{folder}/{name}"))])
         specializations.append(_specialization(key, body, header, text, code, overrides, f"{folder}/{name}"))
-    return RenderedPass(variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries)
+    return RenderedPass(
+        variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries
+    )
 
 
-def _specialization(key: tuple, body: _Body, header: _Declarations, text: str, code: str, overrides: list, template: str) -> Specialization:
+def _specialization(
+    key: tuple, body: _Body, header: _Declarations, text: str, code: str, overrides: list, template: str
+) -> Specialization:
     interface = ShaderInterface(
         template=template,
         overrides=tuple(overrides),
@@ -510,7 +563,9 @@ class _Parsed:
     a failure is not kept: it is raised again, and reported where it is found."""
 
     trees: dict[str, jinja2.nodes.Template] = field(default_factory=dict)
-    undeclared: dict[str, frozenset[str]] = field(default_factory=dict)  # names a template reads and does not set
+    undeclared: dict[str, frozenset[str]] = field(
+        default_factory=dict
+    )  # names a template reads and does not set
     referenced: dict[str, tuple[str | None, ...]] = field(default_factory=dict)  # see `_referenced`
     unmarked_lines: dict[str, tuple] = field(default_factory=dict)  # see `_unmark`
 
@@ -550,7 +605,13 @@ def _libraries(pass_: ResolvedPass, env: jinja2.Environment, folder: str) -> tup
     library named as the pass's own template is refused."""
     name = pass_.ir.template
     if name.startswith(f"{LIBRARY}/"):
-        raise CompileError([Problem(pass_.ir.origin, f"`{name}` is a macro library ({folder}/{LIBRARY}/), not an op template")])
+        raise CompileError(
+            [
+                Problem(
+                    pass_.ir.origin, f"`{name}` is a macro library ({folder}/{LIBRARY}/), not an op template"
+                )
+            ]
+        )
     found: set[str] = set()
     pending = [name]
     while pending:
@@ -578,10 +639,14 @@ def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) 
         known = env.loader.list_templates()
         suggestion = closest(name, known)
         hint = f"; did you mean `{suggestion}`?" if suggestion else ""
-        raise CompileError([Problem(origin, f"template `{name}` does not exist in {folder}/{hint}")]) from None
+        raise CompileError(
+            [Problem(origin, f"template `{name}` does not exist in {folder}/{hint}")]
+        ) from None
     except jinja2.TemplateSyntaxError as error:
         where = TemplateLocation(f"{folder}/{error.name or name}", error.lineno)
-        raise CompileError([Problem(origin, f"Jinja syntax error: {error.message}", template=where)]) from None
+        raise CompileError(
+            [Problem(origin, f"Jinja syntax error: {error.message}", template=where)]
+        ) from None
     values = {v.name: v for v in pass_.scope_values}
     used = sorted(v for v in _undeclared(env, name) if v in values)
     problems = [
@@ -600,7 +665,11 @@ def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) 
 
 
 def _first_read(tree: jinja2.nodes.Template, variable: str) -> int | None:
-    lines = [node.lineno for node in tree.find_all(jinja2.nodes.Name) if node.name == variable and node.ctx == "load"]
+    lines = [
+        node.lineno
+        for node in tree.find_all(jinja2.nodes.Name)
+        if node.name == variable and node.ctx == "load"
+    ]
     return min(lines, default=None)
 
 
@@ -621,7 +690,13 @@ class _Bodies:
     def __init__(self, env: jinja2.Environment, variant: ResolvedVariant, pass_: ResolvedPass, folder: str):
         self.env, self.variant, self.pass_, self.folder = env, variant, pass_, folder
 
-    def render(self, combos: list[dict], value_names: tuple[str, ...], key_names: tuple[KeyName, ...], template_values: list[Value]) -> dict[tuple, _Body]:
+    def render(
+        self,
+        combos: list[dict],
+        value_names: tuple[str, ...],
+        key_names: tuple[KeyName, ...],
+        template_values: list[Value],
+    ) -> dict[tuple, _Body]:
         """Bodies by key: the values of `value_names` (the enumeration's names) in order; problems
         name the key positions as `key_names` do."""
         template = self.env.get_template(self.pass_.ir.template)  # parsed already: no syntax error here
@@ -637,10 +712,14 @@ class _Bodies:
             except Exception as error:  # a template is code: whatever it raises is its problem
                 failures[(self.location(error), self.detail(error))].append(key)
                 continue
-            text, line_map = _unmark(marked, self.folder, _PARSED.setdefault(self.env, _Parsed()).unmarked_lines)
+            text, line_map = _unmark(
+                marked, self.folder, _PARSED.setdefault(self.env, _Parsed()).unmarked_lines
+            )
             bodies[key] = _Body(combo, context, text, line_map)
         if failures:
-            raise CompileError([self.problem(where, detail, keys, key_names) for (where, detail), keys in failures.items()])
+            raise CompileError(
+                [self.problem(where, detail, keys, key_names) for (where, detail), keys in failures.items()]
+            )
         return bodies
 
     def location(self, error: Exception) -> TemplateLocation:
@@ -662,10 +741,14 @@ class _Bodies:
         if not isinstance(error, jinja2.TemplateError):
             return f"{type(error).__name__}: {error}"
         undefined = re.fullmatch(r"'(\w+)' is undefined", str(error))
-        suggestion = closest(undefined.group(1), [v.name for v in self.pass_.scope_values]) if undefined else None
+        suggestion = (
+            closest(undefined.group(1), [v.name for v in self.pass_.scope_values]) if undefined else None
+        )
         return f"{error}; did you mean `{suggestion}`?" if suggestion else str(error)
 
-    def problem(self, where: TemplateLocation, detail: str, keys: list[tuple], key_names: tuple[KeyName, ...]) -> Problem:
+    def problem(
+        self, where: TemplateLocation, detail: str, keys: list[tuple], key_names: tuple[KeyName, ...]
+    ) -> Problem:
         shown = ", ".join(f"{n}={v!r}" for n, v in zip(key_names, keys[0]))
         more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
         head = f"Jinja failed rendering variant {self.variant.ir.id}, pass {self.pass_.ir.id}, specialization [{shown}]{more}"
@@ -697,7 +780,9 @@ def _array_sizes(body: str) -> set[str]:
     return found
 
 
-def _scope_uniforms(pass_: ResolvedPass, kept: set, numeric: dict, bodies: list[str], origin, name: str) -> tuple:
+def _scope_uniforms(
+    pass_: ResolvedPass, kept: set, numeric: dict, bodies: list[str], origin, name: str
+) -> tuple:
     """The request-dependent numeric values the bodies name and no array size needs, in scope order;
     `kept`: the manifest's `pipelineConstants`, left as overrides."""
     sizes = set().union(*(_array_sizes(b) for b in bodies)) if bodies else set()
@@ -734,7 +819,9 @@ def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
     names = "|".join(re.escape(u.name) for u in uniforms)
     # Code between comments is rewritten; the comments stay as the template wrote them.
     parts = re.split(f"({COMMENT.pattern})", body, flags=re.S)
-    return "".join(part if i % 2 else _code_read_from_params(part, names, holder) for i, part in enumerate(parts))
+    return "".join(
+        part if i % 2 else _code_read_from_params(part, names, holder) for i, part in enumerate(parts)
+    )
 
 
 @functools.lru_cache(maxsize=8192)
@@ -745,10 +832,16 @@ def _code_read_from_params(code: str, names: str, holder: str) -> str:
     return re.sub(rf"(?<![\w.])({names})\b", lambda m: f"{holder}.{m.group(1)}", code)
 
 
-def render_op(op: ResolvedOp, templates_dir: Path, texts: dict[str, str] | None = None) -> tuple[RenderedPass, ...]:
+def render_op(
+    op: ResolvedOp, templates_dir: Path, texts: dict[str, str] | None = None
+) -> tuple[RenderedPass, ...]:
     """Every pass of every variant, each specialization rendered once; raises CompileError.
     `texts`: the template texts, by name, where the caller read them already."""
-    env = _render_environment(templates_dir) if texts is None else _shared_environment(templates_dir, tuple(sorted(texts.items())))
+    env = (
+        _render_environment(templates_dir)
+        if texts is None
+        else _shared_environment(templates_dir, tuple(sorted(texts.items())))
+    )
     rendered, problems = [], []
     for variant in op.variants:
         names = {v.name for p in variant.passes for v in p.scope_values}
@@ -756,7 +849,12 @@ def render_op(op: ResolvedOp, templates_dir: Path, texts: dict[str, str] | None 
             if name not in names:
                 suggestion = closest(name, names)
                 hint = f"; did you mean `{suggestion}`?" if suggestion else ""
-                problems.append(Problem(variant.ir.origin, f"pipelineConstants names `{name}`, which is no value of this variant's passes{hint}"))
+                problems.append(
+                    Problem(
+                        variant.ir.origin,
+                        f"pipelineConstants names `{name}`, which is no value of this variant's passes{hint}",
+                    )
+                )
         for pass_ in variant.passes:
             try:
                 rendered.append(render_pass(op, variant, pass_, env, templates_dir))

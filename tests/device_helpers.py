@@ -6,6 +6,7 @@ import numpy as np
 
 from generated._runtime import Tensor, default_device
 
+
 def is_lavapipe() -> bool:
     return "llvmpipe" in str(default_device().adapter.info.get("device", ""))
 

@@ -141,7 +141,9 @@ def skip_group_norm_ref(X, gamma, beta, skip, bias, groups, epsilon, activation,
 # Other implementations of the same operators
 
 
-def single_node_model(op_type, inputs: dict, attrs: dict, opset: int, outputs=("Y",), domain="") -> onnx.ModelProto:
+def single_node_model(
+    op_type, inputs: dict, attrs: dict, opset: int, outputs=("Y",), domain=""
+) -> onnx.ModelProto:
     """A model holding one node; graph inputs are ``inputs``' keys with their arrays' dtypes and shapes.
 
     Output types are left for the runtime to infer. A non-default domain also
@@ -198,7 +200,9 @@ def backend_node_cases(prefix: str) -> list:
     cases = []
     for case in _node_test_cases():
         if case.name.startswith(prefix) and not case.name.endswith("_expanded"):
-            data_sets = [([_as_array(a) for a in ins], [_as_array(a) for a in outs]) for ins, outs in case.data_sets]
+            data_sets = [
+                ([_as_array(a) for a in ins], [_as_array(a) for a in outs]) for ins, outs in case.data_sets
+            ]
             cases.append((case.name, case.model, data_sets))
     return cases
 

@@ -38,7 +38,12 @@ from tests.oracles import (
     skip_group_norm_ref,
 )
 
-PACKAGES = {"batch_normalization": bn, "group_normalization": gn, "instance_normalization": inn, "skip_group_norm": sgn}
+PACKAGES = {
+    "batch_normalization": bn,
+    "group_normalization": gn,
+    "instance_normalization": inn,
+    "skip_group_norm": sgn,
+}
 # Variants whose `when` takes one dtype of T: the 8-halves BatchNorm loads are float16 only,
 # plane_subgroup_vec4_scalar_io float32 only.
 ONE_DTYPE = {
@@ -130,20 +135,62 @@ _BASE = [
     ("batch_normalization", "nchw_inference_vec4", _bn_shapes((3, 7, 10, 8)), {}, {}, {}),
     ("batch_normalization", "flat_inference_vec4", _bn_shapes((2, 4, 7)), {}, {"WORKGROUP_SIZE": 4}, {}),
     # 8 halves a load: 9-value planes, so loads straddle channels and batch items.
-    ("batch_normalization", "flat_inference_halves8", _bn_shapes((8, 3, 3, 3)), {}, {"WORKGROUP_SIZE": 4}, {}),
-    ("group_normalization", "group_stash_f16_serial", _gn_shapes((2, 6, 5, 7)), {"num_groups": 3, "stash_type": 10}, {}, {}),
+    (
+        "batch_normalization",
+        "flat_inference_halves8",
+        _bn_shapes((8, 3, 3, 3)),
+        {},
+        {"WORKGROUP_SIZE": 4},
+        {},
+    ),
+    (
+        "group_normalization",
+        "group_stash_f16_serial",
+        _gn_shapes((2, 6, 5, 7)),
+        {"num_groups": 3, "stash_type": 10},
+        {},
+        {},
+    ),
     ("group_normalization", "group_splitk", _gn_shapes((2, 6, 5, 7)), {"num_groups": 3}, GN_SPLITS, {}),
     ("group_normalization", "group_splitk_vec4", _gn_shapes((2, 6, 4, 24)), {"num_groups": 2}, GN_SPLITS, {}),
-    ("group_normalization", "group_splitk_vec4_pairs", _gn_shapes((2, 3, 4, 25)), {"num_groups": 1}, {**GN_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {}),
+    (
+        "group_normalization",
+        "group_splitk_vec4_pairs",
+        _gn_shapes((2, 3, 4, 25)),
+        {"num_groups": 1},
+        {**GN_SPLITS, "SPLIT_WORKGROUP_SIZE": 4},
+        {},
+    ),
     ("group_normalization", "group_subgroup_vec4", _gn_shapes((2, 6, 12, 10)), {"num_groups": 3}, {}, {}),
     ("group_normalization", "group_subgroup", _gn_shapes((2, 6, 9, 11)), {"num_groups": 2}, {}, {}),
     # Two workgroups a row of 96 f32 / 48 f16 units, 20 invocations: a partial last subgroup at
     # width 8, a tail in the last unit row (5 and 3 units an invocation).
-    ("group_normalization", "group_row_registers", _gn_shapes((2, 6, 12, 16)), {"num_groups": 3}, GN_REGISTERS, {}),
-    ("group_normalization", "group_splitk_registers", _gn_shapes((2, 6, 12, 16)), {"num_groups": 3}, GN_CHUNKS, {}),
+    (
+        "group_normalization",
+        "group_row_registers",
+        _gn_shapes((2, 6, 12, 16)),
+        {"num_groups": 3},
+        GN_REGISTERS,
+        {},
+    ),
+    (
+        "group_normalization",
+        "group_splitk_registers",
+        _gn_shapes((2, 6, 12, 16)),
+        {"num_groups": 3},
+        GN_CHUNKS,
+        {},
+    ),
     ("instance_normalization", "plane_batched_vec4", _in_shapes((2, 9, 12)), {}, IN_BATCHED, {}),
     ("instance_normalization", "plane_subgroup_vec4", _in_shapes((2, 3, 12, 12)), {}, {}, {}),
-    ("instance_normalization", "plane_subgroup_vec4_scalar_io", _in_shapes((2, 3, 128)), {}, {}, WAVE32_ADAPTER),
+    (
+        "instance_normalization",
+        "plane_subgroup_vec4_scalar_io",
+        _in_shapes((2, 3, 128)),
+        {},
+        {},
+        WAVE32_ADAPTER,
+    ),
     ("instance_normalization", "plane_subgroup", _in_shapes((2, 3, 9, 11)), {}, {}, {}),
     ("instance_normalization", "plane_splitk_vec4", _in_shapes((2, 3, 40)), {}, IN_SPLITS, {}),
     ("instance_normalization", "plane_splitk", _in_shapes((2, 3, 37)), {}, IN_SPLITS, {}),
@@ -158,7 +205,9 @@ def _sgn_base():
     """The three SkipGroupNorm variants with and without a bias and S, both layouts (registers:
     channels-last only), both skip forms, SiLU on and off."""
     base = []
-    for i, (family, member) in enumerate((f, m) for m in ("bias_sum", "bias_plain", "sum", "plain") for f in ("split", "fused")):
+    for i, (family, member) in enumerate(
+        (f, m) for m in ("bias_sum", "bias_plain", "sum", "plain") for f in ("split", "fused")
+    ):
         channels_last = i % 2
         x = (2, 5, 6, 24) if channels_last else (2, 24, 5, 6)
         shapes = _sgn_shapes(x, channels_last, member.startswith("bias"), full_skip=i % 4 < 2)
@@ -172,7 +221,11 @@ def _sgn_base():
         shapes = _sgn_shapes((2, 5, 6, 40), 1, member.startswith("bias"), full_skip=i % 2 == 0)
         attrs = {"groups": 4, "activation": i % 2, "channels_last": 1}
         outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
-        tunables = {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_WORKGROUP_SIZE": 16, "REGISTER_MIN_POSITION_LANES": 4}
+        tunables = {
+            "REGISTER_SPLIT_MIN_VALUES": 1,
+            "REGISTER_WORKGROUP_SIZE": 16,
+            "REGISTER_MIN_POSITION_LANES": 4,
+        }
         base.append(("skip_group_norm", "registers", shapes, attrs, tunables, {}, outputs))
     return base
 
@@ -226,8 +279,16 @@ def reference(case, inputs):
     if case.op == "instance_normalization":
         return {"output": instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"])}
     y, s = skip_group_norm_ref(
-        inputs["X"], inputs["gamma"], inputs["beta"], inputs["skip"], inputs.get("bias"), a["groups"],
-        a.get("epsilon", 1e-5), a["activation"], a["channels_last"], inputs["X"].dtype,
+        inputs["X"],
+        inputs["gamma"],
+        inputs["beta"],
+        inputs["skip"],
+        inputs.get("bias"),
+        a["groups"],
+        a.get("epsilon", 1e-5),
+        a["activation"],
+        a["channels_last"],
+        inputs["X"].dtype,
     )
     return {"Y": y, "S": s}
 
@@ -286,8 +347,14 @@ def call_case(case, inputs, device, caps):
     x = next(iter(inputs.values()))
     out = {key: Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype), device) for key in outputs}
     return package.kernel(
-        inputs, attrs=case.attrs, outputs=case.outputs, device=device, caps=caps,
-        variant=case.variant, tunables=case.tunables or None, out=out,
+        inputs,
+        attrs=case.attrs,
+        outputs=case.outputs,
+        device=device,
+        caps=caps,
+        variant=case.variant,
+        tunables=case.tunables or None,
+        out=out,
     )
 
 
@@ -307,8 +374,6 @@ def run_case(case, device, caps, profile, seed):
     except AssertionError as error:
         return {"outcome": "wrong", "message": str(error)}
     return {"outcome": "right", "message": ""}
-
-
 
 
 def measured_subgroup_size(device):

@@ -76,7 +76,9 @@ GN_CASES = [
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
-@pytest.mark.parametrize("variant,tunables,caps,stash", GN_CASES, ids=[f"{c[0]}-{len(c[2])}" for c in GN_CASES])
+@pytest.mark.parametrize(
+    "variant,tunables,caps,stash", GN_CASES, ids=[f"{c[0]}-{len(c[2])}" for c in GN_CASES]
+)
 def test_group_normalization_epsilon_is_a_uniform(variant, tunables, caps, stash, dtype, request):
     rng, seed = rng_for(request.node.name)
     shape = (2, 6, 8, 20)
@@ -95,18 +97,44 @@ def test_group_normalization_epsilon_is_a_uniform(variant, tunables, caps, stash
         else:
             assert_close(result["y"], expected, dtype, context)
 
-    run_epsilons(rng, seed, gn, inputs, attrs, check, caps=caps, tunables=tunables, variant=variant, type_keys={"T": "x"})
+    run_epsilons(
+        rng,
+        seed,
+        gn,
+        inputs,
+        attrs,
+        check,
+        caps=caps,
+        tunables=tunables,
+        variant=variant,
+        type_keys={"T": "x"},
+    )
 
 
 IN_CASES = [
     ("plane_subgroup_vec4", (2, 3, 8, 12), {}, SUBGROUP_ID),
-    ("plane_subgroup_vec4_scalar_io", (2, 3, 8, 16), {}, {**SUBGROUP_ID, "adapterInfo": {"subgroupMinSize": 32, "subgroupMaxSize": 32}}),
+    (
+        "plane_subgroup_vec4_scalar_io",
+        (2, 3, 8, 16),
+        {},
+        {**SUBGROUP_ID, "adapterInfo": {"subgroupMinSize": 32, "subgroupMaxSize": 32}},
+    ),
     ("plane_subgroup", (2, 3, 7, 9), {}, F16),
-    ("plane_splitk_vec4", (2, 3, 8, 12), {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16}, SUBGROUP_ID),
+    (
+        "plane_splitk_vec4",
+        (2, 3, 8, 12),
+        {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16},
+        SUBGROUP_ID,
+    ),
     ("plane_splitk", (2, 3, 7, 9), {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16}, F16),
     ("plane_splitk_registers", (2, 3, 8, 16), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 8}, F16),
     ("plane_batched_vec4", (2, 9, 16), {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, F16),
-    ("plane_row_registers", (2, 3, 8, 16), {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 16}, SUBGROUP_ID),
+    (
+        "plane_row_registers",
+        (2, 3, 8, 16),
+        {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 16},
+        SUBGROUP_ID,
+    ),
 ]
 
 
@@ -124,10 +152,23 @@ def test_instance_normalization_epsilon_is_a_uniform(variant, shape, tunables, c
     }
 
     def check(result, call_attrs, context):
-        expected = instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"], call_attrs["epsilon"])
+        expected = instance_normalization_ref(
+            inputs["input"], inputs["scale"], inputs["b"], call_attrs["epsilon"]
+        )
         assert_close(result["output"], expected, dtype, context)
 
-    run_epsilons(rng, seed, inn, inputs, {}, check, caps=caps, tunables=tunables, variant=variant, type_keys={"T": "input"})
+    run_epsilons(
+        rng,
+        seed,
+        inn,
+        inputs,
+        {},
+        check,
+        caps=caps,
+        tunables=tunables,
+        variant=variant,
+        type_keys={"T": "input"},
+    )
 
 
 SGN_MEMBERS = ("bias_sum", "bias_plain", "sum", "plain")  # with and without a bias and S
@@ -160,6 +201,18 @@ def test_skip_group_norm_epsilon_and_activation_are_uniforms(variant, member, dt
             if "S" in result:
                 assert_close(result["S"], s_ref, dtype, f"{context} activation={activation} S")
 
-        run_epsilons(rng, seed, sgn, inputs, attrs, check, outputs=outputs, caps=F16, tunables=tunables, variant=variant, type_keys={"T": "X", "M": "gamma"})
+        run_epsilons(
+            rng,
+            seed,
+            sgn,
+            inputs,
+            attrs,
+            check,
+            outputs=outputs,
+            caps=F16,
+            tunables=tunables,
+            variant=variant,
+            type_keys={"T": "X", "M": "gamma"},
+        )
         first = pipeline_count() if first is None else first
         assert pipeline_count() == first, f"activation {activation} created a pipeline"

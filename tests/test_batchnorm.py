@@ -16,7 +16,15 @@ from generated import ContractError, Tensor
 from generated import batch_normalization as bn
 from generated._runtime import default_device, device_caps
 from tests.device_helpers import poisoned_call
-from tests.oracles import assert_close, backend_node_cases, batch_normalization_ref, onnxruntime_run, pytorch_converted_cases, rng_for, seed_note
+from tests.oracles import (
+    assert_close,
+    backend_node_cases,
+    batch_normalization_ref,
+    onnxruntime_run,
+    pytorch_converted_cases,
+    rng_for,
+    seed_note,
+)
 
 F16_CAPS = {"features": ["shader-f16"]}
 
@@ -82,7 +90,9 @@ def run_poisoned(inputs, **kwargs):
 
 
 def reference(inputs, epsilon):
-    return batch_normalization_ref(inputs["x"], inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], epsilon)
+    return batch_normalization_ref(
+        inputs["x"], inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], epsilon
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
@@ -98,7 +108,9 @@ def test_every_variant_against_float64_reference(variant, shape, runs, dtype, re
             bn.kernel(inputs, attrs={"epsilon": epsilon}, variant=variant)
         return
     actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, variant=variant)
-    assert_close(actual, reference(inputs, epsilon), dtype, f"{variant} {shape} eps={epsilon} {seed_note(seed)}")
+    assert_close(
+        actual, reference(inputs, epsilon), dtype, f"{variant} {shape} eps={epsilon} {seed_note(seed)}"
+    )
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
@@ -108,7 +120,10 @@ def test_natural_selection_against_onnxruntime(shape, dtype, request):
     inputs = random_inputs(rng, shape, dtype)
     actual = run_poisoned(inputs)
     # ORT's CPU BatchNormalization has no float16 kernel: run it on the same values in float32.
-    ort_inputs = {name: inputs[key].astype(np.float32) for name, key in zip(("X", "scale", "B", "input_mean", "input_var"), inputs)}
+    ort_inputs = {
+        name: inputs[key].astype(np.float32)
+        for name, key in zip(("X", "scale", "B", "input_mean", "input_var"), inputs)
+    }
     (expected,) = onnxruntime_run("BatchNormalization", ort_inputs, {"epsilon": 1e-5}, opset=15)
     assert_close(actual, expected.astype(np.float64), dtype, f"{shape} vs onnxruntime {seed_note(seed)}")
 
@@ -151,7 +166,13 @@ def test_dispatch_folds_past_65535_workgroups(variant, shape, workgroup_size, dt
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
     tunables = {"WORKGROUP_SIZE": workgroup_size}
-    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": np.dtype(dtype).name}, tunables=tunables, variant=variant, caps=F16_CAPS)
+    p = bn.plan(
+        {k: v.shape for k, v in inputs.items()},
+        {"T": np.dtype(dtype).name},
+        tunables=tunables,
+        variant=variant,
+        caps=F16_CAPS,
+    )
     assert p.passes[0].dispatch[:2] == (65535, 2)
     actual = run_poisoned(inputs, variant=variant, tunables=tunables)
     assert_close(actual, reference(inputs, 1e-5), dtype, f"{variant} folded dispatch {seed_note(seed)}")
@@ -174,10 +195,21 @@ def test_flat_pairs_cover_a_partial_last_block(shape, workgroup_size, dtype, req
     tunables = {"WORKGROUP_SIZE": workgroup_size}
     count4 = int(np.prod(shape)) // 4
     assert count4 % (2 * workgroup_size) != 0
-    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": np.dtype(dtype).name}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_vec4")
+    p = bn.plan(
+        {k: v.shape for k, v in inputs.items()},
+        {"T": np.dtype(dtype).name},
+        caps=F16_CAPS,
+        tunables=tunables,
+        variant="flat_inference_vec4",
+    )
     assert p.passes[0].dispatch == (-(-count4 // (2 * workgroup_size)), 1, 1)
     actual = run_poisoned(inputs, variant="flat_inference_vec4", tunables=tunables)
-    assert_close(actual, reference(inputs, 1e-5), dtype, f"flat pairs {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}")
+    assert_close(
+        actual,
+        reference(inputs, 1e-5),
+        dtype,
+        f"flat pairs {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}",
+    )
 
 
 def test_halves8_dispatch_folds_past_65535_workgroups(request):
@@ -185,7 +217,13 @@ def test_halves8_dispatch_folds_past_65535_workgroups(request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, (2, 4, 70000), np.float16)
     tunables = {"WORKGROUP_SIZE": 1}
-    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float16"}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_halves8")
+    p = bn.plan(
+        {k: v.shape for k, v in inputs.items()},
+        {"T": "float16"},
+        caps=F16_CAPS,
+        tunables=tunables,
+        variant="flat_inference_halves8",
+    )
     assert p.passes[0].dispatch[:2] == (65535, 2)
     actual = run_poisoned(inputs, variant="flat_inference_halves8", tunables=tunables)
     assert_close(actual, reference(inputs, 1e-5), np.float16, f"halves8 folded dispatch {seed_note(seed)}")
@@ -206,10 +244,21 @@ def test_halves8_covers_a_partial_last_workgroup(shape, workgroup_size, request)
     tunables = {"WORKGROUP_SIZE": workgroup_size}
     count8 = int(np.prod(shape)) // 8
     assert count8 % workgroup_size != 0
-    p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float16"}, caps=F16_CAPS, tunables=tunables, variant="flat_inference_halves8")
+    p = bn.plan(
+        {k: v.shape for k, v in inputs.items()},
+        {"T": "float16"},
+        caps=F16_CAPS,
+        tunables=tunables,
+        variant="flat_inference_halves8",
+    )
     assert p.passes[0].dispatch == (-(-count8 // workgroup_size), 1, 1)
     actual = run_poisoned(inputs, variant="flat_inference_halves8", tunables=tunables)
-    assert_close(actual, reference(inputs, 1e-5), np.float16, f"halves8 {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}")
+    assert_close(
+        actual,
+        reference(inputs, 1e-5),
+        np.float16,
+        f"halves8 {shape} WORKGROUP_SIZE={workgroup_size} {seed_note(seed)}",
+    )
 
 
 @pytest.mark.parametrize("variant", sorted(set(VARIANTS) - {"nc_inference_vec4"}))
@@ -221,13 +270,20 @@ def test_f16_results_past_the_f16_range_are_infinite(variant, request):
     H200's), not by the spec; the test keeps it from regressing there."""
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, (2, 16, 8, 8), np.float16)
-    inputs.update(scale=np.full(16, 4, np.float16), b=np.zeros(16, np.float16), inputMean=np.zeros(16, np.float16), inputVar=np.ones(16, np.float16))
+    inputs.update(
+        scale=np.full(16, 4, np.float16),
+        b=np.zeros(16, np.float16),
+        inputMean=np.zeros(16, np.float16),
+        inputVar=np.ones(16, np.float16),
+    )
     flat = inputs["x"].reshape(-1)
     spots = rng.choice(flat.size, 12, replace=False)
     flat[spots] = np.where(np.arange(12) % 2 == 0, 60000.0, -60000.0).astype(np.float16)
     expected = reference(inputs, 1e-5)
     actual = run_poisoned(inputs, variant=variant).reshape(-1)
-    assert np.array_equal(actual[spots], np.sign(expected.reshape(-1)[spots]) * np.inf), f"{variant} {seed_note(seed)}"
+    assert np.array_equal(
+        actual[spots], np.sign(expected.reshape(-1)[spots]) * np.inf
+    ), f"{variant} {seed_note(seed)}"
     finite = np.ones(flat.size, bool)
     finite[spots] = False
     assert_close(actual[finite], expected.reshape(-1)[finite], np.float16, f"{variant} {seed_note(seed)}")
@@ -235,7 +291,13 @@ def test_f16_results_past_the_f16_range_are_infinite(variant, request):
 
 def test_fold_width_stays_65535_on_devices_reporting_more():
     shapes = {"x": (1, 1, 65536 * 256 + 1), "scale": (1,), "b": (1,), "inputMean": (1,), "inputVar": (1,)}
-    caps = {"limits": {"maxComputeWorkgroupsPerDimension": 1 << 20, "maxStorageBufferBindingSize": 1 << 30, "maxBufferSize": 1 << 30}}
+    caps = {
+        "limits": {
+            "maxComputeWorkgroupsPerDimension": 1 << 20,
+            "maxStorageBufferBindingSize": 1 << 30,
+            "maxBufferSize": 1 << 30,
+        }
+    }
     p = bn.plan(shapes, {"T": "float32"}, caps=caps)
     assert p.passes[0].dispatch == (65535, 2, 1)
     assert p.passes[0].overrides["DISPATCH_FOLD_WIDTH"] == 65535
@@ -246,7 +308,12 @@ def test_plan_touches_no_gpu_and_reports_values():
     p = bn.plan(shapes, {"T": "float16"}, attrs={"epsilon": 1e-3}, caps=F16_CAPS)
     (main,) = p.passes
     assert p.variant == "nchw_inference_vec4"
-    assert main.uniforms == {"count4": 32 * 256 * 56 * 56 // 4, "spatial4": 56 * 56 // 4, "channels": 256, "epsilon": 1e-3}
+    assert main.uniforms == {
+        "count4": 32 * 256 * 56 * 56 // 4,
+        "spatial4": 56 * 56 // 4,
+        "channels": 256,
+        "epsilon": 1e-3,
+    }
     assert main.dispatch == (32 * 256 * 56 * 56 // 8 // 256, 1, 1)
     assert main.overrides == {"DISPATCH_FOLD_WIDTH": 65535, "WORKGROUP_SIZE": 256}
     assert p.outputs == {"y": ((32, 256, 56, 56), "float16")}
@@ -261,7 +328,9 @@ def test_device_tensors_chain_without_read_back(request):
     assert isinstance(first, Tensor)
     second = bn.kernel({**resident, "x": first})["y"]
     once = reference(inputs, 1e-5)
-    twice = batch_normalization_ref(once, inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], 1e-5)
+    twice = batch_normalization_ref(
+        once, inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], 1e-5
+    )
     assert_close(second.numpy(), twice, np.float32, f"chained calls {seed_note(seed)}")
 
 
@@ -309,7 +378,13 @@ def test_onnx_backend_node_cases(case):
 
 def good(dtype=np.float32, shape=(2, 3, 4)):
     c = shape[1]
-    return {"x": np.ones(shape, dtype), "scale": np.ones(c, dtype), "b": np.ones(c, dtype), "inputMean": np.zeros(c, dtype), "inputVar": np.ones(c, dtype)}
+    return {
+        "x": np.ones(shape, dtype),
+        "scale": np.ones(c, dtype),
+        "b": np.ones(c, dtype),
+        "inputMean": np.zeros(c, dtype),
+        "inputVar": np.ones(c, dtype),
+    }
 
 
 @pytest.mark.parametrize(
@@ -342,7 +417,9 @@ def test_contract_errors_name_op_subject_and_rule(change, attrs, subject, words)
 def test_missing_input_is_refused():
     inputs = good()
     del inputs["inputVar"]
-    with pytest.raises(ContractError, match=r"input inputVar: required input inputVar is missing \(ONNX name input_var\)"):
+    with pytest.raises(
+        ContractError, match=r"input inputVar: required input inputVar is missing \(ONNX name input_var\)"
+    ):
         bn.kernel(inputs)
 
 
@@ -368,7 +445,10 @@ def test_f16_needs_the_device_feature():
     shapes = {k: v.shape for k, v in good().items()}
     with pytest.raises(ContractError, match=r"f16Ok\(dtypes.T\)") as caught:
         bn.plan(shapes, {"T": "float16"}, caps={"features": []})
-    assert "float16 needs the device feature shader-f16, which this device does not have (features: none)" in str(caught.value)
+    assert (
+        "float16 needs the device feature shader-f16, which this device does not have (features: none)"
+        in str(caught.value)
+    )
 
 
 def test_device_snapshot_uses_webgpu_feature_names():

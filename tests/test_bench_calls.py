@@ -12,10 +12,16 @@ def test_host_floor_reports_each_figure_and_ratio():
     timer = bench.GpuTimer(device, 2)
     x = np.random.default_rng(0).standard_normal((2, 8, 4, 4)).astype(np.float32)
     tensors = {
-        "input": {"x": Tensor.from_numpy(x), "scale": Tensor.from_numpy(np.ones(8, np.float32)), "bias": Tensor.from_numpy(np.zeros(8, np.float32))},
+        "input": {
+            "x": Tensor.from_numpy(x),
+            "scale": Tensor.from_numpy(np.ones(8, np.float32)),
+            "bias": Tensor.from_numpy(np.zeros(8, np.float32)),
+        },
         "output": {"y": Tensor.empty(x.shape, np.float32)},
     }
-    plan = gn.plan({"x": x.shape, "scale": (8,), "bias": (8,)}, {"T": "float32"}, {"num_groups": 2}, device=device)
+    plan = gn.plan(
+        {"x": x.shape, "scale": (8,), "bias": (8,)}, {"T": "float32"}, {"num_groups": 2}, device=device
+    )
     host = bench_calls.host_floor(device, plan, tensors, timer.sync, 5)
     assert set(host) == {"floor_cached_us", "floor_fresh_us", "floor_plan_fresh_us", "sequence_run_us"}
     assert all(v > 0 for v in host.values())
@@ -28,17 +34,35 @@ def test_host_floor_reports_each_figure_and_ratio():
 
 def test_a_small_sequence_runs_every_way():
     device = default_device()
-    entry = {"name": "tiny", "batch": 1, "num_groups": 2, "dtypes": ["float32"], "calls": [[4, 8, 1e-5], [8, 4, 1e-6], [4, 8, 1e-6]]}
+    entry = {
+        "name": "tiny",
+        "batch": 1,
+        "num_groups": 2,
+        "dtypes": ["float32"],
+        "calls": [[4, 8, 1e-5], [8, 4, 1e-6], [4, 8, 1e-6]],
+    }
     settings = bench.Settings.quick()
-    result = bench_calls.run_sequence(gn, entry, "float32", device, bench.GpuTimer(device, settings.batch), settings, None)
+    result = bench_calls.run_sequence(
+        gn, entry, "float32", device, bench.GpuTimer(device, settings.batch), settings, None
+    )
     assert result["calls"] == 3
-    for key in ("kernel_wall_us", "encoder_wall_us", "sequence_wall_us", "summed_gpu_us", "sequence_run_host_us"):
+    for key in (
+        "kernel_wall_us",
+        "encoder_wall_us",
+        "sequence_wall_us",
+        "summed_gpu_us",
+        "sequence_run_host_us",
+    ):
         assert result[key] > 0, key
     assert result["sequence_run_host_us_per_call"] == result["sequence_run_host_us"] / 3
     assert "tiny" in bench_calls.sequences_markdown([result])
 
 
 def test_the_unet_step_is_61_calls_in_two_dtypes():
-    (op, entry), = [(op, e) for op, e in bench_calls.sequences_of(bench.op_packages()) if e["name"] == "sd15-unet-step-512"]
+    ((op, entry),) = [
+        (op, e)
+        for op, e in bench_calls.sequences_of(bench.op_packages())
+        if e["name"] == "sd15-unet-step-512"
+    ]
     assert op is gn and len(entry["calls"]) == 61 and entry["dtypes"] == ["float32", "float16"]
     assert sum(1 for _, _, eps in entry["calls"] if eps == 1e-6) == 16  # one transformer norm each

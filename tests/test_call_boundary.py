@@ -35,13 +35,21 @@ def bn_inputs(rng, dtype, shape=(2, 8, 4, 4)):
 
 def gn_inputs(rng, dtype, shape=(2, 8, 6, 5)):
     c = shape[1]
-    inputs = {"x": (rng.standard_normal(shape) * 2 + 1).astype(dtype), "scale": rng.uniform(-2, 2, c).astype(dtype), "bias": rng.uniform(-1, 1, c).astype(dtype)}
+    inputs = {
+        "x": (rng.standard_normal(shape) * 2 + 1).astype(dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "bias": rng.uniform(-1, 1, c).astype(dtype),
+    }
     return inputs, {"num_groups": 4}
 
 
 def in_inputs(rng, dtype, shape=(2, 4, 8, 4)):
     c = shape[1]
-    return {"input": rng.standard_normal(shape).astype(dtype), "scale": rng.uniform(-2, 2, c).astype(dtype), "b": rng.uniform(-1, 1, c).astype(dtype)}, {}
+    return {
+        "input": rng.standard_normal(shape).astype(dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "b": rng.uniform(-1, 1, c).astype(dtype),
+    }, {}
 
 
 def sgn_inputs(rng, dtype, shape=(2, 4, 4, 8)):
@@ -67,7 +75,15 @@ def variants_of(package, dtype, inputs, attrs):
     for c in package.CANDIDATES:
         outputs = tuple(t.key for t in package.OUTPUTS) if "sum" in c.ID else None
         try:
-            package.plan(shapes, dtypes, attrs, device=default_device(), variant=c.ID, tunables=SPLIT if package is gn else None, outputs=outputs)
+            package.plan(
+                shapes,
+                dtypes,
+                attrs,
+                device=default_device(),
+                variant=c.ID,
+                tunables=SPLIT if package is gn else None,
+                outputs=outputs,
+            )
         except ContractError:
             continue
         found.append((c.ID, outputs))
@@ -90,11 +106,15 @@ def test_encoder_is_bit_identical_to_kernel_for_every_variant(op, dtype, request
     for variant, outputs in variants:
         plain = package.kernel(inputs, attrs=attrs, variant=variant, tunables=tunables, outputs=outputs)
         encoder = device.create_command_encoder()
-        recorded = package.kernel(tensors, attrs=attrs, variant=variant, tunables=tunables, outputs=outputs, encoder=encoder)
+        recorded = package.kernel(
+            tensors, attrs=attrs, variant=variant, tunables=tunables, outputs=outputs, encoder=encoder
+        )
         device.queue.submit([encoder.finish()])
         for key in plain:
             assert isinstance(recorded[key], Tensor)
-            assert recorded[key].numpy().tobytes() == plain[key].tobytes(), f"{op} {variant} {key}, {seed_note(seed)}"
+            assert (
+                recorded[key].numpy().tobytes() == plain[key].tobytes()
+            ), f"{op} {variant} {key}, {seed_note(seed)}"
 
 
 def test_encoder_mixes_with_the_callers_own_commands_in_one_submission(request):
@@ -122,7 +142,9 @@ def test_encoder_takes_tensors_only_and_keeps_every_refusal():
     rng, _ = rng_for("encoder-refusals")
     inputs, attrs = gn_inputs(rng, np.float32)
     encoder = default_device().create_command_encoder()
-    with pytest.raises(ContractError, match="input x: encoder= records GPU work, so every input must be a Tensor"):
+    with pytest.raises(
+        ContractError, match="input x: encoder= records GPU work, so every input must be a Tensor"
+    ):
         gn.kernel(inputs, attrs=attrs, encoder=encoder)
     tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
     with pytest.raises(ContractError, match="num_groups"):
@@ -133,13 +155,20 @@ def test_encoder_takes_tensors_only_and_keeps_every_refusal():
 
 def chain(seq_or_none, tensors, encoder=None):
     """BatchNorm -> GroupNorm (split-k, with intermediates) -> InstanceNorm, on Tensors."""
+
     def call(package, inputs, **kwargs):
         if seq_or_none is not None:
             return seq_or_none.kernel(package, inputs, **kwargs)
         return package.kernel(inputs, **kwargs)
 
     y1 = call(bn, {k: tensors[k] for k in ("x", "scale", "b", "inputMean", "inputVar")})["y"]
-    y2 = call(gn, {"x": y1, "scale": tensors["scale"], "bias": tensors["b"]}, attrs={"num_groups": 4}, variant="group_splitk", tunables=SPLIT)["y"]
+    y2 = call(
+        gn,
+        {"x": y1, "scale": tensors["scale"], "bias": tensors["b"]},
+        attrs={"num_groups": 4},
+        variant="group_splitk",
+        tunables=SPLIT,
+    )["y"]
     return call(inn, {"input": y2, "scale": tensors["scale"], "b": tensors["b"]})["output"]
 
 
@@ -213,7 +242,9 @@ def test_repeated_calls_on_the_same_tensors_build_no_bind_group(monkeypatch):
     device = default_device()
     made = []
     original = type(device).create_bind_group
-    monkeypatch.setattr(type(device), "create_bind_group", lambda self, **kw: made.append(1) or original(self, **kw))
+    monkeypatch.setattr(
+        type(device), "create_bind_group", lambda self, **kw: made.append(1) or original(self, **kw)
+    )
     for _ in range(5):
         inn.kernel(tensors, out=out)
     assert made == []
@@ -232,9 +263,17 @@ def test_caches_stay_bounded_over_many_changing_shapes(monkeypatch):
         gn.kernel(inputs, attrs={"num_groups": 2})
     assert len(pipelines) <= 8 and len(rt._plans) <= 64
     for n in range(10_000):  # plans alone: no GPU work
-        gn.plan({"x": (1 + n % 7, 8, 1 + n // 7, 3), "scale": (8,), "bias": (8,)}, {"T": "float32"}, {"num_groups": 2})
+        gn.plan(
+            {"x": (1 + n % 7, 8, 1 + n // 7, 3), "scale": (8,), "bias": (8,)},
+            {"T": "float32"},
+            {"num_groups": 2},
+        )
     assert len(rt._plans) <= 64
-    assert all(len(cache) <= cache.maxsize for caches in (rt._uniform_buffers, rt._bind_groups, rt._scratch) for cache in caches.values())
+    assert all(
+        len(cache) <= cache.maxsize
+        for caches in (rt._uniform_buffers, rt._bind_groups, rt._scratch)
+        for cache in caches.values()
+    )
 
 
 @pytest.mark.skipif(np.lib.NumpyVersion(np.__version__) < "2.0.0", reason="NumPy 1.x has no copy= in asarray")
@@ -282,7 +321,10 @@ def test_package_warmup_makes_the_pipelines_of_every_shipped_case():
         for entry in cases.TEST_CASES[:3]:
             dtypes = {tv: (d[0] if isinstance(d, list) else d) for tv, d in entry["dtypes"].items()}
             type_of = {t.key: t.type_var for t in package.INPUTS}
-            inputs = {k: rng.uniform(0.5, 1.5, shape).astype(dtypes[type_of[k]]) for k, shape in entry["inputs"].items()}
+            inputs = {
+                k: rng.uniform(0.5, 1.5, shape).astype(dtypes[type_of[k]])
+                for k, shape in entry["inputs"].items()
+            }
             package.kernel(inputs, attrs=entry.get("attrs"), outputs=entry.get("outputs"))
     assert rt.pipelines_created() == created, "a shipped case needed a pipeline warmup() did not make"
 
@@ -301,7 +343,10 @@ def test_a_repeated_out_call_reads_new_data_and_rechecks_what_can_change(request
         assert gn.kernel(tensors, attrs=attrs, out=out)["y"] is out["y"]
         expected = gn.kernel({**inputs, "x": x}, attrs=attrs)["y"]
         assert out["y"].numpy().tobytes() == expected.tobytes(), f"round {round_}, {seed_note(seed)}"
-    assert gn.kernel(tensors, attrs={**attrs, "epsilon": 0.5}, out=out)["y"].numpy().tobytes() != expected.tobytes()
+    assert (
+        gn.kernel(tensors, attrs={**attrs, "epsilon": 0.5}, out=out)["y"].numpy().tobytes()
+        != expected.tobytes()
+    )
     small = device.create_buffer(size=16, usage=tensors["scale"].buffer.usage)
     kept, tensors["scale"].buffer = tensors["scale"].buffer, small
     with pytest.raises(ContractError, match="input scale: the Tensor's buffer holds 16 bytes"):
@@ -346,9 +391,14 @@ def test_caches_forget_the_tensors_a_caller_drops():
     device = default_device()
     rng, _ = rng_for("dropped-tensors")
     inputs, attrs = in_inputs(rng, np.float32)
-    inn.kernel({k: Tensor.from_numpy(v) for k, v in inputs.items()}, out={"output": Tensor.empty(inputs["input"].shape, np.float32)})
+    inn.kernel(
+        {k: Tensor.from_numpy(v) for k, v in inputs.items()},
+        out={"output": Tensor.empty(inputs["input"].shape, np.float32)},
+    )
     gc.collect()
-    caches = {name: rt._per_device(getattr(rt, name), device, 1024) for name in ("_bind_groups", "_repeated_calls")}
+    caches = {
+        name: rt._per_device(getattr(rt, name), device, 1024) for name in ("_bind_groups", "_repeated_calls")
+    }
     before = {name: len(cache) for name, cache in caches.items()}
     for _ in range(5):
         tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
@@ -358,7 +408,9 @@ def test_caches_forget_the_tensors_a_caller_drops():
     assert all(len(cache) > before[name] for name, cache in caches.items())
     del tensors, out
     gc.collect()
-    assert {name: len(cache) for name, cache in caches.items()} == before, "an entry outlived the Tensors it binds"
+    assert {
+        name: len(cache) for name, cache in caches.items()
+    } == before, "an entry outlived the Tensors it binds"
 
 
 def test_a_buffer_destroyed_directly_is_refused_by_name_not_an_abort():
@@ -379,7 +431,9 @@ def test_a_buffer_destroyed_directly_is_refused_by_name_not_an_abort():
     encoder = default_device().create_command_encoder()
     with pytest.raises(ContractError, match="input scale: the Tensor's buffer was destroyed"):
         gn.kernel(tensors, attrs=attrs, out=out, encoder=encoder)
-    with pytest.raises(ContractError, match="Sequence: run\\(\\): a \\(8,\\) Tensor that a recorded call binds was destroyed"):
+    with pytest.raises(
+        ContractError, match="Sequence: run\\(\\): a \\(8,\\) Tensor that a recorded call binds was destroyed"
+    ):
         seq.run()
     with pytest.raises(ContractError, match="the Tensor was destroyed"):
         tensors["scale"].numpy()

@@ -21,7 +21,12 @@ from tests.oracles import assert_close, rng_for, seed_note
 
 def _batch_normalization(inputs, attrs, dtypes):
     y = oracles.batch_normalization_ref(
-        inputs["x"], inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"], attrs.get("epsilon", 1e-5)
+        inputs["x"],
+        inputs["scale"],
+        inputs["b"],
+        inputs["inputMean"],
+        inputs["inputVar"],
+        attrs.get("epsilon", 1e-5),
     )
     return {"y": y}
 
@@ -29,12 +34,18 @@ def _batch_normalization(inputs, attrs, dtypes):
 def _group_normalization(inputs, attrs, dtypes):
     # stash_type=10 computes in f16 and needs its own tolerance argument: test_group_normalization.py.
     assert attrs.get("stash_type", 1) == 1, "test.json holds stash_type=1 cases only"
-    y = oracles.group_normalization_ref(inputs["x"], inputs["scale"], inputs["bias"], attrs["num_groups"], attrs.get("epsilon", 1e-5))
+    y = oracles.group_normalization_ref(
+        inputs["x"], inputs["scale"], inputs["bias"], attrs["num_groups"], attrs.get("epsilon", 1e-5)
+    )
     return {"y": y}
 
 
 def _instance_normalization(inputs, attrs, dtypes):
-    return {"output": oracles.instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"], attrs.get("epsilon", 1e-5))}
+    return {
+        "output": oracles.instance_normalization_ref(
+            inputs["input"], inputs["scale"], inputs["b"], attrs.get("epsilon", 1e-5)
+        )
+    }
 
 
 def _skip_group_norm(inputs, attrs, dtypes):
@@ -63,7 +74,10 @@ def _cases():
         package = importlib.import_module(f"generated.{name}")
         for case in cases:
             type_vars = sorted(case["dtypes"])
-            options = [case["dtypes"][v] if isinstance(case["dtypes"][v], list) else [case["dtypes"][v]] for v in type_vars]
+            options = [
+                case["dtypes"][v] if isinstance(case["dtypes"][v], list) else [case["dtypes"][v]]
+                for v in type_vars
+            ]
             for combo in itertools.product(*options):
                 dtypes = dict(zip(type_vars, combo))
                 label = f"{name}-{case['name']}-" + "-".join(f"{v}={d}" for v, d in dtypes.items())
@@ -100,4 +114,9 @@ def test_case(name, package, case, dtypes, request):
     )
     expected = REFERENCES[name](inputs, attrs, dtypes)
     for key in outputs:
-        assert_close(result[key], expected[key], result[key].dtype, f"{request.node.name} output {key} {seed_note(seed)}")
+        assert_close(
+            result[key],
+            expected[key],
+            result[key].dtype,
+            f"{request.node.name} output {key} {seed_note(seed)}",
+        )

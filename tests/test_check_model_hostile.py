@@ -14,10 +14,16 @@ def _save(path, nodes, inputs, initializers=(), opsets=(("", 21),)):
         nodes,
         path.stem,
         [helper.make_tensor_value_info(name, elem_type, dims) for name, elem_type, dims in inputs],
-        [helper.make_tensor_value_info(name, TensorProto.FLOAT, None) for node in nodes for name in node.output],
+        [
+            helper.make_tensor_value_info(name, TensorProto.FLOAT, None)
+            for node in nodes
+            for name in node.output
+        ],
         initializer=list(initializers),
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], ir_version=10)
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid(d, v) for d, v in opsets], ir_version=10
+    )
     onnx.save(model, path)
     return str(path)
 
@@ -40,7 +46,9 @@ def test_a_node_whose_inputs_are_all_omitted_is_a_failed_line(tmp_path, capsys):
     path = _save(tmp_path / "empty_inputs.onnx", [node], [], opsets=(("", 17),))
     assert check_model.main([path]) == 1
     lines = _lines(capsys)
-    assert lines[0].startswith("empty: InstanceNormalization-6 -, -, - (no inputs): FAILED: ContractError: "), lines
+    assert lines[0].startswith(
+        "empty: InstanceNormalization-6 -, -, - (no inputs): FAILED: ContractError: "
+    ), lines
     assert "required input input is missing" in lines[0]
     assert lines[1] == "1 normalization nodes run, 1 outside tolerance or failed"
 
@@ -100,34 +108,49 @@ def test_nodes_in_subgraphs_and_functions_get_a_skip_line(tmp_path, capsys):
     ("0 normalization nodes run", exit 0: an audit found it)."""
     params = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b")]
     inner = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="inner", num_groups=2)
-    branch = helper.make_graph([inner], "branch", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    branch = helper.make_graph(
+        [inner], "branch", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]
+    )
     cond = numpy_helper.from_array(np.array(True), "cond")
     node = helper.make_node("If", ["cond"], ["y"], name="if", then_branch=branch, else_branch=branch)
-    path = _save(tmp_path / "subgraph.onnx", [node], [("x", TensorProto.FLOAT, [2, 4, 3, 3])], params + [cond])
+    path = _save(
+        tmp_path / "subgraph.onnx", [node], [("x", TensorProto.FLOAT, [2, 4, 3, 3])], params + [cond]
+    )
     assert check_model.main([path]) == 0
     lines = _lines(capsys)
-    assert "inner in subgraph then_branch of if: GroupNormalization: skipped: only the main graph's nodes run" in lines
+    assert (
+        "inner in subgraph then_branch of if: GroupNormalization: skipped: only the main graph's nodes run"
+        in lines
+    )
     assert lines[-1] == "0 normalization nodes run, 0 outside tolerance or failed"
 
     model = onnx.load(path)
-    function = helper.make_function("local", "F", ["x", "s", "b"], ["y"], [inner], [helper.make_opsetid("", 21)])
+    function = helper.make_function(
+        "local", "F", ["x", "s", "b"], ["y"], [inner], [helper.make_opsetid("", 21)]
+    )
     model.graph.ClearField("node")
     model.graph.node.append(helper.make_node("F", ["x", "s", "b"], ["y"], domain="local"))
     model.opset_import.append(helper.make_opsetid("local", 1))
     model.functions.append(function)
     onnx.save(model, tmp_path / "function.onnx")
     assert check_model.main([str(tmp_path / "function.onnx")]) == 0
-    assert "inner in function F: GroupNormalization: skipped: only the main graph's nodes run" in _lines(capsys)
+    assert "inner in function F: GroupNormalization: skipped: only the main graph's nodes run" in _lines(
+        capsys
+    )
 
 
 def test_a_tensor_read_twice_gets_one_array(tmp_path, capsys):
     """InstanceNormalization(x, s, s): ONNX Runtime gets one array for s, so must the kernel (an audit
     found a separate draw per position, and a correct node reported OUTSIDE TOLERANCE)."""
     node = helper.make_node("InstanceNormalization", ["x", "s", "s"], ["y"], name="shared")
-    path = _save(tmp_path / "shared.onnx", [node], [("x", TensorProto.FLOAT, [1, 8, 5]), ("s", TensorProto.FLOAT, [8])])
+    path = _save(
+        tmp_path / "shared.onnx", [node], [("x", TensorProto.FLOAT, [1, 8, 5]), ("s", TensorProto.FLOAT, [8])]
+    )
     assert check_model.main([path]) == 0
     lines = _lines(capsys)
-    assert lines[0].startswith("shared: InstanceNormalization-6 1x8x5, 8, 8 float32: variant ") and lines[0].endswith(": ok"), lines
+    assert lines[0].startswith("shared: InstanceNormalization-6 1x8x5, 8, 8 float32: variant ") and lines[
+        0
+    ].endswith(": ok"), lines
 
 
 def test_an_empty_batch_is_an_ok_line_without_a_reference(tmp_path, capsys):
@@ -135,7 +158,10 @@ def test_an_empty_batch_is_an_ok_line_without_a_reference(tmp_path, capsys):
     path = _group_norm(tmp_path / "empty.onnx", dims=("N", 4, 3, 3))
     assert check_model.main([path, "--dim", "N=0"]) == 0
     lines = _lines(capsys)
-    assert lines[0] == "gn: GroupNormalization-21 0x4x3x3, 4, 4 float32: empty output 0x4x3x3 (no work to run, nothing to compare): ok", lines
+    assert (
+        lines[0]
+        == "gn: GroupNormalization-21 0x4x3x3, 4, 4 float32: empty output 0x4x3x3 (no work to run, nothing to compare): ok"
+    ), lines
 
 
 def test_more_elements_than_an_index_holds_is_a_skip_line(tmp_path, capsys):

@@ -45,20 +45,30 @@ def bn_case(rng, shape, dtype):
         "inputMean": rng.uniform(-1, 1, c).astype(dtype),
         "inputVar": rng.uniform(0.1, 2, c).astype(dtype),
     }
-    ref = batch_normalization_ref(inputs["x"], inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"])
+    ref = batch_normalization_ref(
+        inputs["x"], inputs["scale"], inputs["b"], inputs["inputMean"], inputs["inputVar"]
+    )
     return inputs, {}, ref
 
 
 def gn_case(rng, shape, dtype, num_groups):
     c = shape[1]
-    inputs = {"x": data(rng, shape, dtype), "scale": rng.uniform(-2, 2, c).astype(dtype), "bias": rng.uniform(-1, 1, c).astype(dtype)}
+    inputs = {
+        "x": data(rng, shape, dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "bias": rng.uniform(-1, 1, c).astype(dtype),
+    }
     attrs = {"num_groups": num_groups}
     return inputs, attrs, group_normalization_ref(inputs["x"], inputs["scale"], inputs["bias"], num_groups)
 
 
 def in_case(rng, shape, dtype):
     c = shape[1]
-    inputs = {"input": data(rng, shape, dtype), "scale": rng.uniform(-2, 2, c).astype(dtype), "b": rng.uniform(-1, 1, c).astype(dtype)}
+    inputs = {
+        "input": data(rng, shape, dtype),
+        "scale": rng.uniform(-2, 2, c).astype(dtype),
+        "b": rng.uniform(-1, 1, c).astype(dtype),
+    }
     return inputs, {}, instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"])
 
 
@@ -98,7 +108,12 @@ def test_chunked_run_matches_the_reference(op, make, shape, extra, limit, cut, d
             assert offset % 256 == 0 and size % 4 == 0 and size <= limit
     result = poisoned_call(package, inputs, attrs=attrs, caps=caps)
     key = package.OUTPUTS[0].key
-    assert_close(result[key], ref, dtype, f"{op} {shape} {np.dtype(dtype).name} in {len(plan.chunks)} pieces, {seed_note(seed)}")
+    assert_close(
+        result[key],
+        ref,
+        dtype,
+        f"{op} {shape} {np.dtype(dtype).name} in {len(plan.chunks)} pieces, {seed_note(seed)}",
+    )
     numpy_result = package.kernel(inputs, attrs=attrs, caps=caps)[key]
     assert_close(numpy_result, ref, dtype, f"{op} {shape} numpy in and out, {seed_note(seed)}")
 
@@ -119,7 +134,13 @@ def test_skip_group_norm_runs_in_batch_pieces(channels_last, skip_form, request)
     }
     attrs = {"groups": 4, "activation": 1, "channels_last": channels_last}
     caps = small_binding(4 * c * h * w)  # one batch item a piece
-    plan = sgn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float32", "M": "float32"}, attrs, caps=caps, outputs=("Y", "S"))
+    plan = sgn.plan(
+        {k: v.shape for k, v in inputs.items()},
+        {"T": "float32", "M": "float32"},
+        attrs,
+        caps=caps,
+        outputs=("Y", "S"),
+    )
     assert len(plan.chunks) == n, plan.explanation
     result = poisoned_call(sgn, inputs, outputs=("Y", "S"), attrs=attrs, caps=caps)
     y_ref, s_ref = skip_group_norm_for_call(inputs, attrs)
@@ -132,14 +153,22 @@ def test_a_group_larger_than_one_binding_is_refused_by_name():
     with pytest.raises(ContractError) as caught:
         gn.plan(shapes, {"T": "float32"}, {"num_groups": 1}, caps=small_binding(16 * 1024))
     text = str(caught.value)
-    assert text.startswith("ai.onnx GroupNormalization-21: input x: ") and "maxStorageBufferBindingSize = 16384" in text, text
+    assert (
+        text.startswith("ai.onnx GroupNormalization-21: input x: ")
+        and "maxStorageBufferBindingSize = 16384" in text
+    ), text
     assert "smallest piece" in text, text
 
 
 def test_skip_group_norm_item_larger_than_one_binding_is_refused():
     shapes = {"X": (1, 8, 8, 16), "gamma": (16,), "beta": (16,), "skip": (1, 8, 8, 16)}
-    with pytest.raises(ContractError, match=r"SkipGroupNorm-1: input X: .*maxStorageBufferBindingSize = 1024.*cannot cut channels"):
-        sgn.plan(shapes, {"T": "float32", "M": "float32"}, {"groups": 4, "activation": 0}, caps=small_binding(1024))
+    with pytest.raises(
+        ContractError,
+        match=r"SkipGroupNorm-1: input X: .*maxStorageBufferBindingSize = 1024.*cannot cut channels",
+    ):
+        sgn.plan(
+            shapes, {"T": "float32", "M": "float32"}, {"groups": 4, "activation": 0}, caps=small_binding(1024)
+        )
 
 
 def test_batch_items_off_the_offset_alignment_are_refused():
@@ -171,7 +200,12 @@ def test_512_mib_group_norm_runs_under_the_device_binding_limit(request):
     x += rng.uniform(-3, 3, (1, 128, 1, 1)).astype(np.float32)
     scale = rng.uniform(-2, 2, 128).astype(np.float32)
     bias = rng.uniform(-1, 1, 128).astype(np.float32)
-    plan = gn.plan({"x": x.shape, "scale": (128,), "bias": (128,)}, {"T": "float32"}, {"num_groups": 32}, device=default_device())
+    plan = gn.plan(
+        {"x": x.shape, "scale": (128,), "bias": (128,)},
+        {"T": "float32"},
+        {"num_groups": 32},
+        device=default_device(),
+    )
     assert len(plan.chunks) >= 4, plan.explanation
     y = gn.kernel({"x": x, "scale": scale, "bias": bias}, attrs={"num_groups": 32})["y"]
     for g in range(32):  # the reference a group at a time: the whole tensor in float64 is 1 GiB

@@ -55,7 +55,11 @@ def ops():
 
 
 def _generated_files_on_disk() -> set[str]:
-    found = {p.relative_to(GENERATED).as_posix() for p in GENERATED.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    found = {
+        p.relative_to(GENERATED).as_posix()
+        for p in GENERATED.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     listed = subprocess.run(["git", "ls-files", "generated"], cwd=REPO, capture_output=True, text=True)
     if listed.returncode == 0:
         found |= {line[len("generated/") :] for line in listed.stdout.splitlines() if line.strip()}
@@ -64,7 +68,14 @@ def _generated_files_on_disk() -> set[str]:
 
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {**os.environ, "WGPU_BACKEND_TYPE": "Vulkan", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "codegen", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "codegen", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def _generated_tree(folder: Path) -> dict[str, bytes]:
@@ -93,10 +104,15 @@ def test_build_matches_committed_generated_byte_for_byte(built):
             stale.append(f"{relative} (missing)")
         elif path.read_bytes() != text.encode("utf-8"):
             stale.append(relative)
-    extra = sorted(p for p in _generated_files_on_disk() if p not in files and builder.carries_banner(GENERATED / p))
+    extra = sorted(
+        p for p in _generated_files_on_disk() if p not in files and builder.carries_banner(GENERATED / p)
+    )
     stale += [f"{p} (not generated any more)" for p in extra]
     assert not stale, (
-        f"generated/ is stale; regenerate with `{REGENERATE}`:\n  " + "\n  ".join(stale) + "\n" + builder.stale_diff(files, GENERATED)
+        f"generated/ is stale; regenerate with `{REGENERATE}`:\n  "
+        + "\n  ".join(stale)
+        + "\n"
+        + builder.stale_diff(files, GENERATED)
     )
 
 
@@ -120,7 +136,9 @@ def test_only_writes_that_ops_files_and_refuses_unknown_names(tmp_path, device):
     assert (out / "group_normalization" / "__init__.py").read_text() == "# hand edit\n"  # left alone
     assert (out / "_ops.py").read_bytes() == (GENERATED / "_ops.py").read_bytes()
     for name in ("nope", "BatchNorm"):
-        with pytest.raises(CompileError, match=f"--only {name}: no such op; ops are ai.onnx.BatchNormalization"):
+        with pytest.raises(
+            CompileError, match=f"--only {name}: no such op; ops are ai.onnx.BatchNormalization"
+        ):
             build(MANIFESTS, TEMPLATES, only=(name,), device=device)
     with pytest.raises(CompileError, match="no <op id>/manifest.json in this folder"):
         build(tmp_path, TEMPLATES, device=device)
@@ -146,7 +164,10 @@ def test_build_writes_the_expected_files(built, ops):
     for variant in ops["ai.onnx.BatchNormalization"].variants:
         assert f"batch_normalization/{variant.id}.py" in files
     # The hand-written package (runtime, tools, __init__) is never written by the compiler.
-    assert not any(path.startswith("_runtime/") or "/" not in path and path.endswith(".py") and path != "_ops.py" for path in files)
+    assert not any(
+        path.startswith("_runtime/") or "/" not in path and path.endswith(".py") and path != "_ops.py"
+        for path in files
+    )
 
 
 def test_the_compiler_writes_only_the_allow_list_and_every_banner_is_its_own(built):
@@ -155,14 +176,29 @@ def test_the_compiler_writes_only_the_allow_list_and_every_banner_is_its_own(bui
     everything else in generated/ (the runtime, the tools, `__init__.py`) is hand-written."""
     files, _ = built
     packages = builder.op_packages_of(files)
-    assert packages == {"batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm"}
+    assert packages == {
+        "batch_normalization",
+        "group_normalization",
+        "instance_normalization",
+        "skip_group_norm",
+    }
     assert all(builder.allowed(path, packages) for path in files)
     assert all(builder.BANNER_START in "".join(text.splitlines(True)[:3]) for text in files.values())
-    on_disk = {p.relative_to(GENERATED).as_posix() for p in GENERATED.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+    on_disk = {
+        p.relative_to(GENERATED).as_posix()
+        for p in GENERATED.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
     bannered = {path for path in on_disk if builder.carries_banner(GENERATED / path)}
     assert bannered == set(files)
     hand_written = on_disk - bannered
-    assert {"__init__.py", "_runtime/__init__.py", "_runtime/tensors.py", "bench.py", "py.typed"} <= hand_written
+    assert {
+        "__init__.py",
+        "_runtime/__init__.py",
+        "_runtime/tensors.py",
+        "bench.py",
+        "py.typed",
+    } <= hand_written
     assert not any(builder.allowed(path, packages) for path in hand_written)
 
 
@@ -186,7 +222,14 @@ def test_runtime_sources_are_black_clean_and_import_relatively():
         assert black.format_str(text, mode=BLACK_MODE) == text, f"{module}: run black -l 110 -t py310"
         for node in ast.walk(ast.parse(text)):
             if isinstance(node, ast.ImportFrom) and node.level == 0:
-                allowed_imports = sys.stdlib_module_names | {"numpy", "wgpu", "onnx", "onnxruntime", "torch", "matplotlib"}
+                allowed_imports = sys.stdlib_module_names | {
+                    "numpy",
+                    "wgpu",
+                    "onnx",
+                    "onnxruntime",
+                    "torch",
+                    "matplotlib",
+                }
                 assert node.module.split(".")[0] in allowed_imports, (module.name, node.module)
 
 
@@ -222,7 +265,9 @@ def test_cli_regenerates_byte_identical_and_check_finds_stale_files(tmp_path):
     assert clean.returncode == 0, clean.stderr
     assert "up to date" in clean.stdout
 
-    variant_files = sorted(p for p in out.glob("*/*.py") if p.name != "__init__.py" and p.parent.name != "_runtime")
+    variant_files = sorted(
+        p for p in out.glob("*/*.py") if p.name != "__init__.py" and p.parent.name != "_runtime"
+    )
     edited, removed = variant_files[0], out / "group_normalization" / "cases.py"
     edited.write_text(edited.read_text() + "# hand edit\n")
     removed.unlink()
@@ -260,7 +305,11 @@ def test_cli_reports_manifest_errors_with_exit_2(tmp_path):
 
 
 def test_the_three_manifests_load(ops):
-    assert {"ai.onnx.BatchNormalization", "ai.onnx.GroupNormalization", "ai.onnx.InstanceNormalization"} <= set(ops)
+    assert {
+        "ai.onnx.BatchNormalization",
+        "ai.onnx.GroupNormalization",
+        "ai.onnx.InstanceNormalization",
+    } <= set(ops)
     for op in ops.values():
         assert op.source == f"manifests/{op.id}/manifest.json"
         assert op.sha256 == hashlib.sha256((REPO / op.source).read_bytes()).hexdigest()
@@ -374,7 +423,9 @@ def test_report_lists_every_op_as_emitted_or_compiled_not_emitted(ops):
         else:
             assert f"## {op.title} (" not in emitted_part
         if waiting:
-            assert marker, f"{op.id} has variants without templates; REPORT.md lists none as compiled but not emitted"
+            assert (
+                marker
+            ), f"{op.id} has variants without templates; REPORT.md lists none as compiled but not emitted"
             assert op.title in skipped_part
             for variant in waiting:
                 for p in variant.passes:
@@ -428,14 +479,18 @@ def test_missing_variants(tmp_path):
 
 def test_several_missing_keys_are_all_reported(tmp_path):
     problems = _problems(tmp_path, {"domain": "test", "inputs": []})
-    assert problems == [f"{FILE}#/{key}: required key is missing" for key in ("name", "sinceVersion", "outputs", "variants")]
+    assert problems == [
+        f"{FILE}#/{key}: required key is missing" for key in ("name", "sinceVersion", "outputs", "variants")
+    ]
 
 
 def test_binding_set_that_does_not_exist(tmp_path):
     data = _bn()
     data["variants"][1]["passes"][0]["bindings"] = "noSuchSet"
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/variants/1/passes/0/bindings: unknown binding set `noSuchSet`; known: ")
+    assert problem.startswith(
+        f"{FILE}#/variants/1/passes/0/bindings: unknown binding set `noSuchSet`; known: "
+    )
     assert "ncInferenceVec4" in problem  # lists the known sets (none is close)
 
 
@@ -443,16 +498,23 @@ def test_bad_buffer_type_in_a_binding_set(tmp_path):
     data = _bn()
     data["bindingSets"]["ncInferenceVec4"][5]["buffer"] = {"type": "write-only"}
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/bindingSets/ncInferenceVec4/5/buffer/type: buffer type must be one of")
+    assert problem.startswith(
+        f"{FILE}#/bindingSets/ncInferenceVec4/5/buffer/type: buffer type must be one of"
+    )
     assert "'write-only'" in problem
 
 
 def test_bad_buffer_type_inline_in_a_pass(tmp_path):
     data = _in()
-    data["variants"][3]["passes"][0]["bindings"].append({"name": "scale", "buffer": "storage-ish", "elementType": "f32"})
+    data["variants"][3]["passes"][0]["bindings"].append(
+        {"name": "scale", "buffer": "storage-ish", "elementType": "f32"}
+    )
     index = len(data["variants"][3]["passes"][0]["bindings"]) - 1
     problems = _problems(tmp_path, data)
-    assert any(p.startswith(f"{FILE}#/variants/3/passes/0/bindings/{index}/buffer: buffer type must be one of") for p in problems), problems
+    assert any(
+        p.startswith(f"{FILE}#/variants/3/passes/0/bindings/{index}/buffer: buffer type must be one of")
+        for p in problems
+    ), problems
 
 
 def test_bad_buffer_type_in_the_bindings_pool(tmp_path):
@@ -469,33 +531,44 @@ def test_binding_not_in_the_pool(tmp_path):
     data["variants"][0]["passes"][0]["bindings"].append("nosuch")
     index = len(data["variants"][0]["passes"][0]["bindings"]) - 1
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/variants/0/passes/0/bindings/{index}: unknown pooled binding `nosuch`; known: bias, input, ")
+    assert problem.startswith(
+        f"{FILE}#/variants/0/passes/0/bindings/{index}: unknown pooled binding `nosuch`; known: bias, input, "
+    )
 
 
 def test_binding_to_an_unknown_resource(tmp_path):
     data = _bn()
     data["bindingSets"]["inferenceScalar"][2]["arg"] = "beta"
     (problem,) = _problems(tmp_path, data)
-    assert problem == f"{FILE}#/bindingSets/inferenceScalar/2/arg: unknown tensor or intermediate `beta`; known: b, inputMean, inputVar, scale, x, y"
+    assert (
+        problem
+        == f"{FILE}#/bindingSets/inferenceScalar/2/arg: unknown tensor or intermediate `beta`; known: b, inputMean, inputVar, scale, x, y"
+    )
 
 
 def test_input_bound_writable(tmp_path):
     data = _bn()
     data["bindingSets"]["inferenceScalar"][0]["buffer"] = {"type": "storage"}
-    assert _problems(tmp_path, data) == [f"{FILE}#/bindingSets/inferenceScalar/0/buffer: input 'x' must be bound read-only"]
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/bindingSets/inferenceScalar/0/buffer: input 'x' must be bound read-only"
+    ]
 
 
 def test_bad_uniform_field_type(tmp_path):
     data = _bn()
     data["bindingSets"]["ncInferenceVec4"][6]["struct"]["fields"][1]["type"] = "u64"
     (problem,) = _problems(tmp_path, data)
-    assert problem.startswith(f"{FILE}#/bindingSets/ncInferenceVec4/6/struct/fields/1/type: uniform field type must be one of")
+    assert problem.startswith(
+        f"{FILE}#/bindingSets/ncInferenceVec4/6/struct/fields/1/type: uniform field type must be one of"
+    )
 
 
 def test_bad_dispatch(tmp_path):
     data = _bn()
     data["variants"][2]["passes"][0]["dispatch"] = {"threads": "numel(shapes.Y)"}
-    assert _problems(tmp_path, data) == [f"{FILE}#/variants/2/passes/0/dispatch: a `threads` dispatch needs `workgroupSize`"]
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/variants/2/passes/0/dispatch: a `threads` dispatch needs `workgroupSize`"
+    ]
 
 
 def test_output_without_shape(tmp_path):
@@ -508,7 +581,10 @@ def test_expression_that_is_not_a_string_or_number(tmp_path):
     data = _bn()
     data["derive"]["weird"] = [1, 2]
     (problem,) = _problems(tmp_path, data)
-    assert problem == f"{FILE}#/derive/weird: expected an expression (a string of expression source, a number or a boolean), got an array"
+    assert (
+        problem
+        == f"{FILE}#/derive/weird: expected an expression (a string of expression source, a number or a boolean), got an array"
+    )
 
 
 def test_invalid_json_names_the_file_and_position(tmp_path):
@@ -545,11 +621,16 @@ def test_the_docs_the_compiler_cites_are_in_the_repository():
     cited = []
     for path in sorted((REPO / "codegen").glob("*.py")) + [REPO / "codegen" / "manifest.schema.json"]:
         text = " ".join(path.read_text().split())  # a citation may wrap over lines
-        cited += [(path.name, doc, section) for doc, section in re.findall(r'docs/(\w+)\.md(?:,\s*|\s*\(\s*)"([^"]+)"', text)]
+        cited += [
+            (path.name, doc, section)
+            for doc, section in re.findall(r'docs/(\w+)\.md(?:,\s*|\s*\(\s*)"([^"]+)"', text)
+        ]
     assert {doc for _, doc, _ in cited} >= {"MANIFEST"}, cited
     for source, doc, section in cited:
         headings = re.findall(r"^#+\s+(.+?)\s*$", (REPO / "docs" / f"{doc}.md").read_text(), re.M)
-        assert any(h.lower().startswith(section.lower()) for h in headings), f"{source} cites docs/{doc}.md, {section!r}: no such heading"
+        assert any(
+            h.lower().startswith(section.lower()) for h in headings
+        ), f"{source} cites docs/{doc}.md, {section!r}: no such heading"
     manifest_doc = (REPO / "docs" / "MANIFEST.md").read_text()
     assert "codegen/manifest.schema.json" in manifest_doc
 
@@ -612,7 +693,9 @@ def test_a_uniform_field_without_value_is_a_located_problem(tmp_path):
     """It was a KeyError with no location."""
     data = json.loads(json.dumps(TINY_MANIFEST))
     del data["variants"][0]["passes"][0]["bindings"][2]["struct"][0]["value"]
-    assert _problems(tmp_path, data) == [f"{FILE}#/variants/0/passes/0/bindings/2/struct/0/value: required key is missing"]
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/variants/0/passes/0/bindings/2/struct/0/value: required key is missing"
+    ]
 
 
 def test_an_intermediate_without_id_is_a_located_problem(tmp_path):
@@ -620,7 +703,9 @@ def test_an_intermediate_without_id_is_a_located_problem(tmp_path):
     data = _in()
     index = next(i for i, v in enumerate(data["variants"]) if v.get("intermediates"))
     del data["variants"][index]["intermediates"][0]["id"]
-    assert _problems(tmp_path, data) == [f"{FILE}#/variants/{index}/intermediates/0/id: required key is missing"]
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/variants/{index}/intermediates/0/id: required key is missing"
+    ]
 
 
 def test_requires_given_as_a_list_is_a_located_problem(tmp_path):
@@ -636,7 +721,9 @@ def test_requires_given_as_a_list_is_a_located_problem(tmp_path):
 def test_an_unknown_key_suggests_the_closest_known_key(tmp_path):
     data = _in()
     data["variants"][0]["demoteWen"] = data["variants"][0].pop("demoteWhen")
-    assert _problems(tmp_path, data) == [f"{FILE}#/variants/0/demoteWen: unknown key `demoteWen`; did you mean `demoteWhen`?"]
+    assert _problems(tmp_path, data) == [
+        f"{FILE}#/variants/0/demoteWen: unknown key `demoteWen`; did you mean `demoteWhen`?"
+    ]
 
 
 def test_an_unknown_key_with_nothing_close_lists_the_keys(tmp_path):
@@ -664,8 +751,13 @@ def test_an_unknown_name_in_a_derive_suggests_the_closest_name(tmp_path):
     with pytest.raises(CompileError) as info:
         resolve_op(load_manifest(path, tmp_path))
     (problem,) = info.value.problems
-    assert problem.origin.pointer == "/derive/groupHidden" and problem.expression == "groupChanelsPerGroup * groupSpatial"
-    assert problem.message.startswith("unknown name `groupChanelsPerGroup`; did you mean `groupChannelsPerGroup`? known here: ")
+    assert (
+        problem.origin.pointer == "/derive/groupHidden"
+        and problem.expression == "groupChanelsPerGroup * groupSpatial"
+    )
+    assert problem.message.startswith(
+        "unknown name `groupChanelsPerGroup`; did you mean `groupChannelsPerGroup`? known here: "
+    )
 
 
 def test_a_name_that_is_no_identifier_is_a_located_problem(tmp_path):
@@ -682,7 +774,12 @@ def test_a_problem_of_a_pooled_binding_is_reported_once(tmp_path):
     """Every pass that uses the pool entry reached the same problem: it was reported once a pass."""
     data = _in()
     data["bindings"]["x"]["buffer"] = "storage"  # x binds the input `input`
-    users = sum(p["bindings"].count("x") for v in data["variants"] for p in v["passes"] if isinstance(p["bindings"], list))
+    users = sum(
+        p["bindings"].count("x")
+        for v in data["variants"]
+        for p in v["passes"]
+        if isinstance(p["bindings"], list)
+    )
     assert users > 1
     assert _problems(tmp_path, data) == [f"{FILE}#/bindings/x/buffer: input 'input' must be bound read-only"]
 
@@ -763,7 +860,11 @@ def _keyed_dialect_sample() -> dict:
 def test_every_schema_hole_is_a_located_problem(tmp_path, sample):
     """Break one node of a manifest at a time, every node, every way: loading and resolving either
     works or raises CompileError whose every problem points into the manifest; nothing else."""
-    data = {"tiny": lambda: TINY_MANIFEST, "list dialect": _list_dialect_sample, "keyed dialect": _keyed_dialect_sample}[sample]()
+    data = {
+        "tiny": lambda: TINY_MANIFEST,
+        "list dialect": _list_dialect_sample,
+        "keyed dialect": _keyed_dialect_sample,
+    }[sample]()
     path = _write_manifest(tmp_path, data)
     resolve_op(load_manifest(path, tmp_path))  # the sample itself is fine
     tried = 0
@@ -775,9 +876,15 @@ def test_every_schema_hole_is_a_located_problem(tmp_path, sample):
         except CompileError as error:
             assert error.problems, where
             for problem in error.problems:
-                assert problem.origin is not None and problem.origin.file == FILE, (where, value, str(problem))
+                assert problem.origin is not None and problem.origin.file == FILE, (
+                    where,
+                    value,
+                    str(problem),
+                )
         except Exception as error:  # noqa: BLE001: any other exception is the defect this test finds
-            pytest.fail(f"breaking {'/'.join(map(str, where))} to {value!r} raised {type(error).__name__}: {error}")
+            pytest.fail(
+                f"breaking {'/'.join(map(str, where))} to {value!r} raised {type(error).__name__}: {error}"
+            )
     assert tried > 100
 
 
@@ -843,7 +950,9 @@ struct Params { count: u32, alpha: f32, _pad0: u32, _pad1: u32 }
 """
 
 
-def _tiny_repo(root: Path, template: str = TINY_TEMPLATE, manifest: dict = TINY_MANIFEST) -> tuple[Path, Path]:
+def _tiny_repo(
+    root: Path, template: str = TINY_TEMPLATE, manifest: dict = TINY_MANIFEST
+) -> tuple[Path, Path]:
     _write_manifest(root, manifest, "test.Tiny")
     (root / "templates").mkdir(exist_ok=True)
     (root / "templates" / "tiny.wgsl.jinja").write_text(template)
@@ -868,7 +977,11 @@ def _sha16(path: Path) -> str:
 
 def _shader_wgsl(files: dict, package: str = "tiny") -> list[str]:
     """Every WGSL text of an op package, from its shader files, without their three header lines."""
-    texts = [text for path, text in files.items() if path.startswith(f"{package}/shaders/") and path.endswith(".wgsl")]
+    texts = [
+        text
+        for path, text in files.items()
+        if path.startswith(f"{package}/shaders/") and path.endswith(".wgsl")
+    ]
     for text in texts:
         assert text.startswith("// Generated by `python -m codegen manifests/ generated/` from templates/")
     return ["".join(text.splitlines(True)[3:]) for text in texts]
@@ -964,7 +1077,9 @@ def test_tiny_pass(tiny_files):
     assert "overrides=" not in text and "uniform_types=" not in text
     index = tiny_files["tiny/shaders.py"]
     assert "        overrides=(('DISPATCH_FOLD_WIDTH', 'u32'), ('WORKGROUP_SIZE', 'u32')),\n" in index
-    assert "        params=(('count', 'u32'), ('alpha', 'f32'), ('_pad0', 'u32'), ('_pad1', 'u32')),\n" in index
+    assert (
+        "        params=(('count', 'u32'), ('alpha', 'f32'), ('_pad0', 'u32'), ('_pad1', 'u32')),\n" in index
+    )
     assert "        workgroup_size='WORKGROUP_SIZE',\n" in index
 
 
@@ -984,11 +1099,18 @@ def test_tiny_overrides_are_declared_only_when_used(tiny, device):
 def test_tiny_uniform_struct_padding(tiny, device):
     manifest = json.loads(json.dumps(TINY_MANIFEST))
     fields = manifest["variants"][0]["passes"][0]["bindings"][2]["struct"]
-    fields += [{"name": "a", "type": "i32", "value": "0 - 1"}, {"name": "b", "type": "u32", "value": "2"}, {"name": "c", "type": "u32", "value": "3"}]
+    fields += [
+        {"name": "a", "type": "i32", "value": "0 - 1"},
+        {"name": "b", "type": "u32", "value": "2"},
+        {"name": "c", "type": "u32", "value": "3"},
+    ]
     _tiny_repo(tiny.root, manifest=manifest)
     (wgsl,) = _shader_wgsl(build(tiny.manifests, tiny.templates, device=device))
     # Five fields: padded to eight.
-    assert "struct Params { count: u32, alpha: f32, a: i32, b: u32, c: u32, _pad0: u32, _pad1: u32, _pad2: u32 }\n" in wgsl
+    assert (
+        "struct Params { count: u32, alpha: f32, a: i32, b: u32, c: u32, _pad0: u32, _pad1: u32, _pad2: u32 }\n"
+        in wgsl
+    )
 
 
 def test_tiny_report(tiny_files):
@@ -1004,7 +1126,9 @@ def _hand_written_package(target: Path) -> None:
         GENERATED,
         target,
         ignore=lambda folder, names: [
-            n for n in names if n == "__pycache__" or (Path(folder, n).is_file() and builder.carries_banner(Path(folder, n)))
+            n
+            for n in names
+            if n == "__pycache__" or (Path(folder, n).is_file() and builder.carries_banner(Path(folder, n)))
         ],
     )
 
@@ -1024,7 +1148,13 @@ def test_tiny_package_runs_its_when_and_derive(tiny, tiny_files, monkeypatch):
     from generated._runtime import Caps, Request
 
     def request(shape):
-        return Request({"x": shape, "y": shape}, {"T": "f32"}, {"alpha": 2.5}, {"WORKGROUP_SIZE": 64}, Caps.from_mapping({}))
+        return Request(
+            {"x": shape, "y": shape},
+            {"T": "f32"},
+            {"alpha": 2.5},
+            {"WORKGROUP_SIZE": 64},
+            Caps.from_mapping({}),
+        )
 
     assert module.derive(request((2, 3))) == (6,)
     assert copy.when(request((2, 3)), module.derive(request((2, 3)))) is None
@@ -1077,7 +1207,10 @@ def test_naga_failure_names_template_line_and_specialization(tiny, device):
         build(tiny.manifests, tiny.templates, device=device)
     (problem,) = _messages(info.value)
     head = problem.splitlines()[0]
-    assert head == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [x element type='f32', y element type='f32']:"
+    assert (
+        head
+        == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [x element type='f32', y element type='f32']:"
+    )
     assert "wrong" in problem  # naga's own message follows
 
 
@@ -1089,7 +1222,10 @@ def test_naga_failure_found_in_the_validation_process(tiny):
         build(tiny.manifests, tiny.templates)
     (problem,) = _messages(info.value)
     head = problem.splitlines()[0]
-    assert head == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [x element type='f32', y element type='f32']:"
+    assert (
+        head
+        == "templates/tiny.wgsl.jinja:9: naga rejected variant copy, pass main, specialization [x element type='f32', y element type='f32']:"
+    )
     assert "wrong" in problem
 
 
@@ -1116,10 +1252,14 @@ def _fake_python(tmp_path, body):
 def test_validation_process_failure_quotes_what_it_printed(tiny, tmp_path, monkeypatch):
     from codegen import validate as validation
 
-    monkeypatch.setattr(validation.sys, "executable", _fake_python(tmp_path, "echo 'no Vulkan driver found' >&2; exit 3"))
+    monkeypatch.setattr(
+        validation.sys, "executable", _fake_python(tmp_path, "echo 'no Vulkan driver found' >&2; exit 3")
+    )
     with pytest.raises(CompileError) as info:
         build(tiny.manifests, tiny.templates)
-    assert _messages(info.value) == ["the validation process (naga) exited with status 3; it printed: no Vulkan driver found"]
+    assert _messages(info.value) == [
+        "the validation process (naga) exited with status 3; it printed: no Vulkan driver found"
+    ]
 
 
 def test_validation_process_that_cannot_start_is_a_problem(tiny, tmp_path, monkeypatch):
@@ -1169,7 +1309,9 @@ def test_naga_failure_line_after_a_multi_line_comment(tiny, device):
     with pytest.raises(CompileError) as info:
         build(tiny.manifests, tiny.templates, device=device)
     (problem,) = _messages(info.value)
-    assert problem.startswith("templates/tiny.wgsl.jinja:10: naga rejected variant copy"), problem.splitlines()[0]
+    assert problem.startswith(
+        "templates/tiny.wgsl.jinja:10: naga rejected variant copy"
+    ), problem.splitlines()[0]
 
 
 def test_naga_failure_in_a_conditional_template(tiny, device):
@@ -1256,7 +1398,9 @@ def test_naga_failure_inside_an_imported_macro_names_the_macro_line(tiny, device
     _with_macro(tiny)
     problem = _build_problem(tiny, device)
     assert problem.template == TemplateLocation("templates/_lib/body.wgsl.jinja", 3)
-    assert str(problem).startswith("templates/_lib/body.wgsl.jinja:3: naga rejected variant copy, pass main, specialization [")
+    assert str(problem).startswith(
+        "templates/_lib/body.wgsl.jinja:3: naga rejected variant copy, pass main, specialization ["
+    )
     # The manifest side of it stays in the data: the pass that uses the template.
     assert str(problem.origin) == "manifests/test.Tiny/manifest.json#/variants/0/passes/0"
     assert problem.expression is None
@@ -1277,9 +1421,14 @@ def test_a_jinja_error_names_the_template_line(tiny, device):
 
 
 def test_a_jinja_syntax_error_names_the_template_line(tiny, device):
-    (tiny.templates / "tiny.wgsl.jinja").write_text(TINY_TEMPLATE.replace("    let i = gid.x", "{% if %}\n    let i = gid.x"))
+    (tiny.templates / "tiny.wgsl.jinja").write_text(
+        TINY_TEMPLATE.replace("    let i = gid.x", "{% if %}\n    let i = gid.x")
+    )
     problem = _build_problem(tiny, device)
-    assert str(problem) == "templates/tiny.wgsl.jinja:3: Jinja syntax error: Expected an expression, got 'end of statement block'"
+    assert (
+        str(problem)
+        == "templates/tiny.wgsl.jinja:3: Jinja syntax error: Expected an expression, got 'end of statement block'"
+    )
 
 
 def test_a_jinja_error_inside_an_imported_macro_names_the_macro_line(tiny, device):
@@ -1298,9 +1447,13 @@ def test_a_syntax_error_in_an_imported_macro_file_names_its_line(tiny, device):
 
 def test_a_number_read_through_jinja_names_the_line(tiny, device):
     _f16_tiny(tiny)
-    (tiny.templates / "tiny.wgsl.jinja").write_text(TINY_TEMPLATE.replace("    let i = gid.x", "{% if rows > 1 %}\n{% endif %}\n    let i = gid.x"))
+    (tiny.templates / "tiny.wgsl.jinja").write_text(
+        TINY_TEMPLATE.replace("    let i = gid.x", "{% if rows > 1 %}\n{% endif %}\n    let i = gid.x")
+    )
     problem = _build_problem(tiny, device)
-    assert str(problem).startswith("templates/tiny.wgsl.jinja:3: the template reads `rows` through Jinja, but it is a number")
+    assert str(problem).startswith(
+        "templates/tiny.wgsl.jinja:3: the template reads `rows` through Jinja, but it is a number"
+    )
 
 
 def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
@@ -1355,7 +1508,10 @@ def test_fill_lines_packs_whole_statements_up_to_the_width():
     past the width, never split; a comment, a blank line or a change of indentation breaks the fill."""
     from codegen.wgsl import fill_lines
 
-    text = "".join(f"    s{j} += a[{j}u];\n" for j in range(12)) + "    // note\n    t = 1;\n        u = 2;\n    v = 3;\n"
+    text = (
+        "".join(f"    s{j} += a[{j}u];\n" for j in range(12))
+        + "    // note\n    t = 1;\n        u = 2;\n    v = 3;\n"
+    )
     assert fill_lines(text, width=40) == (
         "    s0 += a[0u]; s1 += a[1u];\n"  # 29 columns: a third statement would make 42
         "    s2 += a[2u]; s3 += a[3u];\n"
@@ -1368,7 +1524,9 @@ def test_fill_lines_packs_whole_statements_up_to_the_width():
         "        u = 2;\n"
         "    v = 3;\n"
     )
-    assert fill_lines("    a = 1;\n    b = 2;") == "    a = 1;\n    b = 2;"  # a last line without newline stays as it is
+    assert (
+        fill_lines("    a = 1;\n    b = 2;") == "    a = 1;\n    b = 2;"
+    )  # a last line without newline stays as it is
     long = "    x = " + "1 + " * 30 + "1;\n"
     assert fill_lines(long + long) == long + long  # a line is never split, and two long ones stay apart
 
@@ -1409,9 +1567,11 @@ def test_filled_lines_map_to_their_first_statement(tiny):
     assert len(filled) == 8 and all(len(line) <= 100 for line in filled)
     assert " ".join(line.strip() for line in filled) == " ".join(f"s += x[gid.x + {j}u];" for j in range(30))
     lines = [str(where) for where in spec.line_map[: len(body)]]
-    assert lines == ["templates/tiny.wgsl.jinja:1", "templates/tiny.wgsl.jinja:2", "templates/tiny.wgsl.jinja:3"] + [
-        "templates/tiny.wgsl.jinja:6"
-    ] * 8 + ["templates/tiny.wgsl.jinja:9", "templates/tiny.wgsl.jinja:10"]
+    assert lines == [
+        "templates/tiny.wgsl.jinja:1",
+        "templates/tiny.wgsl.jinja:2",
+        "templates/tiny.wgsl.jinja:3",
+    ] + ["templates/tiny.wgsl.jinja:6"] * 8 + ["templates/tiny.wgsl.jinja:9", "templates/tiny.wgsl.jinja:10"]
 
 
 def _files_opened_under(folder: Path, monkeypatch) -> list[str]:
@@ -1509,10 +1669,14 @@ def test_validation_neither_reads_nor_renders_a_template(tiny, device, monkeypat
 def test_cli_prints_every_problem_once_at_its_location(tiny):
     _with_macro(tiny)
     (tiny.manifests / "test.Broken").mkdir()
-    (tiny.manifests / "test.Broken" / "manifest.json").write_text(json.dumps({**TINY_MANIFEST, "name": "Broken", "variants": [{"id": "v", "requires": []}]}))
+    (tiny.manifests / "test.Broken" / "manifest.json").write_text(
+        json.dumps({**TINY_MANIFEST, "name": "Broken", "variants": [{"id": "v", "requires": []}]})
+    )
     result = _cli(str(tiny.manifests), str(tiny.root / "out"), cwd=tiny.root)
     assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if not line.startswith(("Forcing backend", "error: XDG"))]
+    lines = [
+        line for line in result.stderr.splitlines() if not line.startswith(("Forcing backend", "error: XDG"))
+    ]
     assert lines == [
         "codegen failed: 1 problem",
         "  manifests/test.Broken/manifest.json#/variants/0/requires: expected an object with `features` (a list of WebGPU feature names), got an array",
@@ -1537,7 +1701,12 @@ ALLOWED_THIRD_PARTY = {"numpy", "wgpu"}
 # and matplotlib (inside functions, only when asked for). It still reads no manifest.
 BENCH_ALLOWED = {"import json", "open(", "torch", "matplotlib"}
 # The ONNX tools import onnx (and check_model onnxruntime) inside functions, only when they run.
-TOOLS_ALLOWED = {"bench.py": BENCH_ALLOWED, "bench_torch.py": {"torch"}, "onnx_nodes.py": {"onnx"}, "check_model.py": {"onnx", "onnxruntime"}}
+TOOLS_ALLOWED = {
+    "bench.py": BENCH_ALLOWED,
+    "bench_torch.py": {"torch"},
+    "onnx_nodes.py": {"onnx"},
+    "check_model.py": {"onnx", "onnxruntime"},
+}
 
 
 def test_generated_code_is_standalone(built):
@@ -1559,7 +1728,9 @@ def test_generated_code_is_standalone(built):
                 continue
             for module in modules:
                 top = module.split(".")[0]
-                assert top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY | allowed, f"{path} imports {module}"
+                assert (
+                    top in sys.stdlib_module_names or top in ALLOWED_THIRD_PARTY | allowed
+                ), f"{path} imports {module}"
 
 
 def test_committed_generated_code_is_standalone():
@@ -1572,7 +1743,9 @@ def test_committed_generated_code_is_standalone():
             name.split(".")[0]
             for node in ast.walk(ast.parse(text))
             if isinstance(node, (ast.Import, ast.ImportFrom))
-            for name in ([a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""])
+            for name in (
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+            )
         }
         assert not imported & {"codegen", "jinja2", "black"}, path
         code = _code_without_comments(text)
@@ -1601,7 +1774,9 @@ def test_report_has_no_error(built):
 
 def test_build_time(built):
     files, seconds = built
-    print(f"\nbuild() of every manifest: {seconds:.2f} s for {len(files)} files (budget {BUILD_BUDGET_S:.0f} s, {os.cpu_count()} cores)")
+    print(
+        f"\nbuild() of every manifest: {seconds:.2f} s for {len(files)} files (budget {BUILD_BUDGET_S:.0f} s, {os.cpu_count()} cores)"
+    )
     assert seconds < BUILD_BUDGET_S, f"build() took {seconds:.2f} s"
 
 
@@ -1630,7 +1805,9 @@ def test_vendored_copy_runs_under_another_name(tmp_path):
         "print('ok')\n"
     )
     env = {**os.environ, "PYTHONPATH": str(tmp_path), "WGPU_BACKEND_TYPE": "Vulkan"}
-    done = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
     assert done.returncode == 0 and "ok" in done.stdout, done.stdout + done.stderr
 
 
@@ -1665,18 +1842,41 @@ def test_a_binding_with_when_is_declared_and_bound_only_where_it_holds(tmp_path)
     from generated._runtime.plans import Binding, _declared
     from codegen.wgsl import KeyName, render_op
 
-    manifests, templates = _tiny_repo(tmp_path, OPTIONAL_INPUT_TEMPLATE, _optional_input_manifest(["x", {"use": "b", "when": "hasB"}, "y"]))
+    manifests, templates = _tiny_repo(
+        tmp_path, OPTIONAL_INPUT_TEMPLATE, _optional_input_manifest(["x", {"use": "b", "when": "hasB"}, "y"])
+    )
     (item,) = render_op(resolve_op(load_manifests(manifests)[0]), templates)
     assert KeyName("b", bound=True) in item.key_names
     texts = {spec.key[item.key_names.index(KeyName("hasB"))]: spec.wgsl for spec in item.specializations}
-    records = {spec.key[item.key_names.index(KeyName("hasB"))]: spec.interface for spec in item.specializations}
+    records = {
+        spec.key[item.key_names.index(KeyName("hasB"))]: spec.interface for spec in item.specializations
+    }
     assert set(texts) == {False, True}
-    assert "var<storage, read> b:" not in texts[False] and "@binding(1) var<storage, read_write> y" in texts[False]
-    assert "@group(0) @binding(1) var<storage, read> b: array<f32>;" in texts[True] and "@binding(2) var<storage, read_write> y" in texts[True]
-    table = (Binding(0, "x", "input", "x", "read-only-storage"), Binding(1, "b", "input", "b", "read-only-storage"),
-             Binding(2, "y", "output", "y", "storage"), Binding(3, "params", "uniform", "params", "uniform"))
-    assert [(b.index, b.name) for b in _declared(table, records[False], "tiny")] == [(0, "x"), (1, "y"), (2, "params")]
-    assert [(b.index, b.name) for b in _declared(table, records[True], "tiny")] == [(0, "x"), (1, "b"), (2, "y"), (3, "params")]
+    assert (
+        "var<storage, read> b:" not in texts[False]
+        and "@binding(1) var<storage, read_write> y" in texts[False]
+    )
+    assert (
+        "@group(0) @binding(1) var<storage, read> b: array<f32>;" in texts[True]
+        and "@binding(2) var<storage, read_write> y" in texts[True]
+    )
+    table = (
+        Binding(0, "x", "input", "x", "read-only-storage"),
+        Binding(1, "b", "input", "b", "read-only-storage"),
+        Binding(2, "y", "output", "y", "storage"),
+        Binding(3, "params", "uniform", "params", "uniform"),
+    )
+    assert [(b.index, b.name) for b in _declared(table, records[False], "tiny")] == [
+        (0, "x"),
+        (1, "y"),
+        (2, "params"),
+    ]
+    assert [(b.index, b.name) for b in _declared(table, records[True], "tiny")] == [
+        (0, "x"),
+        (1, "b"),
+        (2, "y"),
+        (3, "params"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -1701,7 +1901,9 @@ def test_the_uniform_cannot_have_a_when(tmp_path):
     data = _optional_input_manifest(["x", "y"])
     data["variants"][0]["passes"][0]["bindings"][2]["when"] = "hasB"
     manifests, _ = _tiny_repo(tmp_path, OPTIONAL_INPUT_TEMPLATE, data)
-    with pytest.raises(CompileError, match=r"bindings/2/when: the uniform is bound by every shader of a pass"):
+    with pytest.raises(
+        CompileError, match=r"bindings/2/when: the uniform is bound by every shader of a pass"
+    ):
         resolve_op(load_manifests(manifests)[0])
 
 
@@ -1732,7 +1934,9 @@ def test_cli_refuses_an_out_that_is_a_file_before_building(tmp_path):
     assert (tmp_path / "README.md").read_text() == "mine\n"
 
 
-@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made")
+@pytest.mark.skipif(
+    not Path("/proc/self").is_dir(), reason="needs Linux's /proc, where no folder can be made"
+)
 def test_cli_reports_an_out_that_cannot_be_made(tmp_path):
     manifests, _ = _tiny_repo(tmp_path)
     line = _one_problem(_cli(str(manifests), "/proc/genout", cwd=tmp_path))
@@ -1755,9 +1959,18 @@ def test_cli_refuses_a_templates_folder_without_templates(tmp_path, case):
     (tmp_path / "empty").mkdir()
     hint = "*.jinja templates; pass --templates, or keep templates/ beside MANIFESTS"
     args, expected = {
-        "missing": (["--templates", str(tmp_path / "nowhere")], f"{tmp_path.resolve() / 'nowhere'}: no such folder of {hint}"),
-        "a file": (["--templates", str(templates / "tiny.wgsl.jinja")], f"{templates.resolve() / 'tiny.wgsl.jinja'}: not a folder of {hint}"),
-        "empty": (["--templates", str(tmp_path / "empty")], f"{tmp_path.resolve() / 'empty'}: no *.jinja templates in this folder"),
+        "missing": (
+            ["--templates", str(tmp_path / "nowhere")],
+            f"{tmp_path.resolve() / 'nowhere'}: no such folder of {hint}",
+        ),
+        "a file": (
+            ["--templates", str(templates / "tiny.wgsl.jinja")],
+            f"{templates.resolve() / 'tiny.wgsl.jinja'}: not a folder of {hint}",
+        ),
+        "empty": (
+            ["--templates", str(tmp_path / "empty")],
+            f"{tmp_path.resolve() / 'empty'}: no *.jinja templates in this folder",
+        ),
         "not beside the manifests": ([], f"{tmp_path.resolve() / 'templates'}: no such folder of {hint}"),
     }[case]
     if case == "not beside the manifests":
@@ -1787,9 +2000,15 @@ def test_manifests_and_templates_that_lie_apart_build(tmp_path, device):
     manifests = shutil.copytree(tmp_path / "repo" / "manifests", tmp_path / "m3")
     files = build(manifests, templates, device=device)
     banner = files["tiny/copy.py"].split("# Do not edit")[0]
-    for source in ("m3/test.Tiny/manifest.json", "templates/_lib/body.wgsl.jinja", "templates/tiny.wgsl.jinja"):
+    for source in (
+        "m3/test.Tiny/manifest.json",
+        "templates/_lib/body.wgsl.jinja",
+        "templates/tiny.wgsl.jinja",
+    ):
         assert f"#   {source} (sha256 " in banner, banner
-    assert not [path for path, text in files.items() if str(tmp_path.resolve()) in text or str(tmp_path) in text]
+    assert not [
+        path for path, text in files.items() if str(tmp_path.resolve()) in text or str(tmp_path) in text
+    ]
     out = tmp_path / "out"
     for args, said in (([], "wrote "), (["--check"], "is up to date")):
         result = _cli(str(manifests), str(out), "--templates", str(templates), *args, cwd=tmp_path)
@@ -1800,6 +2019,10 @@ def test_manifests_and_templates_that_lie_apart_build(tmp_path, device):
 def test_a_binding_when_that_reads_the_request_itself_is_a_located_problem(tmp_path):
     """`when: has(shapes, "b")` beside the template's `hasB` would be enumerated apart from it (shaders
     whose code uses b without binding it): a `when` names derived values instead."""
-    manifests, _ = _tiny_repo(tmp_path, OPTIONAL_INPUT_TEMPLATE, _optional_input_manifest(["x", {"use": "b", "when": 'has(shapes, "b")'}, "y"]))
+    manifests, _ = _tiny_repo(
+        tmp_path,
+        OPTIONAL_INPUT_TEMPLATE,
+        _optional_input_manifest(["x", {"use": "b", "when": 'has(shapes, "b")'}, "y"]),
+    )
     with pytest.raises(CompileError, match=r"bindings/1/when: .*must name derived values"):
         resolve_op(load_manifests(manifests)[0])

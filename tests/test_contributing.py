@@ -25,8 +25,14 @@ def _copy_of_the_repository(root: Path) -> None:
 
 
 def _run(root: Path, *command: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(root), "WGPU_BACKEND_TYPE": os.environ.get("WGPU_BACKEND_TYPE", "Vulkan")}
-    return subprocess.run([sys.executable, *command], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(root),
+        "WGPU_BACKEND_TYPE": os.environ.get("WGPU_BACKEND_TYPE", "Vulkan"),
+    }
+    return subprocess.run(
+        [sys.executable, *command], cwd=root, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def _regenerate(root: Path) -> None:

@@ -41,7 +41,11 @@ IN_PROCESS = {
     "subgroups-8": default_device,
 }
 CHILDREN = {
-    "subgroups-4": {"LP_NATIVE_VECTOR_WIDTH": "128", "MESA_SHADER_CACHE_DISABLE": "true", "WGPU_BACKEND_TYPE": "Vulkan"},
+    "subgroups-4": {
+        "LP_NATIVE_VECTOR_WIDTH": "128",
+        "MESA_SHADER_CACHE_DISABLE": "true",
+        "WGPU_BACKEND_TYPE": "Vulkan",
+    },
     "opengl": {"WGPU_BACKEND_TYPE": "OpenGL"},
 }
 LAVAPIPE_ONLY = {"subgroups-8", "subgroups-4"}
@@ -55,7 +59,11 @@ def _child(profile):
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
     done = subprocess.run(
         [sys.executable, "-m", "tests.profile_cases", profile],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if done.returncode != 0 or "RESULT " not in done.stdout:
         return {"crashed": f"exit {done.returncode}\n{done.stdout[-4000:]}\n{done.stderr[-8000:]}"}
@@ -67,7 +75,9 @@ def results(profile):
     if profile in LAVAPIPE_ONLY and not is_lavapipe():
         pytest.skip("subgroup widths are set through lavapipe (LP_NATIVE_VECTOR_WIDTH)")
     if profile == "subgroups-8" and os.environ.get("LP_NATIVE_VECTOR_WIDTH"):
-        pytest.skip("LP_NATIVE_VECTOR_WIDTH is set for this process: its subgroups are not lavapipe's default 8")
+        pytest.skip(
+            "LP_NATIVE_VECTOR_WIDTH is set for this process: its subgroups are not lavapipe's default 8"
+        )
     if profile not in _results:
         if profile in IN_PROCESS:
             _results[profile] = profile_cases.run_all(IN_PROCESS[profile](), profile)
@@ -102,10 +112,16 @@ def test_every_variant_and_dtype_on_the_profile(profile, case):
     want, words = expected(case, set(found["facts"]["features"]))
     seed = f"(seed {found['seed']}: KERNEL_TEST_SEED={found['seed']} reproduces it)"
     if want == "refused":
-        assert outcome["outcome"] == "refused", f"{profile} {case.id}: expected a ContractError naming {words!r}, got {outcome} {seed}"
-        assert words in outcome["message"], f"{profile} {case.id}: the ContractError does not say {words!r}: {outcome['message']}"
+        assert (
+            outcome["outcome"] == "refused"
+        ), f"{profile} {case.id}: expected a ContractError naming {words!r}, got {outcome} {seed}"
+        assert (
+            words in outcome["message"]
+        ), f"{profile} {case.id}: the ContractError does not say {words!r}: {outcome['message']}"
     else:
-        assert outcome["outcome"] == "right", f"{profile} {case.id}: {outcome['outcome']}: {outcome['message']} {seed}"
+        assert (
+            outcome["outcome"] == "right"
+        ), f"{profile} {case.id}: {outcome['outcome']}: {outcome['message']} {seed}"
 
 
 def test_no_features_profile_has_no_optional_feature():

@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def _run(args, cwd, **env):
     environment = {**os.environ, "WGPU_BACKEND_TYPE": "Vulkan", **env}
-    return subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", *args], cwd=cwd, env=environment, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_doctor_of_a_vendored_copy_passes_and_prints_the_measured_subgroup_width(tmp_path):
@@ -30,17 +32,29 @@ def test_doctor_of_a_vendored_copy_passes_and_prints_the_measured_subgroup_width
     target = tmp_path / "myapp" / "kernels"
     shutil.copytree(ROOT / "generated", target, ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "myapp" / "__init__.py").write_text("")
-    done = _run(["myapp.kernels", "doctor"], tmp_path, PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    done = _run(
+        ["myapp.kernels", "doctor"],
+        tmp_path,
+        PYTHONPATH=os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])),
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     text = done.stdout
     width = 8 if is_lavapipe() and not os.environ.get("LP_NATIVE_VECTOR_WIDTH") else measured_subgroup_size()
     assert f"subgroup width: {width} (measured by a probe shader)" in text, text
-    for line in ("adapter:", "backend:  Vulkan", "features: ", "maxComputeWorkgroupStorageSize", "all 12 checks passed"):
+    for line in (
+        "adapter:",
+        "backend:  Vulkan",
+        "features: ",
+        "maxComputeWorkgroupStorageSize",
+        "all 12 checks passed",
+    ):
         assert line in text, text
     for op in ("batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm"):
         for dtype in ("float32", "float16"):
             assert f"ok    {op} {dtype} " in text, text
-        assert f"ok    {op} float16 overflow, variant " in text and "infinities of the right sign" in text, text
+        assert (
+            f"ok    {op} float16 overflow, variant " in text and "infinities of the right sign" in text
+        ), text
 
 
 def test_doctor_exits_1_when_a_check_fails(monkeypatch):
@@ -72,7 +86,9 @@ def test_doctor_fails_a_device_whose_float16_overflow_is_not_infinity(monkeypatc
     out = io.StringIO()
     assert doctor.main([], out=out) == 1
     text = out.getvalue()
-    assert "FAIL  group_normalization float16 overflow, variant " in text and "instead of infinities" in text, text
+    assert (
+        "FAIL  group_normalization float16 overflow, variant " in text and "instead of infinities" in text
+    ), text
     assert "ok    group_normalization float16 (" in text and "1 of 12 checks FAILED" in text, text
 
 
@@ -83,7 +99,9 @@ def test_doctor_exits_1_when_a_call_raises(monkeypatch):
     monkeypatch.setattr(skip_group_norm, "kernel", broken)
     out = io.StringIO()
     assert doctor.main([], out=out) == 1
-    assert "FAIL  skip_group_norm float32: the call failed: RuntimeError: the device was lost" in out.getvalue()
+    assert (
+        "FAIL  skip_group_norm float32: the call failed: RuntimeError: the device was lost" in out.getvalue()
+    )
 
 
 def test_doctor_exits_1_with_a_clear_message_without_an_adapter(tmp_path):
@@ -106,4 +124,9 @@ def test_dispatcher_forwards_and_explains(capsys):
 
 def test_doctor_checks_every_op_package():
     op_packages = set(generated.op_packages())
-    assert set(doctor.CHECKS) == set(doctor.op_packages()) == op_packages == {e.module.__name__.split(".")[-1] for e in generated.ops().values()}
+    assert (
+        set(doctor.CHECKS)
+        == set(doctor.op_packages())
+        == op_packages
+        == {e.module.__name__.split(".")[-1] for e in generated.ops().values()}
+    )

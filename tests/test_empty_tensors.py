@@ -20,12 +20,17 @@ DTYPES = [np.float32, np.float16]
 
 def bn_inputs(shape, dtype):
     c = shape[1]
-    return {"x": np.ones(shape, dtype), **{k: np.ones(c, dtype) for k in ("scale", "b", "inputMean", "inputVar")}}, {}
+    return {
+        "x": np.ones(shape, dtype),
+        **{k: np.ones(c, dtype) for k in ("scale", "b", "inputMean", "inputVar")},
+    }, {}
 
 
 def gn_inputs(shape, dtype, groups=2):
     c = shape[1]
-    return {"x": np.ones(shape, dtype), "scale": np.ones(c, dtype), "bias": np.ones(c, dtype)}, {"num_groups": groups}
+    return {"x": np.ones(shape, dtype), "scale": np.ones(c, dtype), "bias": np.ones(c, dtype)}, {
+        "num_groups": groups
+    }
 
 
 def in_inputs(shape, dtype):
@@ -36,7 +41,13 @@ def in_inputs(shape, dtype):
 def sgn_inputs(shape, dtype, skip_form="full"):
     n, c = shape[0], shape[-1]
     skip = {"full": shape, "nc": (n, c), "n11c": (n, 1, 1, c)}[skip_form]
-    inputs = {"X": np.ones(shape, dtype), "gamma": np.ones(c, dtype), "beta": np.ones(c, dtype), "skip": np.ones(skip, dtype), "bias": np.ones(c, dtype)}
+    inputs = {
+        "X": np.ones(shape, dtype),
+        "gamma": np.ones(c, dtype),
+        "beta": np.ones(c, dtype),
+        "skip": np.ones(skip, dtype),
+        "bias": np.ones(c, dtype),
+    }
     return inputs, {"groups": 2, "activation": 1}
 
 
@@ -65,15 +76,32 @@ def dtypes_of(package, dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
-@pytest.mark.parametrize("package,make,shape,variant", VARIANT_CASES, ids=[f"{p.__name__.split('.')[-1]}-{s}-{v}" for p, _, s, v in VARIANT_CASES])
+@pytest.mark.parametrize(
+    "package,make,shape,variant",
+    VARIANT_CASES,
+    ids=[f"{p.__name__.split('.')[-1]}-{s}-{v}" for p, _, s, v in VARIANT_CASES],
+)
 def test_empty_input_gives_empty_outputs_without_dispatch(package, make, shape, variant, dtype):
     inputs, attrs = make(shape, dtype)
     outputs = tuple(t.key for t in package.OUTPUTS)
-    plan = package.plan({k: v.shape for k, v in inputs.items()}, dtypes_of(package, dtype), attrs, caps={"features": ["shader-f16", "subgroups"]}, variant=variant, outputs=outputs)
-    assert plan.passes == () and plan.intermediates == {} and plan.explanation[0].startswith("nothing to compute"), plan
+    plan = package.plan(
+        {k: v.shape for k, v in inputs.items()},
+        dtypes_of(package, dtype),
+        attrs,
+        caps={"features": ["shader-f16", "subgroups"]},
+        variant=variant,
+        outputs=outputs,
+    )
+    assert (
+        plan.passes == ()
+        and plan.intermediates == {}
+        and plan.explanation[0].startswith("nothing to compute")
+    ), plan
     result = package.kernel(inputs, attrs=attrs, variant=variant, outputs=outputs)
     for key in outputs:
-        assert isinstance(result[key], np.ndarray) and result[key].shape == shape and result[key].dtype == dtype, key
+        assert (
+            isinstance(result[key], np.ndarray) and result[key].shape == shape and result[key].dtype == dtype
+        ), key
     tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
     resident = package.kernel(tensors, attrs=attrs, variant=variant, outputs=outputs)
     for key in outputs:

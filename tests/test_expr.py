@@ -43,7 +43,9 @@ SYMBOLS = {
     ("device", "features"): _symbol("features", "set", "features"),
     ("device", "adapterInfo"): _symbol("adapter_info", "map", "adapter_info"),
     ("device", "adapterInfo", "k"): _symbol('adapter_info["k"]', "int", "adapter_info"),
-    ("device", "limits", "maxComputeWorkgroupSizeX"): _symbol('limits["maxComputeWorkgroupSizeX"]', "int", "limits"),
+    ("device", "limits", "maxComputeWorkgroupSizeX"): _symbol(
+        'limits["maxComputeWorkgroupSizeX"]', "int", "limits"
+    ),
     ("flag",): _symbol("flag", "bool", "flag"),
 }
 
@@ -157,7 +159,9 @@ def test_modulo_by_zero_is_nan():
     assert math.isnan(evaluate("attrs.n % attrs.zero"))
 
 
-@pytest.mark.parametrize("source, operator", [("attrs.n // 2", "//"), ("7 // 2", "//"), ("attrs.n ** 2", "**"), ("2 ** 3", "**")])
+@pytest.mark.parametrize(
+    "source, operator", [("attrs.n // 2", "//"), ("7 // 2", "//"), ("attrs.n ** 2", "**"), ("2 ** 3", "**")]
+)
 def test_floor_division_and_power_do_not_exist(source, operator):
     error = compile_error(source)
     assert f"`{operator}`" in error.message and "does not exist" in error.message
@@ -480,12 +484,16 @@ def test_unknown_name(source, fragment):
     assert "known here" in error.message and "shapes.X" in error.message
 
 
-@pytest.mark.parametrize("source, suggestion", [("shapes.x", "shapes.X"), ("attrs.nn", "attrs.n"), ("flga", "flag")])
+@pytest.mark.parametrize(
+    "source, suggestion", [("shapes.x", "shapes.X"), ("attrs.nn", "attrs.n"), ("flga", "flag")]
+)
 def test_unknown_name_suggests_the_closest_known_one(source, suggestion):
     assert f"did you mean `{suggestion}`?" in compile_error(source).message
 
 
-@pytest.mark.parametrize("source, name", [("foo(1)", "foo"), ("pow2floor(3)", "pow2floor"), ("abs(attrs.n)", "abs")])
+@pytest.mark.parametrize(
+    "source, name", [("foo(1)", "foo"), ("pow2floor(3)", "pow2floor"), ("abs(attrs.n)", "abs")]
+)
 def test_unknown_function(source, name):
     message = compile_error(source).message
     assert f"unknown function `{name}`" in message
@@ -505,7 +513,7 @@ def test_unknown_function(source, name):
         ("floor(1, 2)", "`floor` takes 1"),
         ("ceilDiv(1)", "`ceilDiv` takes 2"),
         ("pow2ceil()", "`pow2ceil` takes 1"),
-        ('has(device.features)', "`has` takes 2"),
+        ("has(device.features)", "`has` takes 2"),
         ('device.features.has("a", "b")', "`has` takes 1"),
         ("f16Ok()", "`f16Ok` takes 1"),
     ],
@@ -528,7 +536,7 @@ def test_wrong_arity(source, fragment):
         ("1 if attrs.n else 2", "must be a boolean, got int"),
         ('"a" < 1', "compares numbers, got str and int"),
         ("shapes.X < shapes.Y", "compares numbers"),
-        ('dtypes.T == 1', "never true"),
+        ("dtypes.T == 1", "never true"),
         ("flag == 1", "never true"),
         ("shapes.X == shapes.Y", "use sameShape"),
         ("dim(attrs.n, 0)", "must be a shape"),
@@ -550,7 +558,9 @@ def test_wrong_kind(source, fragment):
     assert fragment in compile_error(source).message
 
 
-@pytest.mark.parametrize("source", ["1 +", "(1", "1 2", "dim(shapes.X, 1", "attrs.", "1 +* 2", "", "{{ attrs.n }}"])
+@pytest.mark.parametrize(
+    "source", ["1 +", "(1", "1 2", "dim(shapes.X, 1", "attrs.", "1 +* 2", "", "{{ attrs.n }}"]
+)
 def test_syntax_error(source):
     assert "syntax error" in compile_error(source).message
 
@@ -646,11 +656,15 @@ def test_derive_cycle_is_a_compile_error_naming_the_cycle(tmp_path):
     data = tiny_manifest(derive={"a": "b + 1", "b": "a * 2", "wide": "a > 4"})
     with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, data)
-    assert _messages(info.value) == ["manifests/test.Expr/manifest.json#/derive/a: cycle between derived values: a -> b -> a: `b + 1`"]
+    assert _messages(info.value) == [
+        "manifests/test.Expr/manifest.json#/derive/a: cycle between derived values: a -> b -> a: `b + 1`"
+    ]
 
 
 def test_self_reference_is_a_cycle(tmp_path):
-    with pytest.raises(CompileError, match=r"#/derive/rows: cycle between derived values: rows -> rows: `rows \+ 1`"):
+    with pytest.raises(
+        CompileError, match=r"#/derive/rows: cycle between derived values: rows -> rows: `rows \+ 1`"
+    ):
         resolve_tiny(tmp_path, tiny_manifest(derive={"rows": "rows + 1", "wide": "rows > 4"}))
 
 
@@ -658,7 +672,9 @@ def test_variant_derive_cycle(tmp_path):
     variant = {"id": "only", "when": ["wide"], "derive": {"p": "q", "q": "p"}}
     with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
-    assert any("#/variants/0/derive/p: " in p and "p -> q -> p" in p for p in _messages(info.value)), _messages(info.value)
+    assert any(
+        "#/variants/0/derive/p: " in p and "p -> q -> p" in p for p in _messages(info.value)
+    ), _messages(info.value)
 
 
 def test_unknown_name_in_when_names_its_pointer(tmp_path):
@@ -666,7 +682,8 @@ def test_unknown_name_in_when_names_its_pointer(tmp_path):
     with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, tiny_manifest(variants=[variant]))
     assert any(
-        p.startswith("manifests/test.Expr/manifest.json#/variants/0/when/1: unknown name `nosuch`") and p.endswith("`nosuch > 1`")
+        p.startswith("manifests/test.Expr/manifest.json#/variants/0/when/1: unknown name `nosuch`")
+        and p.endswith("`nosuch > 1`")
         for p in _messages(info.value)
     ), _messages(info.value)
 
@@ -685,13 +702,19 @@ def test_when_entries_must_be_booleans(tmp_path, when, pointer, shown, got):
     """`when` passes only on exactly `true`: an entry that cannot be a boolean is refused at compile time."""
     with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, tiny_manifest(variants=[{"id": "only", "when": when}]))
-    expected = f"manifests/test.Expr/manifest.json#{pointer}: expected a value of kind bool, got {got}: `{shown}`"
+    expected = (
+        f"manifests/test.Expr/manifest.json#{pointer}: expected a value of kind bool, got {got}: `{shown}`"
+    )
     assert expected in _messages(info.value), _messages(info.value)
 
 
 def test_demote_when_entries_must_be_booleans(tmp_path):
-    with pytest.raises(CompileError, match=r"#/variants/0/demoteWhen/0: expected a value of kind bool, got int: `rows`"):
-        resolve_tiny(tmp_path, tiny_manifest(variants=[{"id": "only", "when": ["wide"], "demoteWhen": ["rows"]}]))
+    with pytest.raises(
+        CompileError, match=r"#/variants/0/demoteWhen/0: expected a value of kind bool, got int: `rows`"
+    ):
+        resolve_tiny(
+            tmp_path, tiny_manifest(variants=[{"id": "only", "when": ["wide"], "demoteWhen": ["rows"]}])
+        )
 
 
 def test_a_bad_derive_is_reported_once(tmp_path):
@@ -700,16 +723,22 @@ def test_a_bad_derive_is_reported_once(tmp_path):
     data = tiny_manifest(derive={"rows": "dim(shapes.x)", "wide": "rows > 4"})
     with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, data)
-    assert _messages(info.value) == ["manifests/test.Expr/manifest.json#/derive/rows: `dim` takes 2 argument(s), got 1: `dim(shapes.x)`"]
+    assert _messages(info.value) == [
+        "manifests/test.Expr/manifest.json#/derive/rows: `dim` takes 2 argument(s), got 1: `dim(shapes.x)`"
+    ]
 
 
 def test_a_bad_variant_value_is_reported_once_across_passes(tmp_path):
     passes = [{"id": f"p{i}", "shader": "t.wgsl.jinja", "dispatch": {"x": "half"}} for i in range(3)]
-    data = tiny_manifest(variants=[{"id": "only", "when": ["wide"], "derive": {"half": "rows / nosuch"}, "passes": passes}])
+    data = tiny_manifest(
+        variants=[{"id": "only", "when": ["wide"], "derive": {"half": "rows / nosuch"}, "passes": passes}]
+    )
     with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, data)
     (message,) = _messages(info.value)
-    assert message.startswith("manifests/test.Expr/manifest.json#/variants/0/derive/half: unknown name `nosuch`")
+    assert message.startswith(
+        "manifests/test.Expr/manifest.json#/variants/0/derive/half: unknown name `nosuch`"
+    )
 
 
 def test_problems_are_data(tmp_path):
@@ -733,13 +762,17 @@ def test_every_problem_of_a_variant_is_reported(tmp_path):
 
 def test_an_unknown_function_suggests_the_closest(tmp_path):
     with pytest.raises(CompileError) as info:
-        resolve_tiny(tmp_path, tiny_manifest(derive={"rows": "ceil_div(dim(shapes.x, 0), 2)", "wide": "rows > 4"}))
+        resolve_tiny(
+            tmp_path, tiny_manifest(derive={"rows": "ceil_div(dim(shapes.x, 0), 2)", "wide": "rows > 4"})
+        )
     (problem,) = info.value.problems
     assert problem.message.startswith("unknown function `ceil_div`; did you mean `ceilDiv`? known: ")
 
 
 def test_every_problem_is_reported_not_only_the_first(tmp_path):
-    data = tiny_manifest(derive={"rows": "dim(shapes.x)", "wide": "nosuch"}, variants=[{"id": "only", "when": [2]}])
+    data = tiny_manifest(
+        derive={"rows": "dim(shapes.x)", "wide": "nosuch"}, variants=[{"id": "only", "when": [2]}]
+    )
     with pytest.raises(CompileError) as info:
         resolve_tiny(tmp_path, data)
     text = "\n".join(_messages(info.value))
@@ -756,7 +789,14 @@ def bn_request(shape=(8, 4), dtype="f32", features=()):
     from generated._runtime import Caps, Request
 
     channels = shape[1]
-    shapes = {"x": shape, "scale": (channels,), "b": (channels,), "inputMean": (channels,), "inputVar": (channels,), "y": shape}
+    shapes = {
+        "x": shape,
+        "scale": (channels,),
+        "b": (channels,),
+        "inputMean": (channels,),
+        "inputVar": (channels,),
+        "y": shape,
+    }
     return Request(
         shapes=shapes,
         dtypes={"T": dtype},

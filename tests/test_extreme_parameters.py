@@ -24,7 +24,12 @@ from generated import ContractError
 from tests import profile_cases
 from tests.oracles import assert_close, run_seed, seed_note
 
-SCALE_KEY = {"batch_normalization": "scale", "group_normalization": "scale", "instance_normalization": "scale", "skip_group_norm": "gamma"}
+SCALE_KEY = {
+    "batch_normalization": "scale",
+    "group_normalization": "scale",
+    "instance_normalization": "scale",
+    "skip_group_norm": "gamma",
+}
 BIAS_KEY = {"group_normalization": "bias", "instance_normalization": "b", "skip_group_norm": "beta"}
 # stash_type=10 takes float16 statistics and float16 arithmetic, as the spec says: an infinite
 # scale is then a float16 question the spec's own body answers differently; left out.
@@ -70,14 +75,22 @@ def test_an_infinite_scale_gives_the_definitions_infinities(case):
         infinite = np.isinf(want)
         if key == next(iter(result)):
             assert infinite.any(), f"{context}: the test's scale of inf reached no output"
-        np.testing.assert_array_equal(got[infinite], want[infinite], err_msg=f"{context} {key}: where the definition is +-inf")
+        np.testing.assert_array_equal(
+            got[infinite], want[infinite], err_msg=f"{context} {key}: where the definition is +-inf"
+        )
         # Channel 0 is inf or NaN (x equal to the mean) in the definition; the rest is ordinary.
         finite = np.moveaxis(np.isfinite(want), _channel_axis(case), 0)[1:]
         rest = lambda a: np.moveaxis(a, _channel_axis(case), 0)[1:][finite]
-        assert_close(rest(got), rest(want), inputs[next(iter(inputs))].dtype, f"{context} {key}: the other channels")
+        assert_close(
+            rest(got), rest(want), inputs[next(iter(inputs))].dtype, f"{context} {key}: the other channels"
+        )
 
 
-F32_CASES = [c for c in CASES if c.op in BIAS_KEY and c.dtypes["T"] == "float32" and c.dtypes.get("M", "float32") == "float32"]
+F32_CASES = [
+    c
+    for c in CASES
+    if c.op in BIAS_KEY and c.dtypes["T"] == "float32" and c.dtypes.get("M", "float32") == "float32"
+]
 
 
 # 1.8e8 .. 3e19: a subgroup's mean of a constant row can be an ulp off the value, and the row
@@ -102,6 +115,10 @@ def test_constant_huge_rows_normalize_to_the_bias(case, value):
     bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
     shape = (-1,) + (1,) * (got.ndim - 2) if _channel_axis(case) == 1 else (-1,)
     context = f"{case.id} {case.shapes} {case.tunables} {seed_note(seed)}"
-    np.testing.assert_array_equal(got[0], np.broadcast_to(bias.reshape(shape), got[0].shape), err_msg=f"{context}: batch item 0 is not the bias")
+    np.testing.assert_array_equal(
+        got[0],
+        np.broadcast_to(bias.reshape(shape), got[0].shape),
+        err_msg=f"{context}: batch item 0 is not the bias",
+    )
     reference = profile_cases.reference(case, inputs)[first]
     assert_close(got[1:], reference[1:], np.float32, f"{context}: the other batch items")

@@ -25,7 +25,12 @@ from tests.oracles import assert_close, rng_for, run_seed, seed_note
 # Where the exact output is at least this large, float16 rounding gives infinity (65520 and up do).
 BEYOND = 65536.0
 # The input the outputs scale with, per op (for SkipGroupNorm its type is M, here float16 too).
-SCALE_KEY = {"batch_normalization": "scale", "group_normalization": "scale", "instance_normalization": "scale", "skip_group_norm": "gamma"}
+SCALE_KEY = {
+    "batch_normalization": "scale",
+    "group_normalization": "scale",
+    "instance_normalization": "scale",
+    "skip_group_norm": "gamma",
+}
 
 CASES = [
     case
@@ -73,7 +78,9 @@ def test_outputs_beyond_float16_are_infinities(case):
 @pytest.mark.parametrize("bias", [True, False], ids=["bias", "no-bias"])
 @pytest.mark.parametrize("channels_last", [1, 0], ids=["nhwc", "nchw"])
 @pytest.mark.parametrize("variant", ["fused", "split", "registers"])
-def test_skip_group_norm_sum_beyond_float16_is_an_infinity_the_statistics_see(variant, channels_last, bias, write_sum, request):
+def test_skip_group_norm_sum_beyond_float16_is_an_infinity_the_statistics_see(
+    variant, channels_last, bias, write_sum, request
+):
     """S = X + skip + bias is a float16 tensor: where the sum is beyond float16's range S holds an
     infinity, and so do the statistics of its group, whose Y is then NaN throughout (as the float64
     reference rounding S to float16 first, and ONNX Runtime, give); the other groups are unaffected.
@@ -89,22 +96,36 @@ def test_skip_group_norm_sum_beyond_float16_is_an_infinity_the_statistics_see(va
     shape = (2, 4, 4, 32) if channels_last else (2, 32, 4, 4)
     x = rng.standard_normal(shape).astype(np.float16)
     skip = rng.standard_normal(shape).astype(np.float16)
-    n, h, w, c = int(rng.integers(0, 2)), int(rng.integers(0, 4)), int(rng.integers(0, 4)), int(rng.integers(0, 32))
+    n, h, w, c = (
+        int(rng.integers(0, 2)),
+        int(rng.integers(0, 4)),
+        int(rng.integers(0, 4)),
+        int(rng.integers(0, 32)),
+    )
     at = (n, h, w, c) if channels_last else (n, c, h, w)
     sign = float(rng.choice([-1.0, 1.0]))
     x[at], skip[at] = sign * 40000.0, sign * 40000.0
-    inputs = {"X": x, "skip": skip, "gamma": rng.uniform(0.5, 2, 32).astype(np.float16), "beta": rng.uniform(-1, 1, 32).astype(np.float16)}
+    inputs = {
+        "X": x,
+        "skip": skip,
+        "gamma": rng.uniform(0.5, 2, 32).astype(np.float16),
+        "beta": rng.uniform(-1, 1, 32).astype(np.float16),
+    }
     if bias:
         inputs["bias"] = rng.uniform(-1, 1, 32).astype(np.float16)
     attrs = {"groups": 8, "activation": 0, "channels_last": channels_last}
     outputs = ("Y", "S") if write_sum else ("Y",)
     out = skip_group_norm.kernel(inputs, attrs=attrs, outputs=outputs, variant=variant, device=device)
-    context = f"{variant} channels_last={channels_last} bias={bias} outputs={outputs} sum at {at} {seed_note(seed)}"
+    context = (
+        f"{variant} channels_last={channels_last} bias={bias} outputs={outputs} sum at {at} {seed_note(seed)}"
+    )
     if write_sum:
         assert np.isinf(out["S"][at]) and np.sign(out["S"][at]) == sign, context
     y = np.moveaxis(out["Y"].astype(np.float64), 3 if channels_last else 1, 1)  # (N, C, H, W)
     group = c // 4
-    assert np.isnan(y[n, group * 4 : group * 4 + 4]).all(), f"{context}: the overflowing group's Y is not all NaN"
+    assert np.isnan(
+        y[n, group * 4 : group * 4 + 4]
+    ).all(), f"{context}: the overflowing group's Y is not all NaN"
     finite = np.ones(y.shape, bool)
     finite[n, group * 4 : group * 4 + 4] = False
     assert np.isfinite(y[finite]).all(), f"{context}: a group without the overflow is not finite"

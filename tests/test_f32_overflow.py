@@ -51,13 +51,17 @@ def test_rows_beyond_float32_squares_normalize_to_the_bias(case, pattern):
         if "bias" in inputs:
             inputs["bias"] = np.zeros_like(inputs["bias"])
     attrs = {**case.attrs, "activation": 0} if case.op == "skip_group_norm" else case.attrs
-    case = profile_cases.Case(case.op, case.variant, case.dtypes, case.shapes, attrs, case.tunables, case.outputs, case.adapter_info)
+    case = profile_cases.Case(
+        case.op, case.variant, case.dtypes, case.shapes, attrs, case.tunables, case.outputs, case.adapter_info
+    )
     result = profile_cases.call_case(case, inputs, device, caps)
     first = profile_cases.PACKAGES[case.op].OUTPUTS[0].key
     got = np.asarray(result[first], np.float64)
     channels_last = case.op == "skip_group_norm" and case.attrs.get("channels_last", 1) != 0
     bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
-    expected_bias = np.broadcast_to(bias if channels_last else bias.reshape((-1,) + (1,) * (got.ndim - 2)), got[0].shape)
+    expected_bias = np.broadcast_to(
+        bias if channels_last else bias.reshape((-1,) + (1,) * (got.ndim - 2)), got[0].shape
+    )
     context = f"{case.id} {pattern} {case.shapes} {case.tunables} {seed_note(seed)}"
     np.testing.assert_array_equal(got[0], expected_bias, err_msg=f"{context}: batch item 0 is not the bias")
     if got.shape[0] > 1:
@@ -93,5 +97,9 @@ def test_constant_rows_whose_sum_passes_float32_normalize_to_the_bias(op, varian
     keys = ("input", "scale", "b") if op == "instance_normalization" else ("x", "scale", "bias")
     inputs = dict(zip(keys, (x, rng.uniform(0.5, 1.5, c).astype(np.float32), bias)))
     result = next(iter(package.kernel(inputs, attrs=attrs, variant=variant, caps=SUBGROUP_COMBINE).values()))
-    np.testing.assert_array_equal(result[0], np.broadcast_to(bias[:, None, None], result[0].shape), err_msg=f"{variant} {seed_note(run_seed())}")
+    np.testing.assert_array_equal(
+        result[0],
+        np.broadcast_to(bias[:, None, None], result[0].shape),
+        err_msg=f"{variant} {seed_note(run_seed())}",
+    )
     assert np.isfinite(result[1]).all(), variant

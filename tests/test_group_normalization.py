@@ -41,7 +41,15 @@ from onnx import helper
 from generated import ContractError, Tensor
 from generated import group_normalization as gn
 from tests.device_helpers import poisoned_call
-from tests.oracles import TOLERANCES, assert_close, backend_node_cases, group_normalization_ref, onnxruntime_run, rng_for, seed_note
+from tests.oracles import (
+    TOLERANCES,
+    assert_close,
+    backend_node_cases,
+    group_normalization_ref,
+    onnxruntime_run,
+    rng_for,
+    seed_note,
+)
 
 F16_CAPS = {"features": ["shader-f16"]}
 NO_F16_CAPS = {"features": []}
@@ -101,13 +109,20 @@ SPLITK_CASES = [
     # spatial % 4 == 0, for the vec4 variants too: 6 vectors in 32 chunks (26 empty); 64 partials
     # merged by 32 invocations, 2 each; SPLIT_WORKGROUP_SIZE alone sets the split-k workgroup.
     ((2, 3, 8), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 1}, 32),
-    ((2, 6, 4, 24), 2, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 4, "WORKGROUP_SIZE": 32, "MAX_STATS_SPLITS": 64}, 64),
+    (
+        (2, 6, 4, 24),
+        2,
+        {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 4, "WORKGROUP_SIZE": 32, "MAX_STATS_SPLITS": 64},
+        64,
+    ),
     ((2, 8, 3, 8), 4, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 2}, 1),
 ]
 
 
 @DTYPES
-@pytest.mark.parametrize("shape,num_groups,tunables,split", SPLITK_CASES, ids=[f"{s}-g{g}-split{k}" for s, g, t, k in SPLITK_CASES])
+@pytest.mark.parametrize(
+    "shape,num_groups,tunables,split", SPLITK_CASES, ids=[f"{s}-g{g}-split{k}" for s, g, t, k in SPLITK_CASES]
+)
 @pytest.mark.parametrize("variant", SPLIT_VARIANTS)
 def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, split, dtype, request):
     rng, seed = rng_for(request.node.name)
@@ -123,7 +138,9 @@ def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, 
     if "SPLIT_WORKGROUP_SIZE" in tunables:
         assert p.passes[0].workgroup_size == tunables["SPLIT_WORKGROUP_SIZE"]
     actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=variant)
-    assert_close(actual, reference(inputs, attrs), dtype, f"{variant} {shape} {attrs} {tunables} {seed_note(seed)}")
+    assert_close(
+        actual, reference(inputs, attrs), dtype, f"{variant} {shape} {attrs} {tunables} {seed_note(seed)}"
+    )
 
 
 # (shape, num_groups, {dtype: (variant, split or chunks)}): 65536, 66560, 65728 and 67596 values a row,
@@ -134,16 +151,34 @@ def test_splitk_against_float64_reference(variant, shape, num_groups, tunables, 
 # group_splitk_vec4_pairs for f16, rows of odd spatial size group_splitk.
 NATURAL_SPLITK_TUNABLES = {"CHUNK_MIN_HIDDEN": 1, "CHUNK_UNITS_F16": 4}
 NATURAL_SPLITK_CASES = [
-    ((1, 32, 64, 64), 2, {"float32": ("group_splitk_registers", 16), "float16": ("group_splitk_registers", 16)}),
-    ((2, 16, 32, 130), 1, {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_registers", 17)}),
-    ((1, 16, 4, 1027), 1, {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_vec4_pairs", 32)}),
+    (
+        (1, 32, 64, 64),
+        2,
+        {"float32": ("group_splitk_registers", 16), "float16": ("group_splitk_registers", 16)},
+    ),
+    (
+        (2, 16, 32, 130),
+        1,
+        {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_registers", 17)},
+    ),
+    (
+        (1, 16, 4, 1027),
+        1,
+        {"float32": ("group_splitk_registers", 17), "float16": ("group_splitk_vec4_pairs", 32)},
+    ),
     ((2, 8, 129, 131), 2, {"float32": ("group_splitk", 32), "float16": ("group_splitk", 32)}),
 ]
 
 
 @DTYPES
-@pytest.mark.parametrize("shape,num_groups,expected", NATURAL_SPLITK_CASES, ids=["1x32x64x64-g2", "2x16x32x130-g1", "1x16x4x1027-g1", "2x8x129x131-g2"])
-def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(shape, num_groups, expected, dtype, request):
+@pytest.mark.parametrize(
+    "shape,num_groups,expected",
+    NATURAL_SPLITK_CASES,
+    ids=["1x32x64x64-g2", "2x16x32x130-g1", "1x16x4x1027-g1", "2x8x129x131-g2"],
+)
+def test_splitk_is_selected_naturally_and_agrees_with_onnxruntime(
+    shape, num_groups, expected, dtype, request
+):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
     attrs = {"num_groups": num_groups}
@@ -166,7 +201,14 @@ def test_selection_thresholds():
         c = shape[1]
         attrs = {"num_groups": num_groups, "stash_type": stash_type}
         tunables = {"CHUNK_MIN_HIDDEN": 1} | (tunables or {})  # its own threshold is tested below
-        return gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs=attrs, caps=caps, tunables=tunables, **kwargs).variant
+        return gn.plan(
+            {"x": shape, "scale": (c,), "bias": (c,)},
+            {"T": dtype},
+            attrs=attrs,
+            caps=caps,
+            tunables=tunables,
+            **kwargs,
+        ).variant
 
     registers = "group_splitk_registers"
     # Rows under CHUNK_MIN_HIDDEN (512K values) put it behind the older split-k variants.
@@ -186,7 +228,9 @@ def test_selection_thresholds():
     assert chosen((1, 1, 65536), 1) == registers
     assert chosen((1, 1, 65537), 1) == "group_splitk"  # spatial not a multiple of 4
     assert chosen((256, 1, 65536), 1) == registers
-    assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS + (registers,)  # more rows than SPLIT_STATS_MAX_ROWS
+    assert chosen((257, 1, 65536), 1) not in SPLIT_VARIANTS + (
+        registers,
+    )  # more rows than SPLIT_STATS_MAX_ROWS
     assert chosen((2, 6, 5, 7), 3, tunables=SMALL_SPLITS) == "group_splitk"
     assert chosen((2, 6, 5, 8), 3, tunables=SMALL_SPLITS) == registers
     # Rows of whole 16-byte units: 8 f16 values a unit. Otherwise two vec4<f16> an invocation
@@ -208,11 +252,20 @@ def test_selection_thresholds():
 def test_workgroup_defaults_per_variant_kind():
     """WORKGROUP_SIZE (1024, capped by the device) sizes the one-workgroup-per-row variants; split-k
     keeps min(WORKGROUP_SIZE, SPLIT_WORKGROUP_SIZE = 256)."""
-    big = {"features": ["shader-f16"], "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024}}
+    big = {
+        "features": ["shader-f16"],
+        "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024},
+    }
 
     def workgroups(shape, caps, tunables=None, dtype="float32"):
         c = shape[1]
-        p = gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs={"num_groups": 32}, caps=caps, tunables=tunables)
+        p = gn.plan(
+            {"x": shape, "scale": (c,), "bias": (c,)},
+            {"T": dtype},
+            attrs={"num_groups": 32},
+            caps=caps,
+            tunables=tunables,
+        )
         return p.variant, [q.workgroup_size for q in p.passes]
 
     assert workgroups((2, 320, 64, 64), big) == ("group_subgroup_vec4", [1024])
@@ -225,8 +278,14 @@ def test_workgroup_defaults_per_variant_kind():
     # Rows of whole vec4s but not of whole 16-byte f16 units: the older split-k.
     assert workgroups((1, 128, 510, 510), big) == (registers, [128, 128])
     assert workgroups((1, 128, 510, 510), big, dtype="float16") == ("group_splitk_vec4_pairs", [256, 256])
-    assert workgroups((1, 128, 510, 510), big, {"SPLIT_WORKGROUP_SIZE": 512}, "float16") == ("group_splitk_vec4_pairs", [512, 512])
-    assert workgroups((1, 128, 510, 510), big, {"WORKGROUP_SIZE": 64}, "float16") == ("group_splitk_vec4_pairs", [64, 64])
+    assert workgroups((1, 128, 510, 510), big, {"SPLIT_WORKGROUP_SIZE": 512}, "float16") == (
+        "group_splitk_vec4_pairs",
+        [512, 512],
+    )
+    assert workgroups((1, 128, 510, 510), big, {"WORKGROUP_SIZE": 64}, "float16") == (
+        "group_splitk_vec4_pairs",
+        [64, 64],
+    )
 
 
 @pytest.mark.parametrize("variant", SPLIT_VARIANTS)
@@ -252,18 +311,39 @@ def test_splitk_with_seven_splits_and_far_from_zero_data(variant, dtype, request
 # 2 * workgroupSize vectors: partly filled second halves, a chunk shorter than one workgroup,
 # one between one and two workgroups, and one that fills its blocks exactly.
 PAIRS_TAIL_CASES = [
-    ((2, 3, 4, 25), 1, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {9, 10}),  # 75 vectors, 8 chunks; blocks of 8
+    (
+        (2, 3, 4, 25),
+        1,
+        {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 4},
+        {9, 10},
+    ),  # 75 vectors, 8 chunks; blocks of 8
     ((2, 4, 2, 6), 2, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {6}),  # one chunk of 6: 4 < 6 < 8
-    ((1, 2, 3, 4), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 8, "SPLIT_WORKGROUP_SIZE": 4}, {1, 2}),  # shorter than 4
-    ((1, 4, 10, 40), 1, {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 400, "SPLIT_WORKGROUP_SIZE": 32}, {100}),  # 64 + 36
+    (
+        (1, 2, 3, 4),
+        1,
+        {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 8, "SPLIT_WORKGROUP_SIZE": 4},
+        {1, 2},
+    ),  # shorter than 4
+    (
+        (1, 4, 10, 40),
+        1,
+        {**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 400, "SPLIT_WORKGROUP_SIZE": 32},
+        {100},
+    ),  # 64 + 36
     ((1, 2, 8, 8), 1, {**SMALL_SPLITS, "SPLIT_WORKGROUP_SIZE": 4}, {16}),  # two whole blocks of 8
 ]
 
 
 @DTYPES
-@pytest.mark.parametrize("shape,num_groups,tunables,counts", PAIRS_TAIL_CASES, ids=[f"{s}-g{g}-chunks{sorted(c)}" for s, g, t, c in PAIRS_TAIL_CASES])
+@pytest.mark.parametrize(
+    "shape,num_groups,tunables,counts",
+    PAIRS_TAIL_CASES,
+    ids=[f"{s}-g{g}-chunks{sorted(c)}" for s, g, t, c in PAIRS_TAIL_CASES],
+)
 @pytest.mark.parametrize("variant", VEC4_SPLIT_VARIANTS)
-def test_splitk_chunks_that_do_not_fill_their_pairs_blocks(variant, shape, num_groups, tunables, counts, dtype, request):
+def test_splitk_chunks_that_do_not_fill_their_pairs_blocks(
+    variant, shape, num_groups, tunables, counts, dtype, request
+):
     """Every vector is read and written once when a chunk's length is not a multiple of
     2 * workgroupSize: NaN-poisoned outputs catch a skipped one, the reference a doubled one."""
     rng, seed = rng_for(request.node.name)
@@ -352,7 +432,11 @@ STASH_CASES = [
     ((2, 7, 9, 11), 7),
     ((1, 8, 16, 32), 2),  # 4096 values a row
 ]
-STASH_DEVICES = [("f32", np.float32, F16_CAPS), ("f32-no-shader-f16", np.float32, NO_F16_CAPS), ("f16", np.float16, F16_CAPS)]
+STASH_DEVICES = [
+    ("f32", np.float32, F16_CAPS),
+    ("f32-no-shader-f16", np.float32, NO_F16_CAPS),
+    ("f16", np.float16, F16_CAPS),
+]
 
 
 @pytest.mark.parametrize("label,dtype,caps", STASH_DEVICES, ids=[d[0] for d in STASH_DEVICES])
@@ -366,10 +450,19 @@ def test_stash16_against_spec_reference_and_onnxruntime(shape, num_groups, label
     assert p.passes[0].dispatch == (shape[0] * num_groups, 1, 1)
     actual = run_poisoned(inputs, attrs=attrs, caps=caps)
     context = f"stash 10 {label} {shape} {attrs} {seed_note(seed)}"
-    assert_close_f16_stage(actual, reference(inputs, attrs), spec_normalized(inputs, attrs), inputs["scale"], dtype, context)
+    assert_close_f16_stage(
+        actual, reference(inputs, attrs), spec_normalized(inputs, attrs), inputs["scale"], dtype, context
+    )
     ort = dict(zip(("X", "scale", "bias"), inputs.values()))
     (expected,) = onnxruntime_run("GroupNormalization", ort, attrs, opset=21)
-    assert_close_f16_stage(actual, expected.astype(np.float64), spec_normalized(inputs, attrs), inputs["scale"], dtype, context + " vs onnxruntime")
+    assert_close_f16_stage(
+        actual,
+        expected.astype(np.float64),
+        spec_normalized(inputs, attrs),
+        inputs["scale"],
+        dtype,
+        context + " vs onnxruntime",
+    )
 
 
 STASH_HARD_CASES = [
@@ -383,20 +476,30 @@ STASH_HARD_CASES = [
 
 
 @pytest.mark.parametrize("label,dtype,caps", STASH_DEVICES, ids=[d[0] for d in STASH_DEVICES])
-@pytest.mark.parametrize("name,shape,num_groups,make_x", STASH_HARD_CASES, ids=[c[0] for c in STASH_HARD_CASES])
-def test_stash16_statistics_do_not_cancel_or_overflow(name, shape, num_groups, make_x, label, dtype, caps, request):
+@pytest.mark.parametrize(
+    "name,shape,num_groups,make_x", STASH_HARD_CASES, ids=[c[0] for c in STASH_HARD_CASES]
+)
+def test_stash16_statistics_do_not_cancel_or_overflow(
+    name, shape, num_groups, make_x, label, dtype, caps, request
+):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype)
     inputs["x"] = make_x(rng, shape).astype(dtype)
     attrs = {"num_groups": num_groups, "stash_type": 10}
     actual = run_poisoned(inputs, attrs=attrs, caps=caps)
     assert np.isfinite(actual).all()
-    ref, normalized, mean_ulp = stash16_exact_statistics_ref(inputs["x"], inputs["scale"], inputs["bias"], num_groups)
+    ref, normalized, mean_ulp = stash16_exact_statistics_ref(
+        inputs["x"], inputs["scale"], inputs["bias"], num_groups
+    )
     context = f"stash 10 {name} {label} {shape} {seed_note(seed)}"
     assert_close_f16_stage(actual, ref, normalized, inputs["scale"], dtype, context, extra=mean_ulp)
     # The same normalization, exact: only the f16 stage's rounding separates the two.
-    exact = group_normalization_ref(inputs["x"].astype(np.float16), inputs["scale"], inputs["bias"], num_groups)
-    assert_close_f16_stage(actual, exact, normalized, inputs["scale"], dtype, context + " vs exact", extra=mean_ulp)
+    exact = group_normalization_ref(
+        inputs["x"].astype(np.float16), inputs["scale"], inputs["bias"], num_groups
+    )
+    assert_close_f16_stage(
+        actual, exact, normalized, inputs["scale"], dtype, context + " vs exact", extra=mean_ulp
+    )
     if name != "offset":
         # Where the body's f16 statistics overflow, its literal result collapses to Y = bias.
         with np.errstate(over="ignore", invalid="ignore"):
@@ -409,7 +512,8 @@ def test_stash16_rounds_where_the_body_rounds(request):
     """What the f16-stage tolerance cannot see: with scale 1 and bias 0, Y is the kernel's
     NormalizedU cast to T, so for f32 tensors every value must be an f16 value; and the f32 shader
     (no shader-f16, rounding emulated) must give bit for bit what the f16 shader gives on the same
-    f16-representable data, and the same as on f32 data that rounds to those f16 values (XU = Cast<f16>(X))."""
+    f16-representable data, and the same as on f32 data that rounds to those f16 values (XU = Cast<f16>(X)).
+    """
     rng, seed = rng_for(request.node.name)
     shape = (2, 6, 5, 7)
     x32 = random_inputs(rng, shape, np.float32)["x"]
@@ -418,11 +522,17 @@ def test_stash16_rounds_where_the_body_rounds(request):
     results = {}
     for label, dtype, caps in STASH_DEVICES:
         ones, zeros = np.ones(shape[1], dtype), np.zeros(shape[1], dtype)
-        results[label] = run_poisoned({"x": x16.astype(dtype), "scale": ones, "bias": zeros}, attrs=attrs, caps=caps)
+        results[label] = run_poisoned(
+            {"x": x16.astype(dtype), "scale": ones, "bias": zeros}, attrs=attrs, caps=caps
+        )
     for label in ("f32", "f32-no-shader-f16"):
         normalized = results[label]
-        assert np.array_equal(normalized.astype(np.float16).astype(np.float32), normalized), f"{label}: not f16 values {seed_note(seed)}"
-        assert np.array_equal(normalized, results["f16"].astype(np.float32)), f"{label} differs from the f16 shader {seed_note(seed)}"
+        assert np.array_equal(
+            normalized.astype(np.float16).astype(np.float32), normalized
+        ), f"{label}: not f16 values {seed_note(seed)}"
+        assert np.array_equal(
+            normalized, results["f16"].astype(np.float32)
+        ), f"{label} differs from the f16 shader {seed_note(seed)}"
     ones, zeros = np.ones(shape[1], np.float32), np.zeros(shape[1], np.float32)
     unrounded = run_poisoned({"x": x32, "scale": ones, "bias": zeros}, attrs=attrs, caps=NO_F16_CAPS)
     assert np.array_equal(unrounded, results["f32"]), f"X is not cast to f16 first {seed_note(seed)}"
@@ -449,7 +559,9 @@ def _unambiguous_offset_row(rng, size):
 
 
 @pytest.mark.parametrize("label,dtype,caps", STASH_DEVICES, ids=[d[0] for d in STASH_DEVICES])
-def test_stash16_matches_the_body_to_one_ulp_where_its_statistics_are_unambiguous(label, dtype, caps, request):
+def test_stash16_matches_the_body_to_one_ulp_where_its_statistics_are_unambiguous(
+    label, dtype, caps, request
+):
     """Where Mean, Var and StdDev round unambiguously, the kernel's normalized values are the body's
     (with exact statistics) up to one f16 ulp (the last division's rounding). The f16-stage
     tolerance elsewhere could hide a missing rounding of Mean or StdDev; here an unrounded Mean moves
@@ -458,16 +570,24 @@ def test_stash16_matches_the_body_to_one_ulp_where_its_statistics_are_unambiguou
     shape = (2, 4, 8, 16)  # two groups of 256 values per batch item
     x = np.stack([_unambiguous_offset_row(rng, 256) for _ in range(4)]).reshape(shape).astype(dtype)
     ones, zeros = np.ones(4, dtype), np.zeros(4, dtype)
-    actual = run_poisoned({"x": x, "scale": ones, "bias": zeros}, attrs={"num_groups": 2, "stash_type": 10}, caps=caps)
+    actual = run_poisoned(
+        {"x": x, "scale": ones, "bias": zeros}, attrs={"num_groups": 2, "stash_type": 10}, caps=caps
+    )
     _, expected, _ = stash16_exact_statistics_ref(x, ones, zeros, 2)
-    ulps = np.abs(actual.astype(np.float64) - expected) / np.spacing(np.abs(expected).astype(np.float16)).astype(np.float64)
-    assert ulps.max() <= 1.0, f"{label}: {ulps.max()} f16 ulps off at {np.unravel_index(np.argmax(ulps), shape)} {seed_note(seed)}"
+    ulps = np.abs(actual.astype(np.float64) - expected) / np.spacing(
+        np.abs(expected).astype(np.float16)
+    ).astype(np.float64)
+    assert (
+        ulps.max() <= 1.0
+    ), f"{label}: {ulps.max()} f16 ulps off at {np.unravel_index(np.argmax(ulps), shape)} {seed_note(seed)}"
     # An unrounded StdDev scales a row by 1 + (at least 1.2e-4); the final rounding alone gives
     # relative differences averaging 0 +- 1.1e-5 over the row's ~150 values with |n| > 0.5.
     for k, (a, e) in enumerate(zip(actual.reshape(4, -1).astype(np.float64), expected.reshape(4, -1))):
         big = np.abs(e) > 0.5
         bias = np.mean((a[big] - e[big]) / e[big])
-        assert abs(bias) < 6e-5, f"{label}: row {k} scaled by 1 + {bias:.2g}: StdDev not rounded to f16? {seed_note(seed)}"
+        assert (
+            abs(bias) < 6e-5
+        ), f"{label}: row {k} scaled by 1 + {bias:.2g}: StdDev not rounded to f16? {seed_note(seed)}"
 
 
 def test_stash16_f32_shader_does_not_need_shader_f16():
@@ -495,14 +615,19 @@ def test_stash16_folded_dispatch(dtype, request):
     assert plan_for(inputs, attrs, caps=caps).passes[0].dispatch == (7, 5, 1)
     actual = run_poisoned(inputs, attrs=attrs, caps=caps)
     context = f"stash 10 folded {seed_note(seed)}"
-    assert_close_f16_stage(actual, reference(inputs, attrs), spec_normalized(inputs, attrs), inputs["scale"], dtype, context)
+    assert_close_f16_stage(
+        actual, reference(inputs, attrs), spec_normalized(inputs, attrs), inputs["scale"], dtype, context
+    )
 
 
 # --- group_row_registers ------------------------------------------------------------------------------
 
 SUBGROUP_CAPS = {"features": ["shader-f16", "subgroups"]}
 # The H200's facts as wgpu reports them: subgroups, 1024 invocations a workgroup.
-H200_CAPS = {**SUBGROUP_CAPS, "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024}}
+H200_CAPS = {
+    **SUBGROUP_CAPS,
+    "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024},
+}
 SPLIT_SHORT_ROWS = {"REGISTER_SPLIT_MIN_HIDDEN": 1}
 
 # (shape, num_groups, tunables, (workgroup, split, bucket) for f32, the same for f16): a unit is
@@ -510,13 +635,55 @@ SPLIT_SHORT_ROWS = {"REGISTER_SPLIT_MIN_HIDDEN": 1}
 REGISTER_CASES = [
     ((3, 5, 4, 8), 5, {}, (8, 1, "1"), (4, 1, "1")),  # 8 / 4 units a row: one each
     ((2, 6, 1, 8), 6, {}, (2, 1, "1"), (1, 1, "1")),  # a row of one f16 unit, one invocation
-    ((2, 8, 10, 44), 2, {"REGISTER_SINGLE_WORKGROUP_SIZE": 100}, (100, 1, "5"), (100, 1, "3")),  # 440 / 220 units: tails
-    ((1, 4, 16, 24), 1, {"REGISTER_SINGLE_WORKGROUP_SIZE": 33}, (33, 1, "12"), (33, 1, "6")),  # 384 / 192 units on 33
-    ((2, 6, 7, 32), 3, {"REGISTER_SINGLE_WORKGROUP_SIZE": 16}, (16, 1, "8"), (16, 1, "4")),  # 7 -> 8, 3.5 -> 4: spare units
-    ((1, 4, 14, 32), 2, {"REGISTER_SINGLE_WORKGROUP_SIZE": 16}, (16, 1, "16"), (16, 1, "8")),  # 14 -> 16, 7 -> 8: spare units
-    ((1, 8, 32, 40), 2, {**SPLIT_SHORT_ROWS, "REGISTER_WORKGROUP_SIZE": 64}, (64, 2, "20"), (64, 2, "10")),  # two workgroups a row
-    ((2, 4, 24, 24), 2, {**SPLIT_SHORT_ROWS, "REGISTER_WORKGROUP_SIZE": 32, "REGISTER_SPLIT": 3}, (32, 3, "10"), (32, 3, "5")),
-    ((1, 4, 24, 32), 1, {"REGISTER_SINGLE_WORKGROUP_SIZE": 32, "REGISTER_MAX_UNITS": 24}, (32, 1, "24"), (32, 1, "12")),  # largest bucket
+    (
+        (2, 8, 10, 44),
+        2,
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 100},
+        (100, 1, "5"),
+        (100, 1, "3"),
+    ),  # 440 / 220 units: tails
+    (
+        (1, 4, 16, 24),
+        1,
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 33},
+        (33, 1, "12"),
+        (33, 1, "6"),
+    ),  # 384 / 192 units on 33
+    (
+        (2, 6, 7, 32),
+        3,
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 16},
+        (16, 1, "8"),
+        (16, 1, "4"),
+    ),  # 7 -> 8, 3.5 -> 4: spare units
+    (
+        (1, 4, 14, 32),
+        2,
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 16},
+        (16, 1, "16"),
+        (16, 1, "8"),
+    ),  # 14 -> 16, 7 -> 8: spare units
+    (
+        (1, 8, 32, 40),
+        2,
+        {**SPLIT_SHORT_ROWS, "REGISTER_WORKGROUP_SIZE": 64},
+        (64, 2, "20"),
+        (64, 2, "10"),
+    ),  # two workgroups a row
+    (
+        (2, 4, 24, 24),
+        2,
+        {**SPLIT_SHORT_ROWS, "REGISTER_WORKGROUP_SIZE": 32, "REGISTER_SPLIT": 3},
+        (32, 3, "10"),
+        (32, 3, "5"),
+    ),
+    (
+        (1, 4, 24, 32),
+        1,
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 32, "REGISTER_MAX_UNITS": 24},
+        (32, 1, "24"),
+        (32, 1, "12"),
+    ),  # largest bucket
     ((1, 128, 2, 8), 1, {}, (256, 1, "2"), (256, 1, "1")),  # 128 channels a group (REGISTER_MAX_CHANNELS)
 ]
 
@@ -531,8 +698,14 @@ def register_plan(inputs, attrs, tunables, caps=SUBGROUP_CAPS):
 
 
 @DTYPES
-@pytest.mark.parametrize("shape,num_groups,tunables,f32_geometry,f16_geometry", REGISTER_CASES, ids=[f"{c[0]}-g{c[1]}" for c in REGISTER_CASES])
-def test_row_registers_against_float64_reference(shape, num_groups, tunables, f32_geometry, f16_geometry, dtype, request):
+@pytest.mark.parametrize(
+    "shape,num_groups,tunables,f32_geometry,f16_geometry",
+    REGISTER_CASES,
+    ids=[f"{c[0]}-g{c[1]}" for c in REGISTER_CASES],
+)
+def test_row_registers_against_float64_reference(
+    shape, num_groups, tunables, f32_geometry, f16_geometry, dtype, request
+):
     """Workgroups smaller than a subgroup and not a multiple of one (100, 33), tails and spare
     units in the bucket, 1-3 workgroups a row, the largest bucket, a full workgroup copy of scale
     and bias; data far from zero (the mean travels as a pair)."""
@@ -543,7 +716,9 @@ def test_row_registers_against_float64_reference(shape, num_groups, tunables, f3
     workgroup, split, bucket = f32_geometry if dtype == np.float32 else f16_geometry
     assert (p.workgroup_size, p.values["split"], held_units(p)) == (workgroup, split, bucket)
     assert p.dispatch == (shape[0] * num_groups * split, 1, 1) and p.uses_subgroups
-    actual = run_poisoned(inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers")
+    actual = run_poisoned(
+        inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers"
+    )
     assert_close(actual, reference(inputs, attrs), dtype, f"{shape} {attrs} {tunables} {seed_note(seed)}")
 
 
@@ -557,10 +732,17 @@ def test_row_registers_cases_meet_every_bucket_fill():
     seen = set()
     for shape, num_groups, tunables, _, _ in REGISTER_CASES:
         for dtype in (np.float32, np.float16):
-            inputs = {"x": np.zeros(shape, dtype), "scale": np.zeros(shape[1], dtype), "bias": np.zeros(shape[1], dtype)}
+            inputs = {
+                "x": np.zeros(shape, dtype),
+                "scale": np.zeros(shape[1], dtype),
+                "bias": np.zeros(shape[1], dtype),
+            }
             (p,) = register_plan(inputs, {"num_groups": num_groups}, tunables).passes
             fill = bucket_fill(p)
-            assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (shape, dtype)
+            assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (
+                shape,
+                dtype,
+            )
             seen.add((fill, dtype))
     assert {fill for fill, _ in seen} == {"exact", "last", "any"} and len(seen) == 6, seen
 
@@ -574,7 +756,9 @@ def test_row_registers_folded_dispatch(dtype, request):
     tunables = {**SPLIT_SHORT_ROWS, "SM_COUNT_PROXY": 1_000_000}
     (p,) = register_plan(inputs, attrs, tunables).passes
     assert p.dispatch == (65535, 3, 1) and p.values["split"] == 2
-    actual = run_poisoned(inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers")
+    actual = run_poisoned(
+        inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers"
+    )
     assert_close(actual, reference(inputs, attrs), dtype, f"folded {seed_note(seed)}")
 
 
@@ -587,9 +771,18 @@ def test_row_registers_every_split_gives_the_bits_of_one_workgroup(dtype, reques
     attrs = {"num_groups": 2}
     runs = []
     for split in (1, 2, 3):
-        tunables = {**SPLIT_SHORT_ROWS, "REGISTER_SPLIT": split, "REGISTER_WORKGROUP_SIZE": 64, "REGISTER_SINGLE_WORKGROUP_SIZE": 64}
+        tunables = {
+            **SPLIT_SHORT_ROWS,
+            "REGISTER_SPLIT": split,
+            "REGISTER_WORKGROUP_SIZE": 64,
+            "REGISTER_SINGLE_WORKGROUP_SIZE": 64,
+        }
         assert register_plan(inputs, attrs, tunables).passes[0].values["split"] == split
-        runs.append(run_poisoned(inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers"))
+        runs.append(
+            run_poisoned(
+                inputs, attrs=attrs, caps=SUBGROUP_CAPS, tunables=tunables, variant="group_row_registers"
+            )
+        )
     assert all(r.tobytes() == runs[0].tobytes() for r in runs[1:])
 
 
@@ -599,7 +792,13 @@ def test_row_registers_selection():
 
     def chosen(shape, dtype="float32", caps=H200_CAPS, num_groups=32, **kwargs):
         c = shape[1]
-        p = gn.plan({"x": shape, "scale": (c,), "bias": (c,)}, {"T": dtype}, attrs={"num_groups": num_groups}, caps=caps, **kwargs)
+        p = gn.plan(
+            {"x": shape, "scale": (c,), "bias": (c,)},
+            {"T": dtype},
+            attrs={"num_groups": num_groups},
+            caps=caps,
+            **kwargs,
+        )
         main = p.passes[0]
         if p.variant != "group_row_registers":
             return p.variant
@@ -630,9 +829,14 @@ def test_row_registers_selection():
     assert chosen((2, 320, 64, 64), "float16", caps=SUBGROUP_CAPS) == (registers, 256, 2, "20")
     assert chosen((2, 320, 64, 64), caps=SUBGROUP_CAPS) == "group_subgroup_vec4"
     # No subgroups; units that would straddle channels; more channels a group than REGISTER_MAX_CHANNELS.
-    assert chosen((2, 320, 64, 64), caps={"features": ["shader-f16"], "limits": H200_CAPS["limits"]}) == "group_subgroup_vec4"
+    assert (
+        chosen((2, 320, 64, 64), caps={"features": ["shader-f16"], "limits": H200_CAPS["limits"]})
+        == "group_subgroup_vec4"
+    )
     assert chosen((2, 32, 4, 5), num_groups=4) != registers
-    assert chosen((2, 32, 2, 6), "float16", num_groups=4) != registers  # 12 values a channel: not whole f16 units
+    assert (
+        chosen((2, 32, 2, 6), "float16", num_groups=4) != registers
+    )  # 12 values a channel: not whole f16 units
     assert chosen((2, 32, 2, 6), num_groups=4)[0] == registers
     assert chosen((1, 256, 4, 4), num_groups=1) != registers  # 256 channels a group
     assert chosen((1, 256, 4, 4), num_groups=2)[0] == registers
@@ -643,7 +847,11 @@ def test_row_registers_refusals_say_why():
     for dtype, caps, words in [
         ("float16", SUBGROUP_CAPS, "groupSpatial % regUnitValues == 0"),
         ("float32", F16_CAPS, "needs device feature subgroups"),
-        ("float32", {**SUBGROUP_CAPS, "limits": {"maxComputeWorkgroupStorageSize": 1024}}, "regWorkgroupBytes"),
+        (
+            "float32",
+            {**SUBGROUP_CAPS, "limits": {"maxComputeWorkgroupStorageSize": 1024}},
+            "regWorkgroupBytes",
+        ),
     ]:
         with pytest.raises(ContractError, match="does not apply") as caught:
             gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 4}, caps=caps, variant="group_row_registers")
@@ -674,21 +882,69 @@ def chunk_geometry(plan):
 # 4 f32 or 8 f16 values, a chunk workgroup x units units, the last chunk of a row the rest.
 CHUNK_CASES = [
     ((3, 5, 4, 8), 5, chunk_tunables(16), (16, "8", 1), (16, "8", 1)),  # rows of 8 / 4 units: one short chunk
-    ((2, 8, 10, 44), 2, chunk_tunables(33, 3, 2), (33, "3", 5), (33, "2", 4)),  # 440 / 220 units: tails of 44 / 22
-    ((2, 6, 7, 32), 3, chunk_tunables(8, 7, 5), (8, "6", 3), (8, "4", 2)),  # 7 -> 6, 5 -> 4: 112 = 48 + 48 + 16, 56 = 32 + 24
-    ((1, 8, 32, 40), 2, CHUNK_MIN, (128, "8", 2), (128, "8", 1)),  # defaults: 1280 / 640 units, a 256 / 640-unit tail
+    (
+        (2, 8, 10, 44),
+        2,
+        chunk_tunables(33, 3, 2),
+        (33, "3", 5),
+        (33, "2", 4),
+    ),  # 440 / 220 units: tails of 44 / 22
+    (
+        (2, 6, 7, 32),
+        3,
+        chunk_tunables(8, 7, 5),
+        (8, "6", 3),
+        (8, "4", 2),
+    ),  # 7 -> 6, 5 -> 4: 112 = 48 + 48 + 16, 56 = 32 + 24
+    (
+        (1, 8, 32, 40),
+        2,
+        CHUNK_MIN,
+        (128, "8", 2),
+        (128, "8", 1),
+    ),  # defaults: 1280 / 640 units, a 256 / 640-unit tail
     ((2, 4, 2, 8), 4, chunk_tunables(1, 1, 1), (1, "1", 4), (1, "1", 2)),  # one invocation holding one unit
-    ((1, 16, 2, 8), 2, chunk_tunables(8, 2, 2), (8, "2", 2), (8, "2", 1)),  # 8 channels of 4 / 2 units: a channel each 4 / 2 invocations
-    ((1, 12, 3, 8), 3, chunk_tunables(5, 3, 3), (5, "3", 2), (5, "3", 1)),  # channels of 6 / 3 units on 5 invocations
+    (
+        (1, 16, 2, 8),
+        2,
+        chunk_tunables(8, 2, 2),
+        (8, "2", 2),
+        (8, "2", 1),
+    ),  # 8 channels of 4 / 2 units: a channel each 4 / 2 invocations
+    (
+        (1, 12, 3, 8),
+        3,
+        chunk_tunables(5, 3, 3),
+        (5, "3", 2),
+        (5, "3", 1),
+    ),  # channels of 6 / 3 units on 5 invocations
     ((2, 4, 2, 4, 8), 2, chunk_tunables(4, 4, 4), (4, "4", 2), (4, "4", 1)),  # rank 5
-    ((1, 4, 9, 32), 1, chunk_tunables(8, 12, 13), (8, "12", 3), (8, "12", 2)),  # 288 / 144 units in chunks of 96
-    ((1, 2, 64, 64), 1, chunk_tunables(16, 16, 100), (16, "16", 8), (16, "16", 4)),  # the largest bucket (100 -> 16)
+    (
+        (1, 4, 9, 32),
+        1,
+        chunk_tunables(8, 12, 13),
+        (8, "12", 3),
+        (8, "12", 2),
+    ),  # 288 / 144 units in chunks of 96
+    (
+        (1, 2, 64, 64),
+        1,
+        chunk_tunables(16, 16, 100),
+        (16, "16", 8),
+        (16, "16", 4),
+    ),  # the largest bucket (100 -> 16)
 ]
 
 
 @DTYPES
-@pytest.mark.parametrize("shape,num_groups,tunables,f32_geometry,f16_geometry", CHUNK_CASES, ids=[f"{c[0]}-g{c[1]}" for c in CHUNK_CASES])
-def test_splitk_registers_against_float64_reference(shape, num_groups, tunables, f32_geometry, f16_geometry, dtype, request):
+@pytest.mark.parametrize(
+    "shape,num_groups,tunables,f32_geometry,f16_geometry",
+    CHUNK_CASES,
+    ids=[f"{c[0]}-g{c[1]}" for c in CHUNK_CASES],
+)
+def test_splitk_registers_against_float64_reference(
+    shape, num_groups, tunables, f32_geometry, f16_geometry, dtype, request
+):
     """Rows shorter than one chunk, tails in the last chunk and inside an invocation's units, one
     invocation a workgroup, workgroups of 5 and 33, channels shorter than a workgroup's stride,
     ranks 3 to 5, every kind of bucket; data far from zero (the mean travels as a pair)."""
@@ -703,7 +959,9 @@ def test_splitk_registers_against_float64_reference(shape, num_groups, tunables,
     assert all(q.workgroup_storage_bytes == workgroup * 16 and not q.uses_subgroups for q in p.passes)
     assert p.intermediates["partials"] == ((rows * chunks, 4), "float32")
     actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS)
-    assert_close(actual, reference(inputs, attrs), dtype, f"{CHUNKS} {shape} {attrs} {tunables} {seed_note(seed)}")
+    assert_close(
+        actual, reference(inputs, attrs), dtype, f"{CHUNKS} {shape} {attrs} {tunables} {seed_note(seed)}"
+    )
 
 
 def test_splitk_registers_cases_meet_whole_and_cut_chunks():
@@ -713,12 +971,20 @@ def test_splitk_registers_cases_meet_whole_and_cut_chunks():
     seen = set()
     for shape, num_groups, tunables, _, _ in CHUNK_CASES:
         for dtype in (np.float32, np.float16):
-            inputs = {"x": np.zeros(shape, dtype), "scale": np.zeros(shape[1], dtype), "bias": np.zeros(shape[1], dtype)}
+            inputs = {
+                "x": np.zeros(shape, dtype),
+                "scale": np.zeros(shape[1], dtype),
+                "bias": np.zeros(shape[1], dtype),
+            }
             p = plan_for(inputs, {"num_groups": num_groups}, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)
             workgroup, units, _ = chunk_geometry(p)
             row_units = p.passes[0].uniforms["rowUnits"]
             whole = row_units % (workgroup * int(units)) == 0
-            assert all(q.spec.endswith("-whole-chunks") == whole for q in p.passes), (shape, dtype, [q.spec for q in p.passes])
+            assert all(q.spec.endswith("-whole-chunks") == whole for q in p.passes), (
+                shape,
+                dtype,
+                [q.spec for q in p.passes],
+            )
             seen.add((whole, dtype))
     assert len(seen) == 4, seen
 
@@ -726,11 +992,36 @@ def test_splitk_registers_cases_meet_whole_and_cut_chunks():
 def test_splitk_registers_units_round_down_to_a_bucket():
     """CHUNK_UNITS_F32 / _F16 go down to the nearest of 1, 2, 3, 4, 6, 8, 12, 16 (each a compiled
     constant); the f16 tunable sets f16 tensors only."""
-    buckets = {1: "1", 2: "2", 3: "3", 4: "4", 5: "4", 6: "6", 7: "6", 8: "8", 11: "8", 12: "12", 15: "12", 16: "16", 17: "16", 1000: "16"}
+    buckets = {
+        1: "1",
+        2: "2",
+        3: "3",
+        4: "4",
+        5: "4",
+        6: "6",
+        7: "6",
+        8: "8",
+        11: "8",
+        12: "12",
+        15: "12",
+        16: "16",
+        17: "16",
+        1000: "16",
+    }
     shapes = {"x": (1, 4, 64, 64), "scale": (4,), "bias": (4,)}
     for target, bucket in buckets.items():
-        for dtype, mine, other in (("float32", "CHUNK_UNITS_F32", "CHUNK_UNITS_F16"), ("float16", "CHUNK_UNITS_F16", "CHUNK_UNITS_F32")):
-            p = gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 1}, caps=F16_CAPS, tunables={**CHUNK_MIN, mine: target, other: 5}, variant=CHUNKS)
+        for dtype, mine, other in (
+            ("float32", "CHUNK_UNITS_F32", "CHUNK_UNITS_F16"),
+            ("float16", "CHUNK_UNITS_F16", "CHUNK_UNITS_F32"),
+        ):
+            p = gn.plan(
+                shapes,
+                {"T": dtype},
+                attrs={"num_groups": 1},
+                caps=F16_CAPS,
+                tunables={**CHUNK_MIN, mine: target, other: 5},
+                variant=CHUNKS,
+            )
             assert chunk_geometry(p)[1] == bucket, (dtype, target)
 
 
@@ -764,7 +1055,13 @@ def test_splitk_registers_fold_at_a_small_device_limit(dtype, request):
     actual = run_poisoned(inputs, attrs=attrs, caps=caps, tunables=tunables, variant=CHUNKS)
     assert_close(actual, reference(inputs, attrs), dtype, f"folded at 7 {seed_note(seed)}")
     with pytest.raises(ContractError, match="chunkDispatchY"):
-        plan_for(inputs, attrs, caps=caps, tunables={**tunables, "CHUNK_WORKGROUP_SIZE": units // 9}, variant=CHUNKS)
+        plan_for(
+            inputs,
+            attrs,
+            caps=caps,
+            tunables={**tunables, "CHUNK_WORKGROUP_SIZE": units // 9},
+            variant=CHUNKS,
+        )
 
 
 @DTYPES
@@ -777,7 +1074,12 @@ def test_splitk_registers_apply_order_does_not_change_a_bit(dtype, request):
     runs = []
     for order in (1, 2):
         tunables = chunk_tunables(16, 3, 2, CHUNK_APPLY_ORDER=order)
-        assert plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS).passes[1].overrides["applyOrder"] == order
+        assert (
+            plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)
+            .passes[1]
+            .overrides["applyOrder"]
+            == order
+        )
         runs.append(run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS))
     assert runs[0].tobytes() == runs[1].tobytes()
 
@@ -804,7 +1106,11 @@ def test_splitk_registers_f16_extremes(request):
     inputs["x"] = rows.reshape(shape).astype(np.float16)
     attrs = {"num_groups": num_groups}
     tunables = chunk_tunables(16, f16=3)  # 256 units a row in 6 chunks of 48
-    assert chunk_geometry(plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)) == (16, "3", 6)
+    assert chunk_geometry(plan_for(inputs, attrs, caps=F16_CAPS, tunables=tunables, variant=CHUNKS)) == (
+        16,
+        "3",
+        6,
+    )
     actual = run_poisoned(inputs, attrs=attrs, tunables=tunables, variant=CHUNKS)
     assert np.isfinite(actual).all()
     assert_close(actual, reference(inputs, attrs), np.float16, f"f16 extremes {seed_note(seed)}")
@@ -817,7 +1123,9 @@ def test_splitk_registers_large_common_offset_and_constant_rows(dtype, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, (2, 8, 16, 40), dtype)
     spread = 1.0 if dtype == np.float32 else 0.05
-    inputs["x"] = (rng.standard_normal(inputs["x"].shape) * spread + (1000 if dtype == np.float32 else 100) * spread).astype(dtype)
+    inputs["x"] = (
+        rng.standard_normal(inputs["x"].shape) * spread + (1000 if dtype == np.float32 else 100) * spread
+    ).astype(dtype)
     inputs["x"][1, 4:] = 7.25  # row 3 of 4 (two groups of four channels)
     attrs = {"num_groups": 2}
     tunables = chunk_tunables(16, 3, 2)
@@ -832,7 +1140,10 @@ def test_splitk_registers_selection_on_the_bench_cases():
     on group_row_registers."""
     from generated.group_normalization.cases import BENCH_CASES
 
-    caps = {**H200_CAPS, "limits": {**H200_CAPS["limits"], "maxStorageBufferBindingSize": 2**31, "maxBufferSize": 2**31}}
+    caps = {
+        **H200_CAPS,
+        "limits": {**H200_CAPS["limits"], "maxStorageBufferBindingSize": 2**31, "maxBufferSize": 2**31},
+    }
     found = {}
     for case in BENCH_CASES:
         for dtype in case["dtypes"]["T"]:
@@ -846,7 +1157,10 @@ def test_splitk_registers_selection_on_the_bench_cases():
             f32 = dtype == "float32"
             assert chosen == (CHUNKS, 128, "8", vae[name] if f32 else vae[name] // 2), (name, dtype)
         elif name == "sd-vae-128":
-            assert chosen == ("group_splitk_vec4" if dtype == "float32" else "group_splitk_vec4_pairs"), (name, dtype)
+            assert chosen == ("group_splitk_vec4" if dtype == "float32" else "group_splitk_vec4_pairs"), (
+                name,
+                dtype,
+            )
         else:
             assert chosen == "group_row_registers", (name, dtype, chosen)
 
@@ -854,13 +1168,30 @@ def test_splitk_registers_selection_on_the_bench_cases():
 def test_splitk_registers_refusals_say_why():
     shapes = {"x": (1, 8, 4, 5), "scale": (8,), "bias": (8,)}
     for dtype, caps, tunables, words in [
-        ("float16", F16_CAPS, CHUNK_MIN, "groupSpatial % regUnitValues == 0"),  # channels of 20 values: 2.5 f16 units
+        (
+            "float16",
+            F16_CAPS,
+            CHUNK_MIN,
+            "groupSpatial % regUnitValues == 0",
+        ),  # channels of 20 values: 2.5 f16 units
         ("float32", F16_CAPS, {}, "groupHidden >= tunables.SPLIT_STATS_MIN_HIDDEN"),
-        ("float32", {**F16_CAPS, "limits": {"maxComputeWorkgroupStorageSize": 1024}}, CHUNK_MIN, "chunkWorkgroupBytes"),
-        ("float32", F16_CAPS, {**CHUNK_MIN, "SPLIT_STATS_MAX_ROWS": 1}, "groupRows <= tunables.SPLIT_STATS_MAX_ROWS"),
+        (
+            "float32",
+            {**F16_CAPS, "limits": {"maxComputeWorkgroupStorageSize": 1024}},
+            CHUNK_MIN,
+            "chunkWorkgroupBytes",
+        ),
+        (
+            "float32",
+            F16_CAPS,
+            {**CHUNK_MIN, "SPLIT_STATS_MAX_ROWS": 1},
+            "groupRows <= tunables.SPLIT_STATS_MAX_ROWS",
+        ),
     ]:
         with pytest.raises(ContractError, match="does not apply") as caught:
-            gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 4}, caps=caps, tunables=tunables, variant=CHUNKS)
+            gn.plan(
+                shapes, {"T": dtype}, attrs={"num_groups": 4}, caps=caps, tunables=tunables, variant=CHUNKS
+            )
         assert words in str(caught.value), str(caught.value)
 
 
@@ -875,9 +1206,20 @@ def test_splitk_registers_refusals_say_why():
         ("group_splitk_vec4_pairs", {"num_groups": 3}, SMALL_SPLITS),
         ("group_stash_f16_serial", {"num_groups": 3, "stash_type": 10}, None),
         ("group_row_registers", {"num_groups": 3}, SPLIT_SHORT_ROWS),
-        ("group_splitk_registers", {"num_groups": 3}, {"SPLIT_STATS_MIN_HIDDEN": 1, "CHUNK_WORKGROUP_SIZE": 32}),
+        (
+            "group_splitk_registers",
+            {"num_groups": 3},
+            {"SPLIT_STATS_MIN_HIDDEN": 1, "CHUNK_WORKGROUP_SIZE": 32},
+        ),
     ],
-    ids=["group_splitk", "group_splitk_vec4", "group_splitk_vec4_pairs", "group_stash_f16_serial", "group_row_registers", "group_splitk_registers"],
+    ids=[
+        "group_splitk",
+        "group_splitk_vec4",
+        "group_splitk_vec4_pairs",
+        "group_stash_f16_serial",
+        "group_row_registers",
+        "group_splitk_registers",
+    ],
 )
 @DTYPES
 def test_repeated_runs_are_bit_identical(variant, attrs, tunables, dtype, request):
@@ -893,7 +1235,9 @@ def test_device_tensors_chain_through_split_k(request):
     resident = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
     first = gn.kernel(resident, attrs={"num_groups": 2}, tunables=SMALL_SPLITS, variant="group_splitk")["y"]
     assert isinstance(first, Tensor)
-    second = gn.kernel({**resident, "x": first}, attrs={"num_groups": 3}, tunables=SMALL_SPLITS, variant="group_splitk")["y"]
+    second = gn.kernel(
+        {**resident, "x": first}, attrs={"num_groups": 3}, tunables=SMALL_SPLITS, variant="group_splitk"
+    )["y"]
     once = reference(inputs, {"num_groups": 2})
     twice = group_normalization_ref(once, inputs["scale"], inputs["bias"], 3)
     assert_close(second.numpy(), twice, np.float32, f"chained split-k calls {seed_note(seed)}")
@@ -918,7 +1262,9 @@ def test_onnx_backend_node_cases(case):
         for variant in SPLIT_VARIANTS:
             if variant in VEC4_SPLIT_VARIANTS and int(np.prod(feed["x"].shape[2:])) % 4:
                 continue
-            forced = gn.kernel(feed, attrs=attrs, tunables={**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 3}, variant=variant)["y"]
+            forced = gn.kernel(
+                feed, attrs=attrs, tunables={**SMALL_SPLITS, "STATS_VALUES_PER_SPLIT": 3}, variant=variant
+            )["y"]
             assert_close(forced, expected, feed["x"].dtype, f"{name} ({variant})")
 
 
@@ -940,11 +1286,26 @@ def good(dtype=np.float32, shape=(2, 4, 3, 5)):
         ({}, {"num_groups": 3}, "input x", "(dim(shapes.X, 1) % attrs.num_groups) == 0"),
         ({}, {"num_groups": 2, "stash_type": 2}, "attribute stash_type", "not supported (allowed: 1, 10)"),
         ({}, {"num_groups": 2, "stash_type": 11}, "attribute stash_type", "not supported (allowed: 1, 10)"),
-        ({"scale": np.ones(2, np.float32)}, {"num_groups": 2}, "input scale", "dim(shapes.scale, 0) == dim(shapes.X, 1)"),
-        ({"bias": np.ones(2, np.float32)}, {"num_groups": 2}, "input bias", "dim(shapes.bias, 0) == dim(shapes.X, 1)"),
+        (
+            {"scale": np.ones(2, np.float32)},
+            {"num_groups": 2},
+            "input scale",
+            "dim(shapes.scale, 0) == dim(shapes.X, 1)",
+        ),
+        (
+            {"bias": np.ones(2, np.float32)},
+            {"num_groups": 2},
+            "input bias",
+            "dim(shapes.bias, 0) == dim(shapes.X, 1)",
+        ),
         ({"scale": np.ones((4, 1), np.float32)}, {"num_groups": 2}, "input scale", "ranks.scale == 1"),
         ({"x": np.ones((2, 4), np.float32)}, {"num_groups": 2}, "input x", "ranks.X >= 3"),
-        ({"bias": np.ones(4, np.float16)}, {"num_groups": 2}, "input bias", "every T tensor must share one dtype"),
+        (
+            {"bias": np.ones(4, np.float16)},
+            {"num_groups": 2},
+            "input bias",
+            "every T tensor must share one dtype",
+        ),
         ({"x": np.ones((2, 4, 3), np.float64)}, {"num_groups": 2}, "input x", "float64 is not supported"),
         ({}, {"num_groups": 2, "alpha": 1.0}, "attribute alpha", "unknown attribute"),
     ],
@@ -966,7 +1327,10 @@ def test_opset18_scale_shape_is_refused_with_the_opset21_rule():
     assert "input scale" in text and "in opset 21, scale is: Scale tensor of shape `(C)`" in text, text
 
 
-@pytest.mark.parametrize("variant,attrs", [("group_splitk", {"num_groups": 2}), ("group_stash_f16_serial", {"num_groups": 2, "stash_type": 10})])
+@pytest.mark.parametrize(
+    "variant,attrs",
+    [("group_splitk", {"num_groups": 2}), ("group_stash_f16_serial", {"num_groups": 2, "stash_type": 10})],
+)
 def test_tensor_over_the_storage_binding_limit_is_planned_in_pieces(variant, attrs):
     shapes = {"x": (2, 4, 64, 64), "scale": (4,), "bias": (4,)}  # 128 KiB of f32
     caps = {**F16_CAPS, "limits": {"maxStorageBufferBindingSize": 64 * 1024}}
@@ -975,11 +1339,27 @@ def test_tensor_over_the_storage_binding_limit_is_planned_in_pieces(variant, att
     assert [c.plan.variant for c in plan.chunks] == [variant, variant]
     assert [c.slices["x"] for c in plan.chunks] == [(0, 64 * 1024), (64 * 1024, 64 * 1024)]
     # Within the limit the same request is one plan.
-    whole = gn.plan(shapes, {"T": "float32"}, attrs=attrs, caps={**caps, "limits": {"maxStorageBufferBindingSize": 128 * 1024}}, tunables=tunables, variant=variant)
+    whole = gn.plan(
+        shapes,
+        {"T": "float32"},
+        attrs=attrs,
+        caps={**caps, "limits": {"maxStorageBufferBindingSize": 128 * 1024}},
+        tunables=tunables,
+        variant=variant,
+    )
     assert not whole.chunks and whole.variant == variant
     # One group over the limit cannot be cut.
-    with pytest.raises(ContractError, match="maxStorageBufferBindingSize = 16384, and even the smallest piece"):
-        gn.plan(shapes, {"T": "float32"}, attrs=attrs, caps={**caps, "limits": {"maxStorageBufferBindingSize": 16 * 1024}}, tunables=tunables, variant=variant)
+    with pytest.raises(
+        ContractError, match="maxStorageBufferBindingSize = 16384, and even the smallest piece"
+    ):
+        gn.plan(
+            shapes,
+            {"T": "float32"},
+            attrs=attrs,
+            caps={**caps, "limits": {"maxStorageBufferBindingSize": 16 * 1024}},
+            tunables=tunables,
+            variant=variant,
+        )
 
 
 def test_forced_variant_that_does_not_apply_is_refused():

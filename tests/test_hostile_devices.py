@@ -285,7 +285,10 @@ def test_tensor_empty_and_views_of_big_endian_dtypes_hold_native_data(dtype):
     device = rt.default_device()
     values = np.array([1.0, 2.0, -3.5, 0.25], np.dtype(dtype).newbyteorder("="))
     source = Tensor.from_numpy(values)
-    for tensor in (Tensor.empty(values.shape, dtype), Tensor(device.create_buffer(size=16, usage=source.buffer.usage), (4,), dtype, device)):
+    for tensor in (
+        Tensor.empty(values.shape, dtype),
+        Tensor(device.create_buffer(size=16, usage=source.buffer.usage), (4,), dtype, device),
+    ):
         assert tensor.dtype.isnative and tensor.dtype.name == values.dtype.name
         encoder = device.create_command_encoder()
         encoder.copy_buffer_to_buffer(source.buffer, 0, tensor.buffer, 0, source.nbytes)
@@ -378,7 +381,9 @@ def test_masked_arrays_with_masked_values_are_refused():
     it). A masked array with nothing masked is its data."""
     arrays = gn_arrays()
     masked = np.ma.masked_array(arrays["x"], mask=np.zeros(arrays["x"].shape, bool))
-    np.testing.assert_array_equal(gn.kernel({**arrays, "x": masked}, attrs=ATTRS)["y"], gn.kernel(arrays, attrs=ATTRS)["y"])
+    np.testing.assert_array_equal(
+        gn.kernel({**arrays, "x": masked}, attrs=ATTRS)["y"], gn.kernel(arrays, attrs=ATTRS)["y"]
+    )
     masked[0, 0, 0] = np.ma.masked
     error = assert_refused(lambda: gn.kernel({**arrays, "x": masked}, attrs=ATTRS), GN, "input x")
     assert "masked array" in str(error)
@@ -462,7 +467,9 @@ def test_no_adapter_is_one_clear_error(monkeypatch):
     from generated._runtime import caps as caps_module
 
     def no_adapter(**_):
-        raise RuntimeError("Request adapter failed (3): Validation Error\n\nCaused by:\n  No suitable graphics adapter found")
+        raise RuntimeError(
+            "Request adapter failed (3): Validation Error\n\nCaused by:\n  No suitable graphics adapter found"
+        )
 
     monkeypatch.setattr(caps_module, "_default_device", None)
     monkeypatch.setattr(wgpu.gpu, "request_adapter_sync", no_adapter)
@@ -500,7 +507,9 @@ def lost_device_calls(device, tensors, out, sequence):
         "Tensor.numpy()": out.numpy,
         "Tensor.from_numpy()": lambda: Tensor.from_numpy(np.ones(3, np.float32), device),
         "Tensor.empty()": lambda: Tensor.empty((3,), "float32", device),
-        "warmup() of a new shape": lambda: gn.warmup({"x": (1, 8, 4), "scale": (8,), "bias": (8,)}, {"T": "float32"}, ATTRS, device=device),
+        "warmup() of a new shape": lambda: gn.warmup(
+            {"x": (1, 8, 4), "scale": (8,), "bias": (8,)}, {"T": "float32"}, ATTRS, device=device
+        ),
         "warmup() of pipelines it made": lambda: gn.warmup(SHAPES, {"T": "float32"}, ATTRS, device=device),
         "package warmup()": lambda: generated.warmup(device),
     }
@@ -549,7 +558,9 @@ def test_a_lost_default_device_is_replaced_by_the_next_default_device(adapter, m
         gn.kernel(gn_arrays(), attrs=ATTRS)
     fresh = generated.default_device()
     assert fresh is not lost
-    np.testing.assert_allclose(gn.kernel(gn_arrays(), attrs=ATTRS)["y"], gn.kernel(gn_arrays(), attrs=ATTRS, device=fresh)["y"])
+    np.testing.assert_allclose(
+        gn.kernel(gn_arrays(), attrs=ATTRS)["y"], gn.kernel(gn_arrays(), attrs=ATTRS, device=fresh)["y"]
+    )
 
 
 # --- buffers, usages, caps and values an audit found reaching wgpu or Python's own errors --------
@@ -573,11 +584,16 @@ def test_a_mapped_buffer_is_refused_wherever_it_would_be_submitted():
         "input x": lambda: gn.kernel({**arrays, "x": mapped_tensor()}, attrs=ATTRS),
         "out y": lambda: gn.kernel(gn_tensors(), attrs=ATTRS, out={"y": mapped_tensor()}),
         "numpy()": lambda: mapped_tensor().numpy(),
-        "Sequence input x": lambda: Sequence().kernel(gn, {**gn_tensors(), "x": mapped_tensor()}, attrs=ATTRS),
+        "Sequence input x": lambda: Sequence().kernel(
+            gn, {**gn_tensors(), "x": mapped_tensor()}, attrs=ATTRS
+        ),
     }
     for subject, call in cases.items():
         error = refusal(call)
-        assert "is mapped" in error.message and "unmap()" in error.message and error.rule == "unmapped", (subject, error)
+        assert "is mapped" in error.message and "unmap()" in error.message and error.rule == "unmapped", (
+            subject,
+            error,
+        )
 
 
 def test_a_call_in_pieces_needs_copy_sources_where_it_copies():
@@ -596,17 +612,26 @@ def test_a_call_in_pieces_needs_copy_sources_where_it_copies():
     assert {key for chunk in plan.chunks for key in chunk.copies} == {"scale", "bias"}
     expected = gn.kernel(arrays, attrs=attrs)["y"]
     for key in ("x", "scale"):
-        tensors = {k: Tensor.from_numpy(v, usage=no_copy_src if k == key else None) for k, v in arrays.items()}
+        tensors = {
+            k: Tensor.from_numpy(v, usage=no_copy_src if k == key else None) for k, v in arrays.items()
+        }
         if key == "scale":
             error = refusal(lambda: gn.kernel(tensors, attrs=attrs, caps=caps))
-            assert error.subject == "input scale" and "COPY_SRC (the call runs in pieces" in error.message, error
+            assert (
+                error.subject == "input scale" and "COPY_SRC (the call runs in pieces" in error.message
+            ), error
         else:
-            np.testing.assert_allclose(gn.kernel(tensors, attrs=attrs, caps=caps)["y"].numpy(), expected, rtol=1e-5, atol=1e-5)
+            np.testing.assert_allclose(
+                gn.kernel(tensors, attrs=attrs, caps=caps)["y"].numpy(), expected, rtol=1e-5, atol=1e-5
+            )
     batch_cut = gn_arrays(shape=(4, 4, 512))
     batch_caps = {"limits": {"maxStorageBufferBindingSize": 4 * 4 * 512}}
     tensors = {k: Tensor.from_numpy(v, usage=no_copy_src) for k, v in batch_cut.items()}
     np.testing.assert_allclose(
-        gn.kernel(tensors, attrs=ATTRS, caps=batch_caps)["y"].numpy(), gn.kernel(batch_cut, attrs=ATTRS)["y"], rtol=1e-5, atol=1e-5
+        gn.kernel(tensors, attrs=ATTRS, caps=batch_caps)["y"].numpy(),
+        gn.kernel(batch_cut, attrs=ATTRS)["y"],
+        rtol=1e-5,
+        atol=1e-5,
     )
 
 
@@ -617,12 +642,22 @@ def test_a_mappable_buffer_is_refused_for_a_call_and_string_usages_are_read(adap
     import wgpu
 
     tensor = Tensor.empty((4,), "float32", usage="STORAGE | COPY_SRC | COPY_DST")
-    assert tensor.buffer.usage == wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
-    assert "BufferUsage flags" in refusal(lambda: Tensor.empty((4,), "float32", usage="STORAGE | NOPE")).message
+    assert (
+        tensor.buffer.usage
+        == wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+    )
+    assert (
+        "BufferUsage flags" in refusal(lambda: Tensor.empty((4,), "float32", usage="STORAGE | NOPE")).message
+    )
     if "mappable-primary-buffers" not in adapter.features:
         pytest.skip("the adapter has no mappable-primary-buffers")
     device = adapter.request_device_sync(required_features=["mappable-primary-buffers"])
-    usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.MAP_READ
+    usage = (
+        wgpu.BufferUsage.STORAGE
+        | wgpu.BufferUsage.COPY_SRC
+        | wgpu.BufferUsage.COPY_DST
+        | wgpu.BufferUsage.MAP_READ
+    )
     mappable = Tensor(device.create_buffer(size=96, usage=usage), (2, 4, 3), np.float32, device)
     tensors = {k: Tensor.from_numpy(v, device) for k, v in gn_arrays().items()}
     error = refusal(lambda: gn.kernel(tensors, attrs=ATTRS, out={"y": mappable}))
@@ -633,7 +668,13 @@ def test_a_mappable_buffer_is_refused_for_a_call_and_string_usages_are_read(adap
 
 @pytest.mark.parametrize(
     "usage,words",
-    [(0, "BufferUsage flags"), (-1, "BufferUsage flags"), (True, "BufferUsage flags"), (1 << 12, "BufferUsage flags"), (0x81, "mappable")],
+    [
+        (0, "BufferUsage flags"),
+        (-1, "BufferUsage flags"),
+        (True, "BufferUsage flags"),
+        (1 << 12, "BufferUsage flags"),
+        (0x81, "mappable"),
+    ],
 )
 def test_tensor_empty_refuses_usages_wgpu_would_refuse(usage, words):
     error = refusal(lambda: Tensor.empty((3,), "float32", usage=usage))
@@ -767,7 +808,11 @@ def test_a_buffer_destroyed_before_any_tensor_is_known_once_the_device_was_seen(
     import sys
 
     child = subprocess.run(
-        [sys.executable, "-c", WATCHED_BEFORE_ANY_TENSOR], capture_output=True, text=True, timeout=120, env=os.environ
+        [sys.executable, "-c", WATCHED_BEFORE_ANY_TENSOR],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=os.environ,
     )
     assert child.returncode == 0, child.stderr[-2000:]
     assert "refused: not destroyed" in child.stdout, (child.stdout, child.stderr[-2000:])

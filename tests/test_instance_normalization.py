@@ -133,7 +133,9 @@ def assert_matches_both_oracles(actual, inputs, epsilon, dtype, context):
     # everywhere else to count as an oracle at all.
     ort = np.asarray(ort_reference(inputs, epsilon), np.float64)
     trusted = tolerance_ok(ort, expected, dtype)
-    assert trusted.mean() > 0.999, f"{context}: onnxruntime itself is off the float64 reference on {np.count_nonzero(~trusted)} elements"
+    assert (
+        trusted.mean() > 0.999
+    ), f"{context}: onnxruntime itself is off the float64 reference on {np.count_nonzero(~trusted)} elements"
     assert_close(np.asarray(actual, np.float64)[trusted], ort[trusted], dtype, context + " vs onnxruntime")
 
 
@@ -244,7 +246,11 @@ def test_repeated_runs_are_bit_identical(case, request):
         ((1, 3, 257, 257), {}, "plane_splitk"),  # spatial 66049 is odd
         ((2, 3, 40), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, "plane_splitk_registers"),  # lowered thresholds
         # 44 values a plane: whole f32 units only, so f16 falls back to plane_splitk_vec4.
-        ((2, 3, 44), {**SPLIT_SMALL, **NO_ROW_REGISTERS}, {"float32": "plane_splitk_registers", "float16": "plane_splitk_vec4"}),
+        (
+            (2, 3, 44),
+            {**SPLIT_SMALL, **NO_ROW_REGISTERS},
+            {"float32": "plane_splitk_registers", "float16": "plane_splitk_vec4"},
+        ),
         ((2, 2, 3, 3, 5), SPLIT_SMALL, "plane_splitk"),
         ((5, 60, 4, 4), {}, "plane_batched_vec4"),  # no subgroup sizes reported: not demoted
         ((1, 70000, 4), {}, "plane_batched_vec4"),
@@ -285,34 +291,57 @@ def test_selection_thresholds():
     assert chosen((1, 4, 256, 256), "float16") == registers
     assert chosen((1, 32, 256, 256)) == registers
     assert chosen((1, 127, 256, 256)) == registers
-    assert chosen((1, 128, 256, 256)) not in (registers, "plane_splitk_vec4")  # planes < SPLIT_STATS_BELOW_PLANES fails
+    assert chosen((1, 128, 256, 256)) not in (
+        registers,
+        "plane_splitk_vec4",
+    )  # planes < SPLIT_STATS_BELOW_PLANES fails
     assert chosen((1, 4, 256, 255)) != "plane_splitk"  # spatial 65280 < SPLIT_STATS_MIN_SPATIAL
     assert chosen((1, 4, 257, 257)) == "plane_splitk"
     assert chosen((1, 4, 65540)) == registers  # 16385 f32 units
     assert chosen((1, 4, 65540), "float16") == "plane_splitk_vec4"  # not whole f16 units
     wave64 = {"features": ["subgroups"], "adapterInfo": {"subgroupMinSize": 64, "subgroupMaxSize": 64}}
     assert chosen((1, 40, 256, 256), caps=wave64) == registers
-    assert chosen((1, 40, 256, 256), tunables={"SPLIT_STATS_BELOW_PLANES": 40}) not in (registers, "plane_splitk_vec4")
+    assert chosen((1, 40, 256, 256), tunables={"SPLIT_STATS_BELOW_PLANES": 40}) not in (
+        registers,
+        "plane_splitk_vec4",
+    )
     assert chosen((1, 4, 64, 64), tunables={"SPLIT_STATS_MIN_SPATIAL": 4096}) == registers
 
 
 def test_workgroup_defaults_per_variant_kind():
     """WORKGROUP_SIZE (1024, capped by the device) sizes the one-workgroup-per-plane variants; the
     batched and split-k variants keep min(WORKGROUP_SIZE, BATCHED_/SPLIT_WORKGROUP_SIZE = 256)."""
-    big = {"features": ["shader-f16"], "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024}}
+    big = {
+        "features": ["shader-f16"],
+        "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024},
+    }
 
     def workgroups(shape, caps, tunables=None):
         c = shape[1]
-        p = inn.plan({"input": shape, "scale": (c,), "b": (c,)}, {"T": "float32"}, caps=caps, tunables=tunables)
+        p = inn.plan(
+            {"input": shape, "scale": (c,), "b": (c,)}, {"T": "float32"}, caps=caps, tunables=tunables
+        )
         return p.variant, [q.workgroup_size for q in p.passes]
 
     assert workgroups((1, 32, 224, 224), big) == ("plane_subgroup_vec4", [1024])
-    assert workgroups((1, 32, 224, 224), {"features": ["shader-f16"]}) == ("plane_subgroup_vec4", [256])  # default limits
+    assert workgroups((1, 32, 224, 224), {"features": ["shader-f16"]}) == (
+        "plane_subgroup_vec4",
+        [256],
+    )  # default limits
     assert workgroups((1, 4, 65540), big) == ("plane_splitk_registers", [128, 128])  # CHUNK_WORKGROUP_SIZE
-    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 1024}) == ("plane_splitk_registers", [1024, 1024])
-    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 2048}) == ("plane_splitk_registers", [1024, 1024])
+    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 1024}) == (
+        "plane_splitk_registers",
+        [1024, 1024],
+    )
+    assert workgroups((1, 4, 65540), big, {"CHUNK_WORKGROUP_SIZE": 2048}) == (
+        "plane_splitk_registers",
+        [1024, 1024],
+    )
     assert workgroups((1, 4, 65539), big) == ("plane_splitk", [256, 64, 256])
-    assert workgroups((1, 4, 65539), big, {"SPLIT_WORKGROUP_SIZE": 1024}) == ("plane_splitk", [1024, 64, 1024])
+    assert workgroups((1, 4, 65539), big, {"SPLIT_WORKGROUP_SIZE": 1024}) == (
+        "plane_splitk",
+        [1024, 64, 1024],
+    )
     assert workgroups((1, 4, 65539), big, {"WORKGROUP_SIZE": 128}) == ("plane_splitk", [128, 64, 128])
     assert workgroups((5, 300, 4, 4), big) == ("plane_batched_vec4", [256])
     assert workgroups((5, 300, 4, 4), big, {"BATCHED_WORKGROUP_SIZE": 100}) == ("plane_batched_vec4", [64])
@@ -370,13 +399,21 @@ def test_dispatch_folds_past_65535_workgroups(variant, shape, tunables, folded_p
     "variant,shape,tunables",
     [
         # 30 planes: the row passes fold; split-k takes at most 7 planes there, its apply pass folds.
-        ("plane_batched_vec4", (5, 6, 4, 4), {"BATCHED_MIN_PLANES_PER_WORKGROUP": 1, "BATCHED_WORKGROUP_SIZE": 4}),
+        (
+            "plane_batched_vec4",
+            (5, 6, 4, 4),
+            {"BATCHED_MIN_PLANES_PER_WORKGROUP": 1, "BATCHED_WORKGROUP_SIZE": 4},
+        ),
         ("plane_subgroup_vec4", (5, 6, 4, 4), {}),
         ("plane_subgroup", (5, 6, 4, 4), {}),
         ("plane_splitk_vec4", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
         ("plane_splitk", (1, 6, 4, 4), {**SPLIT_SMALL, "WORKGROUP_SIZE": 2}),
         # 6 planes x 4 chunks of one unit: 24 workgroups fold into (7, 4) in both passes.
-        ("plane_splitk_registers", (1, 6, 4, 4), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1}),
+        (
+            "plane_splitk_registers",
+            (1, 6, 4, 4),
+            {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1},
+        ),
     ],
 )
 def test_dispatch_folds_at_a_small_device_limit(variant, shape, tunables, request):
@@ -469,7 +506,11 @@ REGISTER_CAPS = {"features": ["shader-f16", "subgroups"]}
 # The H200's facts as wgpu reports them: subgroups, 1024 invocations a workgroup, 2 GiB bindings.
 H200_CAPS = {
     **REGISTER_CAPS,
-    "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024, "maxStorageBufferBindingSize": 2**31},
+    "limits": {
+        "maxComputeInvocationsPerWorkgroup": 1024,
+        "maxComputeWorkgroupSizeX": 1024,
+        "maxStorageBufferBindingSize": 2**31,
+    },
 }
 SPLIT_SMALL_PLANES = {"REGISTER_SPLIT_MIN_HIDDEN": 1}
 
@@ -478,13 +519,43 @@ SPLIT_SMALL_PLANES = {"REGISTER_SPLIT_MIN_HIDDEN": 1}
 REGISTER_CASES = [
     ((3, 5, 32), {}, (8, 1, "1"), (4, 1, "1")),  # 8 / 4 units a plane: one each
     ((2, 6, 8), {}, (2, 1, "1"), (1, 1, "1")),  # a plane of one f16 unit, one invocation
-    ((2, 3, 40, 44), {"REGISTER_SINGLE_WORKGROUP_SIZE": 100}, (100, 1, "5"), (100, 1, "3")),  # 440 / 220 units: tails
-    ((1, 2, 16, 96), {"REGISTER_SINGLE_WORKGROUP_SIZE": 33}, (33, 1, "12"), (33, 1, "6")),  # 384 / 192 units on 33
-    ((2, 3, 14, 32), {"REGISTER_SINGLE_WORKGROUP_SIZE": 16}, (16, 1, "8"), (16, 1, "4")),  # 7 -> 8, 3.5 -> 4: spare units
+    (
+        (2, 3, 40, 44),
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 100},
+        (100, 1, "5"),
+        (100, 1, "3"),
+    ),  # 440 / 220 units: tails
+    (
+        (1, 2, 16, 96),
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 33},
+        (33, 1, "12"),
+        (33, 1, "6"),
+    ),  # 384 / 192 units on 33
+    (
+        (2, 3, 14, 32),
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 16},
+        (16, 1, "8"),
+        (16, 1, "4"),
+    ),  # 7 -> 8, 3.5 -> 4: spare units
     ((1, 3, 4, 8, 16), {"REGISTER_SINGLE_WORKGROUP_SIZE": 16}, (16, 1, "8"), (16, 1, "4")),  # rank 5
-    ((1, 2, 64, 80), {**SPLIT_SMALL_PLANES, "REGISTER_WORKGROUP_SIZE": 64}, (64, 2, "20"), (64, 2, "10")),  # two workgroups a plane
-    ((2, 2, 32, 36), {**SPLIT_SMALL_PLANES, "REGISTER_WORKGROUP_SIZE": 32, "REGISTER_SPLIT": 3}, (32, 3, "10"), (32, 3, "5")),
-    ((1, 1, 96, 32), {"REGISTER_SINGLE_WORKGROUP_SIZE": 32, "REGISTER_MAX_UNITS": 24}, (32, 1, "24"), (32, 1, "12")),  # largest bucket
+    (
+        (1, 2, 64, 80),
+        {**SPLIT_SMALL_PLANES, "REGISTER_WORKGROUP_SIZE": 64},
+        (64, 2, "20"),
+        (64, 2, "10"),
+    ),  # two workgroups a plane
+    (
+        (2, 2, 32, 36),
+        {**SPLIT_SMALL_PLANES, "REGISTER_WORKGROUP_SIZE": 32, "REGISTER_SPLIT": 3},
+        (32, 3, "10"),
+        (32, 3, "5"),
+    ),
+    (
+        (1, 1, 96, 32),
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 32, "REGISTER_MAX_UNITS": 24},
+        (32, 1, "24"),
+        (32, 1, "12"),
+    ),  # largest bucket
     ((2, 16, 24, 40), {}, (256, 1, "1"), (128, 1, "1")),  # defaults: 32 planes of 960 values
 ]
 
@@ -504,8 +575,12 @@ def register_plan(inputs, tunables, caps=REGISTER_CAPS):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
-@pytest.mark.parametrize("shape,tunables,f32_geometry,f16_geometry", REGISTER_CASES, ids=[str(c[0]) for c in REGISTER_CASES])
-def test_row_registers_against_reference_and_onnxruntime(shape, tunables, f32_geometry, f16_geometry, dtype, request):
+@pytest.mark.parametrize(
+    "shape,tunables,f32_geometry,f16_geometry", REGISTER_CASES, ids=[str(c[0]) for c in REGISTER_CASES]
+)
+def test_row_registers_against_reference_and_onnxruntime(
+    shape, tunables, f32_geometry, f16_geometry, dtype, request
+):
     """Workgroups smaller than a subgroup and not a multiple of one (100, 33), tails and spare
     units in the bucket, 1-3 workgroups a plane, the largest bucket, ranks 3 to 5; data far from
     zero (the mean travels as a pair)."""
@@ -519,7 +594,9 @@ def test_row_registers_against_reference_and_onnxruntime(shape, tunables, f32_ge
     assert p.dispatch == (planes * p.values["split"], 1, 1) and p.uses_subgroups
     assert (p.uniforms["numGroups"], p.overrides["channelsPerGroup"]) == (shape[1], 1)
     assert p.workgroup_storage_bytes <= p.workgroup_size * 16 + 4100 + 8  # regWorkgroupBytes
-    actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS)
+    actual = run_poisoned(
+        inputs, attrs={"epsilon": epsilon}, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS
+    )
     context = f"{REGISTERS} {shape} eps={epsilon} {tunables} {seed_note(seed)}"
     assert_matches_both_oracles(actual, inputs, epsilon, dtype, context)
 
@@ -610,7 +687,9 @@ def test_row_registers_at_known_subgroup_size(vector_width, subgroup_size):
     off: it does not key on LP_NATIVE_VECTOR_WIDTH)."""
     result = _run_at_subgroup_size(ROW_REGISTERS_SUBGROUP_SCRIPT, subgroup_size, vector_width, 300)
     if result.returncode == 3 and vector_width != 128:
-        pytest.skip(f"this CPU's lavapipe does not honour LP_NATIVE_VECTOR_WIDTH={vector_width}: {result.stdout.strip()}")
+        pytest.skip(
+            f"this CPU's lavapipe does not honour LP_NATIVE_VECTOR_WIDTH={vector_width}: {result.stdout.strip()}"
+        )
     assert result.returncode == 0 and "ok" in result.stdout, result.stdout[-4000:] + result.stderr[-4000:]
 
 
@@ -621,7 +700,10 @@ def test_row_registers_repeated_runs_are_bit_identical(dtype, request):
     tunables = {**SPLIT_SMALL_PLANES, "REGISTER_WORKGROUP_SIZE": 20}
     first = run_poisoned(inputs, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS)
     for _ in range(2):
-        assert run_poisoned(inputs, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS).tobytes() == first.tobytes()
+        assert (
+            run_poisoned(inputs, caps=REGISTER_CAPS, tunables=tunables, variant=REGISTERS).tobytes()
+            == first.tobytes()
+        )
 
 
 def registers_chosen(shape, dtype="float32", caps=H200_CAPS, tunables=None):
@@ -665,7 +747,9 @@ def test_row_registers_selection_thresholds():
     assert chosen((2, 33, 40960)) == (REGISTERS, 640, 2, "16")
     assert chosen((1, 67, 40960)) == (REGISTERS, 512, 1, "20")
     assert chosen((4, 32, 40960)) == (REGISTERS, 512, 1, "20")  # 128 planes: 256 workgroups at split 2
-    assert chosen((1, 67, 40960), tunables={"REGISTER_SINGLE_WORKGROUP_SIZE": 256}) == "plane_subgroup_vec4"  # 40 units
+    assert (
+        chosen((1, 67, 40960), tunables={"REGISTER_SINGLE_WORKGROUP_SIZE": 256}) == "plane_subgroup_vec4"
+    )  # 40 units
     assert chosen((4, 32, 40960), tunables={"SM_COUNT_PROXY": 256}) == (REGISTERS, 640, 2, "16")
     # One workgroup a plane: 132 planes fit, 133 do not.
     assert chosen((1, 132, 56, 56)) == (REGISTERS, 512, 1, "2")
@@ -674,7 +758,10 @@ def test_row_registers_selection_thresholds():
     # the largest bucket). 1024 invocations a workgroup would hold it in 16 units each, with more
     # workgroup memory than WebGPU's default 16384 bytes, so only where the device reports more.
     assert chosen((1, 32, 224, 224)) == (REGISTERS, 640, 2, "20")
-    assert chosen((1, 32, 224, 224), tunables={"REGISTER_WORKGROUP_SIZE": 512, "REGISTER_MAX_UNITS": 24}) == "plane_subgroup_vec4"
+    assert (
+        chosen((1, 32, 224, 224), tunables={"REGISTER_WORKGROUP_SIZE": 512, "REGISTER_MAX_UNITS": 24})
+        == "plane_subgroup_vec4"
+    )
     wide = {"REGISTER_WORKGROUP_SIZE": 1024}
     assert chosen((1, 32, 224, 224), tunables=wide) == "plane_subgroup_vec4"
     roomy = {**H200_CAPS, "limits": {**H200_CAPS["limits"], "maxComputeWorkgroupStorageSize": 32768}}
@@ -736,32 +823,74 @@ CHUNK_MIN = {"SPLIT_STATS_MIN_SPATIAL": 1}
 def chunk_geometry(plan):
     """(workgroup, units an invocation, chunks a plane), the same in both passes."""
     geometry = [(p.workgroup_size, held_units(p), p.uniforms["chunks"]) for p in plan.passes]
-    assert len(geometry) == 2 and geometry[0] == geometry[1] and plan.passes[0].dispatch == plan.passes[1].dispatch, geometry
+    assert (
+        len(geometry) == 2
+        and geometry[0] == geometry[1]
+        and plan.passes[0].dispatch == plan.passes[1].dispatch
+    ), geometry
     return geometry[0]
 
 
 # (shape, tunables, (workgroup, units, chunks) for f32, the same for f16).
 CHUNK_CASES = [
-    ((3, 5, 32), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 16}, (16, "8", 1), (16, "8", 1)),  # planes of 8 / 4 units
-    ((2, 3, 40, 44), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 33, "CHUNK_UNITS_F32": 3, "CHUNK_UNITS_F16": 2}, (33, "3", 5), (33, "2", 4)),
-    ((2, 2, 3, 2, 16), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1, "CHUNK_UNITS_F16": 1}, (1, "1", 24), (1, "1", 12)),  # rank 5
-    ((1, 3, 64, 80), CHUNK_MIN, (128, "8", 2), (128, "8", 1)),  # defaults: 1280 / 640 units, tails of 256 / 640
-    ((2, 2, 64, 64), {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 20, "CHUNK_UNITS_F32": 16, "CHUNK_UNITS_F16": 12}, (20, "16", 4), (20, "12", 3)),
+    (
+        (3, 5, 32),
+        {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 16},
+        (16, "8", 1),
+        (16, "8", 1),
+    ),  # planes of 8 / 4 units
+    (
+        (2, 3, 40, 44),
+        {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 33, "CHUNK_UNITS_F32": 3, "CHUNK_UNITS_F16": 2},
+        (33, "3", 5),
+        (33, "2", 4),
+    ),
+    (
+        (2, 2, 3, 2, 16),
+        {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1, "CHUNK_UNITS_F16": 1},
+        (1, "1", 24),
+        (1, "1", 12),
+    ),  # rank 5
+    (
+        (1, 3, 64, 80),
+        CHUNK_MIN,
+        (128, "8", 2),
+        (128, "8", 1),
+    ),  # defaults: 1280 / 640 units, tails of 256 / 640
+    (
+        (2, 2, 64, 64),
+        {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 20, "CHUNK_UNITS_F32": 16, "CHUNK_UNITS_F16": 12},
+        (20, "16", 4),
+        (20, "12", 3),
+    ),
 ]
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
-@pytest.mark.parametrize("shape,tunables,f32_geometry,f16_geometry", CHUNK_CASES, ids=[str(c[0]) for c in CHUNK_CASES])
-def test_splitk_registers_against_reference_and_onnxruntime(shape, tunables, f32_geometry, f16_geometry, dtype, request):
+@pytest.mark.parametrize(
+    "shape,tunables,f32_geometry,f16_geometry", CHUNK_CASES, ids=[str(c[0]) for c in CHUNK_CASES]
+)
+def test_splitk_registers_against_reference_and_onnxruntime(
+    shape, tunables, f32_geometry, f16_geometry, dtype, request
+):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, shape, dtype, offset=3.0)
     epsilon = float(rng.choice([1e-5, 1e-3, 0.1]))
-    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+    plan = inn.plan(
+        shapes_of(inputs),
+        dtypes_of(inputs),
+        caps={"features": ["shader-f16"]},
+        tunables=tunables,
+        variant=CHUNKS,
+    )
     workgroup, units, chunks = f32_geometry if dtype == np.float32 else f16_geometry
     assert chunk_geometry(plan) == (workgroup, units, chunks)
     planes = shape[0] * shape[1]
     assert plan.passes[0].dispatch == (planes * chunks, 1, 1)
-    assert (plan.passes[1].uniforms["numGroups"], plan.passes[1].overrides["channelsPerGroup"]) == (shape[1], 1)
+    assert (plan.passes[1].uniforms["numGroups"], plan.passes[1].overrides["channelsPerGroup"]) == (
+        shape[1],
+        1,
+    )
     actual = run_poisoned(inputs, attrs={"epsilon": epsilon}, tunables=tunables, variant=CHUNKS)
     context = f"{CHUNKS} {shape} eps={epsilon} {tunables} {seed_note(seed)}"
     assert_matches_both_oracles(actual, inputs, epsilon, dtype, context)
@@ -774,7 +903,9 @@ def test_splitk_registers_cases_meet_whole_and_cut_chunks():
     for shape, tunables, _, _ in CHUNK_CASES:
         for dtype in ("float32", "float16"):
             shapes = {"input": shape, "scale": (shape[1],), "b": (shape[1],)}
-            plan = inn.plan(shapes, {"T": dtype}, caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+            plan = inn.plan(
+                shapes, {"T": dtype}, caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS
+            )
             workgroup, units, _ = chunk_geometry(plan)
             whole = plan.passes[0].uniforms["rowUnits"] % (workgroup * int(units)) == 0
             assert all(q.spec.endswith("-whole-chunks") == whole for q in plan.passes), (shape, dtype)
@@ -791,7 +922,13 @@ def test_splitk_registers_large_common_offset_and_constant_planes(dtype, request
     inputs["input"][1, 2] = 7.25
     inputs["input"][0, 1] = -3.0
     tunables = {**CHUNK_MIN, "CHUNK_WORKGROUP_SIZE": 16, "CHUNK_UNITS_F32": 3, "CHUNK_UNITS_F16": 2}
-    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+    plan = inn.plan(
+        shapes_of(inputs),
+        dtypes_of(inputs),
+        caps={"features": ["shader-f16"]},
+        tunables=tunables,
+        variant=CHUNKS,
+    )
     assert chunk_geometry(plan)[2] > 1
     actual = run_poisoned(inputs, tunables=tunables, variant=CHUNKS)
     assert_close(actual, reference(inputs, 1e-5), dtype, f"{CHUNKS} offset {seed_note(seed)}")
@@ -804,10 +941,20 @@ def test_splitk_registers_folded_dispatch(dtype, request):
     rng, seed = rng_for(request.node.name)
     inputs = random_inputs(rng, (2, 4096, 68 if dtype == np.float32 else 136), dtype)
     tunables = {
-        **CHUNK_MIN, "SPLIT_STATS_MAX_PLANES": 8192, "SPLIT_STATS_BELOW_PLANES": 8193,
-        "CHUNK_WORKGROUP_SIZE": 1, "CHUNK_UNITS_F32": 1, "CHUNK_UNITS_F16": 1,
+        **CHUNK_MIN,
+        "SPLIT_STATS_MAX_PLANES": 8192,
+        "SPLIT_STATS_BELOW_PLANES": 8193,
+        "CHUNK_WORKGROUP_SIZE": 1,
+        "CHUNK_UNITS_F32": 1,
+        "CHUNK_UNITS_F16": 1,
     }
-    plan = inn.plan(shapes_of(inputs), dtypes_of(inputs), caps={"features": ["shader-f16"]}, tunables=tunables, variant=CHUNKS)
+    plan = inn.plan(
+        shapes_of(inputs),
+        dtypes_of(inputs),
+        caps={"features": ["shader-f16"]},
+        tunables=tunables,
+        variant=CHUNKS,
+    )
     assert chunk_geometry(plan) == (1, "1", 17) and plan.passes[0].dispatch == (65535, 3, 1)
     actual = run_poisoned(inputs, tunables=tunables, variant=CHUNKS)
     assert_close(actual, reference(inputs, 1e-5), dtype, f"{CHUNKS} folded {seed_note(seed)}")
@@ -829,10 +976,25 @@ def test_splitk_registers_repeated_runs_and_apply_order_are_bit_identical(dtype,
 def test_splitk_registers_refusals_say_why():
     shapes = {"input": (1, 3, 4, 5), "scale": (3,), "b": (3,)}
     for dtype, caps, tunables, words in [
-        ("float16", {"features": ["shader-f16"]}, CHUNK_MIN, "instanceSpatial % regUnitValues == 0"),  # 20 values: 2.5 f16 units
+        (
+            "float16",
+            {"features": ["shader-f16"]},
+            CHUNK_MIN,
+            "instanceSpatial % regUnitValues == 0",
+        ),  # 20 values: 2.5 f16 units
         ("float32", {"features": ["shader-f16"]}, {}, "instanceSpatial >= tunables.SPLIT_STATS_MIN_SPATIAL"),
-        ("float32", {"features": [], "limits": {"maxComputeWorkgroupStorageSize": 1024}}, CHUNK_MIN, "chunkWorkgroupBytes"),
-        ("float32", {"features": []}, {**CHUNK_MIN, "SPLIT_STATS_BELOW_PLANES": 3}, "instancePlanes < tunables.SPLIT_STATS_BELOW_PLANES"),
+        (
+            "float32",
+            {"features": [], "limits": {"maxComputeWorkgroupStorageSize": 1024}},
+            CHUNK_MIN,
+            "chunkWorkgroupBytes",
+        ),
+        (
+            "float32",
+            {"features": []},
+            {**CHUNK_MIN, "SPLIT_STATS_BELOW_PLANES": 3},
+            "instancePlanes < tunables.SPLIT_STATS_BELOW_PLANES",
+        ),
     ]:
         with pytest.raises(ContractError, match="does not apply") as caught:
             inn.plan(shapes, {"T": dtype}, caps=caps, tunables=tunables, variant=CHUNKS)
@@ -900,7 +1062,10 @@ def test_tensor_over_the_storage_binding_limit_is_planned_in_pieces():
     with pytest.raises(ContractError) as caught:  # one plane of 16 KiB over an 8 KiB binding
         inn.plan(shapes, {"T": "float32"}, caps={**caps, "limits": {"maxStorageBufferBindingSize": 8 * 1024}})
     text = str(caught.value)
-    assert text.startswith("ai.onnx InstanceNormalization-6: input input: ") and "maxStorageBufferBindingSize" in text, text
+    assert (
+        text.startswith("ai.onnx InstanceNormalization-6: input input: ")
+        and "maxStorageBufferBindingSize" in text
+    ), text
 
 
 def test_f16_needs_the_device_feature():

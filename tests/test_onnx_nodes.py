@@ -31,7 +31,11 @@ def _versions(domain, op_type):
     """Every since_version of an op in onnx.defs (ai.onnx is "" there)."""
     onnx_domain = "" if domain == "ai.onnx" else domain
     return sorted(
-        {s.since_version for s in onnx.defs.get_all_schemas_with_history() if (s.domain, s.name) == (onnx_domain, op_type)}
+        {
+            s.since_version
+            for s in onnx.defs.get_all_schemas_with_history()
+            if (s.domain, s.name) == (onnx_domain, op_type)
+        }
     )
 
 
@@ -98,40 +102,60 @@ def test_run_node_runs_every_op(device):
     x = rng.standard_normal((2, 8, 3, 5)).astype(np.float32)
     c = rng.uniform(0.5, 1.5, (5, 8)).astype(np.float32)
 
-    (y,) = run_node(_node("BatchNormalization", "x s b m v", epsilon=1e-3), [x, *c[:4]], opset=15, device=device)
+    (y,) = run_node(
+        _node("BatchNormalization", "x s b m v", epsilon=1e-3), [x, *c[:4]], opset=15, device=device
+    )
     assert_close(y, batch_normalization_ref(x, *c[:4], epsilon=1e-3), np.float32, "BatchNormalization")
 
     node = _node("InstanceNormalization", ["x", "s", "b"], ["out"])
     (y,) = run_node(node, {"x": x, "s": c[0], "b": c[1]}, opset=22, device=device)
     assert_close(y, instance_normalization_ref(x, c[0], c[1]), np.float32, "InstanceNormalization")
 
-    (y,) = run_node(_node("GroupNormalization", "x s b", num_groups=4), [x, c[0], c[1]], opset=21, device=device)
+    (y,) = run_node(
+        _node("GroupNormalization", "x s b", num_groups=4), [x, c[0], c[1]], opset=21, device=device
+    )
     assert_close(y, group_normalization_ref(x, c[0], c[1], 4), np.float32, "GroupNormalization-21")
 
     # Opset 18: scale and bias per group, repeated over each group's channels.
     g_scale, g_bias = c[2][:4], c[3][:4]
-    (y,) = run_node(_node("GroupNormalization", "x s b", num_groups=4), [x, g_scale, g_bias], opset=18, device=device)
+    (y,) = run_node(
+        _node("GroupNormalization", "x s b", num_groups=4), [x, g_scale, g_bias], opset=18, device=device
+    )
     ref = group_normalization_ref(x, np.repeat(g_scale, 2), np.repeat(g_bias, 2), 4)
     assert_close(y, ref, np.float32, "GroupNormalization-18")
 
     xs = rng.standard_normal((2, 3, 5, 8)).astype(np.float32)  # channels last
     skip = rng.standard_normal((2, 8)).astype(np.float32)
-    node = _node("SkipGroupNorm", ["X", "gamma", "beta", "skip", ""], ["Y", "S"], "com.microsoft", groups=2, activation=1)
+    node = _node(
+        "SkipGroupNorm",
+        ["X", "gamma", "beta", "skip", ""],
+        ["Y", "S"],
+        "com.microsoft",
+        groups=2,
+        activation=1,
+    )
     y, s = run_node(node, [xs, c[0], c[1], skip, None], opset=1, device=device)
     ref_y, ref_s = skip_group_norm_ref(xs, c[0], c[1], skip, None, 2, 1e-5, 1, 1, np.float32)
     assert_close(y, ref_y, np.float32, "SkipGroupNorm Y")
     assert_close(s, ref_s, np.float32, "SkipGroupNorm S")
     # An output not asked for ("") is None.
-    node = _node("SkipGroupNorm", ["X", "gamma", "beta", "skip"], ["Y", ""], "com.microsoft", groups=2, activation=0)
+    node = _node(
+        "SkipGroupNorm", ["X", "gamma", "beta", "skip"], ["Y", ""], "com.microsoft", groups=2, activation=0
+    )
     y, s = run_node(node, [xs, c[0], c[1], skip], opset=1, device=device)
     assert s is None and y.shape == xs.shape
 
 
 def test_run_node_refuses_clearly():
     x = np.ones((1, 4, 2, 2), np.float32)
-    with pytest.raises(UnsupportedNodeError, match=r"no kernel for ai.onnx LayerNormalization; supported: .*GroupNormalization-21"):
+    with pytest.raises(
+        UnsupportedNodeError,
+        match=r"no kernel for ai.onnx LayerNormalization; supported: .*GroupNormalization-21",
+    ):
         run_node(_node("LayerNormalization", "x s"), [x, x])
-    with pytest.raises(UnsupportedNodeError, match=r"BatchNormalization at opset 7: the kernels run .*BatchNormalization-9"):
+    with pytest.raises(
+        UnsupportedNodeError, match=r"BatchNormalization at opset 7: the kernels run .*BatchNormalization-9"
+    ):
         run_node(_node("BatchNormalization", "x s b m v"), [x] * 5, opset=7)
     training = _node("BatchNormalization", "x s b m v", ["Y", "running_mean", "running_var"], training_mode=1)
     with pytest.raises(UnsupportedNodeError, match=r"asks for outputs 'running_mean', 'running_var'.*Y only"):
@@ -145,19 +169,27 @@ def test_run_node_refuses_clearly():
         run_node(bad_groups, [x, np.ones(3, np.float32), np.ones(3, np.float32)], opset=18)
     # The op's own contract checks the attributes: an unknown one is a ContractError naming it.
     with pytest.raises(generated.ContractError, match="spatial"):
-        run_node(_node("InstanceNormalization", "x s b", spatial=1), [x, np.ones(4, np.float32), np.ones(4, np.float32)])
+        run_node(
+            _node("InstanceNormalization", "x s b", spatial=1),
+            [x, np.ones(4, np.float32), np.ones(4, np.float32)],
+        )
 
 
 @pytest.mark.parametrize("opset", ["21", True, -1, 0, 1.5])
 def test_run_node_refuses_an_opset_that_is_not_a_whole_number(opset):
     x, s = np.ones((1, 4, 2, 2), np.float32), np.ones(4, np.float32)
-    with pytest.raises(generated.ContractError, match=rf"GroupNormalization node 'groupnormalization': opset: .*an int >= 1.*got {opset!r}"):
+    with pytest.raises(
+        generated.ContractError,
+        match=rf"GroupNormalization node 'groupnormalization': opset: .*an int >= 1.*got {opset!r}",
+    ):
         run_node(_node("GroupNormalization", "x s b", num_groups=2), [x, s, s], opset=opset)
 
 
 @pytest.mark.parametrize("inputs", [None, np.ones((3, 4)), "x s b", 3])
 def test_run_node_refuses_inputs_that_are_neither_a_sequence_nor_a_mapping(inputs):
-    with pytest.raises(generated.ContractError, match=rf"inputs: inputs is a sequence .* got {type(inputs).__name__}"):
+    with pytest.raises(
+        generated.ContractError, match=rf"inputs: inputs is a sequence .* got {type(inputs).__name__}"
+    ):
         run_node(_node("GroupNormalization", "x s b", num_groups=2), inputs, opset=21)
 
 
@@ -172,7 +204,10 @@ def test_run_node_refuses_a_float_num_groups_at_every_opset(opset, per_group):
     (the kernels' Python API takes 2.0, an ONNX node states its attribute's type)."""
     x, s = np.ones((1, 4, 2, 2), np.float32), np.ones(per_group, np.float32)
     node = _node("GroupNormalization", "x s b", num_groups=2.0)
-    with pytest.raises(generated.ContractError, match=r"attribute num_groups: .*an ONNX INT attribute; the node gives a FLOAT \(2.0\)"):
+    with pytest.raises(
+        generated.ContractError,
+        match=r"attribute num_groups: .*an ONNX INT attribute; the node gives a FLOAT \(2.0\)",
+    ):
         run_node(node, [x, s, s], opset=opset)
 
 
@@ -181,40 +216,76 @@ def test_run_node_refuses_a_float_num_groups_at_every_opset(opset, per_group):
     [
         (None, "NoneType"),
         ("GroupNormalization", "str"),
-        (_node("GroupNormalization", "x s b", num_groups=2).SerializeToString(), r"bytes \(a serialized node\? parse it with onnx.NodeProto.FromString\)"),
+        (
+            _node("GroupNormalization", "x s b", num_groups=2).SerializeToString(),
+            r"bytes \(a serialized node\? parse it with onnx.NodeProto.FromString\)",
+        ),
         (onnx.ModelProto(), "ModelProto"),
     ],
     ids=["None", "str", "bytes", "ModelProto"],
 )
 def test_run_node_refuses_what_is_not_a_node(node, got):
     x, s = np.ones((1, 4, 2, 2), np.float32), np.ones(4, np.float32)
-    with pytest.raises(TypeError, match=rf"^node is an onnx NodeProto \(or an object with op_type .*\); got {got}$"):
+    with pytest.raises(
+        TypeError, match=rf"^node is an onnx NodeProto \(or an object with op_type .*\); got {got}$"
+    ):
         run_node(node, [x, s, s], opset=21)
 
 
 def test_run_node_holds_attributes_to_the_schema_of_the_nodes_version():
     """An attribute the node's ONNX version lacks (a later version's), or one given twice, is refused as
     ONNX's checker refuses it; GroupNormalization-18 without num_groups names the attribute."""
-    x, per_group, per_channel = np.ones((1, 4, 2, 2), np.float32), np.ones(2, np.float32), np.ones(4, np.float32)
-    with pytest.raises(generated.ContractError, match=r"attribute stash_type: GroupNormalization-18 has no attribute 'stash_type' \(a later version of the op has it\); .*: epsilon, num_groups$"):
-        run_node(_node("GroupNormalization", "x s b", num_groups=2, stash_type=1), [x, per_group, per_group], opset=18)
+    x, per_group, per_channel = (
+        np.ones((1, 4, 2, 2), np.float32),
+        np.ones(2, np.float32),
+        np.ones(4, np.float32),
+    )
+    with pytest.raises(
+        generated.ContractError,
+        match=r"attribute stash_type: GroupNormalization-18 has no attribute 'stash_type' \(a later version of the op has it\); .*: epsilon, num_groups$",
+    ):
+        run_node(
+            _node("GroupNormalization", "x s b", num_groups=2, stash_type=1),
+            [x, per_group, per_group],
+            opset=18,
+        )
     params = [per_channel] * 4
-    with pytest.raises(generated.ContractError, match=r"attribute training_mode: BatchNormalization-9 has no attribute 'training_mode'"):
+    with pytest.raises(
+        generated.ContractError,
+        match=r"attribute training_mode: BatchNormalization-9 has no attribute 'training_mode'",
+    ):
         run_node(_node("BatchNormalization", "x s b m v", training_mode=0), [x, *params], opset=9)
     twice = _node("GroupNormalization", "x s b", num_groups=2)
     twice.attribute.append(helper.make_attribute("num_groups", 4))
-    with pytest.raises(generated.ContractError, match=r"attribute num_groups: given 2 times; a node gives each attribute once"):
+    with pytest.raises(
+        generated.ContractError,
+        match=r"attribute num_groups: given 2 times; a node gives each attribute once",
+    ):
         run_node(twice, [x, per_channel, per_channel], opset=21)
-    with pytest.raises(generated.ContractError, match=r"GroupNormalization-18 .*: attribute num_groups: the attribute is required and has no default"):
+    with pytest.raises(
+        generated.ContractError,
+        match=r"GroupNormalization-18 .*: attribute num_groups: the attribute is required and has no default",
+    ):
         run_node(_node("GroupNormalization", "x s b"), [x, per_group, per_group], opset=18)
     # The versions that have them take them (bound only: no GPU work).
-    assert bind_node(_node("GroupNormalization", "x s b", num_groups=2, stash_type=1), [x, per_channel, per_channel], opset=21).attrs["stash_type"] == 1
-    assert bind_node(_node("BatchNormalization", "x s b m v", training_mode=0), [x, *params], opset=14).attrs == {"training_mode": 0}
+    assert (
+        bind_node(
+            _node("GroupNormalization", "x s b", num_groups=2, stash_type=1),
+            [x, per_channel, per_channel],
+            opset=21,
+        ).attrs["stash_type"]
+        == 1
+    )
+    assert bind_node(
+        _node("BatchNormalization", "x s b m v", training_mode=0), [x, *params], opset=14
+    ).attrs == {"training_mode": 0}
 
 
 def test_the_kernels_do_not_import_onnx():
     code = "import sys, generated, generated.onnx_nodes, generated.check_model; print('onnx' in sys.modules)"
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
     assert result.stdout.strip() == "False", result.stderr
 
 
@@ -238,21 +309,33 @@ def chain_model(opset, dtype=TensorProto.FLOAT):
         helper.make_node("InstanceNormalization", ["a", "in_s", "in_b"], ["b"], name="in", epsilon=1e-4),
         helper.make_node("GroupNormalization", ["b", "gn_s", "gn_b"], ["c"], name="gn", num_groups=n_groups),
         helper.make_node(
-            "SkipGroupNorm", ["c", "sg_g", "sg_b", "skip", "sg_bias"], ["y", "s"], name="sgn",
-            domain="com.microsoft", groups=n_groups, activation=1, channels_last=0,
+            "SkipGroupNorm",
+            ["c", "sg_g", "sg_b", "skip", "sg_bias"],
+            ["y", "s"],
+            name="sgn",
+            domain="com.microsoft",
+            groups=n_groups,
+            activation=1,
+            channels_last=0,
         ),
         helper.make_node("Relu", ["y"], ["z"], name="relu"),
     ]
-    initializers = [init(n, (c,)) for n in ("bn_s", "bn_b", "bn_m", "bn_v", "in_s", "in_b", "sg_g", "sg_b", "sg_bias")]
+    initializers = [
+        init(n, (c,)) for n in ("bn_s", "bn_b", "bn_m", "bn_v", "in_s", "in_b", "sg_g", "sg_b", "sg_bias")
+    ]
     initializers += [init("gn_s", per_group), init("gn_b", per_group)]
     inputs = [helper.make_tensor_value_info(name, dtype, ["N", c, 4, 6]) for name in ("x", "skip")]
     outputs = [helper.make_tensor_value_info(name, dtype, None) for name in ("z", "s")]
     graph = helper.make_graph(nodes, "chain", inputs, outputs, initializer=initializers)
     opsets = [helper.make_opsetid("", opset), helper.make_opsetid("com.microsoft", 1)]
-    return helper.make_model(graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets, True))
+    return helper.make_model(
+        graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets, True)
+    )
 
 
-@pytest.mark.parametrize("opset, dtype", [(21, TensorProto.FLOAT), (18, TensorProto.FLOAT), (21, TensorProto.FLOAT16)])
+@pytest.mark.parametrize(
+    "opset, dtype", [(21, TensorProto.FLOAT), (18, TensorProto.FLOAT), (21, TensorProto.FLOAT16)]
+)
 def test_check_model_runs_every_normalization_node(tmp_path, capsys, opset, dtype):
     path = tmp_path / "chain.onnx"
     onnx.save(chain_model(opset, dtype), path)
@@ -260,8 +343,12 @@ def test_check_model_runs_every_normalization_node(tmp_path, capsys, opset, dtyp
     lines = capsys.readouterr().out.splitlines()
     gn = "GroupNormalization-21 2x8x4x6, 8, 8" if opset == 21 else "GroupNormalization-18 2x8x4x6, 4, 4"
     dtype_name = "float32" if dtype == TensorProto.FLOAT else "float16"
-    expected = [f"bn: BatchNormalization-15 2x8x4x6, 8, 8, 8, 8 {dtype_name}", f"in: InstanceNormalization-6 2x8x4x6, 8, 8 {dtype_name}",
-                f"gn: {gn} {dtype_name}", f"sgn: SkipGroupNorm-1 2x8x4x6, 8, 8, 2x8x4x6, 8 {dtype_name}"]
+    expected = [
+        f"bn: BatchNormalization-15 2x8x4x6, 8, 8, 8, 8 {dtype_name}",
+        f"in: InstanceNormalization-6 2x8x4x6, 8, 8 {dtype_name}",
+        f"gn: {gn} {dtype_name}",
+        f"sgn: SkipGroupNorm-1 2x8x4x6, 8, 8, 2x8x4x6, 8 {dtype_name}",
+    ]
     assert len(lines) == 5, lines
     for line, start in zip(lines, expected):
         assert line.startswith(start + ": variant "), line
@@ -273,7 +360,11 @@ def test_check_model_exits_1_outside_tolerance_and_2_on_an_unreadable_model(tmp_
     path = tmp_path / "chain.onnx"
     onnx.save(chain_model(21), path)
     real = check_model.run_call
-    monkeypatch.setattr(check_model, "run_call", lambda call, *a, **k: [v + 0.01 if v is not None else v for v in real(call, *a, **k)])
+    monkeypatch.setattr(
+        check_model,
+        "run_call",
+        lambda call, *a, **k: [v + 0.01 if v is not None else v for v in real(call, *a, **k)],
+    )
     assert check_model.main([str(path)]) == 1
     out = capsys.readouterr().out
     assert out.count("OUTSIDE TOLERANCE") == 4 and "4 outside tolerance or failed" in out
@@ -287,13 +378,18 @@ def test_check_model_says_why_it_skips_a_node(tmp_path, capsys):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 2, 2])
     params = [numpy_helper.from_array(np.ones(2, np.float32), n) for n in "sbmv"]
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="old")
-    graph = helper.make_graph([node], "old", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params)
+    graph = helper.make_graph(
+        [node], "old", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 8)], ir_version=3)
     path = tmp_path / "old.onnx"
     onnx.save(model, path)
     assert check_model.main([str(path)]) == 0
     out = capsys.readouterr().out
-    assert "old: ai.onnx BatchNormalization (opset 8): skipped: ai.onnx BatchNormalization at opset 8: the kernels run" in out
+    assert (
+        "old: ai.onnx BatchNormalization (opset 8): skipped: ai.onnx BatchNormalization at opset 8: the kernels run"
+        in out
+    )
     assert "0 normalization nodes run" in out
 
 
@@ -350,7 +446,9 @@ def test_check_model_plans_before_drawing_inputs(tmp_path, capsys):
     assert check_model.main([str(path)]) == 1
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3, lines
-    assert lines[0].startswith("huge: BatchNormalization-15 1048576x4x1024x1024, 4, 4, 4, 4 float32: FAILED: ContractError: "), lines
+    assert lines[0].startswith(
+        "huge: BatchNormalization-15 1048576x4x1024x1024, 4, 4, 4, 4 float32: FAILED: ContractError: "
+    ), lines
     assert "maxBufferSize" in lines[0]
     assert lines[1].startswith("small: BatchNormalization-15 2x4x3x3") and lines[1].endswith(": ok"), lines
     assert lines[2] == "2 normalization nodes run, 1 outside tolerance or failed"
@@ -361,7 +459,9 @@ def _bn_model(path, dims=("N", 2, 3, 3)):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, list(dims))
     params = [numpy_helper.from_array(np.ones(dims[1], np.float32), n) for n in "sbmv"]
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], name="bn")
-    graph = helper.make_graph([node], "bn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params)
+    graph = helper.make_graph(
+        [node], "bn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), path)
     return str(path)
 
@@ -370,19 +470,32 @@ def test_check_model_refuses_a_dim_that_no_graph_input_has(tmp_path, capsys):
     path = _bn_model(tmp_path / "bn.onnx")
     assert check_model.main([path, "--dim", "Q=3", "--dim", "n=2"]) == 2
     captured = capsys.readouterr()
-    assert captured.err == "--dim Q, n: no graph input has such a dimension (did you mean N?); the model's symbolic dims are N\n"
+    assert (
+        captured.err
+        == "--dim Q, n: no graph input has such a dimension (did you mean N?); the model's symbolic dims are N\n"
+    )
     assert captured.out == ""
     fixed = _bn_model(tmp_path / "fixed.onnx", (1, 2, 3, 3))
     assert check_model.main([fixed, "--dim", "N=2"]) == 2
     assert "the model has no symbolic dims" in capsys.readouterr().err
 
 
-def test_check_model_reads_an_empty_file_as_no_model_but_runs_a_model_without_normalizations(tmp_path, capsys):
+def test_check_model_reads_an_empty_file_as_no_model_but_runs_a_model_without_normalizations(
+    tmp_path, capsys
+):
     (tmp_path / "empty.onnx").write_bytes(b"")
     assert check_model.main([str(tmp_path / "empty.onnx")]) == 2
-    assert capsys.readouterr().err == f"cannot read {tmp_path / 'empty.onnx'}: not an ONNX model (no IR version, no graph)\n"
+    assert (
+        capsys.readouterr().err
+        == f"cannot read {tmp_path / 'empty.onnx'}: not an ONNX model (no IR version, no graph)\n"
+    )
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "relu", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])],
+        "relu",
+        [x],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), tmp_path / "relu.onnx")
     assert check_model.main([str(tmp_path / "relu.onnx")]) == 0
     assert capsys.readouterr().out == "0 normalization nodes run, 0 outside tolerance or failed\n"
@@ -395,14 +508,25 @@ def test_check_model_gives_a_failing_reference_one_line_without_ansi_escapes(tmp
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 2, 2])
     params = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b")]
     node = helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn", num_groups=2)
-    graph = helper.make_graph([node], "gn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params)
+    graph = helper.make_graph(
+        [node], "gn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], params
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)]), tmp_path / "gn.onnx")
 
     def unreshapeable(nodes, inputs, outputs, opsets, initializers=()):
         shape = numpy_helper.from_array(np.array([3, -1], np.int64), "shape")
         reshape = helper.make_node("Reshape", [next(iter(inputs)), "shape"], list(outputs))
-        tensors = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape) for n, a in inputs.items()]
-        graph = helper.make_graph([reshape], "broken", tensors, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs], [shape])
+        tensors = [
+            helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), a.shape)
+            for n, a in inputs.items()
+        ]
+        graph = helper.make_graph(
+            [reshape],
+            "broken",
+            tensors,
+            [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outputs],
+            [shape],
+        )
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
 
     monkeypatch.setattr(check_model, "_single_node_model", unreshapeable)
@@ -410,7 +534,9 @@ def test_check_model_gives_a_failing_reference_one_line_without_ansi_escapes(tmp
     done = capfd.readouterr()
     lines = done.out.splitlines()
     assert len(lines) == 2 and lines[1] == "1 normalization nodes run, 1 outside tolerance or failed", lines
-    assert lines[0].startswith("gn: GroupNormalization-21 1x4x2x2, 4, 4 float32: FAILED: the reference (ONNX Runtime) failed: "), lines
+    assert lines[0].startswith(
+        "gn: GroupNormalization-21 1x4x2x2, 4, 4 float32: FAILED: the reference (ONNX Runtime) failed: "
+    ), lines
     assert "reshape" in lines[0].lower(), lines
     assert "\x1b" not in done.out + done.err and "onnxruntime" not in done.err, done.err
     assert check_model.one_line(RuntimeError("\x1b[1;31mfirst\n\n  second\n\x1b[m")) == "first second"
@@ -418,9 +544,20 @@ def test_check_model_gives_a_failing_reference_one_line_without_ansi_escapes(tmp
 
 def test_check_model_without_an_adapter_says_so_in_one_line(tmp_path):
     missing = str(tmp_path / "no-such-icd.json")
-    environment = {**os.environ, "WGPU_BACKEND_TYPE": "Vulkan", "VK_ICD_FILENAMES": missing, "VK_DRIVER_FILES": missing}
-    done = subprocess.run([sys.executable, "-m", "generated.check_model", _bn_model(tmp_path / "bn.onnx")], env=environment,
-                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    environment = {
+        **os.environ,
+        "WGPU_BACKEND_TYPE": "Vulkan",
+        "VK_ICD_FILENAMES": missing,
+        "VK_DRIVER_FILES": missing,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "generated.check_model", _bn_model(tmp_path / "bn.onnx")],
+        env=environment,
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr
     said = [line for line in done.stderr.splitlines() if not line.startswith("Forcing backend")]  # wgpu's own
     assert said[0].startswith("no WebGPU adapter: ") and "mesa-vulkan-drivers" in said[1], done.stderr
@@ -462,14 +599,21 @@ def _bn_inputs(rng, x_dtype, scale_dtype, stats_dtype, shape=(2, 6, 5, 3)):
         (14, np.float16, np.float16, np.float32),  # 14: input_mean and input_var are U
     ],
 )
-def test_batch_norm_with_parameters_of_their_own_type_runs_in_float32(opset, x_dtype, scale_dtype, stats_dtype, request):
+def test_batch_norm_with_parameters_of_their_own_type_runs_in_float32(
+    opset, x_dtype, scale_dtype, stats_dtype, request
+):
     """BatchNormalization-14/15 let the parameters have their own float type (an audit found float16 X
     with float32 statistics refused): run in float32, Y rounded to X's type once."""
     rng, seed = rng_for(request.node.name)
     inputs = _bn_inputs(rng, x_dtype, scale_dtype, stats_dtype)
     (y,) = run_node(_bn_node(), inputs, opset=opset)
     assert y.dtype == x_dtype and y.shape == inputs[0].shape
-    assert_close(y, batch_normalization_ref(*inputs, epsilon=1e-3), x_dtype, f"BatchNormalization-{opset} {seed_note(seed)}")
+    assert_close(
+        y,
+        batch_normalization_ref(*inputs, epsilon=1e-3),
+        x_dtype,
+        f"BatchNormalization-{opset} {seed_note(seed)}",
+    )
     # Exactly the float32 kernel's output rounded once: no parameter was rounded to float16 first.
     widened = dict(zip(("x", "scale", "b", "inputMean", "inputVar"), (a.astype(np.float32) for a in inputs)))
     once = generated.batch_normalization.kernel(widened, attrs={"epsilon": 1e-3})["y"].astype(x_dtype)
@@ -492,7 +636,10 @@ def test_batch_norm_with_parameters_of_their_own_type_runs_in_float32(opset, x_d
     ],
 )
 def test_batch_norm_type_mixes_its_schema_forbids_are_refused(opset, dtypes):
-    inputs = [a.astype(t) for a, t in zip(_bn_inputs(np.random.default_rng(5), np.float32, np.float32, np.float32), dtypes)]
+    inputs = [
+        a.astype(t)
+        for a, t in zip(_bn_inputs(np.random.default_rng(5), np.float32, np.float32, np.float32), dtypes)
+    ]
     with pytest.raises(ContractError, match="every T tensor must share one dtype"):
         run_node(_bn_node(), inputs, opset=opset)
 
@@ -521,7 +668,12 @@ def test_batch_norm_with_x_omitted_is_the_contracts_refusal():
     """With X omitted and parameter types the schema lets differ, the adapter raised AttributeError;
     now the contract refuses the node by name (its dtype rule comes first here)."""
     node = helper.make_node("BatchNormalization", ["", "s", "b", "m", "v"], ["y"])
-    params = [np.ones(4, np.float16), np.zeros(4, np.float16), np.zeros(4, np.float32), np.ones(4, np.float32)]
+    params = [
+        np.ones(4, np.float16),
+        np.zeros(4, np.float16),
+        np.zeros(4, np.float32),
+        np.ones(4, np.float32),
+    ]
     with pytest.raises(ContractError, match="ai.onnx BatchNormalization-15: input"):
         run_node(node, [None] + params, opset=15)
     with pytest.raises(ContractError, match="required input x is missing"):
@@ -550,9 +702,16 @@ def test_batch_norm_takes_array_likes_it_does_not_inspect():
 def test_check_model_runs_a_mixed_precision_batch_norm(tmp_path, capsys):
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT16, [2, 4, 3, 3])
     rng = np.random.default_rng(2)
-    params = [numpy_helper.from_array(a, n) for a, n in zip(_bn_inputs(rng, np.float16, np.float32, np.float32, (2, 4, 3, 3))[1:], "sbmv")]
-    graph = helper.make_graph([_bn_node()], "bn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], params)
+    params = [
+        numpy_helper.from_array(a, n)
+        for a, n in zip(_bn_inputs(rng, np.float16, np.float32, np.float32, (2, 4, 3, 3))[1:], "sbmv")
+    ]
+    graph = helper.make_graph(
+        [_bn_node()], "bn", [x], [helper.make_tensor_value_info("y", TensorProto.FLOAT16, None)], params
+    )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 15)]), tmp_path / "bn.onnx")
     assert check_model.main([str(tmp_path / "bn.onnx")]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("node 0: BatchNormalization-15 2x4x3x3, 4, 4, 4, 4 float16") and lines[0].endswith(": ok"), lines
+    assert lines[0].startswith("node 0: BatchNormalization-15 2x4x3x3, 4, 4, 4, 4 float16") and lines[
+        0
+    ].endswith(": ok"), lines

@@ -78,7 +78,9 @@ def test_batch_normalization_matches_reference_evaluator(rng_seed, dtype, shape)
 
 @pytest.mark.parametrize("stash_type", [1, 10])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize(("shape", "groups"), [((2, 4, 3, 3), 2), ((3, 6, 5), 3), ((1, 8, 2, 3, 2), 8), ((2, 3), 1)])
+@pytest.mark.parametrize(
+    ("shape", "groups"), [((2, 4, 3, 3), 2), ((3, 6, 5), 3), ((1, 8, 2, 3, 2), 8), ((2, 3), 1)]
+)
 def test_group_normalization_matches_reference_evaluator(rng_seed, dtype, stash_type, shape, groups):
     rng, seed = rng_seed
     inputs = norm_inputs(rng, shape, dtype, "bias")
@@ -123,7 +125,9 @@ def test_instance_normalization_matches_reference_evaluator(rng_seed, dtype, sha
     for epsilon in (1e-5, 0.1):
         expected = reference_evaluator("InstanceNormalization", inputs, {"epsilon": epsilon}, 6)
         actual = instance_normalization_ref(*inputs.values(), epsilon)
-        assert_close(expected, actual, dtype, f"InstanceNormalization {shape} eps={epsilon}, {seed_note(seed)}")
+        assert_close(
+            expected, actual, dtype, f"InstanceNormalization {shape} eps={epsilon}, {seed_note(seed)}"
+        )
 
 
 # ---------------------------------------------------------------------------
@@ -208,7 +212,9 @@ def test_skip_group_norm_ref(rng_seed, channels_last, skip_kind, with_bias, acti
         return np.ascontiguousarray(t.transpose(0, 2, 3, 1) if channels_last else t)
 
     skip = {"full": layout(skip_nchw), "nc": skip_nc, "n11c": skip_nc.reshape(n, 1, 1, c)}[skip_kind]
-    y, s = skip_group_norm_ref(layout(x_nchw), gamma, beta, skip, bias, groups, 1e-5, activation, channels_last, dtype)
+    y, s = skip_group_norm_ref(
+        layout(x_nchw), gamma, beta, skip, bias, groups, 1e-5, activation, channels_last, dtype
+    )
 
     s_nchw = x_nchw.astype(np.float64) + skip_nchw
     if with_bias:
@@ -217,7 +223,9 @@ def test_skip_group_norm_ref(rng_seed, channels_last, skip_kind, with_bias, acti
     y_nchw = group_normalization_ref(s_nchw, gamma, beta, groups, 1e-5)
     if activation:
         y_nchw = y_nchw / (1 + np.exp(-y_nchw))
-    context = f"{skip_kind} bias={with_bias} act={activation} channels_last={channels_last}, {seed_note(seed)}"
+    context = (
+        f"{skip_kind} bias={with_bias} act={activation} channels_last={channels_last}, {seed_note(seed)}"
+    )
     np.testing.assert_array_equal(s, layout(s_nchw).astype(np.float64), err_msg=context)
     np.testing.assert_allclose(y, layout(y_nchw), rtol=1e-12, atol=1e-12, err_msg=context)
 
@@ -227,8 +235,10 @@ def test_skip_group_norm_ref(rng_seed, channels_last, skip_kind, with_bias, acti
 
 
 def test_backend_node_case_names():
-    names = {prefix: [name for name, _, _ in backend_node_cases(prefix)] for prefix in
-             ("test_batchnorm", "test_group_normalization", "test_instancenorm")}
+    names = {
+        prefix: [name for name, _, _ in backend_node_cases(prefix)]
+        for prefix in ("test_batchnorm", "test_group_normalization", "test_instancenorm")
+    }
     assert names == {
         "test_batchnorm": [
             "test_batchnorm_example",

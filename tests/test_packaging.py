@@ -40,7 +40,9 @@ from oracles import (
 REPO = Path(__file__).resolve().parent.parent
 PROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
 # The one source of the version (pyproject.toml: dynamic, [tool.hatch.version]).
-VERSION = re.search(r'^__version__ = "([^"]+)"', (REPO / "generated" / "__init__.py").read_text(), re.M).group(1)
+VERSION = re.search(
+    r'^__version__ = "([^"]+)"', (REPO / "generated" / "__init__.py").read_text(), re.M
+).group(1)
 DIST = f"webgpu_norm_kernels-{VERSION}"
 SPDX = "# SPDX-License-Identifier: Apache-2.0"
 
@@ -72,7 +74,12 @@ def test_license_is_apache_2_0_everywhere():
             head = path.read_text().split('"""', 1)[0]
             spdx = SPDX.replace("#", "//") if path.suffix == ".wgsl" else SPDX
             assert spdx in head.splitlines(), path
-    assert (REPO / "generated" / "REPORT.md").read_text().rstrip().endswith("<!-- SPDX-License-Identifier: Apache-2.0 -->")
+    assert (
+        (REPO / "generated" / "REPORT.md")
+        .read_text()
+        .rstrip()
+        .endswith("<!-- SPDX-License-Identifier: Apache-2.0 -->")
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,7 +146,10 @@ def test_the_wheel_holds_one_namespaced_package_and_its_license(wheel):
     assert archive.read(f"{DIST}.dist-info/licenses/LICENSE") == (REPO / "LICENSE").read_bytes()
     _metadata(archive.read(f"{DIST}.dist-info/METADATA"))
     assert "Generator: hatchling " in archive.read(f"{DIST}.dist-info/WHEEL").decode()
-    assert "webgpu-norm-kernels = webgpu_norm_kernels.__main__:main" in archive.read(f"{DIST}.dist-info/entry_points.txt").decode()
+    assert (
+        "webgpu-norm-kernels = webgpu_norm_kernels.__main__:main"
+        in archive.read(f"{DIST}.dist-info/entry_points.txt").decode()
+    )
     # Reproducible: one fixed timestamp (SOURCE_DATE_EPOCH, else hatchling's), normalized permissions.
     assert len({info.date_time for info in archive.infolist()}) == 1
     assert {info.external_attr >> 16 & 0o777 for info in archive.infolist()} <= {0o644, 0o755}
@@ -174,8 +184,20 @@ def test_the_wheel_takes_every_file_of_generated_but_caches(tmp_path):
 
 
 SDIST_TOPS = {
-    "PKG-INFO", ".gitignore", "pyproject.toml", "README.md", "LICENSE", "codegen", "generated", "editable",
-    "manifests", "templates", "tests", "docs", "scripts", ".ci",
+    "PKG-INFO",
+    ".gitignore",
+    "pyproject.toml",
+    "README.md",
+    "LICENSE",
+    "codegen",
+    "generated",
+    "editable",
+    "manifests",
+    "templates",
+    "tests",
+    "docs",
+    "scripts",
+    ".ci",
 }
 
 
@@ -189,8 +211,15 @@ def test_the_sdist_has_the_sources_and_builds_the_same_wheel(wheel, tmp_path):
         pkg_info = archive.extractfile(f"{DIST}/PKG-INFO").read()
     assert {name.split("/")[1] for name in members} == SDIST_TOPS
     sources = [
-        "LICENSE", "pyproject.toml", "README.md", "codegen/__main__.py", "codegen/emit.py",
-        "generated/__init__.py", "editable/webgpu_norm_kernels/__main__.py", "scripts/bootstrap", ".ci/run",
+        "LICENSE",
+        "pyproject.toml",
+        "README.md",
+        "codegen/__main__.py",
+        "codegen/emit.py",
+        "generated/__init__.py",
+        "editable/webgpu_norm_kernels/__main__.py",
+        "scripts/bootstrap",
+        ".ci/run",
     ]
     for needed in sources:
         assert f"{DIST}/{needed}" in members, needed
@@ -259,10 +288,21 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
     environment = tmp_path / "venv"
     venv.EnvBuilder(with_pip=False, symlinks=True).create(environment)
     python = environment / "bin" / "python"
-    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip())
+    site = Path(
+        _run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"]).stdout.strip()
+    )
     _link_farm(tmp_path / "deps", [str(r) for r in PROJECT["dependencies"]])
     (site / "deps.pth").write_text(str(tmp_path / "deps") + "\n")
-    _pip("--python", str(python), "install", "--no-deps", "--no-index", "--no-compile", str(wheel), cwd=tmp_path)
+    _pip(
+        "--python",
+        str(python),
+        "install",
+        "--no-deps",
+        "--no-index",
+        "--no-compile",
+        str(wheel),
+        cwd=tmp_path,
+    )
 
     rng = np.random.default_rng(11)
     data = {
@@ -275,7 +315,9 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
     script = tmp_path / "run.py"
     script.write_text(RUN_EVERY_OP)
     # -I: no PYTHONPATH, no user site, not the script's folder: only the venv and its .pth files.
-    result = _run([str(python), "-I", str(script), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], cwd=tmp_path)
+    result = _run(
+        [str(python), "-I", str(script), str(tmp_path / "in.npz"), str(tmp_path / "out.npz")], cwd=tmp_path
+    )
     facts = json.loads(result.stdout.splitlines()[-1])
     assert Path(facts["file"]).is_relative_to(site / "webgpu_norm_kernels"), facts
     assert not facts["generated"] and not facts["codegen"], facts
@@ -284,13 +326,22 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
     out = np.load(tmp_path / "out.npz")
     c = [data[f"c{i}"] for i in range(4)]
     assert_close(out["bn"], batch_normalization_ref(data["x"], *c), np.float32, "wheel: BatchNormalization")
-    assert_close(out["gn"], group_normalization_ref(data["x"], c[0], c[1], 4), np.float32, "wheel: GroupNormalization")
-    assert_close(out["in"], instance_normalization_ref(data["x"], c[0], c[1]), np.float32, "wheel: InstanceNormalization")
+    assert_close(
+        out["gn"], group_normalization_ref(data["x"], c[0], c[1], 4), np.float32, "wheel: GroupNormalization"
+    )
+    assert_close(
+        out["in"],
+        instance_normalization_ref(data["x"], c[0], c[1]),
+        np.float32,
+        "wheel: InstanceNormalization",
+    )
     ref_y, ref_s = skip_group_norm_ref(data["xs"], c[0], c[1], data["skip"], c[2], 2, 1e-5, 1, 1, np.float32)
     assert_close(out["sgn_y"], ref_y, np.float32, "wheel: SkipGroupNorm Y")
     assert_close(out["sgn_s"], ref_s, np.float32, "wheel: SkipGroupNorm S")
     # The console script runs the package's __main__ (no command: usage, exit 2).
-    script_run = subprocess.run([str(environment / "bin" / "webgpu-norm-kernels")], capture_output=True, text=True, timeout=60)
+    script_run = subprocess.run(
+        [str(environment / "bin" / "webgpu-norm-kernels")], capture_output=True, text=True, timeout=60
+    )
     assert script_run.returncode == 2 and "usage: python -m webgpu_norm_kernels COMMAND" in script_run.stderr
 
 
@@ -312,7 +363,10 @@ def test_the_editable_install_imports_the_repository_packages(tmp_path):
     code = "import codegen.onnx_versions as v, importlib.util as u; print(v.__file__); print(u.find_spec('generated').origin)"
     result = _run([str(python), "-I", "-c", code], cwd=tmp_path)
     module, init = result.stdout.split()
-    assert Path(module) == REPO / "codegen" / "onnx_versions.py" and Path(init) == REPO / "generated" / "__init__.py"
+    assert (
+        Path(module) == REPO / "codegen" / "onnx_versions.py"
+        and Path(init) == REPO / "generated" / "__init__.py"
+    )
     # The wheel's name is only the editable/ stand-in, for the command: none of the kernels.
     code = "import webgpu_norm_kernels as k; print(k.__file__, hasattr(k, 'ops'))"
     assert _run([str(python), "-I", "-c", code], cwd=tmp_path).stdout.split() == [

@@ -61,7 +61,9 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
             if kept_values_differ(plans[0].passes, plans[1].passes, kept_constants(package, variant)):
                 # The manifest keeps some request-dependent values as overrides (measured to pay),
                 # and they differ: a new shape may create this variant's pipelines, one a pass at most.
-                assert created <= len(plan.passes), f"{context}: {created} pipelines for {len(plan.passes)} passes"
+                assert created <= len(
+                    plan.passes
+                ), f"{context}: {created} pipelines for {len(plan.passes)} passes"
             else:
                 assert created == 0, f"{context}: the second shape created a pipeline"
         check(inputs, attrs, result, context)
@@ -71,7 +73,9 @@ def run_two_shapes(package, variant, cases, make_inputs, check, dtype, rng, seed
         if kept_values_differ([a], [b], kept):
             assert a.overrides.keys() == b.overrides.keys(), a.name
             continue
-        assert pipeline_key(a) == pipeline_key(b), f"{variant} {a.name}: overrides {a.overrides} != {b.overrides}"
+        assert pipeline_key(a) == pipeline_key(
+            b
+        ), f"{variant} {a.name}: overrides {a.overrides} != {b.overrides}"
         assert a.uniforms != b.uniforms, f"{variant} {a.name}: the shapes were meant to differ in Params"
 
 
@@ -110,7 +114,9 @@ def bn_inputs(rng, shape, attrs, dtype):
 
 def bn_check(inputs, attrs, result, context):
     i = inputs
-    expected = batch_normalization_ref(i["x"], i["scale"], i["b"], i["inputMean"], i["inputVar"], attrs["epsilon"])
+    expected = batch_normalization_ref(
+        i["x"], i["scale"], i["b"], i["inputMean"], i["inputVar"], attrs["epsilon"]
+    )
     assert_close(result["y"], expected, i["x"].dtype, context)
 
 
@@ -132,7 +138,9 @@ BN_HALVES8_CASES = [
 def test_batch_normalization_halves8_second_shape_reuses_pipelines(variant, first, second, request):
     rng, seed = rng_for(request.node.name)
     cases = [(first, {"epsilon": 1e-5}), (second, {"epsilon": 1e-3})]
-    run_two_shapes(bn, variant, cases, bn_inputs, bn_check, np.float16, rng, seed, caps=F16, type_keys={"T": "x"})
+    run_two_shapes(
+        bn, variant, cases, bn_inputs, bn_check, np.float16, rng, seed, caps=F16, type_keys={"T": "x"}
+    )
 
 
 # --- GroupNormalization ---------------------------------------------------------------------------
@@ -172,14 +180,28 @@ def gn_check(inputs, attrs, result, context):
 
 
 @DTYPES
-@pytest.mark.parametrize("variant,tunables,caps,stash", GN_CASES, ids=[f"{c[0]}-{len(c[2])}" for c in GN_CASES])
+@pytest.mark.parametrize(
+    "variant,tunables,caps,stash", GN_CASES, ids=[f"{c[0]}-{len(c[2])}" for c in GN_CASES]
+)
 def test_group_normalization_second_shape_reuses_pipelines(variant, tunables, caps, stash, dtype, request):
     rng, seed = rng_for(request.node.name)
     cases = [
         ((2, 6, 8, 20), {"num_groups": 3, "stash_type": stash, "epsilon": 1e-5}),
         ((3, 8, 6, 18), {"num_groups": 2, "stash_type": stash, "epsilon": 1e-5}),
     ]
-    run_two_shapes(gn, variant, cases, gn_inputs, gn_check, dtype, rng, seed, caps=caps, tunables=tunables, type_keys={"T": "x"})
+    run_two_shapes(
+        gn,
+        variant,
+        cases,
+        gn_inputs,
+        gn_check,
+        dtype,
+        rng,
+        seed,
+        caps=caps,
+        tunables=tunables,
+        type_keys={"T": "x"},
+    )
 
 
 SUBGROUPS = {"features": ["shader-f16", "subgroups"]}
@@ -198,8 +220,17 @@ def test_group_row_registers_second_shape_reuses_pipelines(dtype, request):
         ((3, 8, 8, 11), {"num_groups": 2, "stash_type": 1, "epsilon": 1e-3}),
     ]
     run_two_shapes(
-        gn, "group_row_registers", cases, gn_inputs, gn_check, dtype, rng, seed,
-        caps=SUBGROUPS, tunables=REGISTER_TUNABLES, type_keys={"T": "x"},
+        gn,
+        "group_row_registers",
+        cases,
+        gn_inputs,
+        gn_check,
+        dtype,
+        rng,
+        seed,
+        caps=SUBGROUPS,
+        tunables=REGISTER_TUNABLES,
+        type_keys={"T": "x"},
     )
 
 
@@ -207,7 +238,12 @@ def test_group_row_registers_second_shape_reuses_pipelines(dtype, request):
 # (f16: spatial % 8 == 0) whose rows are again whole chunks (the wholeChunks specialization)
 # differs only in Params: first (2, 6, 8, 24) with 3 groups (384 values a row: 6 f32 / 3 f16
 # chunks of 8 x 2 units), then (3, 8, 8, 16) with 2 groups (512 values: 8 / 4 chunks).
-CHUNK_TUNABLES = {"SPLIT_STATS_MIN_HIDDEN": 1, "CHUNK_WORKGROUP_SIZE": 8, "CHUNK_UNITS_F32": 2, "CHUNK_UNITS_F16": 2}
+CHUNK_TUNABLES = {
+    "SPLIT_STATS_MIN_HIDDEN": 1,
+    "CHUNK_WORKGROUP_SIZE": 8,
+    "CHUNK_UNITS_F32": 2,
+    "CHUNK_UNITS_F16": 2,
+}
 
 
 @DTYPES
@@ -218,8 +254,17 @@ def test_group_splitk_registers_second_shape_reuses_pipelines(dtype, request):
         ((3, 8, 8, 16), {"num_groups": 2, "stash_type": 1, "epsilon": 1e-3}),
     ]
     run_two_shapes(
-        gn, "group_splitk_registers", cases, gn_inputs, gn_check, dtype, rng, seed,
-        caps=F16, tunables=CHUNK_TUNABLES, type_keys={"T": "x"},
+        gn,
+        "group_splitk_registers",
+        cases,
+        gn_inputs,
+        gn_check,
+        dtype,
+        rng,
+        seed,
+        caps=F16,
+        tunables=CHUNK_TUNABLES,
+        type_keys={"T": "x"},
     )
 
 
@@ -229,18 +274,36 @@ SPLIT_IN = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 16}
 IN_CASES = [
     ("plane_subgroup_vec4", (2, 3, 8, 12), (3, 5, 4, 28), {}, SUBGROUP_ID),
     ("plane_subgroup_vec4", (2, 3, 8, 12), (3, 5, 4, 28), {}, F16),
-    ("plane_subgroup_vec4_scalar_io", (2, 3, 8, 16), (1, 4, 4, 28), {}, {**SUBGROUP_ID, "adapterInfo": {"subgroupMinSize": 32, "subgroupMaxSize": 32}}),
+    (
+        "plane_subgroup_vec4_scalar_io",
+        (2, 3, 8, 16),
+        (1, 4, 4, 28),
+        {},
+        {**SUBGROUP_ID, "adapterInfo": {"subgroupMinSize": 32, "subgroupMaxSize": 32}},
+    ),
     ("plane_subgroup", (2, 3, 7, 9), (3, 2, 5, 11), {}, F16),
     ("plane_splitk_vec4", (2, 3, 8, 12), (3, 5, 4, 28), SPLIT_IN, SUBGROUP_ID),
     ("plane_splitk", (2, 3, 7, 9), (3, 2, 5, 11), SPLIT_IN, F16),
-    ("plane_batched_vec4", (2, 9, 16), (4, 5, 24), {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}, F16),
+    (
+        "plane_batched_vec4",
+        (2, 9, 16),
+        (4, 5, 24),
+        {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1},
+        F16,
+    ),
     # 320 then 352 values a plane (80 / 88 f32 units, 40 / 44 f16 units) on 32 invocations: the
     # same unit bucket (3 f32 units, 2 f16 units an invocation), fill ("last"), split and
     # workgroup, other N and C.
     ("plane_row_registers", (2, 3, 8, 40), (3, 5, 8, 44), {"REGISTER_SINGLE_WORKGROUP_SIZE": 32}, SUBGROUPS),
     # 384 then 512 values a plane in chunks of 8 x 2 units: 6 then 8 chunks (f32), 3 and 4 (f16),
     # whole chunks both times; the chunk geometry comes from tunables, so only the uniforms differ.
-    ("plane_splitk_registers", (2, 3, 8, 48), (3, 5, 16, 32), {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 8, "CHUNK_UNITS_F32": 2, "CHUNK_UNITS_F16": 2}, F16),
+    (
+        "plane_splitk_registers",
+        (2, 3, 8, 48),
+        (3, 5, 16, 32),
+        {"SPLIT_STATS_MIN_SPATIAL": 1, "CHUNK_WORKGROUP_SIZE": 8, "CHUNK_UNITS_F32": 2, "CHUNK_UNITS_F16": 2},
+        F16,
+    ),
 ]
 
 
@@ -259,18 +322,38 @@ def in_check(inputs, attrs, result, context):
 
 
 @DTYPES
-@pytest.mark.parametrize("variant,first,second,tunables,caps", IN_CASES, ids=[f"{c[0]}-{len(c[4])}" for c in IN_CASES])
-def test_instance_normalization_second_shape_reuses_pipelines(variant, first, second, tunables, caps, dtype, request):
+@pytest.mark.parametrize(
+    "variant,first,second,tunables,caps", IN_CASES, ids=[f"{c[0]}-{len(c[4])}" for c in IN_CASES]
+)
+def test_instance_normalization_second_shape_reuses_pipelines(
+    variant, first, second, tunables, caps, dtype, request
+):
     if variant == "plane_subgroup_vec4_scalar_io" and dtype == np.float16:
         pytest.skip("f32 only")
     rng, seed = rng_for(request.node.name)
     cases = [(first, {"epsilon": 1e-5}), (second, {"epsilon": 1e-5})]
-    run_two_shapes(inn, variant, cases, in_inputs, in_check, dtype, rng, seed, caps=caps, tunables=tunables, type_keys={"T": "input"})
+    run_two_shapes(
+        inn,
+        variant,
+        cases,
+        in_inputs,
+        in_check,
+        dtype,
+        rng,
+        seed,
+        caps=caps,
+        tunables=tunables,
+        type_keys={"T": "input"},
+    )
 
 
 # --- com.microsoft SkipGroupNorm ------------------------------------------------------------------
 
-SGN_FLAVOURS = tuple(f"{family}_{member}" for family in ("split", "fused") for member in ("bias_sum", "bias_plain", "sum", "plain"))  # a variant with and without a bias and S
+SGN_FLAVOURS = tuple(
+    f"{family}_{member}"
+    for family in ("split", "fused")
+    for member in ("bias_sum", "bias_plain", "sum", "plain")
+)  # a variant with and without a bias and S
 
 
 def sgn_inputs(rng, shape, attrs, dtype):
@@ -303,9 +386,11 @@ def test_skip_group_norm_second_shape_reuses_pipelines(flavour, dtype, request):
         ((2, 4, 5, 16), {"groups": 4, "activation": 0, "epsilon": 1e-5, "_bias": bias}),
         # The same power-of-two workgroups: fused (rowVectors 20 and 18 -> 32 lanes); split (8 slab
         # lanes, 10 and 15 slabs -> a 16-lane combine).
-        ((1, 3, 6, 8), {"groups": 2, "activation": 1, "epsilon": 1e-5, "_bias": bias})
-        if variant.startswith("fused")
-        else ((1, 3, 5, 24), {"groups": 6, "activation": 1, "epsilon": 1e-5, "_bias": bias}),
+        (
+            ((1, 3, 6, 8), {"groups": 2, "activation": 1, "epsilon": 1e-5, "_bias": bias})
+            if variant.startswith("fused")
+            else ((1, 3, 5, 24), {"groups": 6, "activation": 1, "epsilon": 1e-5, "_bias": bias})
+        ),
     ]
     outputs = ("Y", "S") if flavour.endswith("sum") else ("Y",)
 
@@ -314,8 +399,18 @@ def test_skip_group_norm_second_shape_reuses_pipelines(flavour, dtype, request):
         return inputs
 
     run_two_shapes(
-        sgn, variant, cases, make_inputs, sgn_check, dtype, rng, seed, caps=F16, outputs=outputs,
-        tunables={"WORKGROUP_SIZE": 8, "SLAB_VALUES": 16}, type_keys={"T": "X", "M": "gamma"},
+        sgn,
+        variant,
+        cases,
+        make_inputs,
+        sgn_check,
+        dtype,
+        rng,
+        seed,
+        caps=F16,
+        outputs=outputs,
+        tunables={"WORKGROUP_SIZE": 8, "SLAB_VALUES": 16},
+        type_keys={"T": "X", "M": "gamma"},
     )
 
 
@@ -353,14 +448,21 @@ def test_fifty_shapes_share_a_handful_of_pipelines(package, variant, attrs, caps
         elif package is inn:
             shapes = {"input": x["shape"], "scale": (c,), "b": (c,)}
         else:
-            shapes = {"x": x["shape"], **{k: per_channel["shape"] for k in ("scale", "b", "inputMean", "inputVar")}}
-        plan = package.plan(shapes, {"T": "float32"}, attrs=attrs(x), caps=caps, tunables=tunables, variant=variant)
+            shapes = {
+                "x": x["shape"],
+                **{k: per_channel["shape"] for k in ("scale", "b", "inputMean", "inputVar")},
+            }
+        plan = package.plan(
+            shapes, {"T": "float32"}, attrs=attrs(x), caps=caps, tunables=tunables, variant=variant
+        )
         for p in plan.passes:
             keys.add((p.name, pipeline_key(p)))
             sizes.add((p.name, p.workgroup_size))
             assert not set(p.overrides) & set(p.uniforms), p.name
     # Only the workgroup size (a power of two up to a tunable, for the row variants) may differ.
-    assert len(keys) == len(sizes) <= 12, f"{variant}: {len(keys)} pipeline keys for 50 shapes ({seed_note(seed)})"
+    assert (
+        len(keys) == len(sizes) <= 12
+    ), f"{variant}: {len(keys)} pipeline keys for 50 shapes ({seed_note(seed)})"
 
 
 def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucket(request):
@@ -374,7 +476,13 @@ def test_group_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
         for n, c, h, w in random_nchw(rng, 50, 8):
             shapes = {"x": (n, c, h, w), "scale": (c,), "bias": (c,)}
             for dtype in ("float32", "float16"):
-                yield shapes, dtype, gn.plan(shapes, {"T": dtype}, attrs={"num_groups": 2}, caps=SUBGROUPS, variant="group_row_registers")
+                yield shapes, dtype, gn.plan(
+                    shapes,
+                    {"T": dtype},
+                    attrs={"num_groups": 2},
+                    caps=SUBGROUPS,
+                    variant="group_row_registers",
+                )
 
     assert_one_pipeline_per_workgroup_and_bucket(plans(), seed)
 
@@ -390,7 +498,9 @@ def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
             spatial = 8 * int(rng.integers(1, 2501))
             shapes = {"input": (n, c, spatial), "scale": (c,), "b": (c,)}
             for dtype in ("float32", "float16"):
-                yield shapes, dtype, inn.plan(shapes, {"T": dtype}, caps=SUBGROUPS, variant="plane_row_registers")
+                yield shapes, dtype, inn.plan(
+                    shapes, {"T": dtype}, caps=SUBGROUPS, variant="plane_row_registers"
+                )
 
     assert_one_pipeline_per_workgroup_and_bucket(plans(), seed)
 
@@ -419,12 +529,18 @@ def assert_one_pipeline_per_workgroup_and_bucket(plans, seed):
         (p,) = plan.passes
         keys.add(pipeline_key(p))
         fill = bucket_fill(p)
-        assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (shapes, dtype, p.spec)
+        assert fill == expected_fill(p.uniforms["rowUnits"], p.workgroup_size, int(held_units(p))), (
+            shapes,
+            dtype,
+            p.spec,
+        )
         kinds.add((dtype, p.workgroup_size, held_units(p), fill, p.overrides["split"]))
         assert not set(p.overrides) & set(p.uniforms), p.name
         # A workgroup below the cap (256 under WebGPU's default limits) covers its row at once.
         assert p.workgroup_size == 256 or held_units(p) == "1", (shapes, p.workgroup_size, held_units(p))
-    assert len(keys) == len(kinds), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket, fill, split) ({seed_note(seed)})"
+    assert len(keys) == len(
+        kinds
+    ), f"{len(keys)} pipeline keys for {len(kinds)} (dtype, workgroup, bucket, fill, split) ({seed_note(seed)})"
 
 
 # --- the compiler's choice, for every shader ------------------------------------------------------
@@ -448,13 +564,17 @@ def test_no_request_dependent_override_except_array_and_workgroup_sizes():
             for uniform in item.scope_uniforms:
                 assert uniform.value.request_dependent, uniform.name
             for spec in item.specializations:
-                sizes = {spec.interface.workgroup_size} | {f for _, factors in spec.interface.workgroup_arrays for f in factors}
+                sizes = {spec.interface.workgroup_size} | {
+                    f for _, factors in spec.interface.workgroup_arrays for f in factors
+                }
                 kept = {n for n, _ in op.pipeline_constants + item.variant.ir.pipeline_constants}
                 for name, _ in spec.interface.overrides:
                     value = values.get(name)
                     shape_dependent = value is not None and value.request_dependent
                     allowed = name in sizes or name in kept  # kept: the manifest's measured pipelineConstants
-                    assert not shape_dependent or allowed, f"{op.name} {item.variant.ir.id}.{item.pass_.ir.id}: {name}"
+                    assert (
+                        not shape_dependent or allowed
+                    ), f"{op.name} {item.variant.ir.id}.{item.pass_.ir.id}: {name}"
                     checked += 1
                 assert f"params.{spec.interface.workgroup_size}" not in spec.wgsl
     assert checked > 100

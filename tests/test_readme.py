@@ -21,7 +21,12 @@ def test_every_python_block_of_the_readme_runs():
     assert len(blocks) >= 2
     env = dict(os.environ, WGPU_BACKEND_TYPE=os.environ.get("WGPU_BACKEND_TYPE", "Vulkan"))
     result = subprocess.run(
-        [sys.executable, "-c", RUNNER, *blocks], cwd=REPO, env=env, capture_output=True, text=True, timeout=120
+        [sys.executable, "-c", RUNNER, *blocks],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "(2, 16, 8, 8) True" in result.stdout

@@ -301,7 +301,9 @@ def test_device_caps(device):
     caps = rt.device_caps(device)
     assert rt.caps_of(None, device) is caps  # cached per device
     assert set(caps.limits) == set(rt.WEBGPU_DEFAULT_LIMITS)
-    assert caps.limits["maxComputeWorkgroupStorageSize"] == device.limits["max-compute-workgroup-storage-size"]
+    assert (
+        caps.limits["maxComputeWorkgroupStorageSize"] == device.limits["max-compute-workgroup-storage-size"]
+    )
     assert caps.limits["maxTextureDimension1D"] == device.limits["max-texture-dimension-1d"]
     # wgpu-native's "subgroup" is WebGPU's "subgroups"; lavapipe and NVIDIA both have it.
     assert "subgroup" in device.features
@@ -342,7 +344,9 @@ def candidate(id, priority, order, *, when=None, demoted=False, features=()):
 
 def request(features=()):
     caps = rt.Caps.from_mapping({"features": features})
-    return rt.Request(shapes={"x": (2, 3)}, dtypes={"T": "f32"}, attrs={"epsilon": 1e-5}, tunables={}, caps=caps)
+    return rt.Request(
+        shapes={"x": (2, 3)}, dtypes={"T": "f32"}, attrs={"epsilon": 1e-5}, tunables={}, caps=caps
+    )
 
 
 def test_select_takes_the_first_passing_candidate():
@@ -384,10 +388,15 @@ def test_select_requires_features():
     assert rt.select("Op", (a, b), request(), None)[0] is b
     chosen, explanation = rt.select("Op", (a, b), request(["subgroups"]), None)
     assert chosen is a
-    assert rt.select("Op", (a, b), request(), None)[1][0] == "a (priority 10): rejected: needs device feature subgroups (the device has: none)"
+    assert (
+        rt.select("Op", (a, b), request(), None)[1][0]
+        == "a (priority 10): rejected: needs device feature subgroups (the device has: none)"
+    )
 
 
-@pytest.mark.parametrize("error", [ZeroDivisionError("division by zero"), IndexError("no dim 3"), KeyError("k")])
+@pytest.mark.parametrize(
+    "error", [ZeroDivisionError("division by zero"), IndexError("no dim 3"), KeyError("k")]
+)
 def test_select_rejects_a_candidate_whose_when_raises(error):
     def when(request, derived):
         raise error
@@ -396,7 +405,9 @@ def test_select_rejects_a_candidate_whose_when_raises(error):
     b = candidate("b", 0, 1)
     chosen, explanation = rt.select("Op", (a, b), request(), None)
     assert chosen is b
-    assert explanation[0].startswith("a (priority 10): rejected: when could not be evaluated: " + type(error).__name__)
+    assert explanation[0].startswith(
+        "a (priority 10): rejected: when could not be evaluated: " + type(error).__name__
+    )
 
 
 def test_select_does_not_swallow_bugs():
@@ -473,7 +484,9 @@ fn main(@builtin(global_invocation_id) g: vec3<u32>) {{
 """
 
 
-def scale_pass(name, n, src, dst, scale, offset=0.0, src_kind="input", dst_kind="output", src_key="x", dst_key="y"):
+def scale_pass(
+    name, n, src, dst, scale, offset=0.0, src_kind="input", dst_kind="output", src_key="x", dst_key="y"
+):
     wg = 64
     enable = "enable f16;" if "f16" in (src, dst) else ""
     return make_pass(
@@ -598,7 +611,8 @@ def test_bad_tunable_values_are_refused_by_name_before_any_gpu_work(value):
 
     shapes = {"x": (1, 128, 64, 64), "scale": (128,), "bias": (128,)}
     with pytest.raises(
-        ContractError, match=r"GroupNormalization-21: tunable STATS_VALUES_PER_SPLIT: .*a whole number from 1 to 2\*\*31 - 1"
+        ContractError,
+        match=r"GroupNormalization-21: tunable STATS_VALUES_PER_SPLIT: .*a whole number from 1 to 2\*\*31 - 1",
     ):
         gn.plan(
             shapes, {"T": "float32"}, attrs={"num_groups": 32}, tunables={"STATS_VALUES_PER_SPLIT": value}
@@ -616,7 +630,9 @@ def test_whole_number_tunables_are_accepted_as_ints_or_whole_floats():
     assert sgn.plan(shapes, dtypes, attrs=attrs, tunables={"SPLIT_MAX_ROWS": 1}).variant == "fused"
     as_ints = {"SPLIT_MIN_GROUP_VALUES": 1, "MAX_SLABS": 8, "SLAB_VALUES": 16}
     with_ints = sgn.plan(shapes, dtypes, attrs=attrs, tunables=as_ints)
-    with_floats = sgn.plan(shapes, dtypes, attrs=attrs, tunables={k: np.float32(v) for k, v in as_ints.items()})
+    with_floats = sgn.plan(
+        shapes, dtypes, attrs=attrs, tunables={k: np.float32(v) for k, v in as_ints.items()}
+    )
     assert with_ints.variant == with_floats.variant == "split"
     assert [p.dispatch for p in with_floats.passes] == [p.dispatch for p in with_ints.passes]
     assert [p.overrides for p in with_floats.passes] == [p.overrides for p in with_ints.passes]

@@ -184,7 +184,11 @@ def test_cases_reach_every_split_geometry():
         stats, combine, _ = p.passes
         # Shape values are uniforms (one pipeline for many shapes); the vector width is the
         # specialization's constant in the slab shader and a uniform of the combine.
-        o = {**stats.overrides, **stats.uniforms, "vectorWidth": {**combine.overrides, **combine.uniforms}["vectorWidth"]}
+        o = {
+            **stats.overrides,
+            **stats.uniforms,
+            "vectorWidth": {**combine.overrides, **combine.uniforms}["vectorWidth"],
+        }
         nhwc = "NHWC" if o["layoutChannelsLast"] else "NCHW"
         seen.add(f"{nhwc} vec{o['vectorWidth']}")
         seen.add(f"{nhwc} slabs > 1" if o["slabCount"] > 1 else f"{nhwc} one slab")
@@ -296,9 +300,7 @@ def f16(values, shape=None):
     return array.reshape(shape) if shape is not None else array
 
 
-@pytest.mark.parametrize(
-    "variant", [None, "split", "fused"], ids=["natural", "split", "fused"]
-)
+@pytest.mark.parametrize("variant", [None, "split", "fused"], ids=["natural", "split", "fused"])
 @pytest.mark.parametrize("channels_last", [None, 1], ids=["channels_last-absent", "channels_last-1"])
 def test_onnxruntime_vectors_with_bias(channels_last, variant):
     """SkipGroupNorm_with_bias. ONNX Runtime checks within 0.02; we hold docs/TESTING.md's float16 tolerance on Y and
@@ -330,7 +332,8 @@ def test_onnxruntime_vectors_with_bias(channels_last, variant):
 @pytest.mark.parametrize("family", FAMILIES)
 def test_onnxruntime_vectors_no_bias_broadcast_skip(family, skip_shape, outputs):
     """SkipGroupNorm_no_bias_broadcast_skip: H = W = 1, so a (1, 1, 1, 64) skip has X's shape (the exact
-    route) while (1, 64) broadcasts; both give ONNX Runtime's Y (docs/TESTING.md float16 tolerance) and S (one ulp)."""
+    route) while (1, 64) broadcasts; both give ONNX Runtime's Y (docs/TESTING.md float16 tolerance) and S (one ulp).
+    """
     shape = ort.NO_BIAS_SHAPE
     inputs = {
         "X": f16(ort.NO_BIAS_X, shape),
@@ -457,9 +460,7 @@ def test_data_far_from_zero(family, channels_last, dtype, request):
         for key in ("X", "skip", "bias"):
             inputs[key] = (np.round(inputs[key].astype(np.float64) * 4096) / 4096).astype(np.float32)
     attrs = {"groups": 4, "activation": 0, "channels_last": channels_last}
-    result = run_poisoned(
-        inputs, attrs, ("Y", "S"), variant=family, tunables={"SLAB_VALUES": 64}
-    )
+    result = run_poisoned(inputs, attrs, ("Y", "S"), variant=family, tunables={"SLAB_VALUES": 64})
     check(result, inputs, attrs, f"far from zero {family} {seed_note(seed)}")
 
 
@@ -704,7 +705,9 @@ def test_requests_the_variants_cannot_serve_are_refused():
         sgn.plan(shapes, dtypes, attrs=ATTRS, outputs=("Y", "Z"))
     with pytest.raises(ContractError, match="does not apply: needs device feature subgroups"):
         sgn.plan(shapes, dtypes, attrs=ATTRS, outputs=("Y", "S"), variant="registers", caps={"features": []})
-    with pytest.raises(ContractError, match="unknown variant 'split_bias_sum'; known: registers, fused, split"):
+    with pytest.raises(
+        ContractError, match="unknown variant 'split_bias_sum'; known: registers, fused, split"
+    ):
         sgn.plan(shapes, dtypes, attrs=ATTRS, variant="split_bias_sum")  # a flavour is not a variant
     with pytest.raises(ContractError, match="required input"):
         sgn.plan({k: v for k, v in shapes.items() if k != "skip"}, dtypes, attrs=ATTRS)
@@ -739,7 +742,10 @@ def test_selection_rule():
 REGISTER_MEMBERS = ("bias_sum", "bias_plain", "sum", "plain")
 SUBGROUP_CAPS = {"features": ["shader-f16", "subgroups"]}
 # The H200's facts as wgpu reports them: subgroups, 1024 invocations a workgroup.
-H200_CAPS = {**SUBGROUP_CAPS, "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024}}
+H200_CAPS = {
+    **SUBGROUP_CAPS,
+    "limits": {"maxComputeInvocationsPerWorkgroup": 1024, "maxComputeWorkgroupSizeX": 1024},
+}
 SMALL_TARGET = {"REGISTER_SINGLE_WORKGROUP_SIZE": 1, "REGISTER_MIN_POSITION_LANES": 1}
 
 # (X shape NHWC, groups, tunables, (workgroup, split, UNITS) for f32 T, the same for f16 T). A unit
@@ -748,11 +754,46 @@ SMALL_TARGET = {"REGISTER_SINGLE_WORKGROUP_SIZE": 1, "REGISTER_MIN_POSITION_LANE
 # the words of one unit.
 REGISTER_CASES = [
     ((2, 5, 6, 40), 4, {}, (160, 1, "4"), (160, 1, "8")),  # cpg 10: 30 positions on 32 lanes, spare units
-    ((1, 10, 10, 20), 1, {"REGISTER_SINGLE_WORKGROUP_SIZE": 40, "REGISTER_MIN_POSITION_LANES": 8}, (40, 1, "16"), (40, 1, "16")),  # tail: 100 = 12 x 8 + 4
-    ((2, 3, 4, 20), 2, SMALL_TARGET, (5, 1, "12"), (5, 1, "16")),  # 5 invocations: partial subgroups, one-by-one sums
-    ((1, 16, 16, 64), 2, {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_WORKGROUP_SIZE": 64}, (256, 2, "8"), (128, 2, "8")),  # two workgroups a row
-    ((2, 6, 10, 24), 3, {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_SPLIT": 3, "REGISTER_WORKGROUP_SIZE": 16, "REGISTER_MIN_POSITION_LANES": 4}, (16, 3, "8"), (16, 3, "4")),  # shares 3 + 3 + 2
-    ((1, 16, 24, 10), 1, {**SMALL_TARGET, "REGISTER_MAX_UNITS": 24}, (40, 1, "48"), (20, 1, "96")),  # the largest bucket
+    (
+        (1, 10, 10, 20),
+        1,
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 40, "REGISTER_MIN_POSITION_LANES": 8},
+        (40, 1, "16"),
+        (40, 1, "16"),
+    ),  # tail: 100 = 12 x 8 + 4
+    (
+        (2, 3, 4, 20),
+        2,
+        SMALL_TARGET,
+        (5, 1, "12"),
+        (5, 1, "16"),
+    ),  # 5 invocations: partial subgroups, one-by-one sums
+    (
+        (1, 16, 16, 64),
+        2,
+        {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_WORKGROUP_SIZE": 64},
+        (256, 2, "8"),
+        (128, 2, "8"),
+    ),  # two workgroups a row
+    (
+        (2, 6, 10, 24),
+        3,
+        {
+            "REGISTER_SPLIT_MIN_VALUES": 1,
+            "REGISTER_SPLIT": 3,
+            "REGISTER_WORKGROUP_SIZE": 16,
+            "REGISTER_MIN_POSITION_LANES": 4,
+        },
+        (16, 3, "8"),
+        (16, 3, "4"),
+    ),  # shares 3 + 3 + 2
+    (
+        (1, 16, 24, 10),
+        1,
+        {**SMALL_TARGET, "REGISTER_MAX_UNITS": 24},
+        (40, 1, "48"),
+        (20, 1, "96"),
+    ),  # the largest bucket
     ((2, 4, 4, 12), 6, {}, (16, 1, "4"), (16, 1, "8")),  # 2 channels a group
     ((1, 3, 5, 48), 1, {}, (192, 1, "2"), (96, 1, "2")),  # one group of 48 channels
 ]
@@ -766,7 +807,12 @@ def held_units(pass_plan):
 
 def register_shapes(shape, member, skip_form):
     c = shape[3]
-    shapes = {"X": shape, "gamma": (c,), "beta": (c,), "skip": shape if skip_form == "full" else (shape[0], c)}
+    shapes = {
+        "X": shape,
+        "gamma": (c,),
+        "beta": (c,),
+        "skip": shape if skip_form == "full" else (shape[0], c),
+    }
     if member.startswith("bias"):
         shapes["bias"] = (c,)
     return shapes
@@ -785,12 +831,22 @@ def test_register_cases_meet_exact_and_partial_rows():
         for t in ("float32", "float16"):
             shapes = register_shapes(shape, "bias_sum", "full")
             attrs = {"groups": groups, "activation": 0}
-            p = sgn.plan(shapes, {"T": t, "M": "float32"}, attrs=attrs, outputs=("Y", "S"), tunables=tunables, variant="registers", caps=SUBGROUP_CAPS)
+            p = sgn.plan(
+                shapes,
+                {"T": t, "M": "float32"},
+                attrs=attrs,
+                outputs=("Y", "S"),
+                tunables=tunables,
+                variant="registers",
+                caps=SUBGROUP_CAPS,
+            )
             (main,) = p.passes
             exact = shape[1] * shape[2] == int(held_units(main)) * main.values["positionLanes"]
             assert ("exact-row" in main.spec.split(".")[1]) == exact, (shape, t, main.spec)
             seen.add((exact, t, main.overrides["split"]))
-    assert {(e, t) for e, t, _ in seen} == {(e, t) for e in (True, False) for t in ("float32", "float16")}, seen
+    assert {(e, t) for e, t, _ in seen} == {
+        (e, t) for e in (True, False) for t in ("float32", "float16")
+    }, seen
     assert (True, "float16", 2) in seen and (True, "float32", 2) in seen, seen
 
 
@@ -798,7 +854,9 @@ def test_register_cases_meet_exact_and_partial_rows():
 @pytest.mark.parametrize("member", REGISTER_MEMBERS)
 @pytest.mark.parametrize("t", ["float32", "float16"])
 @pytest.mark.parametrize("shape,groups,tunables,f32_geometry,f16_geometry", REGISTER_CASES, ids=REGISTER_IDS)
-def test_registers_against_float64_reference(shape, groups, tunables, f32_geometry, f16_geometry, t, member, skip_form, request):
+def test_registers_against_float64_reference(
+    shape, groups, tunables, f32_geometry, f16_geometry, t, member, skip_form, request
+):
     """Every member, both skip forms, f32 and f16 T (M drawn from both): tails of positions, spare
     bucket units, idle position lanes, 1-3 workgroups a row, a workgroup that is not a multiple of
     the subgroup width (one-by-one sums), the largest bucket; data away from zero."""
@@ -806,16 +864,33 @@ def test_registers_against_float64_reference(shape, groups, tunables, f32_geomet
     m = str(rng.choice(["float32", "float16"]))
     shapes = register_shapes(shape, member, skip_form)
     inputs = random_inputs(rng, shapes, t, m, offset=rng.uniform(-3, 3))
-    attrs = {"groups": groups, "activation": int(rng.integers(0, 2)), "epsilon": float(rng.choice([1e-5, 1e-3]))}
+    attrs = {
+        "groups": groups,
+        "activation": int(rng.integers(0, 2)),
+        "epsilon": float(rng.choice([1e-5, 1e-3])),
+    }
     outputs = register_outputs(member)
     variant = "registers"
-    p = sgn.plan(shapes, {"T": t, "M": m}, attrs=attrs, outputs=outputs, tunables=tunables, variant=variant, caps=SUBGROUP_CAPS)
+    p = sgn.plan(
+        shapes,
+        {"T": t, "M": m},
+        attrs=attrs,
+        outputs=outputs,
+        tunables=tunables,
+        variant=variant,
+        caps=SUBGROUP_CAPS,
+    )
     (main,) = p.passes
     workgroup, split, units = f32_geometry if t == "float32" else f16_geometry
     assert (main.workgroup_size, main.values["split"], held_units(main)) == (workgroup, split, units)
     assert main.dispatch == (shape[0] * groups * split, 1, 1) and main.uses_subgroups
     result = run_poisoned(inputs, attrs, outputs, tunables=tunables, variant=variant)
-    check(result, inputs, attrs, f"{variant} {shape} g{groups} skip {skip_form} T={t} M={m} {tunables} {seed_note(seed)}")
+    check(
+        result,
+        inputs,
+        attrs,
+        f"{variant} {shape} g{groups} skip {skip_form} T={t} M={m} {tunables} {seed_note(seed)}",
+    )
 
 
 @pytest.mark.parametrize("t", ["float32", "float16"])
@@ -828,8 +903,21 @@ def test_registers_every_split_gives_the_bits_of_one_workgroup(t, request):
     attrs = {"groups": 4, "activation": 1}
     runs = []
     for split in (1, 2, 3):
-        tunables = {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_SPLIT": split, "REGISTER_WORKGROUP_SIZE": 64, "REGISTER_SINGLE_WORKGROUP_SIZE": 64}
-        p = sgn.plan(shapes, {"T": t, "M": "float32"}, attrs=attrs, outputs=("Y", "S"), tunables=tunables, variant="registers", caps=SUBGROUP_CAPS)
+        tunables = {
+            "REGISTER_SPLIT_MIN_VALUES": 1,
+            "REGISTER_SPLIT": split,
+            "REGISTER_WORKGROUP_SIZE": 64,
+            "REGISTER_SINGLE_WORKGROUP_SIZE": 64,
+        }
+        p = sgn.plan(
+            shapes,
+            {"T": t, "M": "float32"},
+            attrs=attrs,
+            outputs=("Y", "S"),
+            tunables=tunables,
+            variant="registers",
+            caps=SUBGROUP_CAPS,
+        )
         assert p.passes[0].values["split"] == split
         runs.append(run_poisoned(inputs, attrs, ("Y", "S"), tunables=tunables, variant="registers"))
     for key in ("Y", "S"):
@@ -846,7 +934,9 @@ def test_registers_y_is_bit_identical_with_and_without_s_and_repeatable(skip_sha
     attrs = {"groups": 3, "activation": 1}
     with_s = [run_poisoned(inputs, attrs, ("Y", "S"), variant="registers") for _ in range(2)]
     without_s = run_poisoned(inputs, attrs, ("Y",), variant="registers")
-    assert with_s[0]["Y"].tobytes() == without_s["Y"].tobytes(), f"Y depends on whether S was requested {seed_note(seed)}"
+    assert (
+        with_s[0]["Y"].tobytes() == without_s["Y"].tobytes()
+    ), f"Y depends on whether S was requested {seed_note(seed)}"
     for key in ("Y", "S"):
         assert with_s[0][key].tobytes() == with_s[1][key].tobytes(), f"repeated runs differ in {key}"
     # S has the bits of the other families' S: the same sum, rounded the same way.
@@ -890,7 +980,15 @@ def test_registers_folded_dispatch_on_a_small_dispatch_limit(request):
     attrs = {"groups": 9, "activation": 1}
     caps = {**SUBGROUP_CAPS, "limits": {"maxComputeWorkgroupsPerDimension": 7}}
     tunables = {"REGISTER_MIN_POSITION_LANES": 4}
-    p = sgn.plan(shapes, {"T": "float32", "M": "float16"}, attrs=attrs, outputs=("Y", "S"), caps=caps, tunables=tunables, variant="registers")
+    p = sgn.plan(
+        shapes,
+        {"T": "float32", "M": "float16"},
+        attrs=attrs,
+        outputs=("Y", "S"),
+        caps=caps,
+        tunables=tunables,
+        variant="registers",
+    )
     assert p.passes[0].dispatch == (7, 6, 1)
     result = run_poisoned(inputs, attrs, ("Y", "S"), caps=caps, tunables=tunables, variant="registers")
     check(result, inputs, attrs, f"folded registers {seed_note(seed)}")
@@ -901,10 +999,21 @@ def test_registers_small_device_limits(request):
     subgroup slots and the flag (_lib/row_stats)."""
     rng, seed = rng_for(request.node.name)
     shapes = {"X": (2, 6, 6, 80), "gamma": (80,), "beta": (80,), "skip": (2, 80), "bias": (80,)}
-    limits = {"maxComputeInvocationsPerWorkgroup": 32, "maxComputeWorkgroupSizeX": 32, "maxComputeWorkgroupStorageSize": 4612}
+    limits = {
+        "maxComputeInvocationsPerWorkgroup": 32,
+        "maxComputeWorkgroupSizeX": 32,
+        "maxComputeWorkgroupStorageSize": 4612,
+    }
     caps = {**SUBGROUP_CAPS, "limits": limits}
     attrs = {"groups": 4, "activation": 1}
-    p = sgn.plan(shapes, {"T": "float16", "M": "float16"}, attrs=attrs, outputs=("Y", "S"), caps=caps, variant="registers")
+    p = sgn.plan(
+        shapes,
+        {"T": "float16", "M": "float16"},
+        attrs=attrs,
+        outputs=("Y", "S"),
+        caps=caps,
+        variant="registers",
+    )
     (main,) = p.passes
     assert main.workgroup_size <= 32 and main.workgroup_storage_bytes <= 4612
     inputs = random_inputs(rng, shapes, "float16", "float16")
@@ -912,7 +1021,17 @@ def test_registers_small_device_limits(request):
     check(result, inputs, attrs, f"small limits registers {seed_note(seed)}")
 
 
-def registers_choice(shape, t="float16", caps=H200_CAPS, groups=32, skip="full", bias=True, outputs=("Y", "S"), channels_last=1, **kwargs):
+def registers_choice(
+    shape,
+    t="float16",
+    caps=H200_CAPS,
+    groups=32,
+    skip="full",
+    bias=True,
+    outputs=("Y", "S"),
+    channels_last=1,
+    **kwargs,
+):
     """(variant, workgroup, split, UNITS) for a registers plan, else the variant chosen; registers
     are not demoted for narrow units unless `tunables` say so (test_registers_demoted_for_narrow_units)."""
     kwargs["tunables"] = {"REGISTER_MIN_UNIT_BYTES": 1} | kwargs.get("tunables", {})
@@ -932,7 +1051,11 @@ def test_registers_take_the_sdxl_bench_cases():
     """bench.json's SDXL cases, on the H200's facts: registers, with 640 invocations (5 x 128
     positions) and two workgroups a row for the 40960- and 20480-value rows, one for 10240; without subgroups they keep their split / fused variants. The 64x64x320 rows (10 f16
     channels a group: 4-byte units) take split unless REGISTER_MIN_UNIT_BYTES allows them."""
-    expected = {(2, 64, 64, 320): (640, 2, "32"), (2, 32, 32, 640): (640, 2, "8"), (2, 16, 16, 1280): (640, 1, "2")}
+    expected = {
+        (2, 64, 64, 320): (640, 2, "32"),
+        (2, 32, 32, 640): (640, 2, "8"),
+        (2, 16, 16, 1280): (640, 1, "2"),
+    }
     for case in BENCH_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
         dtypes = {k: v[0] for k, v in case["dtypes"].items()}
@@ -940,10 +1063,19 @@ def test_registers_take_the_sdxl_bench_cases():
         default = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS)
         narrow = shapes["X"] == (2, 64, 64, 320)
         assert default.variant == ("split" if narrow else "registers"), (case["name"], default.explanation)
-        p = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS, tunables={"REGISTER_MIN_UNIT_BYTES": 4})
+        p = sgn.plan(
+            shapes,
+            dtypes,
+            attrs=case["attrs"],
+            outputs=outputs,
+            caps=H200_CAPS,
+            tunables={"REGISTER_MIN_UNIT_BYTES": 4},
+        )
         assert p.variant == "registers", (case["name"], p.explanation)
         (main,) = p.passes
-        assert (main.workgroup_size, main.values["split"], held_units(main)) == expected[shapes["X"]], case["name"]
+        assert (main.workgroup_size, main.values["split"], held_units(main)) == expected[shapes["X"]], case[
+            "name"
+        ]
         assert main.dispatch == (64 * main.values["split"], 1, 1)
         without = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=F16_CAPS)
         assert not without.variant == "registers", case["name"]
@@ -960,7 +1092,14 @@ def test_registers_take_the_test_cases_that_fit():
         outputs = tuple(case["outputs"])
         for t in case["dtypes"]["T"]:
             fits = case["attrs"].get("channels_last", 1) != 0 and cpg % (2 if t == "float32" else 4) == 0
-            p = sgn.plan(shapes, {"T": t, "M": "float32"}, attrs=case["attrs"], outputs=outputs, tunables=case.get("tunables"), caps=H200_CAPS)
+            p = sgn.plan(
+                shapes,
+                {"T": t, "M": "float32"},
+                attrs=case["attrs"],
+                outputs=outputs,
+                tunables=case.get("tunables"),
+                caps=H200_CAPS,
+            )
             family = "registers" if fits else expected_family(case)
             assert p.variant == family, (case["name"], t, p.explanation)
 
@@ -972,7 +1111,12 @@ def test_registers_selection_thresholds():
     assert registers_choice((2, 64, 64, 320), "float32") == (registers, 640, 2, "32")  # 32 vec2<f32> units
     assert registers_choice((2, 32, 32, 640), "float32") == (registers, 640, 2, "8")
     assert registers_choice((2, 16, 16, 1280), "float32") == (registers, 640, 1, "4")  # cpg 40: 10 vec4<f32>
-    assert registers_choice((2, 64, 64, 320), skip="NC", bias=False, outputs=("Y",)) == ("registers", 640, 2, "32")
+    assert registers_choice((2, 64, 64, 320), skip="NC", bias=False, outputs=("Y",)) == (
+        "registers",
+        640,
+        2,
+        "32",
+    )
     # 66 rows x 2 workgroups fit SM_COUNT_PROXY (132); 67 or 96 rows take one workgroup a row, of
     # 5 x 128 invocations holding 32 units each (f16 words, f32 vec2 units).
     assert registers_choice((2, 64, 64, 330), groups=33)[2] == 2
@@ -985,7 +1129,10 @@ def test_registers_selection_thresholds():
     # Over the register budget: 128 x 128 positions of 10 channels.
     assert registers_choice((2, 128, 128, 320)) == "split"
     # No subgroups; NCHW; an odd number of channels a group; WebGPU's default 256 invocations.
-    assert registers_choice((2, 64, 64, 320), caps={"features": ["shader-f16"], "limits": H200_CAPS["limits"]}) == "split"
+    assert (
+        registers_choice((2, 64, 64, 320), caps={"features": ["shader-f16"], "limits": H200_CAPS["limits"]})
+        == "split"
+    )
     assert registers_choice((2, 320, 64, 64), channels_last=0) == "split"
     assert registers_choice((2, 16, 16, 96), groups=32) == "fused"  # 3 channels a group
     # WebGPU's default 256 invocations: 5 x 32; 4096 positions would need 128 words, 1024 need 64.
@@ -1013,7 +1160,13 @@ def test_registers_refusals_say_why():
         a = {"groups": 6, "activation": 0, **attrs}
         x = shapes["X"] if a.get("channels_last", 1) else (2, 12, 4, 4)
         with pytest.raises(ContractError, match="does not apply") as caught:
-            sgn.plan({**shapes, "X": x, "skip": x}, {"T": t, "M": "float32"}, attrs=a, caps=caps, variant="registers")
+            sgn.plan(
+                {**shapes, "X": x, "skip": x},
+                {"T": t, "M": "float32"},
+                attrs=a,
+                caps=caps,
+                variant="registers",
+            )
         assert words in str(caught.value), str(caught.value)
 
 
@@ -1034,7 +1187,11 @@ def _tie_heavy_inputs(rng, shapes, t, channels_last):
     x[rng.random(shapes["X"]) < 0.05] = 32768.0
     x = x.astype(np.float16).astype(np.float64)
     spacing = np.spacing(np.abs(x).astype(np.float16)).astype(np.float64)
-    skip_full = np.where(rng.random(shapes["X"]) < 0.5, spacing * rng.choice([0.5, 0.25, -0.5], shapes["X"]), rng.standard_normal(shapes["X"]))
+    skip_full = np.where(
+        rng.random(shapes["X"]) < 0.5,
+        spacing * rng.choice([0.5, 0.25, -0.5], shapes["X"]),
+        rng.standard_normal(shapes["X"]),
+    )
     skip = skip_full if shapes["skip"] == shapes["X"] else rng.standard_normal(shapes["skip"])
     bias = rng.choice([0.0, 2.0**-11, 2.0**-12], shapes["gamma"])
     x0, skip0, bias0 = ORDER_REVEALING[t.name]
@@ -1083,7 +1240,11 @@ def test_s_is_the_f32_sum_rounded_once(variant, bias, t, skip_form, request):
     float64 checks allow S one ulp; this holds the rounding itself.)"""
     rng, seed = rng_for(request.node.name)
     layouts = (1,) if variant == "registers" else (1, 0)
-    walks = ({},) if variant == "registers" else ({}, {"WORKGROUP_SIZE": 16, "FUSED_WORKGROUP_SIZE": 16, "SLAB_VALUES": 64})
+    walks = (
+        ({},)
+        if variant == "registers"
+        else ({}, {"WORKGROUP_SIZE": 16, "FUSED_WORKGROUP_SIZE": 16, "SLAB_VALUES": 64})
+    )
     for channels_last, tunables in itertools.product(layouts, walks):
         x_shape = (2, 6, 5, 40) if channels_last else (2, 40, 6, 5)
         skip_shape = x_shape if skip_form == "full" else (2, 40)
@@ -1093,7 +1254,9 @@ def test_s_is_the_f32_sum_rounded_once(variant, bias, t, skip_form, request):
         inputs = _tie_heavy_inputs(rng, shapes, t, channels_last)
         attrs = {"groups": 4, "activation": 1, "channels_last": channels_last}
         caps = SUBGROUP_CAPS if variant == "registers" else None
-        result = run_poisoned(inputs, attrs, ("Y", "S"), variant=variant, caps=caps, tunables=tunables or None)
+        result = run_poisoned(
+            inputs, attrs, ("Y", "S"), variant=variant, caps=caps, tunables=tunables or None
+        )
         expected = _f32_sum_rounded_once(inputs, channels_last)
         got = result["S"]
         bits = np.uint16 if t == "float16" else np.uint32

@@ -61,9 +61,13 @@ def test_every_op_template_is_a_pass_of_its_op_and_no_library_is():
     for name, ops in used.items():
         prefix = re.fullmatch(r"([a-z0-9-]+?)-[a-z0-9-]+\.wgsl\.jinja", name)
         assert prefix, name
-        owner = next((p for p in sorted(OP_PREFIXES, key=len, reverse=True) if name.startswith(p + "-")), None)
+        owner = next(
+            (p for p in sorted(OP_PREFIXES, key=len, reverse=True) if name.startswith(p + "-")), None
+        )
         if owner is None:
-            assert name.startswith(SHARED_PREFIX + "-") and len(ops) > 1, f"{name}: no op prefix, and not shared"
+            assert (
+                name.startswith(SHARED_PREFIX + "-") and len(ops) > 1
+            ), f"{name}: no op prefix, and not shared"
         else:
             assert ops == OP_PREFIXES[owner], f"{name} is named for {owner} but used by {sorted(ops)}"
 

@@ -22,10 +22,25 @@ CALLS = 6
 def _one_call(rng, context):
     if rng.random() < 0.5:
         c, groups = int(rng.choice([8, 16, 24])), int(rng.choice([2, 4, 8]))
-        x = rng.standard_normal((int(rng.integers(1, 3)), c, int(rng.integers(1, 17)), int(rng.integers(1, 17)))) * 2 + 1
-        x, scale, bias = x.astype(np.float32), rng.standard_normal(c).astype(np.float32), rng.standard_normal(c).astype(np.float32)
+        x = (
+            rng.standard_normal(
+                (int(rng.integers(1, 3)), c, int(rng.integers(1, 17)), int(rng.integers(1, 17)))
+            )
+            * 2
+            + 1
+        )
+        x, scale, bias = (
+            x.astype(np.float32),
+            rng.standard_normal(c).astype(np.float32),
+            rng.standard_normal(c).astype(np.float32),
+        )
         y = gn.group_normalization(x, scale, bias, num_groups=groups)
-        assert_close(y, group_normalization_ref(x, scale, bias, groups), np.float32, f"{context} GroupNorm {x.shape} g{groups}")
+        assert_close(
+            y,
+            group_normalization_ref(x, scale, bias, groups),
+            np.float32,
+            f"{context} GroupNorm {x.shape} g{groups}",
+        )
         return
     c, groups = int(rng.choice([16, 32])), 4
     shape = (int(rng.integers(1, 3)), int(rng.integers(1, 9)), int(rng.integers(1, 9)), c)
@@ -36,7 +51,13 @@ def _one_call(rng, context):
     else:  # split: small slabs, so that every call of these shapes has several
         inputs = {"X": x, "gamma": gamma, "beta": beta, "skip": skip, "bias": bias}
         tunables = {"WORKGROUP_SIZE": 16, "SLAB_VALUES": 32}
-        out = sgn.kernel(inputs, attrs={"groups": groups, "activation": 1}, outputs=("Y", "S"), variant="split", tunables=tunables)
+        out = sgn.kernel(
+            inputs,
+            attrs={"groups": groups, "activation": 1},
+            outputs=("Y", "S"),
+            variant="split",
+            tunables=tunables,
+        )
         y, s = out["Y"], out["S"]
     y_ref, s_ref = skip_group_norm_ref(x, gamma, beta, skip, bias, groups, 1e-5, 1, 1, np.float32)
     assert_close(y, y_ref, np.float32, f"{context} SkipGroupNorm {shape} Y")
@@ -63,7 +84,9 @@ def test_calls_from_several_threads_at_once(request):
         thread.start()
     for thread in threads:
         thread.join(timeout=300)
-    assert not any(thread.is_alive() for thread in threads), f"a thread did not finish in 300 s (a deadlock?) {seed_note(seed)}"
+    assert not any(
+        thread.is_alive() for thread in threads
+    ), f"a thread did not finish in 300 s (a deadlock?) {seed_note(seed)}"
     assert not failures, failures[0]
 
 
@@ -76,7 +99,9 @@ def _run_child(script, timeout=120):
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, PYTHONPATH=str(root), RUST_BACKTRACE="0")
     env.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
-    return subprocess.run([sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", script], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+    )
 
 
 # Thread A calls kernel() on a Tensor while thread B destroys it. The destroy used to land between
@@ -114,7 +139,11 @@ print("done")
 
 def test_a_destroy_in_another_thread_never_aborts_a_call():
     done = _run_child(DESTROY_RACE)
-    assert done.returncode == 0 and "done" in done.stdout, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    assert done.returncode == 0 and "done" in done.stdout, (
+        done.returncode,
+        done.stdout[-500:],
+        done.stderr[-2000:],
+    )
 
 
 # A signal handler (or a __del__ run by the garbage collector) that calls the package while this
@@ -144,5 +173,9 @@ print("done", calls[0])
 
 def test_a_signal_handler_may_call_the_package_inside_its_caches():
     done = _run_child(REENTRANT)
-    assert done.returncode == 0 and "done" in done.stdout, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    assert done.returncode == 0 and "done" in done.stdout, (
+        done.returncode,
+        done.stdout[-500:],
+        done.stderr[-2000:],
+    )
     assert int(done.stdout.split()[-1]) > 0, "the handler never ran inside a plan() call"

@@ -35,7 +35,17 @@ def test_mypy_strict_passes_on_a_user_script(tmp_path):
     script = tmp_path / "user_script.py"
     script.write_text(SCRIPT)
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(script)],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--follow-imports=silent",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(script),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -46,12 +56,26 @@ def test_mypy_strict_passes_on_a_user_script(tmp_path):
 
 def test_mypy_strict_catches_a_wrong_call(tmp_path):
     script = tmp_path / "wrong.py"
-    script.write_text("from generated import group_normalization\ngroup_normalization.group_normalization(1, 2, 3, num_groups='two')\n")
+    script.write_text(
+        "from generated import group_normalization\ngroup_normalization.group_normalization(1, 2, 3, num_groups='two')\n"
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--follow-imports=silent", "--no-incremental", "--cache-dir", str(tmp_path / "cache"), str(script)],
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--strict",
+            "--follow-imports=silent",
+            "--no-incremental",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(script),
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 1 and "num_groups" in proc.stdout and "incompatible type" in proc.stdout, proc.stdout
+    assert (
+        proc.returncode == 1 and "num_groups" in proc.stdout and "incompatible type" in proc.stdout
+    ), proc.stdout

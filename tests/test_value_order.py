@@ -77,7 +77,11 @@ def group_x(rng, shape, rows, pattern, dtype):
 
 GN_SHAPE, GN_GROUPS = (2, 8, 64, 64), 2  # 4 rows of 16384 values
 GN_ROW = {"WORKGROUP_SIZE": 64}  # 64 invocations a row: 256 values (64 vectors) each
-GN_SPLIT = {"STATS_VALUES_PER_SPLIT": 2048, "SPLIT_STATS_MIN_HIDDEN": 1, "SPLIT_WORKGROUP_SIZE": 64}  # 8 splits
+GN_SPLIT = {
+    "STATS_VALUES_PER_SPLIT": 2048,
+    "SPLIT_STATS_MIN_HIDDEN": 1,
+    "SPLIT_WORKGROUP_SIZE": 64,
+}  # 8 splits
 # Two workgroups a row of 256 invocations: 16 f32 / 8 f16 units an invocation in registers.
 GN_REGISTERS = {"REGISTER_SPLIT_MIN_HIDDEN": 1, "REGISTER_WORKGROUP_SIZE": 256}
 # Split-k in registers: rows of 4096 f32 / 2048 f16 units in 8 chunks of 64 invocations x 8 / 4
@@ -100,7 +104,11 @@ GN_CONFIGS = [
 
 def config_id(config):
     variant, tunables, caps = config
-    return variant + ("-subgroup_id" if "wgslLanguageFeatures" in caps else "") + ("-tail" if "CHUNK_UNITS_F32" in tunables else "")
+    return (
+        variant
+        + ("-subgroup_id" if "wgslLanguageFeatures" in caps else "")
+        + ("-tail" if "CHUNK_UNITS_F32" in tunables else "")
+    )
 
 
 @PATTERN_PARAM
@@ -117,7 +125,9 @@ def test_group_normalization(config, dtype, pattern, request):
     }
     attrs = {"num_groups": GN_GROUPS}
     shapes = {k: v.shape for k, v in inputs.items()}
-    p = gn.plan(shapes, {"T": np.dtype(dtype).name}, attrs=attrs, caps=caps, tunables=tunables, variant=variant)
+    p = gn.plan(
+        shapes, {"T": np.dtype(dtype).name}, attrs=attrs, caps=caps, tunables=tunables, variant=variant
+    )
     if variant == "group_splitk_registers":
         assert p.passes[0].uniforms["chunks"] == (11 if "CHUNK_UNITS_F32" in tunables else 8)
     elif "split" in variant:
@@ -131,7 +141,11 @@ def test_group_normalization(config, dtype, pattern, request):
     assert_close(actual, expected, dtype, f"{config_id(config)} {pattern} {seed_note(seed)}")
 
 
-STASH_DEVICES = [("f32", np.float32, {"features": ["shader-f16"]}), ("f32-no-shader-f16", np.float32, {"features": []}), ("f16", np.float16, {"features": ["shader-f16"]})]
+STASH_DEVICES = [
+    ("f32", np.float32, {"features": ["shader-f16"]}),
+    ("f32-no-shader-f16", np.float32, {"features": []}),
+    ("f16", np.float16, {"features": ["shader-f16"]}),
+]
 
 
 @PATTERN_PARAM
@@ -149,7 +163,9 @@ def test_group_normalization_stash_f16(label, dtype, caps, pattern, request):
     attrs = {"num_groups": GN_GROUPS, "stash_type": 10}
     actual = poisoned_call(gn, inputs, attrs=attrs, caps=caps, variant="group_stash_f16_serial")["y"]
     assert np.isfinite(actual).all()
-    ref, normalized, mean_ulp = stash16_exact_statistics_ref(inputs["x"], inputs["scale"], inputs["bias"], GN_GROUPS)
+    ref, normalized, mean_ulp = stash16_exact_statistics_ref(
+        inputs["x"], inputs["scale"], inputs["bias"], GN_GROUPS
+    )
     context = f"group_stash_f16_serial {label} {pattern} {seed_note(seed)}"
     assert_close_f16_stage(actual, ref, normalized, inputs["scale"], dtype, context, extra=mean_ulp)
 
@@ -218,7 +234,11 @@ def test_instance_normalization(config, dtype, pattern, request):
 
 SGN_GROUPS = 4
 SGN_TUNABLES = {"WORKGROUP_SIZE": 64, "SLAB_VALUES": 1024, "FUSED_WORKGROUP_SIZE": 64}
-SGN_FLAVOURS = tuple(f"{family}_{member}" for family in ("split", "fused") for member in ("bias_sum", "bias_plain", "sum", "plain"))  # a variant with and without a bias and S
+SGN_FLAVOURS = tuple(
+    f"{family}_{member}"
+    for family in ("split", "fused")
+    for member in ("bias_sum", "bias_plain", "sum", "plain")
+)  # a variant with and without a bias and S
 
 
 def sgn_x(rng, channels_last, pattern, dtype):
@@ -261,7 +281,15 @@ def test_skip_group_norm(flavour, channels_last, dtype, pattern, request):
     attrs = {"groups": SGN_GROUPS, "activation": int(rng.integers(0, 2)), "channels_last": channels_last}
     shapes = {k: v.shape for k, v in inputs.items()}
     name = np.dtype(dtype).name
-    p = sgn.plan(shapes, {"T": name, "M": name}, attrs=attrs, outputs=outputs, tunables=SGN_TUNABLES, variant=variant, caps={"features": ["shader-f16"]})
+    p = sgn.plan(
+        shapes,
+        {"T": name, "M": name},
+        attrs=attrs,
+        outputs=outputs,
+        tunables=SGN_TUNABLES,
+        variant=variant,
+        caps={"features": ["shader-f16"]},
+    )
     if variant.startswith("split"):
         assert p.passes[0].values["slabCount"] > 1, p.passes[0].uniforms
     else:
