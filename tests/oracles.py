@@ -1,10 +1,8 @@
 """Reference implementations and helpers that kernel tests compare against.
 
-The references are written from the ONNX / ONNX Runtime operator definitions and
-compute in float64, except where the definition itself prescribes lower
-precision (GroupNormalization's ``stash_type=10``, SkipGroupNorm's rounding of
-the residual sum), so a kernel is judged against the mathematical result rather
-than against another implementation's rounding.
+The float64 references live in the package (`generated/reference.py`, check_model's judge too);
+here: their test-facing names, the other implementations (onnxruntime, the ONNX backend node
+tests), tolerances and seeds.
 """
 
 from __future__ import annotations
@@ -19,6 +17,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
+
+from generated import reference
 
 # Absolute and relative tolerance per tensor element type (docs/TESTING.md).
 TOLERANCES = {
@@ -39,102 +39,20 @@ def _tensor_dtype(dtype) -> np.dtype:
     return resolved
 
 
-def _per_channel(values, ndim: int) -> np.ndarray:
-    """A (C,) parameter as float64, shaped to broadcast over axis 1 of an (N, C, ...) tensor."""
-    return np.asarray(values, np.float64).reshape((1, -1) + (1,) * (ndim - 2))
-
-
 # ---------------------------------------------------------------------------
-# References
+# References: the package's float64 definitions (generated/reference.py), written from the ONNX
+# and ONNX Runtime operator definitions, independent of the kernels.
 
-
-def batch_normalization_ref(x, scale, b, mean, var, epsilon=1e-5) -> np.ndarray:
-    """ONNX BatchNormalization-15, inference mode, for X of shape (N, C, D1, ..., Dn)."""
-    x = np.asarray(x, np.float64)
-    if x.ndim < 2:
-        raise ValueError(f"BatchNormalization needs rank >= 2, got shape {x.shape}")
-    scale, b, mean, var = (_per_channel(p, x.ndim) for p in (scale, b, mean, var))
-    return (x - mean) / np.sqrt(var + epsilon) * scale + b
-
-
-def group_normalization_ref(x, scale, bias, num_groups, epsilon=1e-5, stash_type=1) -> np.ndarray:
-    """ONNX GroupNormalization-21 with scale and bias of shape (C,).
-
-    ``stash_type=1`` is the exact (float64) result. ``stash_type=10`` follows the
-    ONNX function body step by step: X is cast to float16, the group statistics
-    are ``E[x^2] - E[x]^2`` and the normalization runs in float16 arithmetic
-    exactly as onnx's ReferenceEvaluator executes that body, and the normalized
-    values are cast back to X's type before scale and bias are applied.
-    """
-    x = np.asarray(x)
-    n, channels = x.shape[:2]
-    if channels % num_groups:
-        raise ValueError(f"num_groups={num_groups} does not divide C={channels}")
-    if stash_type == 1:
-        rows = x.astype(np.float64).reshape(n, num_groups, -1)
-        mean = rows.mean(axis=2, keepdims=True)
-        var = rows.var(axis=2, keepdims=True)
-        normalized = (rows - mean) / np.sqrt(var + epsilon)
-    elif stash_type == 10:
-        rows = x.astype(np.float16).reshape(n, num_groups, -1)
-        # ReduceMean is np.mean(..., dtype=input dtype) in the ReferenceEvaluator;
-        # the same call reproduces its float16 rounding.
-        mean = np.mean(rows, axis=2, keepdims=True, dtype=np.float16)
-        mean_of_square = np.mean(rows * rows, axis=2, keepdims=True, dtype=np.float16)
-        var = mean_of_square - mean * mean
-        # The body builds epsilon as a float32 constant and casts it to float16.
-        std = np.sqrt(var + np.float32(epsilon).astype(np.float16))
-        normalized = ((rows - mean) / std).astype(x.dtype)
-    else:
-        raise ValueError(f"stash_type must be 1 or 10, got {stash_type}")
-    normalized = normalized.reshape(x.shape).astype(np.float64)
-    return _per_channel(scale, x.ndim) * normalized + _per_channel(bias, x.ndim)
-
-
-def instance_normalization_ref(x, scale, b, epsilon=1e-5) -> np.ndarray:
-    """ONNX InstanceNormalization-6: statistics per (batch item, channel) over all spatial axes."""
-    x = np.asarray(x, np.float64)
-    axes = tuple(range(2, x.ndim))
-    mean = x.mean(axis=axes, keepdims=True)
-    var = x.var(axis=axes, keepdims=True)
-    return (x - mean) / np.sqrt(var + epsilon) * _per_channel(scale, x.ndim) + _per_channel(b, x.ndim)
+batch_normalization_ref = reference.batch_normalization
+group_normalization_ref = reference.group_normalization
+instance_normalization_ref = reference.instance_normalization
 
 
 def skip_group_norm_ref(X, gamma, beta, skip, bias, groups, epsilon, activation, channels_last, t_dtype):
-    """com.microsoft SkipGroupNorm. Returns (Y, S), both float64 in X's layout.
-
-    ``skip`` is X-shaped, or (N, C) / (N, 1, 1, C) with one value per batch item
-    and channel; ``bias`` is (C,) or None. S is rounded to ``t_dtype`` before the
-    statistics see it, as the operator specifies.
-    """
-    t_dtype = _tensor_dtype(t_dtype)
-    x = np.asarray(X, np.float64)
-    n, channels = (x.shape[0], x.shape[3]) if channels_last else x.shape[:2]
-    if channels % groups:
-        raise ValueError(f"groups={groups} does not divide C={channels}")
-    # Per-(batch, channel) terms broadcast as (N, 1, 1, C) or (N, C, 1, 1).
-    per_channel_shape = (n, 1, 1, channels) if channels_last else (n, channels, 1, 1)
-
-    skip = np.asarray(skip, np.float64)
-    if skip.shape != x.shape:
-        skip = skip.reshape(per_channel_shape)
-    s = x + skip
-    if bias is not None:
-        bias_shape = (1, 1, 1, channels) if channels_last else (1, channels, 1, 1)
-        s = s + np.asarray(bias, np.float64).reshape(bias_shape)
-    s = s.astype(t_dtype).astype(np.float64)
-
-    # Statistics and the affine transform in (N, C, spatial) form.
-    s_ncs = s.reshape(n, -1, channels).transpose(0, 2, 1) if channels_last else s.reshape(n, channels, -1)
-    rows = s_ncs.reshape(n, groups, -1)
-    mean = rows.mean(axis=2, keepdims=True)
-    var = rows.var(axis=2, keepdims=True)
-    normalized = ((rows - mean) / np.sqrt(var + epsilon)).reshape(s_ncs.shape)
-    y = np.asarray(gamma, np.float64)[:, None] * normalized + np.asarray(beta, np.float64)[:, None]
-    if activation == 1:
-        y = y / (1.0 + np.exp(-y))
-    y = y.transpose(0, 2, 1).reshape(s.shape) if channels_last else y.reshape(s.shape)
-    return y, s
+    """reference.skip_group_norm with `t_dtype` also given by its WGSL name (f32, f16)."""
+    return reference.skip_group_norm(
+        X, gamma, beta, skip, bias, groups, epsilon, activation, channels_last, _tensor_dtype(t_dtype)
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -193,13 +111,13 @@ def backend_node_cases(prefix: str) -> list:
     """ONNX backend node tests whose name starts with ``prefix``, as (name, model, data_sets).
 
     data_sets is a list of (inputs, outputs), each a list of arrays in the
-    model's input/output order. The ``*_expanded`` cases (the operator's
+    model's input/output order. The ``*_expanded`` and ``*_expanded_ver<N>`` cases (the operator's
     function body as a multi-node graph, on the same data) are left out: they
     test the function body, not the operator.
     """
     cases = []
     for case in _node_test_cases():
-        if case.name.startswith(prefix) and not case.name.endswith("_expanded"):
+        if case.name.startswith(prefix) and "_expanded" not in case.name:
             data_sets = [
                 ([_as_array(a) for a in ins], [_as_array(a) for a in outs]) for ins, outs in case.data_sets
             ]
