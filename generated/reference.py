@@ -31,10 +31,13 @@ def _swish(y):
 
 
 def batch_normalization(x, scale, b, mean, var, epsilon=1e-5) -> np.ndarray:
-    """ONNX BatchNormalization-15, inference mode, for X of shape (N, C, D1, ..., Dn)."""
+    """ONNX BatchNormalization-15 (and 9, 14), inference mode, for X of shape (N, C, D1, ..., Dn),
+    or (N,), for which "C is assumed to be 1"."""
     x = np.asarray(x, np.float64)
-    if x.ndim < 2:
-        raise ValueError(f"BatchNormalization needs rank >= 2, got shape {x.shape}")
+    if x.ndim == 1:
+        return batch_normalization(x.reshape(-1, 1), scale, b, mean, var, epsilon).reshape(x.shape)
+    if x.ndim < 1:
+        raise ValueError(f"BatchNormalization needs rank >= 1, got shape {x.shape}")
     scale, b, mean, var = (_per_channel(p, x.ndim) for p in (scale, b, mean, var))
     return (x - mean) / np.sqrt(var + epsilon) * scale + b
 
@@ -70,6 +73,14 @@ def group_normalization(x, scale, bias, num_groups, epsilon=1e-5, stash_type=1) 
         raise ValueError(f"stash_type must be 1 or 10, got {stash_type}")
     normalized = normalized.reshape(x.shape).astype(np.float64)
     return _per_channel(scale, x.ndim) * normalized + _per_channel(bias, x.ndim)
+
+
+def group_normalization_18(x, scale, bias, num_groups, epsilon=1e-5) -> np.ndarray:
+    """ONNX GroupNormalization-18: scale and bias of shape (num_groups,), one value per group."""
+    per_group = np.asarray(x).shape[1] // num_groups
+    return group_normalization(
+        x, np.repeat(scale, per_group), np.repeat(bias, per_group), num_groups, epsilon
+    )
 
 
 def instance_normalization(x, scale, b, epsilon=1e-5) -> np.ndarray:
@@ -222,12 +233,16 @@ def _skip_group_norm_node(inputs, attrs):
     )
 
 
-# (domain, op type) -> function of (inputs by position, padded with None; attributes) -> outputs.
+# (domain, op type) -> function of (inputs by position, padded with None; attributes) -> outputs;
+# (domain, op type, version) where an earlier version of an op means something else.
 # The com.microsoft ops default epsilon to 1e-12 (SkipLayerNormalization's and
 # SkipSimplifiedLayerNormalization's schemas), the others to 1e-5.
 _NODES = {
     ("ai.onnx", "BatchNormalization"): lambda i, a: [
         batch_normalization(*i[:5], epsilon=_attribute(a, "epsilon", 1e-5))
+    ],
+    ("ai.onnx", "GroupNormalization", 18): lambda i, a: [
+        group_normalization_18(*i[:3], a["num_groups"], _attribute(a, "epsilon", 1e-5))
     ],
     ("ai.onnx", "GroupNormalization"): lambda i, a: [
         group_normalization(
@@ -258,15 +273,17 @@ _NODES = {
 }
 
 
-def node_outputs(domain: str, op_type: str, inputs: list, attrs: dict) -> list:
+def node_outputs(domain: str, op_type: str, inputs: list, attrs: dict, version: int | None = None) -> list:
     """The float64 outputs of one node, in the op's output order (None for one the op never
-    writes); `inputs` by position, None for an omitted optional input."""
+    writes); `inputs` by position, None for an omitted optional input; `version`: the op version
+    (since_version) the node is, None for the newest."""
     key = (domain or "ai.onnx", op_type)
     if key not in _NODES:
         raise ValueError(f"no reference for {key[0]} {op_type}")
     padded = list(inputs) + [None] * 8
-    return list(_NODES[key](padded, attrs))
+    return list(_NODES.get((*key, version), _NODES[key])(padded, attrs))
 
 
-def has_reference(domain: str, op_type: str) -> bool:
-    return (domain or "ai.onnx", op_type) in _NODES
+def ops_with_reference() -> set:
+    """The (domain, op type) of every op `node_outputs` runs."""
+    return {key[:2] for key in _NODES}

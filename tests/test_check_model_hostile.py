@@ -1,4 +1,5 @@
-"""`python -m generated.check_model` on models and arguments it cannot use: a line or exit 2, never a traceback."""
+"""`python -m generated.check_model` on models and arguments it cannot use: a line, exit 2 (or 3 for a
+skipped node), never a traceback."""
 
 import numpy as np
 import onnx
@@ -50,18 +51,18 @@ def test_a_node_whose_inputs_are_all_omitted_is_a_failed_line(tmp_path, capsys):
         "empty: InstanceNormalization-6 -, -, - (no inputs): FAILED: ContractError: "
     ), lines
     assert "required input input is missing" in lines[0]
-    assert lines[1] == "1 normalization nodes run, 1 outside tolerance or failed"
+    assert lines[1] == "1 normalization nodes run, 1 outside tolerance or failed, 0 skipped"
 
 
 def test_a_negative_input_dimension_is_a_skip_line_that_points_at_dim(tmp_path, capsys):
     path = _group_norm(tmp_path / "negdim.onnx", dims=(-1, 4, 3, 3))
-    assert check_model.main([path]) == 0
+    assert check_model.main([path]) == 3
     lines = _lines(capsys)
     assert lines[0] == (
         "gn: ai.onnx GroupNormalization (opset 21): skipped: input 'x': shape (-1, 4, 3, 3) has dimension 0 = -1, "
         "not a size; an unknown dimension is a named one (dim_param), which --dim NAME=SIZE sets (else 1)"
     ), lines
-    assert lines[1] == "0 normalization nodes run, 0 outside tolerance or failed"
+    assert lines[1] == "0 normalization nodes run, 0 outside tolerance or failed, 1 skipped"
 
 
 @pytest.mark.parametrize("seed", ["-1", "1.5", "x"])
@@ -77,7 +78,7 @@ def test_a_seed_that_is_not_a_whole_number_is_exit_2(tmp_path, capsys, seed):
 
 def test_a_domain_the_model_imports_no_opset_for_is_named(tmp_path, capsys):
     path = _group_norm(tmp_path / "noopset.onnx", opsets=(("com.microsoft", 1),))
-    assert check_model.main([path]) == 0
+    assert check_model.main([path]) == 3
     lines = _lines(capsys)
     assert lines[0] == (
         "gn: ai.onnx GroupNormalization (opset not imported): skipped: the model imports no opset for domain "
@@ -87,7 +88,7 @@ def test_a_domain_the_model_imports_no_opset_for_is_named(tmp_path, capsys):
 
 def test_an_element_type_the_kernels_do_not_take_is_named(tmp_path, capsys):
     path = _group_norm(tmp_path / "f64.onnx", x_type=TensorProto.DOUBLE)
-    assert check_model.main([path]) == 0
+    assert check_model.main([path, "--allow-skips"]) == 0
     lines = _lines(capsys)
     assert lines[0] == (
         "gn: ai.onnx GroupNormalization (opset 21): skipped: input 'x': float64 is not a type these kernels "
@@ -116,13 +117,13 @@ def test_nodes_in_subgraphs_and_functions_get_a_skip_line(tmp_path, capsys):
     path = _save(
         tmp_path / "subgraph.onnx", [node], [("x", TensorProto.FLOAT, [2, 4, 3, 3])], params + [cond]
     )
-    assert check_model.main([path]) == 0
+    assert check_model.main([path]) == 3
     lines = _lines(capsys)
     assert (
         "inner in subgraph then_branch of if: GroupNormalization: skipped: only the main graph's nodes run"
         in lines
     )
-    assert lines[-1] == "0 normalization nodes run, 0 outside tolerance or failed"
+    assert lines[-1] == "0 normalization nodes run, 0 outside tolerance or failed, 2 skipped"
 
     model = onnx.load(path)
     function = helper.make_function(
@@ -133,7 +134,7 @@ def test_nodes_in_subgraphs_and_functions_get_a_skip_line(tmp_path, capsys):
     model.opset_import.append(helper.make_opsetid("local", 1))
     model.functions.append(function)
     onnx.save(model, tmp_path / "function.onnx")
-    assert check_model.main([str(tmp_path / "function.onnx")]) == 0
+    assert check_model.main([str(tmp_path / "function.onnx")]) == 3
     assert "inner in function F: GroupNormalization: skipped: only the main graph's nodes run" in _lines(
         capsys
     )
@@ -166,7 +167,7 @@ def test_an_empty_batch_is_an_ok_line_without_a_reference(tmp_path, capsys):
 
 def test_more_elements_than_an_index_holds_is_a_skip_line(tmp_path, capsys):
     path = _group_norm(tmp_path / "huge.onnx", dims=("N", 4, 3, 3))
-    assert check_model.main([path, "--dim", f"N={2**63 - 1}"]) == 0
+    assert check_model.main([path, "--dim", f"N={2**63 - 1}"]) == 3
     lines = _lines(capsys)
     assert "skipped: input 'x'" in lines[0] and "more than 2**63 - 1" in lines[0], lines
 
@@ -178,3 +179,64 @@ def test_a_dimension_in_other_digits_is_exit_2(tmp_path, capsys, dim):
         check_model.main([path, "--dim", dim])
     assert exit_.value.code == 2
     assert "expected NAME=SIZE" in capsys.readouterr().err
+
+
+def test_a_model_without_normalization_nodes_is_exit_3_unless_skips_are_allowed(tmp_path, capsys):
+    """It ran nothing: an audit found exit 0 on models whose nodes it could not see."""
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu")
+    path = _save(tmp_path / "relu.onnx", [node], [("x", TensorProto.FLOAT, [2, 3])])
+    assert check_model.main([path]) == 3
+    assert _lines(capsys) == ["0 normalization nodes run, 0 outside tolerance or failed, 0 skipped"]
+    assert check_model.main([path, "--allow-skips"]) == 0
+
+
+def test_a_normalization_node_without_a_kernel_gets_a_skip_line(tmp_path, capsys):
+    """LpNormalization has no kernel here: a line, counted, exit 3."""
+    node = helper.make_node("LpNormalization", ["x"], ["y"], name="lp")
+    path = _save(tmp_path / "lp.onnx", [node], [("x", TensorProto.FLOAT, [2, 3])])
+    assert check_model.main([path]) == 3
+    lines = _lines(capsys)
+    assert lines[0].startswith(
+        "lp: ai.onnx LpNormalization (opset 21): skipped: no kernel for ai.onnx LpNormalization"
+    ), lines
+    assert lines[-1] == "0 normalization nodes run, 0 outside tolerance or failed, 1 skipped"
+
+
+def test_parameters_from_constant_nodes_are_the_model_s_own(tmp_path, capsys, monkeypatch):
+    """Scale and bias from Constant nodes were replaced by random values: the kernel must see the
+    model's, which a scale of zeros and a bias of 7 make visible (every output 7)."""
+    seen = []
+    real = check_model.run_call
+    monkeypatch.setattr(
+        check_model, "run_call", lambda call, *a, **k: seen.append(call) or real(call, *a, **k)
+    )
+    nodes = [
+        helper.make_node("Constant", [], ["s"], value=numpy_helper.from_array(np.zeros(4, np.float32))),
+        helper.make_node("Constant", [], ["b"], value_floats=[7.0, 7.0, 7.0, 7.0]),
+        helper.make_node("GroupNormalization", ["x", "s", "b"], ["y"], name="gn", num_groups=2),
+    ]
+    path = _save(tmp_path / "constants.onnx", nodes, [("x", TensorProto.FLOAT, [2, 4, 3, 3])])
+    assert check_model.main([path]) == 0
+    assert _lines(capsys)[-1] == "1 normalization nodes run, 0 outside tolerance or failed, 0 skipped"
+    (call,) = seen
+    np.testing.assert_array_equal(call.inputs["scale"], np.zeros(4, np.float32))
+    np.testing.assert_array_equal(call.inputs["bias"], np.full(4, 7.0, np.float32))
+
+
+def test_shapes_onnx_inference_cannot_follow_come_from_symbolic_inference(tmp_path, capsys):
+    """The legacy exporter's Shape -> Concat -> Reshape in front of a normalization: onnx's shape
+    inference leaves the Reshape's output shape unknown, ONNX Runtime's symbolic inference has it."""
+    params = [numpy_helper.from_array(np.ones(4, np.float32), n) for n in ("s", "b")]
+    tail = numpy_helper.from_array(np.array([4, 9], np.int64), "tail")
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shape"], end=1),
+        helper.make_node("Concat", ["shape", "tail"], ["target"], axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["flat"]),
+        helper.make_node("InstanceNormalization", ["flat", "s", "b"], ["y"], name="in"),
+    ]
+    path = _save(
+        tmp_path / "reshape.onnx", nodes, [("x", TensorProto.FLOAT, ["N", 4, 3, 3])], params + [tail]
+    )
+    assert check_model.main([path, "--dim", "N=2"]) == 0
+    lines = _lines(capsys)
+    assert lines[0].startswith("in: InstanceNormalization-6 2x4x9, 4, 4 float32: variant "), lines

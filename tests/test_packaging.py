@@ -131,7 +131,7 @@ def _metadata(text: bytes) -> Metadata:
     assert (metadata.license_expression, metadata.license_files) == ("Apache-2.0", ["LICENSE"])
     assert str(metadata.requires_python) == ">=3.11"
     assert sorted(str(r) for r in metadata.requires_dist if not r.marker) == sorted(PROJECT["dependencies"])
-    assert set(metadata.provides_extra) == {"codegen", "test", "bench"}
+    assert set(metadata.provides_extra) == {"codegen", "test", "bench", "check"}
     return metadata
 
 
