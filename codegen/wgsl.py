@@ -473,14 +473,7 @@ def render_pass(
     folder = templates_dir.name
     libraries = _libraries(pass_, env, folder)
     template_values = _template_values(pass_, env, folder)
-    key_values = (
-        template_values
-        + [
-            Value(f"binding:{binding}", f"binding_{binding}", None, code)
-            for binding, code in pass_.element_types
-        ]
-        + [Value(f"bound:{binding}", f"bound_{binding}", None, code) for binding, code in pass_.bound]
-    )
+    key_values = template_values + _binding_values(pass_)
     try:
         conditions = [
             Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)
@@ -497,14 +490,7 @@ def render_pass(
         + tuple(KeyName(b, element_type=True) for b, _ in pass_.element_types)
         + tuple(KeyName(b, bound=True) for b, _ in pass_.bound)
     )
-    numeric = {
-        v.name: ("f32" if v.code.type == "float" else "u32")
-        for v in pass_.scope_values
-        if v.code.type in ("int", "float")
-    }
-    if pass_.ir.dispatch.form == "threads":
-        numeric["WORKGROUP_SIZE"] = "u32"
-    numeric["DISPATCH_FOLD_WIDTH"] = "u32"
+    numeric = _numeric_names(pass_)
     bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, key_names, template_values)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
     # Only code decides what a shader uses: a name in a comment declares nothing and reads nothing.
@@ -531,6 +517,29 @@ def render_pass(
     return RenderedPass(
         variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries
     )
+
+
+def _binding_values(pass_: ResolvedPass) -> list[Value]:
+    """The key values a pass's buffer bindings add: each binding's element type, and whether an
+    optional binding is bound at all."""
+    element_types = [
+        Value(f"binding:{binding}", f"binding_{binding}", None, code) for binding, code in pass_.element_types
+    ]
+    bound = [Value(f"bound:{binding}", f"bound_{binding}", None, code) for binding, code in pass_.bound]
+    return element_types + bound
+
+
+def _numeric_names(pass_: ResolvedPass) -> dict[str, str]:
+    """Every name a shader may read as an override or a uniform, with its WGSL type."""
+    numeric = {
+        v.name: ("f32" if v.code.type == "float" else "u32")
+        for v in pass_.scope_values
+        if v.code.type in ("int", "float")
+    }
+    if pass_.ir.dispatch.form == "threads":
+        numeric["WORKGROUP_SIZE"] = "u32"
+    numeric["DISPATCH_FOLD_WIDTH"] = "u32"
+    return numeric
 
 
 def _specialization(
