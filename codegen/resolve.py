@@ -84,7 +84,7 @@ class FieldCode(NamedTuple):
 
 
 class ClauseCode(NamedTuple):
-    """A `when` / `demoteWhen` clause and its compiled form."""
+    """An expression and its compiled form: a `when` / `demoteWhen` clause, a binding's element type."""
 
     expr: Expr
     code: Compiled
@@ -110,6 +110,9 @@ class ResolvedPass:
     bound: tuple[
         NamedCode, ...
     ] = ()  # binding name -> whether it is bound (a bool), for bindings with a `when`
+    # The specialization keys the bindings add, as values with their expressions (domains.py reads
+    # them): `binding:<name>` each element type, then `bound:<name>` each `when`.
+    binding_keys: tuple[Value, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -370,17 +373,25 @@ class _Resolver:
             for b in pass_.bindings
             for f in b.fields
         )
-        element_types = tuple(
-            self.attempt(lambda: NamedCode(b.name, self.element_type(b.element_type, scope)))
+        typed = [
+            (b.name, self.attempt(lambda: self.element_type(b.element_type, scope)))
             for b in pass_.bindings
             if b.element_type is not None
-        )
+        ]
         bound = tuple(
             self.attempt(lambda: self.bound(b, scope)) for b in pass_.bindings if b.when is not None
         )
+        element_types = tuple(NamedCode(name, t.code) for name, t in typed if t is not None)
+        keys = [
+            Value(f"binding:{name}", f"binding_{name}", t.expr, t.code) for name, t in typed if t is not None
+        ]
+        whens = {b.name: b.when for b in pass_.bindings}
+        keys += [
+            Value(f"bound:{n.name}", f"bound_{n.name}", whens[n.name], n.code) for n in bound if n is not None
+        ]
         shadowed = {v.name for v in values}
         visible = tuple(v for v in variant_level.compiled() if v.name not in shadowed) + values
-        return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible, bound)
+        return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible, bound, tuple(keys))
 
     def bound(self, binding, scope: Scope) -> NamedCode:
         """A binding's `when`. It must read the request only through named values (`hasBias`, a
@@ -396,16 +407,17 @@ class _Resolver:
             )
         return NamedCode(binding.name, code)
 
-    def element_type(self, expr: Expr, scope: Scope) -> Compiled:
-        """`$name` reads a value (`$T` with no value named T means dtypes.T); other text is WGSL."""
+    def element_type(self, expr: Expr, scope: Scope) -> ClauseCode:
+        """`$name` reads a value (`$T` with no value named T means dtypes.T); other text is WGSL.
+        The expression read (`dtypes.T`, `ioElement`), or the text, and its code."""
         text = expr.literal if expr.is_literal else expr.source
         if not isinstance(text, str):
             raise ExprError(expr.origin, expr.text(), "an element type must be WGSL type text or `$name`")
         if not text.startswith("$"):
-            return Compiled(repr(text), "str", 9, constant=text, is_constant=True)
+            return ClauseCode(expr, Compiled(repr(text), "str", 9, constant=text, is_constant=True))
         name = text[1:]
-        target = name if scope.lookup((name,)) is not None else f"dtypes.{name}"
-        return compile_expr(Expr(target, None, expr.origin), scope, "str")
+        target = Expr(name if scope.lookup((name,)) is not None else f"dtypes.{name}", None, expr.origin)
+        return ClauseCode(target, compile_expr(target, scope, "str"))
 
     # the contract -------------------------------------------------------------------------------
 

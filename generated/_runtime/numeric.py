@@ -82,6 +82,25 @@ def pow2ceil(x):
     return 1 << (math.ceil(x) - 1).bit_length()
 
 
+def bucket_up(x, buckets):
+    """``bucketUp(x, buckets)``: the smallest of the ascending `buckets` that is >= x; the last for
+    an x above them all (or NaN), so that a derived value never fails: the manifest's `when` says
+    whether x fits its bucket (`x <= bucketUp(x, ...)`)."""
+    for bucket in buckets:
+        if x <= bucket:
+            return bucket
+    return buckets[-1]
+
+
+def bucket_down(x, buckets):
+    """``bucketDown(x, buckets)``: the largest of the ascending `buckets` that is <= x; the first
+    for an x below them all (or NaN)."""
+    for bucket in reversed(buckets):
+        if x >= bucket:
+            return bucket
+    return buckets[0]
+
+
 def ceil_div(a, b):
     """``ceil(a / b)`` as an int; exact for ints of any size."""
     if isinstance(a, int) and isinstance(b, int):
