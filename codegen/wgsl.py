@@ -35,7 +35,7 @@ from jinja2.lexer import Token
 from generated._runtime import numeric as runtime_numeric
 from generated._runtime.plans import ShaderInterface
 
-from .expr import request_local
+from .expr import DERIVED, VALUES, request_local
 from .problems import CompileError, Problem, TemplateLocation, closest
 from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .wgsl_text import COMMENT, EXTENSION_FEATURES, SUBGROUP_USE, code_of, workgroup_arrays, workgroup_size
@@ -296,7 +296,7 @@ class _Domains:
 
     def finite_leaves(self, value: Value) -> set:
         found = set()
-        for local in value.code.locals - {"d", "v"}:
+        for local in value.code.locals - {DERIVED, VALUES}:
             if local not in self.base:
                 raise _NotFinite(local)
             found.add(("base", local))
@@ -379,23 +379,25 @@ class _Evaluation:
             return {("free", value.name)}
         if value.code.is_constant:
             return set()
-        found = {("base", local) for local in value.code.locals - {"d", "v"}}
+        found = {("base", local) for local in value.code.locals - {DERIVED, VALUES}}
         for level, name in value.code.refs:
             found |= self.reads(self.levels[level][name])
         return found
 
     def evaluate(self, value: Value, choice: tuple):
-        env = {local: choice[self.position[("base", local)]] for local in value.code.locals - {"d", "v"}}
+        env = {
+            local: choice[self.position[("base", local)]] for local in value.code.locals - {DERIVED, VALUES}
+        }
         holders = {"manifest": {}, "variant": {}}
         for level, name in value.code.refs:
             referenced = self.levels[level][name]
-            # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
+            # Code reads a value of its own level by bare name, an outer one through `derived.`/`values.`.
             result = self.reader(referenced)(choice)
             env[referenced.var] = result
             if level != "pass":
                 holders[level][referenced.var] = result
-        env["d"] = _Namespace(holders["manifest"])
-        env["v"] = _Namespace(holders["variant"])
+        env[DERIVED] = _Namespace(holders["manifest"])
+        env[VALUES] = _Namespace(holders["variant"])
         return eval(_compiled(value.code.python), _EVAL_GLOBALS, env)  # compile-time only
 
 
