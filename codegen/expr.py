@@ -106,6 +106,13 @@ class Scope:
         return self._resolve(path)
 
 
+# The parameters of the generated functions: the call's `Request`, the op's `Derived` values and the
+# chosen variant's `Values` (`derive(request)`, `when(request, derived)`, `passes(request, derived,
+# values)`). Compiled code reads an outer level's value as `derived.<name>` / `values.<name>`.
+REQUEST = "request"
+DERIVED = "derived"
+VALUES = "values"
+
 REQUEST_LOCAL_KINDS = ("shape", "dtype", "attr", "tunable")
 
 

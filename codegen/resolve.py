@@ -19,27 +19,40 @@ import jinja2.nodes as nodes
 
 from generated._runtime.caps import WEBGPU_DEFAULT_LIMITS
 
-from .expr import Compiled, Compiler, ExprError, Scope, Symbol, compile_expr, parse, request_local, snake
+from .expr import (
+    DERIVED,
+    REQUEST,
+    VALUES,
+    Compiled,
+    Compiler,
+    ExprError,
+    Scope,
+    Symbol,
+    compile_expr,
+    parse,
+    request_local,
+    snake,
+)
 from .ir import Derive, Expr, Op, Pass, Tensor, UniformField, Variant
 from .problems import CompileError, Problem
 
 DEVICE_LOCALS = {
-    "limits": "r.caps.limits",
-    "features": "r.caps.features",
-    "wgsl_features": "r.caps.wgsl_language_features",
-    "adapter_info": "r.caps.adapter_info",
-    "dispatch_fold_width": "fold_width(r.caps)",
+    "limits": f"{REQUEST}.caps.limits",
+    "features": f"{REQUEST}.caps.features",
+    "wgsl_features": f"{REQUEST}.caps.wgsl_language_features",
+    "adapter_info": f"{REQUEST}.caps.adapter_info",
+    "dispatch_fold_width": f"fold_width({REQUEST}.caps)",
 }
 
 
 # Preamble locals that come from the request itself, dispatch-time facts (docs/MANIFEST.md, "Binding times"):
-# shapes and ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
+# shapes and ranks (`shape_<key>`), attributes (`attr_<name>`), and `request` (`has(shapes, ...)`, `outputs.has`).
 _REQUEST_LOCAL_PREFIXES = (request_local("shape", ""), request_local("attr", ""))
 
 
 def reads_request(code: Compiled) -> bool:
     """Whether compiled text reads a shape, a rank, an attribute or the requested outputs itself."""
-    return "r" in code.locals or any(local.startswith(_REQUEST_LOCAL_PREFIXES) for local in code.locals)
+    return REQUEST in code.locals or any(local.startswith(_REQUEST_LOCAL_PREFIXES) for local in code.locals)
 
 
 @dataclass(frozen=True)
@@ -63,10 +76,13 @@ class Rule:
     code: Compiled
     subject: str  # "input X", "attribute num_groups", "dtype T", "device"
     facts: tuple[tuple[str, Compiled], ...]  # the names the clause reads, to print their values
+    # The bind key of the input the subject names, or None: a refusal names that input as the
+    # caller did (`request.names`), the subject's ONNX name where the request has none.
+    input_key: str | None = None
 
     @property
     def reads_derived(self) -> bool:
-        return "d" in self.code.locals
+        return DERIVED in self.code.locals
 
 
 class NamedCode(NamedTuple):
@@ -253,13 +269,13 @@ class _Resolver:
             kind = "float" if isinstance(self.tunables[rest[0]], float) else "int"
             return Symbol(var, kind, frozenset({var}))
         if path == ("shapes",):
-            # The local "r" marks both as request-dependent, never a compile-time (finite) value.
+            # The local REQUEST marks both as request-dependent, never a compile-time (finite) value.
             return Symbol(
-                "r.shapes", "map", frozenset({"r"})
+                f"{REQUEST}.shapes", "map", frozenset({REQUEST})
             )  # has(shapes, "bias"): is an optional input present
         if path == ("outputs",):
             return Symbol(
-                "r.outputs", "set", frozenset({"r"})
+                f"{REQUEST}.outputs", "set", frozenset({REQUEST})
             )  # outputs.has("S"): was an optional output asked for
         if head == "device":
             return self.device(rest)
@@ -293,7 +309,7 @@ class _Resolver:
                     ref = frozenset({(local_in, value.name)})
                     if local_in == where:
                         return Symbol(value.var, value.code.type, frozenset(), ref)
-                    holder = {"manifest": "d", "variant": "v"}[local_in]
+                    holder = {"manifest": DERIVED, "variant": VALUES}[local_in]
                     return Symbol(f"{holder}.{value.var}", value.code.type, frozenset({holder}), ref)
             return self.builtin(path, allow_fold=where == "pass")
 
@@ -467,7 +483,7 @@ class _Resolver:
             if needed_by_all and key in needed_by_all and not isinstance(node, nodes.Const):
                 clauses.setdefault(key, node)
         origin_expr = Expr("", None, self.op.variants[0].origin.child("when") if self.op.variants else None)
-        # The "select" scope reads derived values as `d.name`: such rules run after derive().
+        # The "select" scope reads derived values as `derived.name`: such rules run after derive().
         scope = self.scope("select")
         rules, seen = [], set()
         for source, node in clauses.items():
@@ -481,20 +497,24 @@ class _Resolver:
                 text = unparse(leaf)
                 if text not in dict(facts):
                     facts.append((text, compiler.visit(leaf)))
-            rules.append(Rule(source, code, self.subject(node), tuple(facts)))
+            subject, input_key = self.subject(node)
+            rules.append(Rule(source, code, subject, tuple(facts), input_key))
         return tuple(rules)
 
-    def subject(self, node: nodes.Node) -> str:
+    def subject(self, node: nodes.Node) -> tuple[str, str | None]:
+        """What a clause is about, as a refusal's subject, and the bind key when that is an input."""
         for leaf in node.find_all((nodes.Name, nodes.Getattr)):
             path = _path(leaf)
             if path and path[0] in ("shapes", "ranks") and len(path) == 2:
                 tensor = self.tensors[path[1]]
-                return f"{'output' if tensor.is_output else 'input'} {tensor.role}"
+                if tensor.is_output:
+                    return f"output {tensor.role}", None
+                return f"input {tensor.role}", tensor.key
             if path and path[0] == "attrs":
-                return f"attribute {path[1]}"
+                return f"attribute {path[1]}", None
             if path and path[0] == "dtypes":
-                return f"dtype {path[1]}"
-        return "device"
+                return f"dtype {path[1]}", None
+        return "device", None
 
 
 def _path(node: nodes.Node) -> tuple[str, ...] | None:

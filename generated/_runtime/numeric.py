@@ -195,7 +195,7 @@ def u32(value, what):
     return v
 
 
-def _i32(value, what):
+def i32(value, what):
     v = whole(value, what)
     if not -(2**31) <= v < 2**31:
         raise PlanError("plan", what, "i32 range", f"expected -2**31 <= value < 2**31, got {v}")
@@ -205,14 +205,14 @@ def _i32(value, what):
 _ITEMSIZE = {"float32": 4, "float16": 2}
 
 
-def _storage_nbytes(shape, dtype_name):
+def storage_nbytes(shape, dtype_name):
     """Bytes of a tensor's buffer: copies and reads need multiples of 4, and never 0."""
     itemsize = _ITEMSIZE.get(dtype_name) or np.dtype(dtype_name).itemsize
     nbytes = math.prod(shape) * itemsize
     return max(4, -(-nbytes // 4) * 4)
 
 
-def _f32(value, what):
+def f32(value, what):
     """value as a float that a WGSL f32 holds: finite and within the f32 range."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PlanError("plan", what, "finite f32", f"expected a number, got {value!r}")

@@ -102,28 +102,28 @@ TUNABLES = {
 }
 
 
-def output_shapes(r):
+def output_shapes(request):
     """Each output's shape, from the manifest's `shape` expressions."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     return {
         "y": tuple(shape_x),  # Y: shapes.X
     }
 
 
-def check_contract(r) -> None:
+def check_contract(request) -> None:
     """Rules every variant needs: breaking one is the caller's error, raised before any GPU work."""
-    shape_x = r.shapes["x"]
-    shape_scale = r.shapes["scale"]
-    shape_bias = r.shapes["bias"]
-    shape_y = r.shapes["y"]
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
-    features = r.caps.features
+    shape_x = request.shapes["x"]
+    shape_scale = request.shapes["scale"]
+    shape_bias = request.shapes["bias"]
+    shape_y = request.shapes["y"]
+    dtype_t = request.dtypes["T"]
+    attr_num_groups = request.attrs["num_groups"]
+    features = request.caps.features
     # ranks.scale == 1
     if not (len(shape_scale) == 1):
         raise ContractError(
             OP,
-            "input scale",
+            f"input {request.names.get('scale', 'scale')}",
             "ranks.scale == 1",
             f"needs `ranks.scale == 1`, got ranks.scale = {show(lambda: len(shape_scale))}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
         )
@@ -131,7 +131,7 @@ def check_contract(r) -> None:
     if not (len(shape_bias) == 1):
         raise ContractError(
             OP,
-            "input bias",
+            f"input {request.names.get('bias', 'bias')}",
             "ranks.bias == 1",
             f"needs `ranks.bias == 1`, got ranks.bias = {show(lambda: len(shape_bias))}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
         )
@@ -155,7 +155,7 @@ def check_contract(r) -> None:
     if not (len(shape_x) >= 3):
         raise ContractError(
             OP,
-            "input X",
+            f"input {request.names.get('x', 'X')}",
             "ranks.X >= 3",
             f"needs `ranks.X >= 3`, got ranks.X = {show(lambda: len(shape_x))}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
         )
@@ -179,7 +179,7 @@ def check_contract(r) -> None:
     if not (shape_scale[0] == shape_x[1]):
         raise ContractError(
             OP,
-            "input scale",
+            f"input {request.names.get('scale', 'scale')}",
             "dim(shapes.scale, 0) == dim(shapes.X, 1)",
             f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {show(lambda: shape_scale[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 21, scale is: Scale tensor of shape `(C)`, one value per channel.",
         )
@@ -187,7 +187,7 @@ def check_contract(r) -> None:
     if not (shape_bias[0] == shape_x[1]):
         raise ContractError(
             OP,
-            "input bias",
+            f"input {request.names.get('bias', 'bias')}",
             "dim(shapes.bias, 0) == dim(shapes.X, 1)",
             f"needs `dim(shapes.bias, 0) == dim(shapes.X, 1)`, got dim(shapes.bias, 0) = {show(lambda: shape_bias[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 21, bias is: Bias tensor of shape `(C)`, one value per channel.",
         )
@@ -195,13 +195,13 @@ def check_contract(r) -> None:
     if not (js_mod(shape_x[1], attr_num_groups) == 0):
         raise ContractError(
             OP,
-            "input X",
+            f"input {request.names.get('x', 'X')}",
             "(dim(shapes.X, 1) % attrs.num_groups) == 0",
             f"needs `(dim(shapes.X, 1) % attrs.num_groups) == 0`, got dim(shapes.X, 1) = {show(lambda: shape_x[1])}, attrs.num_groups = {show(lambda: attr_num_groups)}; in opset 21, X is: Input data tensor of shape `(N x C x D1 x ... x Dn)` where `N` is batch size and `C` is the number of channels.",
         )
 
 
-def check_derived_contract(r, d) -> None:
+def check_derived_contract(request, derived) -> None:
     """The contract rules that read derived values, checked right after derive()."""
     return None
 
@@ -250,33 +250,33 @@ class Derived(NamedTuple):
     chunk_dispatch_y: int
 
 
-def derive(r) -> Derived:
+def derive(request) -> Derived:
     """The manifest's `derive` section, in dependency order, as straight-line Python."""
-    shape_x = r.shapes["x"]
-    shape_scale = r.shapes["scale"]
-    shape_bias = r.shapes["bias"]
-    shape_y = r.shapes["y"]
-    dtype_t = r.dtypes["T"]
-    attr_stash_type = r.attrs["stash_type"]
-    attr_num_groups = r.attrs["num_groups"]
-    tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    tunable_split_workgroup_size = r.tunables["SPLIT_WORKGROUP_SIZE"]
-    tunable_max_stats_splits = r.tunables["MAX_STATS_SPLITS"]
-    tunable_stats_values_per_split = r.tunables["STATS_VALUES_PER_SPLIT"]
-    tunable_split_stats_min_hidden = r.tunables["SPLIT_STATS_MIN_HIDDEN"]
-    tunable_split_stats_max_rows = r.tunables["SPLIT_STATS_MAX_ROWS"]
-    tunable_register_workgroup_size = r.tunables["REGISTER_WORKGROUP_SIZE"]
-    tunable_register_single_workgroup_size = r.tunables["REGISTER_SINGLE_WORKGROUP_SIZE"]
-    tunable_register_split = r.tunables["REGISTER_SPLIT"]
-    tunable_register_split_min_hidden = r.tunables["REGISTER_SPLIT_MIN_HIDDEN"]
-    tunable_register_max_channels = r.tunables["REGISTER_MAX_CHANNELS"]
-    tunable_sm_count_proxy = r.tunables["SM_COUNT_PROXY"]
-    tunable_chunk_workgroup_size = r.tunables["CHUNK_WORKGROUP_SIZE"]
-    tunable_chunk_units_f32 = r.tunables["CHUNK_UNITS_F32"]
-    tunable_chunk_units_f16 = r.tunables["CHUNK_UNITS_F16"]
-    limits = r.caps.limits
-    features = r.caps.features
-    wgsl_features = r.caps.wgsl_language_features
+    shape_x = request.shapes["x"]
+    shape_scale = request.shapes["scale"]
+    shape_bias = request.shapes["bias"]
+    shape_y = request.shapes["y"]
+    dtype_t = request.dtypes["T"]
+    attr_stash_type = request.attrs["stash_type"]
+    attr_num_groups = request.attrs["num_groups"]
+    tunable_workgroup_size = request.tunables["WORKGROUP_SIZE"]
+    tunable_split_workgroup_size = request.tunables["SPLIT_WORKGROUP_SIZE"]
+    tunable_max_stats_splits = request.tunables["MAX_STATS_SPLITS"]
+    tunable_stats_values_per_split = request.tunables["STATS_VALUES_PER_SPLIT"]
+    tunable_split_stats_min_hidden = request.tunables["SPLIT_STATS_MIN_HIDDEN"]
+    tunable_split_stats_max_rows = request.tunables["SPLIT_STATS_MAX_ROWS"]
+    tunable_register_workgroup_size = request.tunables["REGISTER_WORKGROUP_SIZE"]
+    tunable_register_single_workgroup_size = request.tunables["REGISTER_SINGLE_WORKGROUP_SIZE"]
+    tunable_register_split = request.tunables["REGISTER_SPLIT"]
+    tunable_register_split_min_hidden = request.tunables["REGISTER_SPLIT_MIN_HIDDEN"]
+    tunable_register_max_channels = request.tunables["REGISTER_MAX_CHANNELS"]
+    tunable_sm_count_proxy = request.tunables["SM_COUNT_PROXY"]
+    tunable_chunk_workgroup_size = request.tunables["CHUNK_WORKGROUP_SIZE"]
+    tunable_chunk_units_f32 = request.tunables["CHUNK_UNITS_F32"]
+    tunable_chunk_units_f16 = request.tunables["CHUNK_UNITS_F16"]
+    limits = request.caps.limits
+    features = request.caps.features
+    wgsl_features = request.caps.wgsl_language_features
     # deviceWorkgroupCap: min(device.limits.maxComputeInvocationsPerWorkgroup, device.limits.maxComputeWorkgroupSizeX)
     device_workgroup_cap = min(
         limits["maxComputeInvocationsPerWorkgroup"], limits["maxComputeWorkgroupSizeX"]

@@ -37,34 +37,34 @@ PIPELINE_CONSTANTS = {
 }
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    tunable_register_max_units = r.tunables["REGISTER_MAX_UNITS"]
-    tunable_register_max_channels = r.tunables["REGISTER_MAX_CHANNELS"]
-    tunable_sm_count_proxy = r.tunables["SM_COUNT_PROXY"]
-    limits = r.caps.limits
+    tunable_register_max_units = request.tunables["REGISTER_MAX_UNITS"]
+    tunable_register_max_channels = request.tunables["REGISTER_MAX_CHANNELS"]
+    tunable_sm_count_proxy = request.tunables["SM_COUNT_PROXY"]
+    limits = request.caps.limits
     # groupContractOk
-    if (d.group_contract_ok) is not True:
+    if (derived.group_contract_ok) is not True:
         return "groupContractOk"
     # groupSpatial % regUnitValues == 0
-    if (js_mod(d.group_spatial, d.reg_unit_values) == 0) is not True:
+    if (js_mod(derived.group_spatial, derived.reg_unit_values) == 0) is not True:
         return "groupSpatial % regUnitValues == 0"
     # groupChannelsPerGroup <= tunables.REGISTER_MAX_CHANNELS
-    if (d.group_channels_per_group <= tunable_register_max_channels) is not True:
+    if (derived.group_channels_per_group <= tunable_register_max_channels) is not True:
         return "groupChannelsPerGroup <= tunables.REGISTER_MAX_CHANNELS"
     # regUnitsNeeded <= min(tunables.REGISTER_MAX_UNITS, regUnitsBucket)
-    if (d.reg_units_needed <= min(tunable_register_max_units, d.reg_units_bucket)) is not True:
+    if (derived.reg_units_needed <= min(tunable_register_max_units, derived.reg_units_bucket)) is not True:
         return "regUnitsNeeded <= min(tunables.REGISTER_MAX_UNITS, regUnitsBucket)"
     # regWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize
-    if (d.reg_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
+    if (derived.reg_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
         return "regWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize"
     # regSplit * groupRows <= tunables.SM_COUNT_PROXY
-    if (d.reg_split * d.group_rows <= tunable_sm_count_proxy) is not True:
+    if (derived.reg_split * derived.group_rows <= tunable_sm_count_proxy) is not True:
         return "regSplit * groupRows <= tunables.SM_COUNT_PROXY"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -87,10 +87,10 @@ class Values(NamedTuple):
     split: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
-    tunable_register_max_channels = r.tunables["REGISTER_MAX_CHANNELS"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    attr_num_groups = request.attrs["num_groups"]
+    tunable_register_max_channels = request.tunables["REGISTER_MAX_CHANNELS"]
     # ioElement: "vec4<u32>" if dtypes.T == "f16" else "vec4<f32>"
     io_element = "vec4<u32>" if dtype_t == "f16" else "vec4<f32>"
     # scalar: dtypes.T
@@ -98,25 +98,25 @@ def values(r, d) -> Values:
     # packedHalves: dtypes.T == "f16"
     packed_halves = dtype_t == "f16"
     # units: "" ~ regUnitsBucket
-    units = "" + js_str(d.reg_units_bucket)
+    units = "" + js_str(derived.reg_units_bucket)
     # fill: regBucketFill
-    fill = d.reg_bucket_fill
+    fill = derived.reg_bucket_fill
     # workgroupSize: regWorkgroup
-    workgroup_size = d.reg_workgroup
+    workgroup_size = derived.reg_workgroup
     # maxChannels: tunables.REGISTER_MAX_CHANNELS
     max_channels = tunable_register_max_channels
     # rowUnits: regRowUnits
-    row_units = d.reg_row_units
+    row_units = derived.reg_row_units
     # spatialUnits: groupSpatial / regUnitValues
-    spatial_units = js_div(d.group_spatial, d.reg_unit_values)
+    spatial_units = js_div(derived.group_spatial, derived.reg_unit_values)
     # hidden: groupHidden
-    hidden = d.group_hidden
+    hidden = derived.group_hidden
     # channelsPerGroup: groupChannelsPerGroup
-    channels_per_group = d.group_channels_per_group
+    channels_per_group = derived.group_channels_per_group
     # numGroups: attrs.num_groups
     num_groups = attr_num_groups
     # split: regSplit
-    split = d.reg_split
+    split = derived.reg_split
     # fmt: off
     return Values(
         io_element, scalar, packed_halves, units, fill, workgroup_size, max_channels, row_units,
@@ -125,37 +125,43 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (GroupNormalization.RowRegisters): template templates/norm-row-registers.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    limits = r.caps.limits
-    shader = MAIN_SHADERS[(v.fill, v.packed_halves, v.units)]
+    attr_epsilon = request.attrs["epsilon"]
+    limits = request.caps.limits
+    shader = MAIN_SHADERS[(values.fill, values.packed_halves, values.units)]
     # dispatch: workgroups=groupRows * regSplit, z=1
-    dispatch = fold_dispatch(d.group_rows * d.reg_split, 1, 1, r.caps, "GroupNormalization.RowRegisters")
+    dispatch = fold_dispatch(
+        derived.group_rows * derived.reg_split, 1, 1, request.caps, "GroupNormalization.RowRegisters"
+    )
     uniforms = {
-        "rows": d.group_rows,  # groupRows
+        "rows": derived.group_rows,  # groupRows
         "rowStride": max(
-            1, min(d.group_rows, limits["maxComputeWorkgroupsPerDimension"])
+            1, min(derived.group_rows, limits["maxComputeWorkgroupsPerDimension"])
         ),  # max(1, min(groupRows, device.limits.maxComputeWorkgroupsPerDimension))
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
-        "hidden": v.hidden,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "rowUnits": values.row_units,  # request-dependent: bound at dispatch time
+        "spatialUnits": values.spatial_units,  # request-dependent: bound at dispatch time
+        "hidden": values.hidden,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": values.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size, "maxChannels": v.max_channels, "split": v.split}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "GroupNormalization.RowRegisters", dispatch, uniforms, numbers)
+    numbers = {
+        "workgroupSize": values.workgroup_size,
+        "maxChannels": values.max_channels,
+        "split": values.split,
+    }
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "main", "GroupNormalization.RowRegisters", dispatch, uniforms, numbers)
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (fill, packedHalves, units): the

@@ -32,15 +32,15 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # groupSplitCovered
-    if (d.group_split_covered) is not True:
+    if (derived.group_split_covered) is not True:
         return "groupSplitCovered"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -59,9 +59,9 @@ class Values(NamedTuple):
     split: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    attr_num_groups = request.attrs["num_groups"]
     # vec4: false
     vec4 = False
     # scalar: dtypes.T
@@ -69,17 +69,17 @@ def values(r, d) -> Values:
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # hiddenSize: groupHidden
-    hidden_size = d.group_hidden
+    hidden_size = derived.group_hidden
     # spatial: groupSpatial
-    spatial = d.group_spatial
+    spatial = derived.group_spatial
     # channelsPerGroup: groupChannelsPerGroup
-    channels_per_group = d.group_channels_per_group
+    channels_per_group = derived.group_channels_per_group
     # numGroups: attrs.num_groups
     num_groups = attr_num_groups
     # workgroupSize: splitWorkgroupCap
-    workgroup_size = d.split_workgroup_cap
+    workgroup_size = derived.split_workgroup_cap
     # split: groupSplitCount
-    split = d.group_split_count
+    split = derived.group_split_count
     # fmt: off
     return Values(
         vec4, scalar, uses_f16, hidden_size, spatial, channels_per_group, num_groups, workgroup_size, split,
@@ -87,58 +87,62 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {
         "partials": (
-            tuple((d.group_rows * d.group_split_count, 4)),
+            tuple((derived.group_rows * derived.group_split_count, 4)),
             "float32",
         ),  # [groupRows * groupSplitCount, 4]
     }
 
 
-def passes(r, d, v) -> tuple:
+def passes(request, derived, values) -> tuple:
     return (
-        _partials(r, d, v),
-        _apply(r, d, v),
+        _partials(request, derived, values),
+        _apply(request, derived, values),
     )
 
 
-def _partials(r, d, v):
+def _partials(request, derived, values):
     """Pass `partials` (GroupNormalization.SplitKPartials): template templates/group-normalization-splitk-partials.wgsl.jinja."""
-    shader = PARTIALS_SHADERS[(v.scalar,)]
+    shader = PARTIALS_SHADERS[(values.scalar,)]
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
-        d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKPartials"
+        derived.group_rows, 1, derived.group_split_count, request.caps, "GroupNormalization.SplitKPartials"
     )
     uniforms = {
-        "rows": d.group_rows,  # groupRows
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
+        "rows": derived.group_rows,  # groupRows
+        "hiddenSize": values.hidden_size,  # request-dependent: bound at dispatch time
+        "split": values.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "partials", "GroupNormalization.SplitKPartials", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "partials", "GroupNormalization.SplitKPartials", dispatch, uniforms, numbers
+    )
 
 
-def _apply(r, d, v):
+def _apply(request, derived, values):
     """Pass `apply` (GroupNormalization.SplitKApply): template templates/group-normalization-splitk-apply.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    shader = APPLY_SHADERS[(v.scalar,)]
+    attr_epsilon = request.attrs["epsilon"]
+    shader = APPLY_SHADERS[(values.scalar,)]
     # dispatch: workgroups=groupRows, z=groupSplitCount
-    dispatch = fold_dispatch(d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKApply")
+    dispatch = fold_dispatch(
+        derived.group_rows, 1, derived.group_split_count, request.caps, "GroupNormalization.SplitKApply"
+    )
     uniforms = {
-        "rows": d.group_rows,  # groupRows
+        "rows": derived.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "spatial": v.spatial,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "split": v.split,  # request-dependent: bound at dispatch time
+        "hiddenSize": values.hidden_size,  # request-dependent: bound at dispatch time
+        "spatial": values.spatial,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": values.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
+        "split": values.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "apply", "GroupNormalization.SplitKApply", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "apply", "GroupNormalization.SplitKApply", dispatch, uniforms, numbers)
 
 
 # Pass `partials`: its shaders (shaders/<name>.wgsl) by (x element type): the

@@ -44,42 +44,42 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    tunable_split_stats_min_hidden = r.tunables["SPLIT_STATS_MIN_HIDDEN"]
-    tunable_split_stats_max_rows = r.tunables["SPLIT_STATS_MAX_ROWS"]
-    limits = r.caps.limits
+    tunable_split_stats_min_hidden = request.tunables["SPLIT_STATS_MIN_HIDDEN"]
+    tunable_split_stats_max_rows = request.tunables["SPLIT_STATS_MAX_ROWS"]
+    limits = request.caps.limits
     # groupContractOk
-    if (d.group_contract_ok) is not True:
+    if (derived.group_contract_ok) is not True:
         return "groupContractOk"
     # groupSpatial % regUnitValues == 0
-    if (js_mod(d.group_spatial, d.reg_unit_values) == 0) is not True:
+    if (js_mod(derived.group_spatial, derived.reg_unit_values) == 0) is not True:
         return "groupSpatial % regUnitValues == 0"
     # groupRows <= tunables.SPLIT_STATS_MAX_ROWS
-    if (d.group_rows <= tunable_split_stats_max_rows) is not True:
+    if (derived.group_rows <= tunable_split_stats_max_rows) is not True:
         return "groupRows <= tunables.SPLIT_STATS_MAX_ROWS"
     # groupHidden >= tunables.SPLIT_STATS_MIN_HIDDEN
-    if (d.group_hidden >= tunable_split_stats_min_hidden) is not True:
+    if (derived.group_hidden >= tunable_split_stats_min_hidden) is not True:
         return "groupHidden >= tunables.SPLIT_STATS_MIN_HIDDEN"
     # chunkWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize
-    if (d.chunk_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
+    if (derived.chunk_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
         return "chunkWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize"
     # chunkPartialBytes <= device.limits.maxStorageBufferBindingSize
-    if (d.chunk_partial_bytes <= limits["maxStorageBufferBindingSize"]) is not True:
+    if (derived.chunk_partial_bytes <= limits["maxStorageBufferBindingSize"]) is not True:
         return "chunkPartialBytes <= device.limits.maxStorageBufferBindingSize"
     # chunkPartialBytes <= device.limits.maxBufferSize
-    if (d.chunk_partial_bytes <= limits["maxBufferSize"]) is not True:
+    if (derived.chunk_partial_bytes <= limits["maxBufferSize"]) is not True:
         return "chunkPartialBytes <= device.limits.maxBufferSize"
     # chunkDispatchY <= device.limits.maxComputeWorkgroupsPerDimension
-    if (d.chunk_dispatch_y <= limits["maxComputeWorkgroupsPerDimension"]) is not True:
+    if (derived.chunk_dispatch_y <= limits["maxComputeWorkgroupsPerDimension"]) is not True:
         return "chunkDispatchY <= device.limits.maxComputeWorkgroupsPerDimension"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
-    tunable_chunk_min_hidden = r.tunables["CHUNK_MIN_HIDDEN"]
-    return (d.group_hidden < tunable_chunk_min_hidden and d.group_split_covered) is True
+    tunable_chunk_min_hidden = request.tunables["CHUNK_MIN_HIDDEN"]
+    return (derived.group_hidden < tunable_chunk_min_hidden and derived.group_split_covered) is True
 
 
 class Values(NamedTuple):
@@ -99,10 +99,10 @@ class Values(NamedTuple):
     num_groups: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
-    tunable_chunk_apply_order = r.tunables["CHUNK_APPLY_ORDER"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    attr_num_groups = request.attrs["num_groups"]
+    tunable_chunk_apply_order = request.tunables["CHUNK_APPLY_ORDER"]
     # ioElement: "vec4<u32>" if dtypes.T == "f16" else "vec4<f32>"
     io_element = "vec4<u32>" if dtype_t == "f16" else "vec4<f32>"
     # scalar: dtypes.T
@@ -110,21 +110,21 @@ def values(r, d) -> Values:
     # packedHalves: dtypes.T == "f16"
     packed_halves = dtype_t == "f16"
     # units: "" ~ chunkUnits
-    units = "" + js_str(d.chunk_units)
+    units = "" + js_str(derived.chunk_units)
     # workgroupSize: chunkWorkgroup
-    workgroup_size = d.chunk_workgroup
+    workgroup_size = derived.chunk_workgroup
     # applyOrder: tunables.CHUNK_APPLY_ORDER
     apply_order = tunable_chunk_apply_order
     # rowUnits: regRowUnits
-    row_units = d.reg_row_units
+    row_units = derived.reg_row_units
     # chunks: chunkCount
-    chunks = d.chunk_count
+    chunks = derived.chunk_count
     # wholeChunks: chunkWhole
-    whole_chunks = d.chunk_whole
+    whole_chunks = derived.chunk_whole
     # spatialUnits: groupSpatial / regUnitValues
-    spatial_units = js_div(d.group_spatial, d.reg_unit_values)
+    spatial_units = js_div(derived.group_spatial, derived.reg_unit_values)
     # channelsPerGroup: groupChannelsPerGroup
-    channels_per_group = d.group_channels_per_group
+    channels_per_group = derived.group_channels_per_group
     # numGroups: attrs.num_groups
     num_groups = attr_num_groups
     # fmt: off
@@ -135,60 +135,71 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {
-        "partials": (tuple((d.group_rows * d.chunk_count, 4)), "float32"),  # [groupRows * chunkCount, 4]
+        "partials": (
+            tuple((derived.group_rows * derived.chunk_count, 4)),
+            "float32",
+        ),  # [groupRows * chunkCount, 4]
     }
 
 
-def passes(r, d, v) -> tuple:
+def passes(request, derived, values) -> tuple:
     return (
-        _partials(r, d, v),
-        _apply(r, d, v),
+        _partials(request, derived, values),
+        _apply(request, derived, values),
     )
 
 
-def _partials(r, d, v):
+def _partials(request, derived, values):
     """Pass `partials` (GroupNormalization.SplitKRegistersPartials): template templates/norm-splitk-partials.wgsl.jinja."""
-    shader = PARTIALS_SHADERS[(v.packed_halves, v.units, v.whole_chunks)]
+    shader = PARTIALS_SHADERS[(values.packed_halves, values.units, values.whole_chunks)]
     # dispatch: workgroups=groupRows * chunkCount, z=1
     dispatch = fold_dispatch(
-        d.group_rows * d.chunk_count, 1, 1, r.caps, "GroupNormalization.SplitKRegistersPartials"
+        derived.group_rows * derived.chunk_count,
+        1,
+        1,
+        request.caps,
+        "GroupNormalization.SplitKRegistersPartials",
     )
     uniforms = {
-        "rows": d.group_rows,  # groupRows
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "chunks": v.chunks,  # request-dependent: bound at dispatch time
+        "rows": derived.group_rows,  # groupRows
+        "rowUnits": values.row_units,  # request-dependent: bound at dispatch time
+        "chunks": values.chunks,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "partials", "GroupNormalization.SplitKRegistersPartials", dispatch, uniforms, numbers
+        request, shader, "partials", "GroupNormalization.SplitKRegistersPartials", dispatch, uniforms, numbers
     )
 
 
-def _apply(r, d, v):
+def _apply(request, derived, values):
     """Pass `apply` (GroupNormalization.SplitKRegistersApply): template templates/norm-splitk-apply.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    shader = APPLY_SHADERS[(v.packed_halves, v.units, v.whole_chunks)]
+    attr_epsilon = request.attrs["epsilon"]
+    shader = APPLY_SHADERS[(values.packed_halves, values.units, values.whole_chunks)]
     # dispatch: workgroups=groupRows * chunkCount, z=1
     dispatch = fold_dispatch(
-        d.group_rows * d.chunk_count, 1, 1, r.caps, "GroupNormalization.SplitKRegistersApply"
+        derived.group_rows * derived.chunk_count,
+        1,
+        1,
+        request.caps,
+        "GroupNormalization.SplitKRegistersApply",
     )
     uniforms = {
-        "rows": d.group_rows,  # groupRows
+        "rows": derived.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "chunks": v.chunks,  # request-dependent: bound at dispatch time
-        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "rowUnits": values.row_units,  # request-dependent: bound at dispatch time
+        "chunks": values.chunks,  # request-dependent: bound at dispatch time
+        "spatialUnits": values.spatial_units,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": values.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size, "applyOrder": v.apply_order}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    numbers = {"workgroupSize": values.workgroup_size, "applyOrder": values.apply_order}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "apply", "GroupNormalization.SplitKRegistersApply", dispatch, uniforms, numbers
+        request, shader, "apply", "GroupNormalization.SplitKRegistersApply", dispatch, uniforms, numbers
     )
 
 

@@ -43,20 +43,20 @@ PIPELINE_CONSTANTS = {
 }
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # groupSplitCovered
-    if (d.group_split_covered) is not True:
+    if (derived.group_split_covered) is not True:
         return "groupSplitCovered"
     # groupSpatial % 4 == 0
-    if (js_mod(d.group_spatial, 4) == 0) is not True:
+    if (js_mod(derived.group_spatial, 4) == 0) is not True:
         return "groupSpatial % 4 == 0"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
-    dtype_t = r.dtypes["T"]
+    dtype_t = request.dtypes["T"]
     return (dtype_t == "f32") is True
 
 
@@ -76,9 +76,9 @@ class Values(NamedTuple):
     split: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    attr_num_groups = request.attrs["num_groups"]
     # vec4: true
     vec4 = True
     # pairs: true
@@ -90,17 +90,17 @@ def values(r, d) -> Values:
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # hiddenVec: groupHidden / 4
-    hidden_vec = js_div(d.group_hidden, 4)
+    hidden_vec = js_div(derived.group_hidden, 4)
     # spatialVec: groupSpatial / 4
-    spatial_vec = js_div(d.group_spatial, 4)
+    spatial_vec = js_div(derived.group_spatial, 4)
     # channelsPerGroup: groupChannelsPerGroup
-    channels_per_group = d.group_channels_per_group
+    channels_per_group = derived.group_channels_per_group
     # numGroups: attrs.num_groups
     num_groups = attr_num_groups
     # workgroupSize: splitWorkgroupCap
-    workgroup_size = d.split_workgroup_cap
+    workgroup_size = derived.split_workgroup_cap
     # split: groupSplitCount
-    split = d.group_split_count
+    split = derived.group_split_count
     # fmt: off
     return Values(
         vec4, pairs, scalar, vec_type, uses_f16, hidden_vec, spatial_vec, channels_per_group, num_groups,
@@ -109,63 +109,71 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {
         "partials": (
-            tuple((d.group_rows * d.group_split_count, 4)),
+            tuple((derived.group_rows * derived.group_split_count, 4)),
             "float32",
         ),  # [groupRows * groupSplitCount, 4]
     }
 
 
-def passes(r, d, v) -> tuple:
+def passes(request, derived, values) -> tuple:
     return (
-        _partials(r, d, v),
-        _apply(r, d, v),
+        _partials(request, derived, values),
+        _apply(request, derived, values),
     )
 
 
-def _partials(r, d, v):
+def _partials(request, derived, values):
     """Pass `partials` (GroupNormalization.SplitKPartialsVec4Pairs): template templates/group-normalization-splitk-partials.wgsl.jinja."""
-    shader = PARTIALS_SHADERS[(v.vec_type,)]
+    shader = PARTIALS_SHADERS[(values.vec_type,)]
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
-        d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKPartialsVec4Pairs"
+        derived.group_rows,
+        1,
+        derived.group_split_count,
+        request.caps,
+        "GroupNormalization.SplitKPartialsVec4Pairs",
     )
     uniforms = {
-        "rows": d.group_rows,  # groupRows
+        "rows": derived.group_rows,  # groupRows
     }
-    numbers = {"hiddenVec": v.hidden_vec, "workgroupSize": v.workgroup_size, "split": v.split}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    numbers = {"hiddenVec": values.hidden_vec, "workgroupSize": values.workgroup_size, "split": values.split}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "partials", "GroupNormalization.SplitKPartialsVec4Pairs", dispatch, uniforms, numbers
+        request, shader, "partials", "GroupNormalization.SplitKPartialsVec4Pairs", dispatch, uniforms, numbers
     )
 
 
-def _apply(r, d, v):
+def _apply(request, derived, values):
     """Pass `apply` (GroupNormalization.SplitKApplyVec4Pairs): template templates/group-normalization-splitk-apply.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    shader = APPLY_SHADERS[(v.scalar,)]
+    attr_epsilon = request.attrs["epsilon"]
+    shader = APPLY_SHADERS[(values.scalar,)]
     # dispatch: workgroups=groupRows, z=groupSplitCount
     dispatch = fold_dispatch(
-        d.group_rows, 1, d.group_split_count, r.caps, "GroupNormalization.SplitKApplyVec4Pairs"
+        derived.group_rows,
+        1,
+        derived.group_split_count,
+        request.caps,
+        "GroupNormalization.SplitKApplyVec4Pairs",
     )
     uniforms = {
-        "rows": d.group_rows,  # groupRows
+        "rows": derived.group_rows,  # groupRows
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
     numbers = {
-        "hiddenVec": v.hidden_vec,
-        "spatialVec": v.spatial_vec,
-        "channelsPerGroup": v.channels_per_group,
-        "numGroups": v.num_groups,
-        "workgroupSize": v.workgroup_size,
-        "split": v.split,
+        "hiddenVec": values.hidden_vec,
+        "spatialVec": values.spatial_vec,
+        "channelsPerGroup": values.channels_per_group,
+        "numGroups": values.num_groups,
+        "workgroupSize": values.workgroup_size,
+        "split": values.split,
     }
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "apply", "GroupNormalization.SplitKApplyVec4Pairs", dispatch, uniforms, numbers
+        request, shader, "apply", "GroupNormalization.SplitKApplyVec4Pairs", dispatch, uniforms, numbers
     )
 
 

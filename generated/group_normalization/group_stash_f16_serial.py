@@ -30,15 +30,15 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # groupStashF16Ok
-    if (d.group_stash_f16_ok) is not True:
+    if (derived.group_stash_f16_ok) is not True:
         return "groupStashF16Ok"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -56,9 +56,9 @@ class Values(NamedTuple):
     workgroup_size: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    attr_num_groups = r.attrs["num_groups"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    attr_num_groups = request.attrs["num_groups"]
     # scalar: dtypes.T
     scalar = dtype_t
     # ioElement: dtypes.T
@@ -66,11 +66,11 @@ def values(r, d) -> Values:
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # hiddenSize: groupHidden
-    hidden_size = d.group_hidden
+    hidden_size = derived.group_hidden
     # spatial: groupSpatial
-    spatial = d.group_spatial
+    spatial = derived.group_spatial
     # channelsPerGroup: groupChannelsPerGroup
-    channels_per_group = d.group_channels_per_group
+    channels_per_group = derived.group_channels_per_group
     # numGroups: attrs.num_groups
     num_groups = attr_num_groups
     # workgroupSize: 256
@@ -82,36 +82,38 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (GroupNormalization.StashF16Serial): template templates/group-normalization-stash-f16-serial.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    limits = r.caps.limits
-    shader = MAIN_SHADERS[(v.uses_f16,)]
+    attr_epsilon = request.attrs["epsilon"]
+    limits = request.caps.limits
+    shader = MAIN_SHADERS[(values.uses_f16,)]
     # dispatch: workgroups=groupRows, z=1
-    dispatch = fold_dispatch(d.group_rows, 1, 1, r.caps, "GroupNormalization.StashF16Serial")
+    dispatch = fold_dispatch(derived.group_rows, 1, 1, request.caps, "GroupNormalization.StashF16Serial")
     uniforms = {
-        "rows": d.group_rows,  # groupRows
+        "rows": derived.group_rows,  # groupRows
         "rowStride": max(
-            1, min(d.group_rows, limits["maxComputeWorkgroupsPerDimension"])
+            1, min(derived.group_rows, limits["maxComputeWorkgroupsPerDimension"])
         ),  # max(1, min(groupRows, device.limits.maxComputeWorkgroupsPerDimension))
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "spatial": v.spatial,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "hiddenSize": values.hidden_size,  # request-dependent: bound at dispatch time
+        "spatial": values.spatial,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": values.channels_per_group,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "main", "GroupNormalization.StashF16Serial", dispatch, uniforms, numbers
+    )
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (usesF16): the

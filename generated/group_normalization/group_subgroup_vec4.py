@@ -31,18 +31,18 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # groupRowCovered
-    if (d.group_row_covered) is not True:
+    if (derived.group_row_covered) is not True:
         return "groupRowCovered"
     # groupSpatial % 4 == 0
-    if (js_mod(d.group_spatial, 4) == 0) is not True:
+    if (js_mod(derived.group_spatial, 4) == 0) is not True:
         return "groupSpatial % 4 == 0"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -55,8 +55,8 @@ class Values(NamedTuple):
     vector_scalar: str
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # scalar: dtypes.T
     scalar = dtype_t
     # ioElement: "vec4<" ~ dtypes.T ~ ">"
@@ -66,44 +66,44 @@ def values(r, d) -> Values:
     return Values(scalar, io_element, vector_scalar)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (GroupNormalization.group_subgroup_vec4): template templates/norm-row-stats.wgsl.jinja."""
-    dtype_t = r.dtypes["T"]
-    attr_epsilon = r.attrs["epsilon"]
-    attr_num_groups = r.attrs["num_groups"]
-    limits = r.caps.limits
+    dtype_t = request.dtypes["T"]
+    attr_epsilon = request.attrs["epsilon"]
+    attr_num_groups = request.attrs["num_groups"]
+    limits = request.caps.limits
     # hiddenSize: groupHidden
-    hidden_size = d.group_hidden
+    hidden_size = derived.group_hidden
     # workgroupSize: groupVec4Workgroup
-    workgroup_size = d.group_vec4_workgroup
+    workgroup_size = derived.group_vec4_workgroup
     # numGroups: attrs.num_groups
     num_groups = attr_num_groups
     # channelsPerGroup: groupChannelsPerGroup
-    channels_per_group = d.group_channels_per_group
+    channels_per_group = derived.group_channels_per_group
     # hiddenVec: groupHidden / 4
-    hidden_vec = js_div(d.group_hidden, 4)
+    hidden_vec = js_div(derived.group_hidden, 4)
     # spatialVec: groupSpatial / 4
-    spatial_vec = js_div(d.group_spatial, 4)
+    spatial_vec = js_div(derived.group_spatial, 4)
     # pairs: dtypes.T == "f16"
     pairs = dtype_t == "f16"
     # combineSubgroups: hasSubgroupId
-    combine_subgroups = d.has_subgroup_id
+    combine_subgroups = derived.has_subgroup_id
     shader = MAIN_SHADERS[(combine_subgroups, pairs)]
     # dispatch: workgroups=groupRows, z=1
-    dispatch = fold_dispatch(d.group_rows, 1, 1, r.caps, "GroupNormalization.group_subgroup_vec4")
+    dispatch = fold_dispatch(derived.group_rows, 1, 1, request.caps, "GroupNormalization.group_subgroup_vec4")
     uniforms = {
-        "rows": d.group_rows,  # groupRows
+        "rows": derived.group_rows,  # groupRows
         "rowStride": max(
-            1, min(d.group_rows, limits["maxComputeWorkgroupsPerDimension"])
+            1, min(derived.group_rows, limits["maxComputeWorkgroupsPerDimension"])
         ),  # max(1, min(groupRows, device.limits.maxComputeWorkgroupsPerDimension))
         "epsilon": attr_epsilon,  # attrs.epsilon
         "hiddenSize": hidden_size,  # request-dependent: bound at dispatch time
@@ -113,8 +113,10 @@ def _main(r, d, v):
         "spatialVec": spatial_vec,  # request-dependent: bound at dispatch time
     }
     numbers = {"workgroupSize": workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "GroupNormalization.group_subgroup_vec4", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "main", "GroupNormalization.group_subgroup_vec4", dispatch, uniforms, numbers
+    )
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (combineSubgroups, pairs): the

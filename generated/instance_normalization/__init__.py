@@ -99,34 +99,37 @@ TUNABLES = {
 }
 
 
-def output_shapes(r):
+def output_shapes(request):
     """Each output's shape, from the manifest's `shape` expressions."""
-    shape_input = r.shapes["input"]
+    shape_input = request.shapes["input"]
     return {
         "output": tuple(shape_input),  # output: shapes.input
     }
 
 
-def check_contract(r) -> None:
+def check_contract(request) -> None:
     """Rules every variant needs: breaking one is the caller's error, raised before any GPU work."""
-    shape_input = r.shapes["input"]
-    shape_scale = r.shapes["scale"]
-    shape_b = r.shapes["b"]
-    shape_output = r.shapes["output"]
-    dtype_t = r.dtypes["T"]
-    features = r.caps.features
+    shape_input = request.shapes["input"]
+    shape_scale = request.shapes["scale"]
+    shape_b = request.shapes["b"]
+    shape_output = request.shapes["output"]
+    dtype_t = request.dtypes["T"]
+    features = request.caps.features
     # ranks.scale == 1
     if not (len(shape_scale) == 1):
         raise ContractError(
             OP,
-            "input scale",
+            f"input {request.names.get('scale', 'scale')}",
             "ranks.scale == 1",
             f"needs `ranks.scale == 1`, got ranks.scale = {show(lambda: len(shape_scale))}",
         )
     # ranks.B == 1
     if not (len(shape_b) == 1):
         raise ContractError(
-            OP, "input B", "ranks.B == 1", f"needs `ranks.B == 1`, got ranks.B = {show(lambda: len(shape_b))}"
+            OP,
+            f"input {request.names.get('b', 'B')}",
+            "ranks.B == 1",
+            f"needs `ranks.B == 1`, got ranks.B = {show(lambda: len(shape_b))}",
         )
     # f16Ok(dtypes.T)
     if not (dtype_t != "f16" or "shader-f16" in features):
@@ -140,7 +143,7 @@ def check_contract(r) -> None:
     if not (len(shape_input) >= 3):
         raise ContractError(
             OP,
-            "input input",
+            f"input {request.names.get('input', 'input')}",
             "ranks.input >= 3",
             f"needs `ranks.input >= 3`, got ranks.input = {show(lambda: len(shape_input))}",
         )
@@ -164,7 +167,7 @@ def check_contract(r) -> None:
     if not (shape_scale[0] == shape_input[1]):
         raise ContractError(
             OP,
-            "input scale",
+            f"input {request.names.get('scale', 'scale')}",
             "dim(shapes.scale, 0) == dim(shapes.input, 1)",
             f"needs `dim(shapes.scale, 0) == dim(shapes.input, 1)`, got dim(shapes.scale, 0) = {show(lambda: shape_scale[0])}, dim(shapes.input, 1) = {show(lambda: shape_input[1])}",
         )
@@ -172,13 +175,13 @@ def check_contract(r) -> None:
     if not (shape_b[0] == shape_input[1]):
         raise ContractError(
             OP,
-            "input B",
+            f"input {request.names.get('b', 'B')}",
             "dim(shapes.b, 0) == dim(shapes.input, 1)",
             f"needs `dim(shapes.b, 0) == dim(shapes.input, 1)`, got dim(shapes.b, 0) = {show(lambda: shape_b[0])}, dim(shapes.input, 1) = {show(lambda: shape_input[1])}",
         )
 
 
-def check_derived_contract(r, d) -> None:
+def check_derived_contract(request, derived) -> None:
     """The contract rules that read derived values, checked right after derive()."""
     return None
 
@@ -234,33 +237,33 @@ class Derived(NamedTuple):
     chunk_dispatch_y: int
 
 
-def derive(r) -> Derived:
+def derive(request) -> Derived:
     """The manifest's `derive` section, in dependency order, as straight-line Python."""
-    shape_input = r.shapes["input"]
-    shape_scale = r.shapes["scale"]
-    shape_b = r.shapes["b"]
-    shape_output = r.shapes["output"]
-    dtype_t = r.dtypes["T"]
-    tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    tunable_batched_workgroup_size = r.tunables["BATCHED_WORKGROUP_SIZE"]
-    tunable_split_workgroup_size = r.tunables["SPLIT_WORKGROUP_SIZE"]
-    tunable_max_stats_splits = r.tunables["MAX_STATS_SPLITS"]
-    tunable_stats_values_per_split = r.tunables["STATS_VALUES_PER_SPLIT"]
-    tunable_split_stats_min_spatial = r.tunables["SPLIT_STATS_MIN_SPATIAL"]
-    tunable_split_stats_max_planes = r.tunables["SPLIT_STATS_MAX_PLANES"]
-    tunable_split_stats_below_planes = r.tunables["SPLIT_STATS_BELOW_PLANES"]
-    tunable_register_workgroup_size = r.tunables["REGISTER_WORKGROUP_SIZE"]
-    tunable_register_single_workgroup_size = r.tunables["REGISTER_SINGLE_WORKGROUP_SIZE"]
-    tunable_register_split = r.tunables["REGISTER_SPLIT"]
-    tunable_register_split_min_hidden = r.tunables["REGISTER_SPLIT_MIN_HIDDEN"]
-    tunable_sm_count_proxy = r.tunables["SM_COUNT_PROXY"]
-    tunable_chunk_workgroup_size = r.tunables["CHUNK_WORKGROUP_SIZE"]
-    tunable_chunk_units_f32 = r.tunables["CHUNK_UNITS_F32"]
-    tunable_chunk_units_f16 = r.tunables["CHUNK_UNITS_F16"]
-    limits = r.caps.limits
-    features = r.caps.features
-    wgsl_features = r.caps.wgsl_language_features
-    adapter_info = r.caps.adapter_info
+    shape_input = request.shapes["input"]
+    shape_scale = request.shapes["scale"]
+    shape_b = request.shapes["b"]
+    shape_output = request.shapes["output"]
+    dtype_t = request.dtypes["T"]
+    tunable_workgroup_size = request.tunables["WORKGROUP_SIZE"]
+    tunable_batched_workgroup_size = request.tunables["BATCHED_WORKGROUP_SIZE"]
+    tunable_split_workgroup_size = request.tunables["SPLIT_WORKGROUP_SIZE"]
+    tunable_max_stats_splits = request.tunables["MAX_STATS_SPLITS"]
+    tunable_stats_values_per_split = request.tunables["STATS_VALUES_PER_SPLIT"]
+    tunable_split_stats_min_spatial = request.tunables["SPLIT_STATS_MIN_SPATIAL"]
+    tunable_split_stats_max_planes = request.tunables["SPLIT_STATS_MAX_PLANES"]
+    tunable_split_stats_below_planes = request.tunables["SPLIT_STATS_BELOW_PLANES"]
+    tunable_register_workgroup_size = request.tunables["REGISTER_WORKGROUP_SIZE"]
+    tunable_register_single_workgroup_size = request.tunables["REGISTER_SINGLE_WORKGROUP_SIZE"]
+    tunable_register_split = request.tunables["REGISTER_SPLIT"]
+    tunable_register_split_min_hidden = request.tunables["REGISTER_SPLIT_MIN_HIDDEN"]
+    tunable_sm_count_proxy = request.tunables["SM_COUNT_PROXY"]
+    tunable_chunk_workgroup_size = request.tunables["CHUNK_WORKGROUP_SIZE"]
+    tunable_chunk_units_f32 = request.tunables["CHUNK_UNITS_F32"]
+    tunable_chunk_units_f16 = request.tunables["CHUNK_UNITS_F16"]
+    limits = request.caps.limits
+    features = request.caps.features
+    wgsl_features = request.caps.wgsl_language_features
+    adapter_info = request.caps.adapter_info
     # deviceWorkgroupCap: min(device.limits.maxComputeInvocationsPerWorkgroup, device.limits.maxComputeWorkgroupSizeX)
     device_workgroup_cap = min(
         limits["maxComputeInvocationsPerWorkgroup"], limits["maxComputeWorkgroupSizeX"]

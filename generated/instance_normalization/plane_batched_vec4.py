@@ -37,37 +37,39 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    tunable_batched_min_planes_per_workgroup = r.tunables["BATCHED_MIN_PLANES_PER_WORKGROUP"]
-    limits = r.caps.limits
+    tunable_batched_min_planes_per_workgroup = request.tunables["BATCHED_MIN_PLANES_PER_WORKGROUP"]
+    limits = request.caps.limits
     # instanceRowCovered
-    if (d.instance_row_covered) is not True:
+    if (derived.instance_row_covered) is not True:
         return "instanceRowCovered"
     # instanceSpatial % 4 == 0
-    if (js_mod(d.instance_spatial, 4) == 0) is not True:
+    if (js_mod(derived.instance_spatial, 4) == 0) is not True:
         return "instanceSpatial % 4 == 0"
     # instanceSpatial >= 4
-    if (d.instance_spatial >= 4) is not True:
+    if (derived.instance_spatial >= 4) is not True:
         return "instanceSpatial >= 4"
     # instancePlanes >= batchedWorkgroupCap
-    if (d.instance_planes >= d.batched_workgroup_cap) is not True:
+    if (derived.instance_planes >= derived.batched_workgroup_cap) is not True:
         return "instancePlanes >= batchedWorkgroupCap"
     # instanceBatchedVec4PlanesPerWorkgroup >= tunables.BATCHED_MIN_PLANES_PER_WORKGROUP
-    if (d.instance_batched_vec4_planes_per_workgroup >= tunable_batched_min_planes_per_workgroup) is not True:
+    if (
+        derived.instance_batched_vec4_planes_per_workgroup >= tunable_batched_min_planes_per_workgroup
+    ) is not True:
         return "instanceBatchedVec4PlanesPerWorkgroup >= tunables.BATCHED_MIN_PLANES_PER_WORKGROUP"
     # instanceBatchedVec4StorageBytes <= device.limits.maxComputeWorkgroupStorageSize
-    if (d.instance_batched_vec4_storage_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
+    if (derived.instance_batched_vec4_storage_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
         return "instanceBatchedVec4StorageBytes <= device.limits.maxComputeWorkgroupStorageSize"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
-    limits = r.caps.limits
+    limits = request.caps.limits
     return (
-        d.reported_non_wave32_adapter
-        and d.instance_planes <= min(limits["maxComputeWorkgroupsPerDimension"], 65535)
+        derived.reported_non_wave32_adapter
+        and derived.instance_planes <= min(limits["maxComputeWorkgroupsPerDimension"], 65535)
     ) is True
 
 
@@ -85,9 +87,9 @@ class Values(NamedTuple):
     planes_per_workgroup: int
 
 
-def values(r, d) -> Values:
-    shape_input = r.shapes["input"]
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    shape_input = request.shapes["input"]
+    dtype_t = request.dtypes["T"]
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # ioElement: "vec4<" ~ dtypes.T ~ ">"
@@ -95,17 +97,17 @@ def values(r, d) -> Values:
     # vectorScalar: "vec4<" ~ dtypes.T ~ ">"
     vector_scalar = "vec4<" + dtype_t + ">"
     # hiddenSize: instanceSpatial
-    hidden_size = d.instance_spatial
+    hidden_size = derived.instance_spatial
     # hiddenVec: instanceSpatial / 4
-    hidden_vec = js_div(d.instance_spatial, 4)
+    hidden_vec = js_div(derived.instance_spatial, 4)
     # channels: dim(shapes.input, 1) if dim(shapes.input, 1) > 0 else 1
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # workgroupSize: batchedWorkgroupCap
-    workgroup_size = d.batched_workgroup_cap
+    workgroup_size = derived.batched_workgroup_cap
     # lanesPerPlane: instanceBatchedVec4Lanes
-    lanes_per_plane = d.instance_batched_vec4_lanes
+    lanes_per_plane = derived.instance_batched_vec4_lanes
     # planesPerWorkgroup: instanceBatchedVec4PlanesPerWorkgroup
-    planes_per_workgroup = d.instance_batched_vec4_planes_per_workgroup
+    planes_per_workgroup = derived.instance_batched_vec4_planes_per_workgroup
     # fmt: off
     return Values(
         uses_f16, io_element, vector_scalar, hidden_size, hidden_vec, channels, workgroup_size,
@@ -114,41 +116,43 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (InstanceNormalization.PlaneBatchedVec4): template templates/instance-normalization-batched-planes-vec4.wgsl.jinja."""
-    shape_input = r.shapes["input"]
-    attr_epsilon = r.attrs["epsilon"]
-    dispatch_fold_width = fold_width(r.caps)
-    shader = MAIN_SHADERS[(v.uses_f16,)]
+    shape_input = request.shapes["input"]
+    attr_epsilon = request.attrs["epsilon"]
+    dispatch_fold_width = fold_width(request.caps)
+    shader = MAIN_SHADERS[(values.uses_f16,)]
     # dispatch: x=min(instanceBatchedVec4Workgroups, DISPATCH_FOLD_WIDTH), y=ceilDiv(instanceBatchedVec4Workgroups, DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
-        min(d.instance_batched_vec4_workgroups, dispatch_fold_width),
-        ceil_div(d.instance_batched_vec4_workgroups, dispatch_fold_width),
+        min(derived.instance_batched_vec4_workgroups, dispatch_fold_width),
+        ceil_div(derived.instance_batched_vec4_workgroups, dispatch_fold_width),
         1,
-        r.caps,
+        request.caps,
         "InstanceNormalization.PlaneBatchedVec4",
     )
     uniforms = {
         "rows": shape_input[0] * shape_input[1],  # dim(shapes.input, 0) * dim(shapes.input, 1)
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "hiddenSize": v.hidden_size,  # request-dependent: bound at dispatch time
-        "hiddenVec": v.hidden_vec,  # request-dependent: bound at dispatch time
-        "channels": v.channels,  # request-dependent: bound at dispatch time
-        "lanesPerPlane": v.lanes_per_plane,  # request-dependent: bound at dispatch time
-        "planesPerWorkgroup": v.planes_per_workgroup,  # request-dependent: bound at dispatch time
+        "hiddenSize": values.hidden_size,  # request-dependent: bound at dispatch time
+        "hiddenVec": values.hidden_vec,  # request-dependent: bound at dispatch time
+        "channels": values.channels,  # request-dependent: bound at dispatch time
+        "lanesPerPlane": values.lanes_per_plane,  # request-dependent: bound at dispatch time
+        "planesPerWorkgroup": values.planes_per_workgroup,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "main", "InstanceNormalization.PlaneBatchedVec4", dispatch, uniforms, numbers
+    )
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (usesF16): the

@@ -36,30 +36,30 @@ PIPELINE_CONSTANTS = {
 }
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    tunable_register_max_units = r.tunables["REGISTER_MAX_UNITS"]
-    tunable_sm_count_proxy = r.tunables["SM_COUNT_PROXY"]
-    limits = r.caps.limits
+    tunable_register_max_units = request.tunables["REGISTER_MAX_UNITS"]
+    tunable_sm_count_proxy = request.tunables["SM_COUNT_PROXY"]
+    limits = request.caps.limits
     # instanceContractOk
-    if (d.instance_contract_ok) is not True:
+    if (derived.instance_contract_ok) is not True:
         return "instanceContractOk"
     # instanceSpatial % regUnitValues == 0
-    if (js_mod(d.instance_spatial, d.reg_unit_values) == 0) is not True:
+    if (js_mod(derived.instance_spatial, derived.reg_unit_values) == 0) is not True:
         return "instanceSpatial % regUnitValues == 0"
     # regUnitsNeeded <= min(tunables.REGISTER_MAX_UNITS, regUnitsBucket)
-    if (d.reg_units_needed <= min(tunable_register_max_units, d.reg_units_bucket)) is not True:
+    if (derived.reg_units_needed <= min(tunable_register_max_units, derived.reg_units_bucket)) is not True:
         return "regUnitsNeeded <= min(tunables.REGISTER_MAX_UNITS, regUnitsBucket)"
     # regWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize
-    if (d.reg_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
+    if (derived.reg_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
         return "regWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize"
     # regSplit * instancePlanes <= tunables.SM_COUNT_PROXY
-    if (d.reg_split * d.instance_planes <= tunable_sm_count_proxy) is not True:
+    if (derived.reg_split * derived.instance_planes <= tunable_sm_count_proxy) is not True:
         return "regSplit * instancePlanes <= tunables.SM_COUNT_PROXY"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -81,33 +81,33 @@ class Values(NamedTuple):
     split: int
 
 
-def values(r, d) -> Values:
-    shape_input = r.shapes["input"]
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    shape_input = request.shapes["input"]
+    dtype_t = request.dtypes["T"]
     # ioElement: "vec4<u32>" if dtypes.T == "f16" else "vec4<f32>"
     io_element = "vec4<u32>" if dtype_t == "f16" else "vec4<f32>"
     # packedHalves: dtypes.T == "f16"
     packed_halves = dtype_t == "f16"
     # units: "" ~ regUnitsBucket
-    units = "" + js_str(d.reg_units_bucket)
+    units = "" + js_str(derived.reg_units_bucket)
     # fill: regBucketFill
-    fill = d.reg_bucket_fill
+    fill = derived.reg_bucket_fill
     # workgroupSize: regWorkgroup
-    workgroup_size = d.reg_workgroup
+    workgroup_size = derived.reg_workgroup
     # maxChannels: 1
     max_channels = 1
     # rowUnits: regRowUnits
-    row_units = d.reg_row_units
+    row_units = derived.reg_row_units
     # spatialUnits: regRowUnits
-    spatial_units = d.reg_row_units
+    spatial_units = derived.reg_row_units
     # hidden: instanceSpatial
-    hidden = d.instance_spatial
+    hidden = derived.instance_spatial
     # channelsPerGroup: 1
     channels_per_group = 1
     # numGroups: dim(shapes.input, 1)
     num_groups = shape_input[1]
     # split: regSplit
-    split = d.reg_split
+    split = derived.reg_split
     # fmt: off
     return Values(
         io_element, packed_halves, units, fill, workgroup_size, max_channels, row_units, spatial_units,
@@ -116,40 +116,44 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (InstanceNormalization.PlaneRowRegisters): template templates/norm-row-registers.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    shader = MAIN_SHADERS[(v.fill, v.packed_halves, v.units)]
+    attr_epsilon = request.attrs["epsilon"]
+    shader = MAIN_SHADERS[(values.fill, values.packed_halves, values.units)]
     # dispatch: workgroups=instancePlanes * regSplit, z=1
     dispatch = fold_dispatch(
-        d.instance_planes * d.reg_split, 1, 1, r.caps, "InstanceNormalization.PlaneRowRegisters"
+        derived.instance_planes * derived.reg_split,
+        1,
+        1,
+        request.caps,
+        "InstanceNormalization.PlaneRowRegisters",
     )
     uniforms = {
-        "rows": d.instance_planes,  # instancePlanes
+        "rows": derived.instance_planes,  # instancePlanes
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
-        "hidden": v.hidden,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "rowUnits": values.row_units,  # request-dependent: bound at dispatch time
+        "spatialUnits": values.spatial_units,  # request-dependent: bound at dispatch time
+        "hidden": values.hidden,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
     }
     numbers = {
-        "workgroupSize": v.workgroup_size,
-        "maxChannels": v.max_channels,
-        "channelsPerGroup": v.channels_per_group,
-        "split": v.split,
+        "workgroupSize": values.workgroup_size,
+        "maxChannels": values.max_channels,
+        "channelsPerGroup": values.channels_per_group,
+        "split": values.split,
     }
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "main", "InstanceNormalization.PlaneRowRegisters", dispatch, uniforms, numbers
+        request, shader, "main", "InstanceNormalization.PlaneRowRegisters", dispatch, uniforms, numbers
     )
 
 

@@ -41,43 +41,43 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    tunable_split_stats_min_spatial = r.tunables["SPLIT_STATS_MIN_SPATIAL"]
-    tunable_split_stats_max_planes = r.tunables["SPLIT_STATS_MAX_PLANES"]
-    tunable_split_stats_below_planes = r.tunables["SPLIT_STATS_BELOW_PLANES"]
-    limits = r.caps.limits
+    tunable_split_stats_min_spatial = request.tunables["SPLIT_STATS_MIN_SPATIAL"]
+    tunable_split_stats_max_planes = request.tunables["SPLIT_STATS_MAX_PLANES"]
+    tunable_split_stats_below_planes = request.tunables["SPLIT_STATS_BELOW_PLANES"]
+    limits = request.caps.limits
     # instanceContractOk
-    if (d.instance_contract_ok) is not True:
+    if (derived.instance_contract_ok) is not True:
         return "instanceContractOk"
     # instanceSpatial % regUnitValues == 0
-    if (js_mod(d.instance_spatial, d.reg_unit_values) == 0) is not True:
+    if (js_mod(derived.instance_spatial, derived.reg_unit_values) == 0) is not True:
         return "instanceSpatial % regUnitValues == 0"
     # instancePlanes <= tunables.SPLIT_STATS_MAX_PLANES
-    if (d.instance_planes <= tunable_split_stats_max_planes) is not True:
+    if (derived.instance_planes <= tunable_split_stats_max_planes) is not True:
         return "instancePlanes <= tunables.SPLIT_STATS_MAX_PLANES"
     # instancePlanes < tunables.SPLIT_STATS_BELOW_PLANES
-    if (d.instance_planes < tunable_split_stats_below_planes) is not True:
+    if (derived.instance_planes < tunable_split_stats_below_planes) is not True:
         return "instancePlanes < tunables.SPLIT_STATS_BELOW_PLANES"
     # instanceSpatial >= tunables.SPLIT_STATS_MIN_SPATIAL
-    if (d.instance_spatial >= tunable_split_stats_min_spatial) is not True:
+    if (derived.instance_spatial >= tunable_split_stats_min_spatial) is not True:
         return "instanceSpatial >= tunables.SPLIT_STATS_MIN_SPATIAL"
     # chunkWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize
-    if (d.chunk_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
+    if (derived.chunk_workgroup_bytes <= limits["maxComputeWorkgroupStorageSize"]) is not True:
         return "chunkWorkgroupBytes <= device.limits.maxComputeWorkgroupStorageSize"
     # chunkPartialBytes <= device.limits.maxStorageBufferBindingSize
-    if (d.chunk_partial_bytes <= limits["maxStorageBufferBindingSize"]) is not True:
+    if (derived.chunk_partial_bytes <= limits["maxStorageBufferBindingSize"]) is not True:
         return "chunkPartialBytes <= device.limits.maxStorageBufferBindingSize"
     # chunkPartialBytes <= device.limits.maxBufferSize
-    if (d.chunk_partial_bytes <= limits["maxBufferSize"]) is not True:
+    if (derived.chunk_partial_bytes <= limits["maxBufferSize"]) is not True:
         return "chunkPartialBytes <= device.limits.maxBufferSize"
     # chunkDispatchY <= device.limits.maxComputeWorkgroupsPerDimension
-    if (d.chunk_dispatch_y <= limits["maxComputeWorkgroupsPerDimension"]) is not True:
+    if (derived.chunk_dispatch_y <= limits["maxComputeWorkgroupsPerDimension"]) is not True:
         return "chunkDispatchY <= device.limits.maxComputeWorkgroupsPerDimension"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -98,28 +98,28 @@ class Values(NamedTuple):
     num_groups: int
 
 
-def values(r, d) -> Values:
-    shape_input = r.shapes["input"]
-    dtype_t = r.dtypes["T"]
-    tunable_chunk_apply_order = r.tunables["CHUNK_APPLY_ORDER"]
+def values(request, derived) -> Values:
+    shape_input = request.shapes["input"]
+    dtype_t = request.dtypes["T"]
+    tunable_chunk_apply_order = request.tunables["CHUNK_APPLY_ORDER"]
     # ioElement: "vec4<u32>" if dtypes.T == "f16" else "vec4<f32>"
     io_element = "vec4<u32>" if dtype_t == "f16" else "vec4<f32>"
     # packedHalves: dtypes.T == "f16"
     packed_halves = dtype_t == "f16"
     # units: "" ~ chunkUnits
-    units = "" + js_str(d.chunk_units)
+    units = "" + js_str(derived.chunk_units)
     # workgroupSize: chunkWorkgroup
-    workgroup_size = d.chunk_workgroup
+    workgroup_size = derived.chunk_workgroup
     # applyOrder: tunables.CHUNK_APPLY_ORDER
     apply_order = tunable_chunk_apply_order
     # rowUnits: regRowUnits
-    row_units = d.reg_row_units
+    row_units = derived.reg_row_units
     # chunks: chunkCount
-    chunks = d.chunk_count
+    chunks = derived.chunk_count
     # wholeChunks: chunkWhole
-    whole_chunks = d.chunk_whole
+    whole_chunks = derived.chunk_whole
     # spatialUnits: regRowUnits
-    spatial_units = d.reg_row_units
+    spatial_units = derived.reg_row_units
     # channelsPerGroup: 1
     channels_per_group = 1
     # numGroups: dim(shapes.input, 1)
@@ -132,66 +132,80 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {
         "partials": (
-            tuple((d.instance_planes * d.chunk_count, 4)),
+            tuple((derived.instance_planes * derived.chunk_count, 4)),
             "float32",
         ),  # [instancePlanes * chunkCount, 4]
     }
 
 
-def passes(r, d, v) -> tuple:
+def passes(request, derived, values) -> tuple:
     return (
-        _partials(r, d, v),
-        _apply(r, d, v),
+        _partials(request, derived, values),
+        _apply(request, derived, values),
     )
 
 
-def _partials(r, d, v):
+def _partials(request, derived, values):
     """Pass `partials` (InstanceNormalization.SplitKRegistersPartials): template templates/norm-splitk-partials.wgsl.jinja."""
-    shader = PARTIALS_SHADERS[(v.packed_halves, v.units, v.whole_chunks)]
+    shader = PARTIALS_SHADERS[(values.packed_halves, values.units, values.whole_chunks)]
     # dispatch: workgroups=instancePlanes * chunkCount, z=1
     dispatch = fold_dispatch(
-        d.instance_planes * d.chunk_count, 1, 1, r.caps, "InstanceNormalization.SplitKRegistersPartials"
+        derived.instance_planes * derived.chunk_count,
+        1,
+        1,
+        request.caps,
+        "InstanceNormalization.SplitKRegistersPartials",
     )
     uniforms = {
-        "rows": d.instance_planes,  # instancePlanes
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "chunks": v.chunks,  # request-dependent: bound at dispatch time
+        "rows": derived.instance_planes,  # instancePlanes
+        "rowUnits": values.row_units,  # request-dependent: bound at dispatch time
+        "chunks": values.chunks,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "partials", "InstanceNormalization.SplitKRegistersPartials", dispatch, uniforms, numbers
+        request,
+        shader,
+        "partials",
+        "InstanceNormalization.SplitKRegistersPartials",
+        dispatch,
+        uniforms,
+        numbers,
     )
 
 
-def _apply(r, d, v):
+def _apply(request, derived, values):
     """Pass `apply` (InstanceNormalization.SplitKRegistersApply): template templates/norm-splitk-apply.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    shader = APPLY_SHADERS[(v.packed_halves, v.units, v.whole_chunks)]
+    attr_epsilon = request.attrs["epsilon"]
+    shader = APPLY_SHADERS[(values.packed_halves, values.units, values.whole_chunks)]
     # dispatch: workgroups=instancePlanes * chunkCount, z=1
     dispatch = fold_dispatch(
-        d.instance_planes * d.chunk_count, 1, 1, r.caps, "InstanceNormalization.SplitKRegistersApply"
+        derived.instance_planes * derived.chunk_count,
+        1,
+        1,
+        request.caps,
+        "InstanceNormalization.SplitKRegistersApply",
     )
     uniforms = {
-        "rows": d.instance_planes,  # instancePlanes
+        "rows": derived.instance_planes,  # instancePlanes
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "rowUnits": v.row_units,  # request-dependent: bound at dispatch time
-        "chunks": v.chunks,  # request-dependent: bound at dispatch time
-        "spatialUnits": v.spatial_units,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
+        "rowUnits": values.row_units,  # request-dependent: bound at dispatch time
+        "chunks": values.chunks,  # request-dependent: bound at dispatch time
+        "spatialUnits": values.spatial_units,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
     }
     numbers = {
-        "workgroupSize": v.workgroup_size,
-        "applyOrder": v.apply_order,
-        "channelsPerGroup": v.channels_per_group,
+        "workgroupSize": values.workgroup_size,
+        "applyOrder": values.apply_order,
+        "channelsPerGroup": values.channels_per_group,
     }
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "apply", "InstanceNormalization.SplitKRegistersApply", dispatch, uniforms, numbers
+        request, shader, "apply", "InstanceNormalization.SplitKRegistersApply", dispatch, uniforms, numbers
     )
 
 

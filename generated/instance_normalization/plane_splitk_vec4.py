@@ -43,18 +43,18 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # splitStatsPreferred
-    if (d.split_stats_preferred) is not True:
+    if (derived.split_stats_preferred) is not True:
         return "splitStatsPreferred"
     # instanceSpatial % 4 == 0
-    if (js_mod(d.instance_spatial, 4) == 0) is not True:
+    if (js_mod(derived.instance_spatial, 4) == 0) is not True:
         return "instanceSpatial % 4 == 0"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -71,8 +71,8 @@ class Values(NamedTuple):
     split: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # vec4: true
     vec4 = True
     # usesF16: dtypes.T == "f16"
@@ -80,13 +80,13 @@ def values(r, d) -> Values:
     # vectorScalar: "vec4<" ~ dtypes.T ~ ">"
     vector_scalar = "vec4<" + dtype_t + ">"
     # combineSubgroups: hasSubgroupId
-    combine_subgroups = d.has_subgroup_id
+    combine_subgroups = derived.has_subgroup_id
     # splitInputElement: "vec4<" ~ dtypes.T ~ ">"
     split_input_element = "vec4<" + dtype_t + ">"
     # workgroupSize: splitWorkgroupCap
-    workgroup_size = d.split_workgroup_cap
+    workgroup_size = derived.split_workgroup_cap
     # split: instanceSplitCount
-    split = d.instance_split_count
+    split = derived.instance_split_count
     # fmt: off
     return Values(
         vec4, uses_f16, vector_scalar, combine_subgroups, split_input_element, workgroup_size, split,
@@ -94,98 +94,100 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {
         "partials": (
-            tuple((d.instance_planes * d.instance_split_count, 4)),
+            tuple((derived.instance_planes * derived.instance_split_count, 4)),
             "float32",
         ),  # [instancePlanes * instanceSplitCount, 4]
-        "stats": (tuple((d.instance_planes, 4)), "float32"),  # [instancePlanes, 4]
+        "stats": (tuple((derived.instance_planes, 4)), "float32"),  # [instancePlanes, 4]
     }
 
 
-def passes(r, d, v) -> tuple:
+def passes(request, derived, values) -> tuple:
     return (
-        _partials(r, d, v),
-        _combine(r, d, v),
-        _apply(r, d, v),
+        _partials(request, derived, values),
+        _combine(request, derived, values),
+        _apply(request, derived, values),
     )
 
 
-def _partials(r, d, v):
+def _partials(request, derived, values):
     """Pass `partials` (InstanceNormalization.SplitKPartialsVec4): template templates/instance-normalization-splitk-partials.wgsl.jinja."""
-    dispatch_fold_width = fold_width(r.caps)
-    shader = PARTIALS_SHADERS[(v.combine_subgroups, v.split_input_element)]
+    dispatch_fold_width = fold_width(request.caps)
+    shader = PARTIALS_SHADERS[(values.combine_subgroups, values.split_input_element)]
     # dispatch: x=min(instancePlanes, DISPATCH_FOLD_WIDTH), y=ceilDiv(instancePlanes, DISPATCH_FOLD_WIDTH), z=instanceSplitCount
     dispatch = fold_dispatch(
-        min(d.instance_planes, dispatch_fold_width),
-        ceil_div(d.instance_planes, dispatch_fold_width),
-        d.instance_split_count,
-        r.caps,
+        min(derived.instance_planes, dispatch_fold_width),
+        ceil_div(derived.instance_planes, dispatch_fold_width),
+        derived.instance_split_count,
+        request.caps,
         "InstanceNormalization.SplitKPartialsVec4",
     )
     uniforms = {
-        "planes": d.instance_planes,  # instancePlanes
-        "spatial": d.instance_spatial,  # instanceSpatial
-        "split": v.split,  # request-dependent: bound at dispatch time
+        "planes": derived.instance_planes,  # instancePlanes
+        "spatial": derived.instance_spatial,  # instanceSpatial
+        "split": values.split,  # request-dependent: bound at dispatch time
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "partials", "InstanceNormalization.SplitKPartialsVec4", dispatch, uniforms, numbers
+        request, shader, "partials", "InstanceNormalization.SplitKPartialsVec4", dispatch, uniforms, numbers
     )
 
 
-def _combine(r, d, v):
+def _combine(request, derived, values):
     """Pass `combine` (InstanceNormalization.SplitKCombine): template templates/instance-normalization-splitk-combine.wgsl.jinja."""
-    attr_epsilon = r.attrs["epsilon"]
-    tunable_combine_workgroup_size = r.tunables["COMBINE_WORKGROUP_SIZE"]
-    dispatch_fold_width = fold_width(r.caps)
+    attr_epsilon = request.attrs["epsilon"]
+    tunable_combine_workgroup_size = request.tunables["COMBINE_WORKGROUP_SIZE"]
+    dispatch_fold_width = fold_width(request.caps)
     # workgroupSize: min(tunables.COMBINE_WORKGROUP_SIZE, splitWorkgroupCap)
-    workgroup_size = min(tunable_combine_workgroup_size, d.split_workgroup_cap)
-    shader = COMBINE_SHADERS[(v.split_input_element,)]
+    workgroup_size = min(tunable_combine_workgroup_size, derived.split_workgroup_cap)
+    shader = COMBINE_SHADERS[(values.split_input_element,)]
     # dispatch: x=min(ceilDiv(instancePlanes, workgroupSize), DISPATCH_FOLD_WIDTH), y=ceilDiv(ceilDiv(instancePlanes, workgroupSize), DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
-        min(ceil_div(d.instance_planes, workgroup_size), dispatch_fold_width),
-        ceil_div(ceil_div(d.instance_planes, workgroup_size), dispatch_fold_width),
+        min(ceil_div(derived.instance_planes, workgroup_size), dispatch_fold_width),
+        ceil_div(ceil_div(derived.instance_planes, workgroup_size), dispatch_fold_width),
         1,
-        r.caps,
+        request.caps,
         "InstanceNormalization.SplitKCombine",
     )
     uniforms = {
-        "planes": d.instance_planes,  # instancePlanes
-        "spatial": d.instance_spatial,  # instanceSpatial
+        "planes": derived.instance_planes,  # instancePlanes
+        "spatial": derived.instance_spatial,  # instanceSpatial
         "epsilon": attr_epsilon,  # attrs.epsilon
-        "split": v.split,  # request-dependent: bound at dispatch time
+        "split": values.split,  # request-dependent: bound at dispatch time
     }
     numbers = {"workgroupSize": workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "combine", "InstanceNormalization.SplitKCombine", dispatch, uniforms, numbers
+    )
 
 
-def _apply(r, d, v):
+def _apply(request, derived, values):
     """Pass `apply` (InstanceNormalization.ApplyVec4): template templates/instance-normalization-splitk-apply.wgsl.jinja."""
-    shape_input = r.shapes["input"]
-    shape_output = r.shapes["output"]
-    dispatch_fold_width = fold_width(r.caps)
-    shader = APPLY_SHADERS[(v.uses_f16,)]
+    shape_input = request.shapes["input"]
+    shape_output = request.shapes["output"]
+    dispatch_fold_width = fold_width(request.caps)
+    shader = APPLY_SHADERS[(values.uses_f16,)]
     # dispatch: x=min(ceilDiv(numel(shapes.output) / 4, workgroupSize), DISPATCH_FOLD_WIDTH), y=ceilDiv(ceilDiv(numel(shapes.output) / 4, workgroupSize), DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
-        min(ceil_div(js_div(numel(shape_output), 4), v.workgroup_size), dispatch_fold_width),
-        ceil_div(ceil_div(js_div(numel(shape_output), 4), v.workgroup_size), dispatch_fold_width),
+        min(ceil_div(js_div(numel(shape_output), 4), values.workgroup_size), dispatch_fold_width),
+        ceil_div(ceil_div(js_div(numel(shape_output), 4), values.workgroup_size), dispatch_fold_width),
         1,
-        r.caps,
+        request.caps,
         "InstanceNormalization.ApplyVec4",
     )
     uniforms = {
         "count": js_div(numel(shape_output), 4),  # numel(shapes.output) / 4
         "channels": shape_input[1],  # dim(shapes.input, 1)
-        "spatial": d.instance_spatial,  # instanceSpatial
+        "spatial": derived.instance_spatial,  # instanceSpatial
     }
-    numbers = {"workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "apply", "InstanceNormalization.ApplyVec4", dispatch, uniforms, numbers)
+    numbers = {"workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "apply", "InstanceNormalization.ApplyVec4", dispatch, uniforms, numbers)
 
 
 # Pass `partials`: its shaders (shaders/<name>.wgsl) by (combineSubgroups, input element type): the

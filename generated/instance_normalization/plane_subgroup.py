@@ -30,15 +30,15 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # instanceRowCovered
-    if (d.instance_row_covered) is not True:
+    if (derived.instance_row_covered) is not True:
         return "instanceRowCovered"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -49,46 +49,46 @@ class Values(NamedTuple):
     io_element: str
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # ioElement: dtypes.T
     io_element = dtype_t
     return Values(io_element)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (InstanceNormalization.plane_subgroup): template templates/norm-row-stats.wgsl.jinja."""
-    shape_input = r.shapes["input"]
-    dtype_t = r.dtypes["T"]
-    attr_epsilon = r.attrs["epsilon"]
-    limits = r.caps.limits
-    dispatch_fold_width = fold_width(r.caps)
+    shape_input = request.shapes["input"]
+    dtype_t = request.dtypes["T"]
+    attr_epsilon = request.attrs["epsilon"]
+    limits = request.caps.limits
+    dispatch_fold_width = fold_width(request.caps)
     # scalar: dtypes.T
     scalar = dtype_t
     # hiddenSize: instanceSpatial
-    hidden_size = d.instance_spatial
+    hidden_size = derived.instance_spatial
     # workgroupSize: instanceScalarWorkgroup
-    workgroup_size = d.instance_scalar_workgroup
+    workgroup_size = derived.instance_scalar_workgroup
     # channels: dim(shapes.input, 1) if dim(shapes.input, 1) > 0 else 1
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # combineSubgroups: hasSubgroupId
-    combine_subgroups = d.has_subgroup_id
+    combine_subgroups = derived.has_subgroup_id
     shader = MAIN_SHADERS[(combine_subgroups, scalar)]
     # dispatch: x=min(instancePlanes, DISPATCH_FOLD_WIDTH), y=ceilDiv(instancePlanes, DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
-        min(d.instance_planes, dispatch_fold_width),
-        ceil_div(d.instance_planes, dispatch_fold_width),
+        min(derived.instance_planes, dispatch_fold_width),
+        ceil_div(derived.instance_planes, dispatch_fold_width),
         1,
-        r.caps,
+        request.caps,
         "InstanceNormalization.plane_subgroup",
     )
     uniforms = {
@@ -101,8 +101,10 @@ def _main(r, d, v):
         "channels": channels,  # request-dependent: bound at dispatch time
     }
     numbers = {"workgroupSize": workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "InstanceNormalization.plane_subgroup", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "main", "InstanceNormalization.plane_subgroup", dispatch, uniforms, numbers
+    )
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (combineSubgroups, scalar): the

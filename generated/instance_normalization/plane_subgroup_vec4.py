@@ -42,22 +42,22 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    shape_input = r.shapes["input"]
+    shape_input = request.shapes["input"]
     # instanceRowCovered
-    if (d.instance_row_covered) is not True:
+    if (derived.instance_row_covered) is not True:
         return "instanceRowCovered"
     # inner(shapes.input, 1) % 4 == 0
     if (js_mod(inner(shape_input, 1), 4) == 0) is not True:
         return "inner(shapes.input, 1) % 4 == 0"
     # instanceVec4SubgroupEfficient
-    if (d.instance_vec4_subgroup_efficient) is not True:
+    if (derived.instance_vec4_subgroup_efficient) is not True:
         return "instanceVec4SubgroupEfficient"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -69,8 +69,8 @@ class Values(NamedTuple):
     vector_scalar: str
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # ioElement: "vec4<" ~ dtypes.T ~ ">"
     io_element = "vec4<" + dtype_t + ">"
     # vectorScalar: "vec4<" ~ dtypes.T ~ ">"
@@ -78,41 +78,41 @@ def values(r, d) -> Values:
     return Values(io_element, vector_scalar)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (InstanceNormalization.plane_subgroup_vec4): template templates/norm-row-stats.wgsl.jinja."""
-    shape_input = r.shapes["input"]
-    dtype_t = r.dtypes["T"]
-    attr_epsilon = r.attrs["epsilon"]
-    limits = r.caps.limits
-    dispatch_fold_width = fold_width(r.caps)
+    shape_input = request.shapes["input"]
+    dtype_t = request.dtypes["T"]
+    attr_epsilon = request.attrs["epsilon"]
+    limits = request.caps.limits
+    dispatch_fold_width = fold_width(request.caps)
     # hiddenSize: instanceSpatial
-    hidden_size = d.instance_spatial
+    hidden_size = derived.instance_spatial
     # workgroupSize: instanceVec4Workgroup
-    workgroup_size = d.instance_vec4_workgroup
+    workgroup_size = derived.instance_vec4_workgroup
     # channels: dim(shapes.input, 1) if dim(shapes.input, 1) > 0 else 1
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # hiddenVec: instanceSpatial / 4
-    hidden_vec = js_div(d.instance_spatial, 4)
+    hidden_vec = js_div(derived.instance_spatial, 4)
     # pairs: dtypes.T == "f16"
     pairs = dtype_t == "f16"
     # combineSubgroups: hasSubgroupId
-    combine_subgroups = d.has_subgroup_id
+    combine_subgroups = derived.has_subgroup_id
     shader = MAIN_SHADERS[(combine_subgroups, pairs)]
     # dispatch: x=min(instancePlanes, DISPATCH_FOLD_WIDTH), y=ceilDiv(instancePlanes, DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
-        min(d.instance_planes, dispatch_fold_width),
-        ceil_div(d.instance_planes, dispatch_fold_width),
+        min(derived.instance_planes, dispatch_fold_width),
+        ceil_div(derived.instance_planes, dispatch_fold_width),
         1,
-        r.caps,
+        request.caps,
         "InstanceNormalization.plane_subgroup_vec4",
     )
     uniforms = {
@@ -126,9 +126,9 @@ def _main(r, d, v):
         "hiddenVec": hidden_vec,  # request-dependent: bound at dispatch time
     }
     numbers = {"workgroupSize": workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "main", "InstanceNormalization.plane_subgroup_vec4", dispatch, uniforms, numbers
+        request, shader, "main", "InstanceNormalization.plane_subgroup_vec4", dispatch, uniforms, numbers
     )
 
 

@@ -36,32 +36,32 @@ REQUIRED_FEATURES = ("subgroups",)
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    dtype_t = r.dtypes["T"]
-    wgsl_features = r.caps.wgsl_language_features
+    dtype_t = request.dtypes["T"]
+    wgsl_features = request.caps.wgsl_language_features
     # dtypes.T == "f32"
     if (dtype_t == "f32") is not True:
         return 'dtypes.T == "f32"'
     # wave32Adapter
-    if (d.wave32_adapter) is not True:
+    if (derived.wave32_adapter) is not True:
         return "wave32Adapter"
     # device.wgslLanguageFeatures.has("subgroup_id")
     if ("subgroup_id" in wgsl_features) is not True:
         return 'device.wgslLanguageFeatures.has("subgroup_id")'
     # instanceRowCovered
-    if (d.instance_row_covered) is not True:
+    if (derived.instance_row_covered) is not True:
         return "instanceRowCovered"
     # instanceSpatial % 4 == 0
-    if (js_mod(d.instance_spatial, 4) == 0) is not True:
+    if (js_mod(derived.instance_spatial, 4) == 0) is not True:
         return "instanceSpatial % 4 == 0"
     # instanceVec4SubgroupEfficient
-    if (d.instance_vec4_subgroup_efficient) is not True:
+    if (derived.instance_vec4_subgroup_efficient) is not True:
         return "instanceVec4SubgroupEfficient"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -72,43 +72,43 @@ class Values(NamedTuple):
     io_element: str
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # ioElement: dtypes.T
     io_element = dtype_t
     return Values(io_element)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (InstanceNormalization.plane_subgroup_vec4_scalar_io): template templates/norm-row-stats.wgsl.jinja."""
-    shape_input = r.shapes["input"]
-    attr_epsilon = r.attrs["epsilon"]
-    limits = r.caps.limits
-    dispatch_fold_width = fold_width(r.caps)
+    shape_input = request.shapes["input"]
+    attr_epsilon = request.attrs["epsilon"]
+    limits = request.caps.limits
+    dispatch_fold_width = fold_width(request.caps)
     # hiddenSize: instanceSpatial
-    hidden_size = d.instance_spatial
+    hidden_size = derived.instance_spatial
     # workgroupSize: instanceVec4Workgroup
-    workgroup_size = d.instance_vec4_workgroup
+    workgroup_size = derived.instance_vec4_workgroup
     # channels: dim(shapes.input, 1) if dim(shapes.input, 1) > 0 else 1
     channels = shape_input[1] if shape_input[1] > 0 else 1
     # hiddenVec: instanceSpatial / 4
-    hidden_vec = js_div(d.instance_spatial, 4)
+    hidden_vec = js_div(derived.instance_spatial, 4)
     shader = MAIN_SHADERS[()]
     # dispatch: x=min(instancePlanes, DISPATCH_FOLD_WIDTH), y=ceilDiv(instancePlanes, DISPATCH_FOLD_WIDTH), z=1
     dispatch = fold_dispatch(
-        min(d.instance_planes, dispatch_fold_width),
-        ceil_div(d.instance_planes, dispatch_fold_width),
+        min(derived.instance_planes, dispatch_fold_width),
+        ceil_div(derived.instance_planes, dispatch_fold_width),
         1,
-        r.caps,
+        request.caps,
         "InstanceNormalization.plane_subgroup_vec4_scalar_io",
     )
     uniforms = {
@@ -122,9 +122,15 @@ def _main(r, d, v):
         "hiddenVec": hidden_vec,  # request-dependent: bound at dispatch time
     }
     numbers = {"workgroupSize": workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "main", "InstanceNormalization.plane_subgroup_vec4_scalar_io", dispatch, uniforms, numbers
+        request,
+        shader,
+        "main",
+        "InstanceNormalization.plane_subgroup_vec4_scalar_io",
+        dispatch,
+        uniforms,
+        numbers,
     )
 
 

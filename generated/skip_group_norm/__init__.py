@@ -133,29 +133,29 @@ TUNABLES = {
 }
 
 
-def output_shapes(r):
+def output_shapes(request):
     """Each output's shape, from the manifest's `shape` expressions."""
-    shape_x = r.shapes["X"]
+    shape_x = request.shapes["X"]
     return {
         "Y": tuple(shape_x),  # Y: shapes.X
         "S": tuple(shape_x),  # S: shapes.X
     }
 
 
-def check_contract(r) -> None:
+def check_contract(request) -> None:
     """Rules every variant needs: breaking one is the caller's error, raised before any GPU work."""
-    shape_x = r.shapes["X"]
-    shape_gamma = r.shapes["gamma"]
-    shape_beta = r.shapes["beta"]
-    shape_bias = r.shapes.get("bias")
-    dtype_t = r.dtypes["T"]
-    attr_groups = r.attrs["groups"]
-    features = r.caps.features
+    shape_x = request.shapes["X"]
+    shape_gamma = request.shapes["gamma"]
+    shape_beta = request.shapes["beta"]
+    shape_bias = request.shapes.get("bias")
+    dtype_t = request.dtypes["T"]
+    attr_groups = request.attrs["groups"]
+    features = request.caps.features
     # ranks.X == 4
     if not (len(shape_x) == 4):
         raise ContractError(
             OP,
-            "input X",
+            f"input {request.names.get('X', 'X')}",
             "ranks.X == 4",
             f"needs `ranks.X == 4`, got ranks.X = {show(lambda: len(shape_x))}; in opset 1, X is: Input image tensor, `(N, H, W, C)` when `channels_last` is non-zero (the default) and `(N, C, H, W)` when it is 0.",
         )
@@ -163,7 +163,7 @@ def check_contract(r) -> None:
     if not (len(shape_gamma) == 1):
         raise ContractError(
             OP,
-            "input gamma",
+            f"input {request.names.get('gamma', 'gamma')}",
             "ranks.gamma == 1",
             f"needs `ranks.gamma == 1`, got ranks.gamma = {show(lambda: len(shape_gamma))}; in opset 1, gamma is: Per-channel affine scale of shape `(C)`.",
         )
@@ -171,17 +171,17 @@ def check_contract(r) -> None:
     if not (len(shape_beta) == 1):
         raise ContractError(
             OP,
-            "input beta",
+            f"input {request.names.get('beta', 'beta')}",
             "ranks.beta == 1",
             f"needs `ranks.beta == 1`, got ranks.beta = {show(lambda: len(shape_beta))}; in opset 1, beta is: Per-channel affine offset of shape `(C)`.",
         )
     # (not has(shapes, "bias")) or (ranks.bias == 1)
-    if not (not "bias" in r.shapes or len(shape_bias) == 1):
+    if not (not "bias" in request.shapes or len(shape_bias) == 1):
         raise ContractError(
             OP,
-            "input bias",
+            f"input {request.names.get('bias', 'bias')}",
             '(not has(shapes, "bias")) or (ranks.bias == 1)',
-            f'needs `(not has(shapes, "bias")) or (ranks.bias == 1)`, got shapes = {show(lambda: r.shapes)}, ranks.bias = {show(lambda: len(shape_bias))}; in opset 1, bias is: Optional per-channel bias of shape `(C)`, added to `X + skip` before normalization.',
+            f'needs `(not has(shapes, "bias")) or (ranks.bias == 1)`, got shapes = {show(lambda: request.shapes)}, ranks.bias = {show(lambda: len(shape_bias))}; in opset 1, bias is: Optional per-channel bias of shape `(C)`, added to `X + skip` before normalization.',
         )
     # f16Ok(dtypes.T)
     if not (dtype_t != "f16" or "shader-f16" in features):
@@ -201,57 +201,57 @@ def check_contract(r) -> None:
         )
 
 
-def check_derived_contract(r, d) -> None:
+def check_derived_contract(request, derived) -> None:
     """The contract rules that read derived values, checked right after derive()."""
-    shape_x = r.shapes["X"]
-    shape_gamma = r.shapes["gamma"]
-    shape_beta = r.shapes["beta"]
-    shape_skip = r.shapes["skip"]
-    shape_bias = r.shapes.get("bias")
-    attr_groups = r.attrs["groups"]
+    shape_x = request.shapes["X"]
+    shape_gamma = request.shapes["gamma"]
+    shape_beta = request.shapes["beta"]
+    shape_skip = request.shapes["skip"]
+    shape_bias = request.shapes.get("bias")
+    attr_groups = request.attrs["groups"]
     # (sameShape(shapes.skip, shapes.X) or sameShape(shapes.skip, [dim(shapes.X, 0), sgChannels])) or sameShape(shapes.skip, [dim(shapes.X, 0), 1, 1, sgChannels])
     if not (
         shape_skip == shape_x
-        or shape_skip == (shape_x[0], d.sg_channels)
-        or shape_skip == (shape_x[0], 1, 1, d.sg_channels)
+        or shape_skip == (shape_x[0], derived.sg_channels)
+        or shape_skip == (shape_x[0], 1, 1, derived.sg_channels)
     ):
         raise ContractError(
             OP,
-            "input skip",
+            f"input {request.names.get('skip', 'skip')}",
             "(sameShape(shapes.skip, shapes.X) or sameShape(shapes.skip, [dim(shapes.X, 0), sgChannels])) or sameShape(shapes.skip, [dim(shapes.X, 0), 1, 1, sgChannels])",
-            f"needs `(sameShape(shapes.skip, shapes.X) or sameShape(shapes.skip, [dim(shapes.X, 0), sgChannels])) or sameShape(shapes.skip, [dim(shapes.X, 0), 1, 1, sgChannels])`, got shapes.skip = {show(lambda: shape_skip)}, shapes.X = {show(lambda: shape_x)}, dim(shapes.X, 0) = {show(lambda: shape_x[0])}, sgChannels = {show(lambda: d.sg_channels)}; in opset 1, skip is: Residual added to `X`: exactly `X`'s shape, or `(N, C)` / `(N, 1, 1, C)` with one value per batch item and channel. `(N, 1, 1, C)` at `H = W = 1` in the channels-last layout is an exact match and takes the non-broadcast route.",
+            f"needs `(sameShape(shapes.skip, shapes.X) or sameShape(shapes.skip, [dim(shapes.X, 0), sgChannels])) or sameShape(shapes.skip, [dim(shapes.X, 0), 1, 1, sgChannels])`, got shapes.skip = {show(lambda: shape_skip)}, shapes.X = {show(lambda: shape_x)}, dim(shapes.X, 0) = {show(lambda: shape_x[0])}, sgChannels = {show(lambda: derived.sg_channels)}; in opset 1, skip is: Residual added to `X`: exactly `X`'s shape, or `(N, C)` / `(N, 1, 1, C)` with one value per batch item and channel. `(N, 1, 1, C)` at `H = W = 1` in the channels-last layout is an exact match and takes the non-broadcast route.",
         )
     # dim(shapes.gamma, 0) == sgChannels
-    if not (shape_gamma[0] == d.sg_channels):
+    if not (shape_gamma[0] == derived.sg_channels):
         raise ContractError(
             OP,
-            "input gamma",
+            f"input {request.names.get('gamma', 'gamma')}",
             "dim(shapes.gamma, 0) == sgChannels",
-            f"needs `dim(shapes.gamma, 0) == sgChannels`, got dim(shapes.gamma, 0) = {show(lambda: shape_gamma[0])}, sgChannels = {show(lambda: d.sg_channels)}; in opset 1, gamma is: Per-channel affine scale of shape `(C)`.",
+            f"needs `dim(shapes.gamma, 0) == sgChannels`, got dim(shapes.gamma, 0) = {show(lambda: shape_gamma[0])}, sgChannels = {show(lambda: derived.sg_channels)}; in opset 1, gamma is: Per-channel affine scale of shape `(C)`.",
         )
     # dim(shapes.beta, 0) == sgChannels
-    if not (shape_beta[0] == d.sg_channels):
+    if not (shape_beta[0] == derived.sg_channels):
         raise ContractError(
             OP,
-            "input beta",
+            f"input {request.names.get('beta', 'beta')}",
             "dim(shapes.beta, 0) == sgChannels",
-            f"needs `dim(shapes.beta, 0) == sgChannels`, got dim(shapes.beta, 0) = {show(lambda: shape_beta[0])}, sgChannels = {show(lambda: d.sg_channels)}; in opset 1, beta is: Per-channel affine offset of shape `(C)`.",
+            f"needs `dim(shapes.beta, 0) == sgChannels`, got dim(shapes.beta, 0) = {show(lambda: shape_beta[0])}, sgChannels = {show(lambda: derived.sg_channels)}; in opset 1, beta is: Per-channel affine offset of shape `(C)`.",
         )
     # (not has(shapes, "bias")) or (dim(shapes.bias, 0) == sgChannels)
-    if not (not "bias" in r.shapes or shape_bias[0] == d.sg_channels):
+    if not (not "bias" in request.shapes or shape_bias[0] == derived.sg_channels):
         raise ContractError(
             OP,
-            "input bias",
+            f"input {request.names.get('bias', 'bias')}",
             '(not has(shapes, "bias")) or (dim(shapes.bias, 0) == sgChannels)',
-            f'needs `(not has(shapes, "bias")) or (dim(shapes.bias, 0) == sgChannels)`, got shapes = {show(lambda: r.shapes)}, dim(shapes.bias, 0) = {show(lambda: shape_bias[0])}, sgChannels = {show(lambda: d.sg_channels)}; in opset 1, bias is: Optional per-channel bias of shape `(C)`, added to `X + skip` before normalization.',
+            f'needs `(not has(shapes, "bias")) or (dim(shapes.bias, 0) == sgChannels)`, got shapes = {show(lambda: request.shapes)}, dim(shapes.bias, 0) = {show(lambda: shape_bias[0])}, sgChannels = {show(lambda: derived.sg_channels)}; in opset 1, bias is: Optional per-channel bias of shape `(C)`, added to `X + skip` before normalization.',
         )
     # (sgChannels % attrs.groups) == 0
-    if not (js_mod(d.sg_channels, attr_groups) == 0):
+    if not (js_mod(derived.sg_channels, attr_groups) == 0):
         raise ContractError(
             OP,
             "attribute groups",
             "(sgChannels % attrs.groups) == 0",
-            f"needs `(sgChannels % attrs.groups) == 0`, got sgChannels = {show(lambda: d.sg_channels)}, attrs.groups = {show(lambda: attr_groups)}",
+            f"needs `(sgChannels % attrs.groups) == 0`, got sgChannels = {show(lambda: derived.sg_channels)}, attrs.groups = {show(lambda: attr_groups)}",
         )
 
 
@@ -331,32 +331,32 @@ class Derived(NamedTuple):
     sg_reg_covered: bool
 
 
-def derive(r) -> Derived:
+def derive(request) -> Derived:
     """The manifest's `derive` section, in dependency order, as straight-line Python."""
-    shape_x = r.shapes["X"]
-    shape_gamma = r.shapes["gamma"]
-    shape_beta = r.shapes["beta"]
-    shape_skip = r.shapes["skip"]
-    shape_bias = r.shapes.get("bias")
-    dtype_t = r.dtypes["T"]
-    attr_groups = r.attrs["groups"]
-    attr_channels_last = r.attrs["channels_last"]
-    tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    tunable_combine_workgroup_size = r.tunables["COMBINE_WORKGROUP_SIZE"]
-    tunable_fused_workgroup_size = r.tunables["FUSED_WORKGROUP_SIZE"]
-    tunable_slab_values = r.tunables["SLAB_VALUES"]
-    tunable_max_slabs = r.tunables["MAX_SLABS"]
-    tunable_split_max_rows = r.tunables["SPLIT_MAX_ROWS"]
-    tunable_split_min_group_values = r.tunables["SPLIT_MIN_GROUP_VALUES"]
-    tunable_register_workgroup_size = r.tunables["REGISTER_WORKGROUP_SIZE"]
-    tunable_register_single_workgroup_size = r.tunables["REGISTER_SINGLE_WORKGROUP_SIZE"]
-    tunable_register_split = r.tunables["REGISTER_SPLIT"]
-    tunable_register_split_min_values = r.tunables["REGISTER_SPLIT_MIN_VALUES"]
-    tunable_register_max_units = r.tunables["REGISTER_MAX_UNITS"]
-    tunable_register_min_position_lanes = r.tunables["REGISTER_MIN_POSITION_LANES"]
-    tunable_sm_count_proxy = r.tunables["SM_COUNT_PROXY"]
-    limits = r.caps.limits
-    features = r.caps.features
+    shape_x = request.shapes["X"]
+    shape_gamma = request.shapes["gamma"]
+    shape_beta = request.shapes["beta"]
+    shape_skip = request.shapes["skip"]
+    shape_bias = request.shapes.get("bias")
+    dtype_t = request.dtypes["T"]
+    attr_groups = request.attrs["groups"]
+    attr_channels_last = request.attrs["channels_last"]
+    tunable_workgroup_size = request.tunables["WORKGROUP_SIZE"]
+    tunable_combine_workgroup_size = request.tunables["COMBINE_WORKGROUP_SIZE"]
+    tunable_fused_workgroup_size = request.tunables["FUSED_WORKGROUP_SIZE"]
+    tunable_slab_values = request.tunables["SLAB_VALUES"]
+    tunable_max_slabs = request.tunables["MAX_SLABS"]
+    tunable_split_max_rows = request.tunables["SPLIT_MAX_ROWS"]
+    tunable_split_min_group_values = request.tunables["SPLIT_MIN_GROUP_VALUES"]
+    tunable_register_workgroup_size = request.tunables["REGISTER_WORKGROUP_SIZE"]
+    tunable_register_single_workgroup_size = request.tunables["REGISTER_SINGLE_WORKGROUP_SIZE"]
+    tunable_register_split = request.tunables["REGISTER_SPLIT"]
+    tunable_register_split_min_values = request.tunables["REGISTER_SPLIT_MIN_VALUES"]
+    tunable_register_max_units = request.tunables["REGISTER_MAX_UNITS"]
+    tunable_register_min_position_lanes = request.tunables["REGISTER_MIN_POSITION_LANES"]
+    tunable_sm_count_proxy = request.tunables["SM_COUNT_PROXY"]
+    limits = request.caps.limits
+    features = request.caps.features
     # deviceWorkgroupCap: min(device.limits.maxComputeInvocationsPerWorkgroup, device.limits.maxComputeWorkgroupSizeX)
     device_workgroup_cap = min(
         limits["maxComputeInvocationsPerWorkgroup"], limits["maxComputeWorkgroupSizeX"]
@@ -390,7 +390,7 @@ def derive(r) -> Derived:
         )
         and shape_gamma[0] == sg_channels
         and shape_beta[0] == sg_channels
-        and (not "bias" in r.shapes or shape_bias[0] == sg_channels)
+        and (not "bias" in request.shapes or shape_bias[0] == sg_channels)
         and js_mod(sg_channels, attr_groups) == 0
     )
     # sgGroupsOk: attrs.groups >= 1 and sgChannels % attrs.groups == 0

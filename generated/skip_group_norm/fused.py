@@ -36,20 +36,20 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # skipGroupNormContractOk
-    if (d.skip_group_norm_contract_ok) is not True:
+    if (derived.skip_group_norm_contract_ok) is not True:
         return "skipGroupNormContractOk"
     # sgFusedCovered
-    if (d.sg_fused_covered) is not True:
+    if (derived.sg_fused_covered) is not True:
         return "sgFusedCovered"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
-    return (d.sg_split_preferred) is True
+    return (derived.sg_split_preferred) is True
 
 
 class Values(NamedTuple):
@@ -79,56 +79,58 @@ class Values(NamedTuple):
     workgroup_size: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    dtype_m = r.dtypes["M"]
-    attr_groups = r.attrs["groups"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    dtype_m = request.dtypes["M"]
+    attr_groups = request.attrs["groups"]
     # hasBias: has(shapes, "bias")
-    has_bias = "bias" in r.shapes
+    has_bias = "bias" in request.shapes
     # writeSum: outputs.has("S")
-    write_sum = "S" in r.outputs
+    write_sum = "S" in request.outputs
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # vecWidth: "" ~ sgVectorWidth
-    vec_width = "" + js_str(d.sg_vector_width)
+    vec_width = "" + js_str(derived.sg_vector_width)
     # ioElement: dtypes.T if sgVectorWidth == 1 else "vec" ~ sgVectorWidth ~ "<" ~ dtypes.T ~ ">"
     io_element = (
-        dtype_t if d.sg_vector_width == 1 else "vec" + js_str(d.sg_vector_width) + "<" + dtype_t + ">"
+        dtype_t
+        if derived.sg_vector_width == 1
+        else "vec" + js_str(derived.sg_vector_width) + "<" + dtype_t + ">"
     )
     # skipElement: ioElement if sgSkipFull else dtypes.T
-    skip_element = io_element if d.sg_skip_full else dtype_t
+    skip_element = io_element if derived.sg_skip_full else dtype_t
     # numGroups: attrs.groups
     num_groups = attr_groups
     # numChannels: sgChannels
-    num_channels = d.sg_channels
+    num_channels = derived.sg_channels
     # channelsPerGroup: sgChannelsPerGroup
-    channels_per_group = d.sg_channels_per_group
+    channels_per_group = derived.sg_channels_per_group
     # vectorWidth: sgVectorWidth
-    vector_width = d.sg_vector_width
+    vector_width = derived.sg_vector_width
     # itemStride: sgItemStride
-    item_stride = d.sg_item_stride
+    item_stride = derived.sg_item_stride
     # groupStride: sgGroupStride
-    group_stride = d.sg_group_stride
+    group_stride = derived.sg_group_stride
     # innerVectors: sgInnerVectors
-    inner_vectors = d.sg_inner_vectors
+    inner_vectors = derived.sg_inner_vectors
     # outerStride: sgOuterStride
-    outer_stride = d.sg_outer_stride
+    outer_stride = derived.sg_outer_stride
     # channelDivisor: sgChannelDivisor
-    channel_divisor = d.sg_channel_divisor
+    channel_divisor = derived.sg_channel_divisor
     # laneChannelStep: sgLaneChannelStep
-    lane_channel_step = d.sg_lane_channel_step
+    lane_channel_step = derived.sg_lane_channel_step
     # rowCount: sgRows
-    row_count = d.sg_rows
+    row_count = derived.sg_rows
     # rowVectors: sgRowVectors
-    row_vectors = d.sg_row_vectors
+    row_vectors = derived.sg_row_vectors
     # groupValues: sgGroupValues
-    group_values = d.sg_group_values
+    group_values = derived.sg_group_values
     # paramsF16: 1 if dtypes.M == "f16" else 0
     params_f16 = 1 if dtype_m == "f16" else 0
     # skipFull: sgSkipFull
-    skip_full = d.sg_skip_full
+    skip_full = derived.sg_skip_full
     # workgroupSize: sgFusedWorkgroupSize
-    workgroup_size = d.sg_fused_workgroup_size
+    workgroup_size = derived.sg_fused_workgroup_size
     # fmt: off
     return Values(
         has_bias, write_sum, uses_f16, vec_width, io_element, skip_element, num_groups, num_channels,
@@ -139,41 +141,43 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (SkipGroupNorm.Fused): template templates/skip-group-norm-fused.wgsl.jinja."""
-    attr_activation = r.attrs["activation"]
-    attr_epsilon = r.attrs["epsilon"]
-    shader = MAIN_SHADERS[(v.has_bias, v.io_element, v.skip_full, v.write_sum)]
+    attr_activation = request.attrs["activation"]
+    attr_epsilon = request.attrs["epsilon"]
+    shader = MAIN_SHADERS[(values.has_bias, values.io_element, values.skip_full, values.write_sum)]
     # dispatch: workgroups=sgRows if sgNonEmpty else 0, z=1
-    dispatch = fold_dispatch(d.sg_rows if d.sg_non_empty else 0, 1, 1, r.caps, "SkipGroupNorm.Fused")
+    dispatch = fold_dispatch(
+        derived.sg_rows if derived.sg_non_empty else 0, 1, 1, request.caps, "SkipGroupNorm.Fused"
+    )
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "numChannels": v.num_channels,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "itemStride": v.item_stride,  # request-dependent: bound at dispatch time
-        "groupStride": v.group_stride,  # request-dependent: bound at dispatch time
-        "innerVectors": v.inner_vectors,  # request-dependent: bound at dispatch time
-        "outerStride": v.outer_stride,  # request-dependent: bound at dispatch time
-        "channelDivisor": v.channel_divisor,  # request-dependent: bound at dispatch time
-        "laneChannelStep": v.lane_channel_step,  # request-dependent: bound at dispatch time
-        "rowCount": v.row_count,  # request-dependent: bound at dispatch time
-        "rowVectors": v.row_vectors,  # request-dependent: bound at dispatch time
-        "groupValues": v.group_values,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
+        "numChannels": values.num_channels,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": values.channels_per_group,  # request-dependent: bound at dispatch time
+        "itemStride": values.item_stride,  # request-dependent: bound at dispatch time
+        "groupStride": values.group_stride,  # request-dependent: bound at dispatch time
+        "innerVectors": values.inner_vectors,  # request-dependent: bound at dispatch time
+        "outerStride": values.outer_stride,  # request-dependent: bound at dispatch time
+        "channelDivisor": values.channel_divisor,  # request-dependent: bound at dispatch time
+        "laneChannelStep": values.lane_channel_step,  # request-dependent: bound at dispatch time
+        "rowCount": values.row_count,  # request-dependent: bound at dispatch time
+        "rowVectors": values.row_vectors,  # request-dependent: bound at dispatch time
+        "groupValues": values.group_values,  # request-dependent: bound at dispatch time
     }
-    numbers = {"paramsF16": v.params_f16, "workgroupSize": v.workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
+    numbers = {"paramsF16": values.params_f16, "workgroupSize": values.workgroup_size}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "main", "SkipGroupNorm.Fused", dispatch, uniforms, numbers)
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (hasBias, ioElement, skipFull, writeSum): the

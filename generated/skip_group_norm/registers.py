@@ -39,25 +39,25 @@ PIPELINE_CONSTANTS = {
 }
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    tunable_sm_count_proxy = r.tunables["SM_COUNT_PROXY"]
+    tunable_sm_count_proxy = request.tunables["SM_COUNT_PROXY"]
     # skipGroupNormContractOk
-    if (d.skip_group_norm_contract_ok) is not True:
+    if (derived.skip_group_norm_contract_ok) is not True:
         return "skipGroupNormContractOk"
     # sgRegCovered
-    if (d.sg_reg_covered) is not True:
+    if (derived.sg_reg_covered) is not True:
         return "sgRegCovered"
     # sgRegSplit * sgRows <= tunables.SM_COUNT_PROXY
-    if (d.sg_reg_split * d.sg_rows <= tunable_sm_count_proxy) is not True:
+    if (derived.sg_reg_split * derived.sg_rows <= tunable_sm_count_proxy) is not True:
         return "sgRegSplit * sgRows <= tunables.SM_COUNT_PROXY"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
-    tunable_register_min_unit_bytes = r.tunables["REGISTER_MIN_UNIT_BYTES"]
-    return (d.sg_reg_unit_words * 4 < tunable_register_min_unit_bytes) is True
+    tunable_register_min_unit_bytes = request.tunables["REGISTER_MIN_UNIT_BYTES"]
+    return (derived.sg_reg_unit_words * 4 < tunable_register_min_unit_bytes) is True
 
 
 class Values(NamedTuple):
@@ -86,52 +86,52 @@ class Values(NamedTuple):
     skip_position_units: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    dtype_m = r.dtypes["M"]
-    attr_groups = r.attrs["groups"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    dtype_m = request.dtypes["M"]
+    attr_groups = request.attrs["groups"]
     # hasBias: has(shapes, "bias")
-    has_bias = "bias" in r.shapes
+    has_bias = "bias" in request.shapes
     # writeSum: outputs.has("S")
-    write_sum = "S" in r.outputs
+    write_sum = "S" in request.outputs
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # unitWords: "" ~ sgRegUnitWords
-    unit_words = "" + js_str(d.sg_reg_unit_words)
+    unit_words = "" + js_str(derived.sg_reg_unit_words)
     # wordsBucket: "" ~ sgRegWordsBucket
-    words_bucket = "" + js_str(d.sg_reg_words_bucket)
+    words_bucket = "" + js_str(derived.sg_reg_words_bucket)
     # exactRow: sgRegExactRow
-    exact_row = d.sg_reg_exact_row
+    exact_row = derived.sg_reg_exact_row
     # ioElement: sgRegIoElement
-    io_element = d.sg_reg_io_element
+    io_element = derived.sg_reg_io_element
     # skipElement: sgRegIoElement
-    skip_element = d.sg_reg_io_element
+    skip_element = derived.sg_reg_io_element
     # paramsF16: 1 if dtypes.M == "f16" else 0
     params_f16 = 1 if dtype_m == "f16" else 0
     # workgroupSize: sgRegWorkgroup
-    workgroup_size = d.sg_reg_workgroup
+    workgroup_size = derived.sg_reg_workgroup
     # rowCount: sgRows
-    row_count = d.sg_rows
+    row_count = derived.sg_rows
     # split: sgRegSplit
-    split = d.sg_reg_split
+    split = derived.sg_reg_split
     # numGroups: attrs.groups
     num_groups = attr_groups
     # channelsPerGroup: sgChannelsPerGroup
-    channels_per_group = d.sg_channels_per_group
+    channels_per_group = derived.sg_channels_per_group
     # spatial: sgSpatial
-    spatial = d.sg_spatial
+    spatial = derived.sg_spatial
     # groupUnits: sgRegGroupUnits
-    group_units = d.sg_reg_group_units
+    group_units = derived.sg_reg_group_units
     # positionUnits: sgRegPositionUnits
-    position_units = d.sg_reg_position_units
+    position_units = derived.sg_reg_position_units
     # positionLanes: sgRegPositionLanes
-    position_lanes = d.sg_reg_position_lanes
+    position_lanes = derived.sg_reg_position_lanes
     # groupValues: sgGroupValues
-    group_values = d.sg_group_values
+    group_values = derived.sg_group_values
     # skipItemUnits: sgSkipItemUnits
-    skip_item_units = d.sg_skip_item_units
+    skip_item_units = derived.sg_skip_item_units
     # skipPositionUnits: sgSkipPositionUnits
-    skip_position_units = d.sg_skip_position_units
+    skip_position_units = derived.sg_skip_position_units
     # fmt: off
     return Values(
         has_bias, write_sum, uses_f16, unit_words, words_bucket, exact_row, io_element, skip_element,
@@ -141,41 +141,47 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (SkipGroupNorm.RowRegisters): template templates/skip-group-norm-row-registers.wgsl.jinja."""
-    attr_activation = r.attrs["activation"]
-    attr_epsilon = r.attrs["epsilon"]
-    shader = MAIN_SHADERS[(v.exact_row, v.has_bias, v.io_element, v.words_bucket, v.write_sum)]
+    attr_activation = request.attrs["activation"]
+    attr_epsilon = request.attrs["epsilon"]
+    shader = MAIN_SHADERS[
+        (values.exact_row, values.has_bias, values.io_element, values.words_bucket, values.write_sum)
+    ]
     # dispatch: workgroups=sgRows * sgRegSplit if sgNonEmpty else 0, z=1
     dispatch = fold_dispatch(
-        d.sg_rows * d.sg_reg_split if d.sg_non_empty else 0, 1, 1, r.caps, "SkipGroupNorm.RowRegisters"
+        derived.sg_rows * derived.sg_reg_split if derived.sg_non_empty else 0,
+        1,
+        1,
+        request.caps,
+        "SkipGroupNorm.RowRegisters",
     )
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
-        "rowCount": v.row_count,  # request-dependent: bound at dispatch time
-        "numGroups": v.num_groups,  # request-dependent: bound at dispatch time
-        "channelsPerGroup": v.channels_per_group,  # request-dependent: bound at dispatch time
-        "spatial": v.spatial,  # request-dependent: bound at dispatch time
-        "groupUnits": v.group_units,  # request-dependent: bound at dispatch time
-        "positionUnits": v.position_units,  # request-dependent: bound at dispatch time
-        "positionLanes": v.position_lanes,  # request-dependent: bound at dispatch time
-        "groupValues": v.group_values,  # request-dependent: bound at dispatch time
-        "skipItemUnits": v.skip_item_units,  # request-dependent: bound at dispatch time
-        "skipPositionUnits": v.skip_position_units,  # request-dependent: bound at dispatch time
+        "rowCount": values.row_count,  # request-dependent: bound at dispatch time
+        "numGroups": values.num_groups,  # request-dependent: bound at dispatch time
+        "channelsPerGroup": values.channels_per_group,  # request-dependent: bound at dispatch time
+        "spatial": values.spatial,  # request-dependent: bound at dispatch time
+        "groupUnits": values.group_units,  # request-dependent: bound at dispatch time
+        "positionUnits": values.position_units,  # request-dependent: bound at dispatch time
+        "positionLanes": values.position_lanes,  # request-dependent: bound at dispatch time
+        "groupValues": values.group_values,  # request-dependent: bound at dispatch time
+        "skipItemUnits": values.skip_item_units,  # request-dependent: bound at dispatch time
+        "skipPositionUnits": values.skip_position_units,  # request-dependent: bound at dispatch time
     }
-    numbers = {"paramsF16": v.params_f16, "workgroupSize": v.workgroup_size, "split": v.split}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "SkipGroupNorm.RowRegisters", dispatch, uniforms, numbers)
+    numbers = {"paramsF16": values.params_f16, "workgroupSize": values.workgroup_size, "split": values.split}
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "main", "SkipGroupNorm.RowRegisters", dispatch, uniforms, numbers)
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (exactRow, hasBias, ioElement, wordsBucket, writeSum): the

@@ -56,18 +56,18 @@ PIPELINE_CONSTANTS = {
 }
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # skipGroupNormContractOk
-    if (d.skip_group_norm_contract_ok) is not True:
+    if (derived.skip_group_norm_contract_ok) is not True:
         return "skipGroupNormContractOk"
     # sgSplitCovered
-    if (d.sg_split_covered) is not True:
+    if (derived.sg_split_covered) is not True:
         return "sgSplitCovered"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -107,72 +107,74 @@ class Values(NamedTuple):
     segment_lanes: int
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
-    dtype_m = r.dtypes["M"]
-    attr_groups = r.attrs["groups"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
+    dtype_m = request.dtypes["M"]
+    attr_groups = request.attrs["groups"]
     # hasBias: has(shapes, "bias")
-    has_bias = "bias" in r.shapes
+    has_bias = "bias" in request.shapes
     # writeSum: outputs.has("S")
-    write_sum = "S" in r.outputs
+    write_sum = "S" in request.outputs
     # usesF16: dtypes.T == "f16"
     uses_f16 = dtype_t == "f16"
     # vecWidth: "" ~ sgVectorWidth
-    vec_width = "" + js_str(d.sg_vector_width)
+    vec_width = "" + js_str(derived.sg_vector_width)
     # ioElement: dtypes.T if sgVectorWidth == 1 else "vec" ~ sgVectorWidth ~ "<" ~ dtypes.T ~ ">"
     io_element = (
-        dtype_t if d.sg_vector_width == 1 else "vec" + js_str(d.sg_vector_width) + "<" + dtype_t + ">"
+        dtype_t
+        if derived.sg_vector_width == 1
+        else "vec" + js_str(derived.sg_vector_width) + "<" + dtype_t + ">"
     )
     # skipElement: ioElement if sgSkipFull else dtypes.T
-    skip_element = io_element if d.sg_skip_full else dtype_t
+    skip_element = io_element if derived.sg_skip_full else dtype_t
     # numGroups: attrs.groups
     num_groups = attr_groups
     # numChannels: sgChannels
-    num_channels = d.sg_channels
+    num_channels = derived.sg_channels
     # channelsPerGroup: sgChannelsPerGroup
-    channels_per_group = d.sg_channels_per_group
+    channels_per_group = derived.sg_channels_per_group
     # vectorWidth: sgVectorWidth
-    vector_width = d.sg_vector_width
+    vector_width = derived.sg_vector_width
     # itemStride: sgItemStride
-    item_stride = d.sg_item_stride
+    item_stride = derived.sg_item_stride
     # groupStride: sgGroupStride
-    group_stride = d.sg_group_stride
+    group_stride = derived.sg_group_stride
     # innerVectors: sgInnerVectors
-    inner_vectors = d.sg_inner_vectors
+    inner_vectors = derived.sg_inner_vectors
     # outerStride: sgOuterStride
-    outer_stride = d.sg_outer_stride
+    outer_stride = derived.sg_outer_stride
     # channelDivisor: sgChannelDivisor
-    channel_divisor = d.sg_channel_divisor
+    channel_divisor = derived.sg_channel_divisor
     # laneChannelStep: sgLaneChannelStep
-    lane_channel_step = d.sg_lane_channel_step
+    lane_channel_step = derived.sg_lane_channel_step
     # rowCount: sgRows
-    row_count = d.sg_rows
+    row_count = derived.sg_rows
     # rowVectors: sgRowVectors
-    row_vectors = d.sg_row_vectors
+    row_vectors = derived.sg_row_vectors
     # groupValues: sgGroupValues
-    group_values = d.sg_group_values
+    group_values = derived.sg_group_values
     # paramsF16: 1 if dtypes.M == "f16" else 0
     params_f16 = 1 if dtype_m == "f16" else 0
     # layoutChannelsLast: 1 if sgChannelsLast else 0
-    layout_channels_last = 1 if d.sg_channels_last else 0
+    layout_channels_last = 1 if derived.sg_channels_last else 0
     # groupsPerBlock: sgGroupsPerBlock
-    groups_per_block = d.sg_groups_per_block
+    groups_per_block = derived.sg_groups_per_block
     # blocksPerItem: sgBlocksPerItem
-    blocks_per_item = d.sg_blocks_per_item
+    blocks_per_item = derived.sg_blocks_per_item
     # tileWidth: sgTileWidth
-    tile_width = d.sg_tile_width
+    tile_width = derived.sg_tile_width
     # tileCount: sgTileCount
-    tile_count = d.sg_tile_count
+    tile_count = derived.sg_tile_count
     # slabUnits: sgSlabUnits
-    slab_units = d.sg_slab_units
+    slab_units = derived.sg_slab_units
     # slabCount: sgSlabCount
-    slab_count = d.sg_slab_count
+    slab_count = derived.sg_slab_count
     # laneColumns: sgLaneColumns
-    lane_columns = d.sg_lane_columns
+    lane_columns = derived.sg_lane_columns
     # laneRows: sgLaneRows
-    lane_rows = d.sg_lane_rows
+    lane_rows = derived.sg_lane_rows
     # segmentLanes: sgSegmentLanes
-    segment_lanes = d.sg_segment_lanes
+    segment_lanes = derived.sg_segment_lanes
     # fmt: off
     return Values(
         has_bias, write_sum, uses_f16, vec_width, io_element, skip_element, num_groups, num_channels,
@@ -184,128 +186,137 @@ def values(r, d) -> Values:
     # fmt: on
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {
-        "partials": (tuple((d.sg_rows * d.sg_slab_count, 4)), "float32"),  # [sgRows * sgSlabCount, 4]
-        "stats": (tuple((d.sg_rows, 4)), "float32"),  # [sgRows, 4]
+        "partials": (
+            tuple((derived.sg_rows * derived.sg_slab_count, 4)),
+            "float32",
+        ),  # [sgRows * sgSlabCount, 4]
+        "stats": (tuple((derived.sg_rows, 4)), "float32"),  # [sgRows, 4]
     }
 
 
-def passes(r, d, v) -> tuple:
+def passes(request, derived, values) -> tuple:
     return (
-        _stats(r, d, v),
-        _combine(r, d, v),
-        _normalize(r, d, v),
+        _stats(request, derived, values),
+        _combine(request, derived, values),
+        _normalize(request, derived, values),
     )
 
 
-def _stats(r, d, v):
+def _stats(request, derived, values):
     """Pass `stats` (SkipGroupNorm.SlabStats): template templates/skip-group-norm-slab.wgsl.jinja."""
-    attr_activation = r.attrs["activation"]
-    attr_epsilon = r.attrs["epsilon"]
+    attr_activation = request.attrs["activation"]
+    attr_epsilon = request.attrs["epsilon"]
     # workgroupSize: sgSlabWorkgroupSize
-    workgroup_size = d.sg_slab_workgroup_size
+    workgroup_size = derived.sg_slab_workgroup_size
     # skipFull: sgSkipFull
-    skip_full = d.sg_skip_full
-    shader = STATS_SHADERS[(v.has_bias, v.io_element, skip_full, v.write_sum)]
+    skip_full = derived.sg_skip_full
+    shader = STATS_SHADERS[(values.has_bias, values.io_element, skip_full, values.write_sum)]
     # dispatch: workgroups=sgTileCount, z=sgSlabCount
-    dispatch = fold_dispatch(d.sg_tile_count, 1, d.sg_slab_count, r.caps, "SkipGroupNorm.SlabStats")
+    dispatch = fold_dispatch(
+        derived.sg_tile_count, 1, derived.sg_slab_count, request.caps, "SkipGroupNorm.SlabStats"
+    )
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
     numbers = {
-        "numGroups": v.num_groups,
-        "numChannels": v.num_channels,
-        "channelsPerGroup": v.channels_per_group,
-        "itemStride": v.item_stride,
-        "groupStride": v.group_stride,
-        "outerStride": v.outer_stride,
-        "channelDivisor": v.channel_divisor,
-        "laneChannelStep": v.lane_channel_step,
-        "layoutChannelsLast": v.layout_channels_last,
-        "groupsPerBlock": v.groups_per_block,
-        "blocksPerItem": v.blocks_per_item,
-        "tileWidth": v.tile_width,
-        "tileCount": v.tile_count,
-        "slabUnits": v.slab_units,
-        "slabCount": v.slab_count,
-        "laneColumns": v.lane_columns,
-        "laneRows": v.lane_rows,
-        "segmentLanes": v.segment_lanes,
+        "numGroups": values.num_groups,
+        "numChannels": values.num_channels,
+        "channelsPerGroup": values.channels_per_group,
+        "itemStride": values.item_stride,
+        "groupStride": values.group_stride,
+        "outerStride": values.outer_stride,
+        "channelDivisor": values.channel_divisor,
+        "laneChannelStep": values.lane_channel_step,
+        "layoutChannelsLast": values.layout_channels_last,
+        "groupsPerBlock": values.groups_per_block,
+        "blocksPerItem": values.blocks_per_item,
+        "tileWidth": values.tile_width,
+        "tileCount": values.tile_count,
+        "slabUnits": values.slab_units,
+        "slabCount": values.slab_count,
+        "laneColumns": values.lane_columns,
+        "laneRows": values.lane_rows,
+        "segmentLanes": values.segment_lanes,
         "workgroupSize": workgroup_size,
     }
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "stats", "SkipGroupNorm.SlabStats", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "stats", "SkipGroupNorm.SlabStats", dispatch, uniforms, numbers)
 
 
-def _combine(r, d, v):
+def _combine(request, derived, values):
     """Pass `combine` (SkipGroupNorm.Combine): template templates/skip-group-norm-combine.wgsl.jinja."""
-    attr_activation = r.attrs["activation"]
-    attr_epsilon = r.attrs["epsilon"]
+    attr_activation = request.attrs["activation"]
+    attr_epsilon = request.attrs["epsilon"]
     # workgroupSize: sgCombineWorkgroupSize
-    workgroup_size = d.sg_combine_workgroup_size
+    workgroup_size = derived.sg_combine_workgroup_size
     shader = COMBINE_SHADERS[()]
     # dispatch: workgroups=sgRows if sgNonEmpty else 0, z=1
-    dispatch = fold_dispatch(d.sg_rows if d.sg_non_empty else 0, 1, 1, r.caps, "SkipGroupNorm.Combine")
+    dispatch = fold_dispatch(
+        derived.sg_rows if derived.sg_non_empty else 0, 1, 1, request.caps, "SkipGroupNorm.Combine"
+    )
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
     numbers = {
-        "channelsPerGroup": v.channels_per_group,
-        "vectorWidth": v.vector_width,
-        "rowCount": v.row_count,
-        "groupValues": v.group_values,
-        "layoutChannelsLast": v.layout_channels_last,
-        "slabUnits": v.slab_units,
-        "slabCount": v.slab_count,
+        "channelsPerGroup": values.channels_per_group,
+        "vectorWidth": values.vector_width,
+        "rowCount": values.row_count,
+        "groupValues": values.group_values,
+        "layoutChannelsLast": values.layout_channels_last,
+        "slabUnits": values.slab_units,
+        "slabCount": values.slab_count,
         "workgroupSize": workgroup_size,
     }
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "combine", "SkipGroupNorm.Combine", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "combine", "SkipGroupNorm.Combine", dispatch, uniforms, numbers)
 
 
-def _normalize(r, d, v):
+def _normalize(request, derived, values):
     """Pass `normalize` (SkipGroupNorm.SlabNormalize): template templates/skip-group-norm-slab.wgsl.jinja."""
-    attr_activation = r.attrs["activation"]
-    attr_epsilon = r.attrs["epsilon"]
+    attr_activation = request.attrs["activation"]
+    attr_epsilon = request.attrs["epsilon"]
     # workgroupSize: sgSlabWorkgroupSize
-    workgroup_size = d.sg_slab_workgroup_size
+    workgroup_size = derived.sg_slab_workgroup_size
     # skipFull: sgSkipFull
-    skip_full = d.sg_skip_full
-    shader = NORMALIZE_SHADERS[(v.has_bias, v.io_element, skip_full, v.write_sum)]
+    skip_full = derived.sg_skip_full
+    shader = NORMALIZE_SHADERS[(values.has_bias, values.io_element, skip_full, values.write_sum)]
     # dispatch: workgroups=sgTileCount, z=sgSlabCount
-    dispatch = fold_dispatch(d.sg_tile_count, 1, d.sg_slab_count, r.caps, "SkipGroupNorm.SlabNormalize")
+    dispatch = fold_dispatch(
+        derived.sg_tile_count, 1, derived.sg_slab_count, request.caps, "SkipGroupNorm.SlabNormalize"
+    )
     uniforms = {
         "epsilon": attr_epsilon,  # attrs.epsilon
         "activation": attr_activation,  # attrs.activation
     }
     numbers = {
-        "numGroups": v.num_groups,
-        "numChannels": v.num_channels,
-        "channelsPerGroup": v.channels_per_group,
-        "itemStride": v.item_stride,
-        "groupStride": v.group_stride,
-        "outerStride": v.outer_stride,
-        "channelDivisor": v.channel_divisor,
-        "laneChannelStep": v.lane_channel_step,
-        "paramsF16": v.params_f16,
-        "layoutChannelsLast": v.layout_channels_last,
-        "groupsPerBlock": v.groups_per_block,
-        "blocksPerItem": v.blocks_per_item,
-        "tileWidth": v.tile_width,
-        "tileCount": v.tile_count,
-        "slabUnits": v.slab_units,
-        "slabCount": v.slab_count,
-        "laneColumns": v.lane_columns,
-        "laneRows": v.lane_rows,
-        "segmentLanes": v.segment_lanes,
+        "numGroups": values.num_groups,
+        "numChannels": values.num_channels,
+        "channelsPerGroup": values.channels_per_group,
+        "itemStride": values.item_stride,
+        "groupStride": values.group_stride,
+        "outerStride": values.outer_stride,
+        "channelDivisor": values.channel_divisor,
+        "laneChannelStep": values.lane_channel_step,
+        "paramsF16": values.params_f16,
+        "layoutChannelsLast": values.layout_channels_last,
+        "groupsPerBlock": values.groups_per_block,
+        "blocksPerItem": values.blocks_per_item,
+        "tileWidth": values.tile_width,
+        "tileCount": values.tile_count,
+        "slabUnits": values.slab_units,
+        "slabCount": values.slab_count,
+        "laneColumns": values.lane_columns,
+        "laneRows": values.lane_rows,
+        "segmentLanes": values.segment_lanes,
         "workgroupSize": workgroup_size,
     }
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "normalize", "SkipGroupNorm.SlabNormalize", dispatch, uniforms, numbers)
 
 
 # Pass `stats`: its shaders (shaders/<name>.wgsl) by (hasBias, ioElement, skipFull, writeSum): the
