@@ -17,22 +17,39 @@ from __future__ import annotations
 
 import importlib
 
-from ._runtime import ContractError, DeviceLostError, NoAdapterError, Sequence, Tensor, default_device
+from ._runtime import (
+    ContractError,
+    DeviceLostError,
+    MemoryStats,
+    NoAdapterError,
+    ReadBack,
+    Sequence,
+    Tensor,
+    default_device,
+    empty_cache,
+    memory_stats,
+    set_cache_limit,
+)
 from .registry import OpEntry, find_in, ops_of
 
 __version__ = "0.1.0"  # the distribution's version too (pyproject.toml: [tool.hatch.version])
 __all__ = [
     "ContractError",
     "DeviceLostError",
+    "MemoryStats",
     "NoAdapterError",
     "OpEntry",
+    "ReadBack",
     "Sequence",
     "Tensor",
     "__version__",
     "default_device",
+    "empty_cache",
     "find_op",
+    "memory_stats",
     "op_packages",
     "ops",
+    "set_cache_limit",
     "warmup",
 ]
 

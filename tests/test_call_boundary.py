@@ -216,7 +216,8 @@ def test_sequence_refuses_what_kernel_refuses():
     tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
     with pytest.raises(ContractError, match="num_groups"):
         seq.kernel(gn, tensors, attrs={"num_groups": 5})
-    with pytest.raises(TypeError, match="op module"):
+    # a ContractError like every other misuse (it was a TypeError: issue 25 item 5)
+    with pytest.raises(ContractError, match="Sequence.kernel\\(\\): op: takes an op module"):
         seq.kernel("group_normalization", tensors, attrs=attrs)
     assert len(seq) == 0
 
@@ -385,8 +386,12 @@ def test_a_repeated_out_call_keys_every_form_of_outputs():
 
 
 def test_caches_forget_the_tensors_a_caller_drops():
-    """Bind groups hold their buffers' GPU memory: entries must go with the Tensors they bind."""
+    """Bind groups hold their buffers' GPU memory: entries must go with the buffers they bind. A
+    dropped Tensor's buffer goes back to the pool (its bind groups stay useful for the next Tensor
+    that takes it), and leaves with empty_cache()."""
     import gc
+
+    import generated
 
     device = default_device()
     rng, _ = rng_for("dropped-tensors")
@@ -396,22 +401,26 @@ def test_caches_forget_the_tensors_a_caller_drops():
         out={"output": Tensor.empty(inputs["input"].shape, np.float32)},
     )
     gc.collect()
+    generated.empty_cache()
     caches = {
         name: rt.per_device(getattr(rt, name), device, 1024)
         for name in ("bind_group_cache", "repeated_call_cache")
     }
     before = {name: len(cache) for name, cache in caches.items()}
+    kept = []
     for _ in range(5):
         tensors = {k: Tensor.from_numpy(v) for k, v in inputs.items()}
         out = {"output": Tensor.empty(inputs["input"].shape, np.float32)}
         inn.kernel(tensors, out=out)
         inn.kernel(tensors, out=out)
+        kept.append((tensors, out))
     assert all(len(cache) > before[name] for name, cache in caches.items())
-    del tensors, out
+    del tensors, out, kept
     gc.collect()
+    generated.empty_cache()
     assert {
         name: len(cache) for name, cache in caches.items()
-    } == before, "an entry outlived the Tensors it binds"
+    } == before, "an entry outlived the buffers it binds"
 
 
 def test_a_buffer_destroyed_directly_is_refused_by_name_not_an_abort():

@@ -12,8 +12,11 @@ two modules share is public inside the package; tests/test_runtime_imports.py ch
 - ``errors``: ContractError, PlanError, DimensionError, NoAdapterError, DeviceLostError
 - ``cache``: LRUCache, per-device caches, entries that go with the buffers they bind
 - ``numeric``: JavaScript number semantics, shape helpers, u32 / i32 / f32 checks, buffer sizes
-- ``buffer_watch``: buffers destroyed behind the runtime's back, and the lock of every call
+- ``buffer_watch``: buffers destroyed behind the runtime's back, the lock of every call and the
+  call scope (what a destroy() or a Tensor's end during a call waits for)
+- ``allocator``: the caching allocator, a pool of buffers in size classes per device
 - ``caps``: Caps, WebGPU's limits and features, a device's snapshot, the default device
+- ``transfers``: uploads from an array's own memory, read-backs through pooled staging buffers
 - ``limits``: folded dispatches and the device limits a plan must fit
 - ``plans``: contract and plan data (OpContract, Request, Plan, PassPlan, ...), make_pass
 - ``select``: variant selection
@@ -25,6 +28,7 @@ two modules share is public inside the package; tests/test_runtime_imports.py ch
 - ``boundary``: a call's arguments made into a Request once (in the caller's names), the plan
   cache, plan() / explain()
 - ``kernel``: kernel(), warmup(), the package's warmup(), Sequence
+- ``memory``: memory_stats(), empty_cache(), set_cache_limit()
 
 This module re-exports what the generated op modules, the package's tools and the tests use. The
 caches are re-exported as the objects themselves (a test may shrink ``plan_cache.maxsize``); a
@@ -53,6 +57,7 @@ from .numeric import (
     whole,
     u32,
 )
+from .allocator import DEFAULT_CACHE_LIMIT, BufferPool, MemoryStats, pool_of, size_class
 from .caps import (
     WEBGPU_DEFAULT_LIMITS,
     WEBGPU_FEATURES,
@@ -63,6 +68,7 @@ from .caps import (
     checked_device,
     default_device,
 )
+from .transfers import ReadBack, upload
 from .limits import (
     fold_width,
     fold_dispatch,
@@ -144,6 +150,7 @@ from .kernel import (
     warm_cases,
     Sequence,
 )
+from .memory import memory_stats, empty_cache, set_cache_limit
 
 __all__ = [
     "ContractError",
@@ -176,6 +183,13 @@ __all__ = [
     "caps_of",
     "checked_device",
     "default_device",
+    "DEFAULT_CACHE_LIMIT",
+    "BufferPool",
+    "MemoryStats",
+    "pool_of",
+    "size_class",
+    "ReadBack",
+    "upload",
     "fold_width",
     "fold_dispatch",
     "threads_dispatch",
@@ -251,4 +265,7 @@ __all__ = [
     "warm_up",
     "warm_cases",
     "Sequence",
+    "memory_stats",
+    "empty_cache",
+    "set_cache_limit",
 ]

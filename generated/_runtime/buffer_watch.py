@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: Apache-2.0
 """What the runtime knows of buffers that wgpu does not report: which were destroyed, how many
-buffer changes there have been, and the lock that keeps a destroy() out of a call's checks and
-submit (`calls_lock`).
+buffer changes there have been; the lock that keeps a destroy() out of a call's checks and submit
+(`calls_lock`), and the call scope (`in_call`) that holds it: what a destroy() or a Tensor's end
+does on the thread of a call in progress (a signal handler, a `__del__`) waits for the call's end.
 
 A caller may destroy `tensor.buffer` itself, and wgpu reports no destroyed state, while wgpu-native
 aborts the whole process when a submission uses a destroyed buffer. So the runtime wraps the
@@ -17,6 +18,7 @@ import functools
 import sys
 import threading
 import weakref
+from collections import deque
 from typing import Any
 
 
@@ -31,6 +33,66 @@ _watched_classes: set = set()
 # calls bind only when this moved.
 _buffer_changes = [0]
 _watch_lock = threading.RLock()  # re-entrant, as LRUCache's lock
+
+# How deep the thread holding calls_lock is in entry points (only that thread changes it): a
+# signal handler or a `__del__` on that thread runs inside the call it interrupted, at depth > 0.
+_call_depth = [0]
+# Native destroy()s that such a handler asked for during a call: done when the outermost call ends.
+_deferred_destroys: list = []
+# Buffers that Tensors gave back (destroy(), or collected): (pool, buffer, reusable). Taken back by
+# their pools when the next outermost call starts, never during a call: a call past its checks
+# keeps using what it checked, even if a signal handler destroys one of its Tensors meanwhile.
+_released: deque = deque()
+
+
+class _CallScope:
+    """`with in_call:` is the scope of an entry point: calls_lock held, released buffers taken back
+    when the outermost call starts, destroy()s deferred during it done when it ends. (A class, not a
+    generator: it is entered on every call.)"""
+
+    def __enter__(self):
+        calls_lock.acquire()
+        if _call_depth[0] == 0:
+            try:
+                take_back_released()
+            except BaseException:
+                calls_lock.release()
+                raise
+        _call_depth[0] += 1
+
+    def __exit__(self, *exc):
+        _call_depth[0] -= 1
+        try:
+            if _call_depth[0] == 0:
+                _destroy_deferred()
+        finally:
+            calls_lock.release()
+        return False
+
+
+in_call = _CallScope()
+
+
+def release_later(pool, buffer, reusable):
+    """Give `buffer` back to `pool` (whose `take_back(buffer, reusable)` is called) at the start of the
+    next outermost call. Takes no lock: a `__del__` may call it on any thread, at any time."""
+    _released.append((pool, buffer, reusable))
+
+
+def take_back_released():
+    """Hand every buffer given back so far to its pool (calls_lock held, no call in progress)."""
+    while _released:
+        try:
+            pool, buffer, reusable = _released.popleft()
+        except IndexError:  # another thread took the last one between the test and the pop
+            return
+        pool.take_back(buffer, reusable)
+
+
+def _destroy_deferred():
+    while _deferred_destroys:
+        buffer, original, args, kwargs = _deferred_destroys.pop()
+        original(buffer, *args, **kwargs)
 
 
 def watch_buffer_class(cls: type) -> None:
@@ -56,6 +118,12 @@ def _wrap_destroy(cls: type) -> None:
             except TypeError:  # not weakly referable: nothing to remember it by
                 pass
             _buffer_changes[0] += 1
+            if _call_depth[0]:
+                # This thread is inside a call (a signal handler or a __del__ interrupted it, maybe
+                # between its checks and its submit): the buffer is refused from now on, and
+                # destroyed once the call has submitted what it checked.
+                _deferred_destroys.append((self, original, args, kwargs))
+                return None
             return original(self, *args, **kwargs)
 
     cls.destroy = destroy  # type: ignore[attr-defined]

@@ -66,6 +66,12 @@ class LRUCache:
         with self._lock:
             self._data.clear()
 
+    def values(self):
+        """A snapshot of the values, least recently used first."""
+        with self._lock:
+            self._forget_queued()
+            return list(self._data.values())
+
     def forget_later(self, key, value):
         """Forget `key` at the next use if it still maps to `value` (not to what replaced it)."""
         self._forgotten.append((key, value))

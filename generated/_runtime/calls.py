@@ -17,7 +17,16 @@ from .errors import ContractError
 from .limits import check_plan_fits
 from .numeric import storage_nbytes, numel
 from .pipelines import bind_passes, BufferSlice, scratch_buffer
-from .tensors import check_encoder, check_tensor_buffer, checked_tensor, Tensor
+from .tensors import (
+    check_encoder,
+    check_tensor_buffer,
+    checked_tensor,
+    fresh_output,
+    give_back,
+    Tensor,
+    withdraw_from_pool,
+)
+from .transfers import ReadBack
 
 
 _PIECES_COPY = " (the call runs in pieces, which copy parts of this input)"
@@ -229,7 +238,8 @@ def _empty_result(shape, dtype_name, out_tensor):
 
 
 def call_tensors(plan, values, device, out):
-    """Inputs as Tensors (numpy ones uploaded) and outputs (out= ones, or fresh); the uploads."""
+    """Inputs as Tensors (numpy ones uploaded) and outputs (out= ones, or fresh ones from the pool);
+    the uploads."""
     uploaded = []
     inputs = {}
     for key, value in values.items():
@@ -238,10 +248,18 @@ def call_tensors(plan, values, device, out):
             uploaded.append(value)
         inputs[key] = value
     outputs = {
-        key: out.get(key) or Tensor.empty(shape, dtype_name, device)
+        key: out.get(key) or fresh_output(shape, dtype_name, device)
         for key, (shape, dtype_name) in plan.outputs.items()
     }
     return {"input": inputs, "output": outputs}, uploaded
+
+
+def withdraw_recorded(tensors):
+    """Every Tensor of a call that a recording the caller submits binds (`encoder=`, a Sequence) stays
+    out of its pool: the pool cannot know when that recording runs."""
+    for group in tensors:
+        for tensor in group:
+            withdraw_from_pool(tensor)
 
 
 def submit_call(call, device, encoder, op):
@@ -262,6 +280,11 @@ def _encode_into_callers(encoder, call, op):
     import wgpu
 
     try:
+        if call.copies:
+            # wgpu defers the error of a copy recorded into a locked or finished encoder to
+            # encoder.finish(), where the caller met a raw GPUValidationError; a compute pass begun
+            # and ended reports it at once, before anything of the call is recorded.
+            encoder.begin_compute_pass(label=call.label).end()
         encode_calls(encoder, [call])
     except wgpu.GPUValidationError as error:
         raise ContractError(
@@ -277,16 +300,31 @@ def _execute(plan, values, device, out, resident, encoder=None):
     tensors, uploaded = call_tensors(plan, values, device, out)
     try:
         call = record_call(plan, tensors, device)
-        submit_call(call, device, encoder, plan.op)
-        if resident:
+        if encoder is not None:
+            _encode_into_callers(encoder, call, plan.op)
+            withdraw_recorded(group.values() for group in tensors.values())
             return dict(tensors["output"])
-        results = {key: tensor.numpy() for key, tensor in tensors["output"].items()}
-        for key, tensor in tensors["output"].items():
-            if key not in out:
-                tensor.buffer.destroy()
-        return results
+        if resident:
+            submit_call(call, device, None, plan.op)
+            return dict(tensors["output"])
+        return _run_and_read(call, device, tensors["output"], out)
     finally:
-        # wgpu frees a destroyed buffer only once the submitted work that uses it is done.
-        if encoder is None:
-            for tensor in uploaded:
-                tensor.buffer.destroy()
+        for tensor in uploaded:  # written, bound and submitted: back to the pool
+            give_back(tensor)
+
+
+def _run_and_read(call, device, outputs, out):
+    """Numpy out: the call and the copies of its outputs to staging buffers in one submission, then
+    each output read once into its array; the call's own outputs go back to the pool."""
+    encoder = device.create_command_encoder(label=call.label)
+    encode_calls(encoder, [call])
+    reads = {
+        key: ReadBack(device, encoder, t.buffer, t.storage_nbytes if numel(t.shape) else 0, t.shape, t.dtype)
+        for key, t in outputs.items()
+    }
+    device.queue.submit([encoder.finish()])
+    results = {key: read.wait() for key, read in reads.items()}
+    for key, tensor in outputs.items():
+        if key not in out:
+            give_back(tensor)
+    return results

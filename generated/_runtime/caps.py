@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .buffer_watch import calls_lock, watch_buffers_of
+from .buffer_watch import in_call, watch_buffers_of
 from .errors import ContractError, DeviceLostError, NoAdapterError, PlanError
 from .numeric import whole
 
@@ -368,15 +368,15 @@ _Call = TypeVar("_Call", bound=Callable[..., Any])
 
 
 def refusing_lost_device(op: str | Callable[..., str]) -> Callable[[_Call], _Call]:
-    """Decorator for the entry points: the call runs under calls_lock, and what it raises because
-    its device is lost becomes DeviceLostError naming `op` (a name, or a function of the call's
-    arguments that gives it)."""
+    """Decorator for the entry points: the call runs in `in_call` (calls_lock held), and what it
+    raises because its device is lost becomes DeviceLostError naming `op` (a name, or a function of
+    the call's arguments that gives it)."""
 
     def decorate(function):
         @functools.wraps(function)
         def call(*args, **kwargs):
             try:
-                with calls_lock:
+                with in_call:
                     return function(*args, **kwargs)
             except Exception as error:
                 raise_if_device_lost(op(*args) if callable(op) else op, error)

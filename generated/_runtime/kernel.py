@@ -15,7 +15,16 @@ from typing import Any
 from .boundary import kernel_call, plan_for_shapes, typed_items
 from .buffer_watch import buffer_changes_so_far
 from .cache import per_device, watching
-from .calls import call_tensors, check_call, encode_calls, record_call, RecordedCall, run_plan, submit_call
+from .calls import (
+    call_tensors,
+    check_call,
+    encode_calls,
+    record_call,
+    RecordedCall,
+    run_plan,
+    submit_call,
+    withdraw_recorded,
+)
 from .caps import checked_device, default_device, device_caps, refuse_lost_device, refusing_lost_device
 from .errors import ContractError
 from .limits import check_plan_fits
@@ -55,6 +64,8 @@ def run_kernel(
             if encoder is not None:
                 check_encoder(contract.op, encoder, repeat.device)
             submit_call(repeat.call, repeat.device, encoder, contract.op)
+            if encoder is not None:
+                withdraw_recorded([_tensors_in_order(inputs, out)])
             return {key: out[name] for key, name in repeat.returns}
     call = kernel_call(contract, inputs, attrs, outputs, device, variant, caps, tunables, out)
     if repeat_key is not None and call.plan.passes and set(call.plan.outputs) <= set(call.out):
@@ -154,6 +165,8 @@ def _run_remembered(key, call, ordered, encoder):
     tensors, _ = call_tensors(plan, values, device, checked_out)
     recorded = record_call(plan, tensors, device)
     submit_call(recorded, device, encoder, plan.op)
+    if encoder is not None:
+        withdraw_recorded([ordered])
     returns = tuple((k, call.names[k]) for k in call.wanted)
     repeat = RepeatedCall(device, recorded, tuple((t.shape, t.dtype) for t in ordered), returns)
     cache = per_device(repeated_call_cache, device, REPEATED_CALLS_SIZE)
@@ -278,8 +291,11 @@ class Sequence:
     ) -> dict[str, Tensor]:
         contract = getattr(op, "CONTRACT", op)
         if not isinstance(contract, OpContract):
-            raise TypeError(
-                f"Sequence.kernel() takes an op module (generated.group_normalization), not {type(op).__name__}"
+            raise ContractError(
+                "Sequence.kernel()",
+                "op",
+                "an op",
+                f"takes an op module (generated.group_normalization), not {type(op).__name__}",
             )
         call = kernel_call(contract, inputs, attrs, outputs, self.device, variant, None, tunables, out)
         values, checked_out, device, _ = check_call(
@@ -287,6 +303,7 @@ class Sequence:
         )
         tensors, _ = call_tensors(call.plan, values, device, checked_out)
         recorded = record_call(call.plan, tensors, device)
+        withdraw_recorded(group.values() for group in tensors.values())
         if recorded.bound:
             self._calls.append(recorded)
             self._tensors += [(t, t.buffer) for group in tensors.values() for t in group.values()]

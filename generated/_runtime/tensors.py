@@ -1,31 +1,30 @@
 # SPDX-License-Identifier: Apache-2.0
 """Tensors resident on a GPU (`Tensor`, and `TensorIn`, what the calls take), the checks of a
-Tensor's shape, dtype, device and buffer, and of a caller's command encoder (`check_encoder`).
+Tensor's shape, dtype, device and buffer, and of a caller's command encoder (`check_encoder`); a
+Tensor of the runtime's making takes its buffer from the device's pool and gives it back.
 """
 
 from __future__ import annotations
 
 import numbers
+import sys
+import threading
 from collections import abc
 from collections.abc import Mapping
 from typing import Any, Union
 
 import numpy as np
 
-from .buffer_watch import buffer_destroyed, count_buffer_change, watch_buffer_class
+from .allocator import pool_of, STORAGE_USAGE
+from .buffer_watch import buffer_destroyed, count_buffer_change, release_later, watch_buffer_class
 from .caps import checked_device, default_device, device_caps, refusing_lost_device
 from .errors import ContractError
 from .numeric import numel, storage_nbytes
+from .transfers import checked_out_array, ReadBack, upload
 
 
 _NP_DTYPES = {"float32": np.dtype("float32"), "float16": np.dtype("float16")}  # dtype.name is slow
 _WGSL_DTYPE_NAMES = {"f32": "float32", "f16": "float16"}
-
-
-def _buffer_usage():
-    import wgpu
-
-    return wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
 
 
 def checked_shape(op, subject, value):
@@ -160,19 +159,23 @@ class Tensor:
     The buffer is padded to a multiple of 4 bytes (an f16 tensor of odd length) and is at least
     4 bytes, so that copies, reads and bindings are valid; the padding is never visible.
     A Tensor made over a caller's own buffer is checked when a call uses it: the buffer must hold
-    the shape's bytes (padded to 4) and have the usages the call needs.
+    the shape's bytes (padded to 4) and have the usages the call needs; it never enters a pool.
+    `Tensor.empty` and `Tensor.from_numpy` (default usage) take their buffer from the device's pool
+    (`pool`), which may make it larger than the Tensor, and give it back when the Tensor is destroyed
+    or collected; a new Tensor's contents are undefined, as numpy.empty's.
     """
 
-    __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes", "destroyed")
+    __slots__ = ("buffer", "shape", "dtype", "device", "storage_nbytes", "destroyed", "pool")
     # What describes the buffer is fixed at creation: a shape set later would make calls read past
     # the buffer (or short of it). `buffer` may be re-pointed: every call checks it anew.
-    _FIXED = frozenset(("shape", "dtype", "device", "storage_nbytes", "destroyed"))
+    _FIXED = frozenset(("shape", "dtype", "device", "storage_nbytes", "destroyed", "pool"))
     buffer: Any
     shape: tuple[int, ...]
     dtype: np.dtype
     device: Any
     storage_nbytes: int
     destroyed: bool
+    pool: Any
 
     def __init__(self, buffer: Any, shape: abc.Sequence[int], dtype: Any, device: Any) -> None:
         _checked_buffer(buffer)
@@ -188,6 +191,7 @@ class Tensor:
         # The bytes a binding of the whole tensor covers: its bytes padded to a multiple of 4.
         fix(self, "storage_nbytes", storage_nbytes(self.shape, self.dtype.name))
         fix(self, "destroyed", False)  # set by destroy(): a call or a read-back of it is then refused
+        fix(self, "pool", None)  # the caller's buffer: never pooled
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name in Tensor._FIXED:
@@ -197,6 +201,7 @@ class Tensor:
             )
         if name == "buffer":
             _checked_buffer(value)
+            withdraw_from_pool(self)  # the pooled buffer may live on in the caller's hands
             count_buffer_change()
         object.__setattr__(self, name, value)
 
@@ -228,17 +233,10 @@ class Tensor:
         device = device if device is not None else default_device()
         shape = checked_shape("Tensor", "shape", shape)
         dtype = tensor_dtype("Tensor", "dtype", dtype)
-        size = storage_nbytes(shape, dtype.name)
-        limit = device_caps(device).limits["maxBufferSize"]
-        if size > limit:
-            raise ContractError(
-                "Tensor",
-                "shape",
-                "maxBufferSize",
-                f"{shape} {dtype.name} needs {size} bytes, over the device's maxBufferSize = {limit}",
-            )
-        usage = _buffer_usage() if usage is None else _checked_usage(usage, 0, "")
-        buffer = device.create_buffer(size=size, usage=usage)
+        if usage is None:
+            return pooled_tensor(shape, dtype, device, cls)
+        size = _checked_size(shape, dtype, device)
+        buffer = device.create_buffer(size=size, usage=_checked_usage(usage, 0, ""))
         return cls(buffer, shape, dtype, device)
 
     @classmethod
@@ -259,11 +257,7 @@ class Tensor:
         if usage is not None:
             usage = _checked_usage(usage, 0x08, "COPY_DST, which from_numpy writes the array with")
         tensor = cls.empty(array.shape, array.dtype, device, usage)
-        data = array.tobytes()
-        if len(data) % 4:
-            data += bytes(4 - len(data) % 4)
-        if data:
-            tensor.device.queue.write_buffer(tensor.buffer, 0, data)
+        upload(tensor.device, tensor.buffer, array)
         return tensor
 
     @property
@@ -272,17 +266,33 @@ class Tensor:
         return self.destroyed or buffer_destroyed(self.buffer)
 
     @refusing_lost_device("Tensor.numpy()")
-    def numpy(self) -> np.ndarray:
-        """Read the tensor back (waits for the GPU work that writes it)."""
+    def numpy(self, out: np.ndarray | None = None) -> np.ndarray:
+        """Read the tensor back (waits for the GPU work that writes it), into `out` if given (a
+        C-contiguous array of the Tensor's shape and dtype)."""
+        return self._read_back("numpy()", out).wait(out)
+
+    @refusing_lost_device("Tensor.read_async()")
+    def read_async(self) -> ReadBack:
+        """Start reading the tensor back: the copy is recorded and submitted now, after the work
+        submitted before; `.wait()` (or `.wait(out=array)`) on the result gives the array once it is
+        done, so that an app can submit its next work meanwhile."""
+        return self._read_back("read_async()", None)
+
+    def _read_back(self, subject, out):
         if self.gone:
             raise ContractError(
-                "Tensor", "numpy()", "not destroyed", "the Tensor was destroyed: its buffer is gone"
+                "Tensor", subject, "not destroyed", "the Tensor was destroyed: its buffer is gone"
             )
-        if numel(self.shape) == 0:
-            return np.empty(self.shape, self.dtype)
-        check_tensor_buffer("Tensor", "numpy()", self, ("COPY_SRC",), mappable_refused=False)
-        data = self.device.queue.read_buffer(self.buffer, 0, self.storage_nbytes)
-        return np.frombuffer(data, self.dtype, count=numel(self.shape)).reshape(self.shape)
+        if out is not None:
+            checked_out_array(subject, out, self.shape, self.dtype)
+        nbytes = self.storage_nbytes if numel(self.shape) else 0
+        if nbytes:
+            check_tensor_buffer("Tensor", subject, self, ("COPY_SRC",), mappable_refused=False)
+        encoder = self.device.create_command_encoder(label="read-back")
+        read = ReadBack(self.device, encoder, self.buffer, nbytes, self.shape, self.dtype)
+        if nbytes:
+            self.device.queue.submit([encoder.finish()])
+        return read
 
     def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
         """numpy.asarray(tensor): a blocking read-back (waits for the GPU work that writes it). The
@@ -296,10 +306,29 @@ class Tensor:
         return array if dtype is None else array.astype(dtype, copy=False)
 
     def destroy(self) -> None:
-        """Free the GPU buffer now rather than when the Tensor is collected; the Tensor is unusable after
-        (calls and read-backs refuse it); a buffer destroyed directly is refused too."""
-        object.__setattr__(self, "destroyed", True)
+        """Free the GPU buffer now rather than when the Tensor is collected (a pooled one goes back
+        to its pool); the Tensor is unusable after (calls and read-backs refuse it); a buffer
+        destroyed directly is refused too."""
+        with _pool_lock:
+            destroyed_before = self.destroyed
+            object.__setattr__(self, "destroyed", True)
+            pool = _taken_pool(self)
+        if pool is not None:
+            reusable = sole_holder(self)
+            release_later(pool, self.buffer, reusable)
+            if reusable:
+                return
+        elif destroyed_before:  # its buffer may be back in a pool already, in another Tensor's hands
+            return
         self.buffer.destroy()
+
+    def __del__(self) -> None:
+        pool = getattr(self, "pool", None)  # (unset where __init__ failed)
+        if pool is not None:
+            try:
+                release_later(pool, self.buffer, sole_holder(self))
+            except TypeError:  # the interpreter is shutting down: its modules are gone
+                pass
 
     def __enter__(self) -> Tensor:
         return self
@@ -310,6 +339,97 @@ class Tensor:
 
     def __repr__(self):
         return f"Tensor(shape={self.shape}, dtype={self.dtype.name})"
+
+
+def _checked_size(shape, dtype, device):
+    """The bytes of a new Tensor's buffer, refused over the device's maxBufferSize."""
+    size = storage_nbytes(shape, dtype.name)
+    limit = device_caps(device).limits["maxBufferSize"]
+    if size > limit:
+        raise ContractError(
+            "Tensor",
+            "shape",
+            "maxBufferSize",
+            f"{shape} {dtype.name} needs {size} bytes, over the device's maxBufferSize = {limit}",
+        )
+    return size
+
+
+def pooled_tensor(shape, dtype, device, cls=Tensor):
+    """A Tensor over a buffer from the device's pool (shape a tuple of ints, dtype numpy's float32
+    or float16, both checked). The padding of an odd float16 count is zeroed: a pooled buffer holds
+    what its last user left, and shaders that read halves in pairs read that word whole."""
+    size = _checked_size(shape, dtype, device)
+    pool = pool_of(device)
+    buffer = pool.allocate(size, STORAGE_USAGE, device_caps(device).limits["maxBufferSize"])
+    tensor = object.__new__(cls)
+    fix = object.__setattr__
+    for name, value in zip(Tensor.__slots__, (buffer, shape, dtype, device, size, False, pool)):
+        fix(tensor, name, value)
+    if size != numel(shape) * dtype.itemsize:
+        device.queue.write_buffer(buffer, size - 4, bytes(4))
+    return tensor
+
+
+def fresh_output(shape, dtype_name, device):
+    """A call's fresh output from the pool: `shape` and `dtype_name` ("float32" / "float16") as a
+    plan gives them."""
+    return pooled_tensor(tuple(shape), _NP_DTYPES[dtype_name], device)
+
+
+# Whether a Tensor's buffer has no holder but the Tensor: the references to it are counted as
+# sys.getrefcount sees them through a holder's slot, against a probe held by one slot only (so the
+# count of the interpreter's own temporaries is measured, not assumed). Where the interpreter has no
+# reference counts, no buffer is ever taken back for reuse.
+class _Holder:
+    __slots__ = ("buffer",)
+
+
+def _references(holder):
+    return sys.getrefcount(holder.buffer)
+
+
+_probe = _Holder()
+_probe.buffer = object()
+_SOLE_HOLDER = _references(_probe) if hasattr(sys, "getrefcount") else None
+del _probe
+
+
+def sole_holder(tensor) -> bool:
+    """Whether nothing but `tensor` holds its buffer (the caller did not keep `tensor.buffer`, no
+    Sequence records it), so that its pool may hand it out again."""
+    return _SOLE_HOLDER is not None and _references(tensor) <= _SOLE_HOLDER
+
+
+_pool_lock = threading.RLock()  # a Tensor leaves its pool once, whatever threads ask (re-entrant)
+
+
+def _taken_pool(tensor):
+    """The Tensor's pool, which it leaves (None if it has none)."""
+    with _pool_lock:
+        pool = tensor.pool
+        if pool is not None:
+            object.__setattr__(tensor, "pool", None)
+        return pool
+
+
+def withdraw_from_pool(tensor) -> None:
+    """The Tensor's buffer never goes back to its pool: a recording that binds it (`encoder=`, a
+    Sequence) is submitted by the caller, later, and its buffer was re-pointed or may be kept."""
+    pool = _taken_pool(tensor)
+    if pool is not None:
+        pool.forget(tensor.buffer)
+
+
+def give_back(tensor) -> None:
+    """A call's own temporary (an upload, an output read back), which nothing else holds, goes back
+    to its pool now: its uses were submitted, so queue order makes reuse safe."""
+    object.__setattr__(tensor, "destroyed", True)
+    pool = _taken_pool(tensor)
+    if pool is not None:
+        pool.take_back(tensor.buffer)
+    else:
+        tensor.buffer.destroy()
 
 
 # What the public calls take and give for a tensor: a numpy array or a device Tensor.

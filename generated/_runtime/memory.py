@@ -1,0 +1,59 @@
+# SPDX-License-Identifier: Apache-2.0
+"""The device memory the runtime keeps, as the package shows it: `memory_stats()`, `empty_cache()`
+and `set_cache_limit()` over a device's buffer pool (allocator.py), with its scratch pool beside.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+from .allocator import MemoryStats, pool_of
+from .caps import checked_device, default_device, refusing_lost_device
+from .errors import ContractError
+from .pipelines import bind_group_cache, scratch_pool
+
+
+def _device_of(op, device):
+    device = checked_device(op, device)
+    return device if device is not None else default_device()
+
+
+def _scratch_bytes(device):
+    scratch = scratch_pool.get(device)
+    return sum(buffer.size for buffer in scratch.values()) if scratch is not None else 0
+
+
+@refusing_lost_device("memory_stats")
+def memory_stats(device=None) -> MemoryStats:
+    """The buffer pool of `device` (default: the default device): bytes allocated (handed out and not
+    given back), cached (free, kept for reuse), the peak of allocated, hits and misses, the limit on
+    cached bytes, and the bytes of its scratch pool."""
+    device = _device_of("memory_stats", device)
+    return pool_of(device).stats(_scratch_bytes(device))
+
+
+@refusing_lost_device("empty_cache")
+def empty_cache(device=None) -> int:
+    """Drop every free buffer of `device`'s pool and its scratch pool, so that wgpu frees their memory
+    (at once, or when submitted work that uses them ends); returns the bytes dropped. Buffers in use
+    stay where they are; the next calls create what they need again."""
+    device = _device_of("empty_cache", device)
+    dropped = pool_of(device).empty() + _scratch_bytes(device)
+    scratch = scratch_pool.get(device)
+    if scratch is not None:
+        scratch.clear()
+    bind_groups = bind_group_cache.get(device)
+    if bind_groups is not None:
+        len(bind_groups)  # forgets now the bind groups over the buffers just dropped, which hold them
+    return dropped
+
+
+@refusing_lost_device("set_cache_limit")
+def set_cache_limit(nbytes: int, device=None) -> None:
+    """Keep at most `nbytes` of free buffers in `device`'s pool (the oldest given back go first;
+    0 caches nothing). The default is allocator.DEFAULT_CACHE_LIMIT, 1 GiB."""
+    if isinstance(nbytes, bool) or not isinstance(nbytes, numbers.Integral) or nbytes < 0:
+        raise ContractError(
+            "set_cache_limit", "nbytes", "bytes >= 0", f"the limit is a whole number of bytes, got {nbytes!r}"
+        )
+    pool_of(_device_of("set_cache_limit", device)).set_limit(int(nbytes))
