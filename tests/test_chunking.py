@@ -171,16 +171,55 @@ def test_skip_group_norm_item_larger_than_one_binding_is_refused():
         )
 
 
-def test_batch_items_off_the_offset_alignment_are_refused():
+def test_batch_items_off_the_offset_alignment_run_through_scratch(request):
     # 3 channels of 5 x 5 f32: items start every 300 bytes, off minStorageBufferOffsetAlignment (256),
-    # and one item does not fit: the output cannot be bound at any item's offset.
-    shapes = {"input": (2, 3, 5, 5), "scale": (3,), "b": (3,)}
-    with pytest.raises(ContractError, match="minStorageBufferOffsetAlignment = 256"):
-        inn.plan(shapes, {"T": "float32"}, caps=small_binding(200))
-    # Items of 300 bytes that fit whole: pieces of 256 / gcd(256, 300) = 64 items keep every offset aligned.
+    # and one item does not fit. This was refused (issue 25 item 5); the pieces' ranges of input and
+    # output are now copied through aligned scratch (copies need only 4 bytes).
+    rng, seed = rng_for(request.node.name)
+    inputs, attrs, ref = in_case(rng, (2, 3, 5, 5), np.float32)
+    caps = small_binding(200)
+    plan = inn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float32"}, caps=caps)
+    assert len(plan.chunks) == 4 and all("input" in c.copies and "output" in c.copies for c in plan.chunks)
+    assert_close(poisoned_call(inn, inputs, caps=caps)["output"], ref, np.float32, seed_note(seed))
+    # Items of 300 bytes that fit whole: pieces of 256 / gcd(256, 300) = 64 items keep every offset
+    # of the output aligned, bound in place (the input's ranges are copied, as before).
     shapes = {"input": (130, 3, 5, 5), "scale": (3,), "b": (3,)}
     plan = inn.plan(shapes, {"T": "float32"}, caps=small_binding(64 * 300))
     assert [c.plan.inputs["input"][0][0] for c in plan.chunks] == [64, 64, 2]
+    assert all("output" in c.slices for c in plan.chunks)
+
+
+def _random_over_limit_case(rng):
+    """(package, case maker, shape, extra) of a random request over a 4 KiB binding in which one
+    group of one item fits (so that a cut exists)."""
+    op = ["bn", "gn", "in"][int(rng.integers(3))]
+    while True:
+        n, c = int(rng.integers(1, 5)), int(rng.integers(1, 9))
+        spatial = (int(rng.integers(1, 12)), int(rng.integers(1, 12)))
+        groups = [g for g in range(1, c + 1) if c % g == 0]
+        extra = (groups[int(rng.integers(len(groups)))],) if op == "gn" else ()
+        per_group = (c // extra[0] if extra else 1) * spatial[0] * spatial[1] * 4
+        total = n * c * spatial[0] * spatial[1] * 4
+        if total > 4096 and 2 * per_group <= 4096:
+            return op, {"bn": bn_case, "gn": gn_case, "in": in_case}[op], (n, c) + spatial, extra
+
+
+def test_random_shapes_over_the_binding_limit_all_run(request):
+    """Random f32 requests over a 4 KiB binding on a 32-byte alignment, each with a cut (one group
+    fits): every one plans, and runs to the float64 reference. About 70 % were refused when only
+    inputs could be copied through scratch (issue 25 item 5)."""
+    rng, seed = rng_for(request.node.name)
+    caps = {"features": ["subgroups"], "limits": {"maxStorageBufferBindingSize": 4096}}
+    caps["limits"]["minStorageBufferOffsetAlignment"] = 32
+    for _ in range(40):
+        op, make, shape, extra = _random_over_limit_case(rng)
+        inputs, attrs, ref = make(rng, shape, np.float32, *extra)
+        package = PACKAGES[op]
+        plan = package.plan({k: v.shape for k, v in inputs.items()}, {"T": "float32"}, attrs, caps=caps)
+        assert len(plan.chunks) > 1, (op, shape, extra)
+        result = poisoned_call(package, inputs, attrs=attrs, caps=caps)
+        key = package.OUTPUTS[0].key
+        assert_close(result[key], ref, np.float32, f"{op} {shape} {extra}, {seed_note(seed)}")
 
 
 def test_over_max_buffer_size_is_refused_before_chunking():

@@ -73,6 +73,10 @@ class BufferPool:
         self._device = weakref.ref(device)
         self._free: dict = {}  # (usage, size) -> [buffer, ...], the most recently given back last
         self._cached: OrderedDict = OrderedDict()  # id(buffer) -> buffer, oldest given back first
+        # id(buffer) -> buffer of those handed out: a Tensor collected in a reference cycle may be
+        # finalized after its buffer, whose own finalizer would release it; held here, a lent buffer
+        # is never part of such garbage.
+        self._lent: dict = {}
         self._lock = threading.RLock()  # re-entrant, as LRUCache's lock
         self.allocated = self.cached = self.peak = self.hits = self.misses = 0
 
@@ -97,6 +101,7 @@ class BufferPool:
             return self._handed_out(buffer)
 
     def _handed_out(self, buffer):
+        self._lent[id(buffer)] = buffer
         self.allocated += buffer.size
         self.peak = max(self.peak, self.allocated)
         return buffer
@@ -106,6 +111,7 @@ class BufferPool:
         holds it), else only taken off the books. Over the limit, the oldest free buffers go."""
         size = buffer.size
         with self._lock:
+            self._lent.pop(id(buffer), None)
             self.allocated -= size
             if not reusable or buffer_destroyed(buffer) or size > self.limit:
                 return
@@ -117,6 +123,7 @@ class BufferPool:
     def forget(self, buffer):
         """A buffer handed out leaves the pool's books for good (`withdraw`)."""
         with self._lock:
+            self._lent.pop(id(buffer), None)
             self.allocated -= buffer.size
 
     def _shrink(self, limit):
@@ -137,6 +144,11 @@ class BufferPool:
             self._shrink(0)
             self._free.clear()
             return dropped
+
+    def free_buffers(self) -> list:
+        """The free buffers, oldest given back first (a snapshot)."""
+        with self._lock:
+            return list(self._cached.values())
 
     def stats(self, scratch=0) -> MemoryStats:
         with self._lock:

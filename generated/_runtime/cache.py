@@ -14,12 +14,17 @@ class LRUCache:
     """A bounded, thread-safe mapping that forgets its least recently used entry.
 
     Every cache of the runtime is one of these, so that an app with changing shapes or
-    attribute values keeps a bounded number of plans, pipelines and buffers alive.
+    attribute values keeps a bounded number of plans, pipelines and buffers alive. With
+    `max_weight`, entries also weigh what they hold (`put(key, value, weight)`: a pipeline's bytes),
+    and the least recently used go until the total is within it (the newest entry always stays).
     """
 
-    def __init__(self, maxsize):
+    def __init__(self, maxsize, max_weight=None):
         self.maxsize = maxsize
+        self.max_weight = max_weight
+        self.weight = 0  # the total weight of the entries
         self._data = OrderedDict()
+        self._weights = {}  # key -> weight, of the entries put with one
         # Re-entrant: a signal handler or a __del__ run by the garbage collector may call the
         # package while this thread holds the lock (with a plain Lock that deadlocked).
         self._lock = threading.RLock()
@@ -28,11 +33,15 @@ class LRUCache:
         # thread, so it only queues; get() and put() forget under the lock.
         self._forgotten = deque()
 
+    def _drop(self, key):
+        del self._data[key]
+        self.weight -= self._weights.pop(key, 0)
+
     def _forget_queued(self):
         while self._forgotten:
             key, value = self._forgotten.popleft()
             if self._data.get(key) is value:
-                del self._data[key]
+                self._drop(key)
 
     def get(self, key, default=None):
         with self._lock:
@@ -45,14 +54,20 @@ class LRUCache:
             except KeyError:
                 return default
 
-    def put(self, key, value):
+    def put(self, key, value, weight=0):
         with self._lock:
             if self._forgotten:
                 self._forget_queued()
-            self._data.pop(key, None)
+            if key in self._data:
+                self._drop(key)
             self._data[key] = value  # a new key goes last: the most recently used
-            while len(self._data) > self.maxsize:
-                self._data.popitem(last=False)
+            if weight:
+                self._weights[key] = weight
+                self.weight += weight
+            while len(self._data) > self.maxsize or (
+                self.max_weight is not None and self.weight > self.max_weight and len(self._data) > 1
+            ):
+                self._drop(next(iter(self._data)))
 
     def __len__(self):
         with self._lock:
@@ -65,6 +80,8 @@ class LRUCache:
     def clear(self):
         with self._lock:
             self._data.clear()
+            self._weights.clear()
+            self.weight = 0
 
     def values(self):
         """A snapshot of the values, least recently used first."""
@@ -87,9 +104,9 @@ def watching(cache, key, value, buffers):
     return tuple(weakref.ref(b, lambda _ref: cache.forget_later(key, value)) for b in buffers)
 
 
-def per_device(caches, device, maxsize):
+def per_device(caches, device, maxsize, max_weight=None):
     """The LRUCache of one device in a WeakKeyDictionary of them."""
     cache = caches.get(device)
     if cache is None:
-        cache = caches.setdefault(device, LRUCache(maxsize))
+        cache = caches.setdefault(device, LRUCache(maxsize, max_weight))
     return cache

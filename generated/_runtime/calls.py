@@ -125,13 +125,17 @@ def check_call(plan, inputs, device, out, names, recorder=None, encoder=None):
         )
     if device is None:
         device = resident_inputs[0].device if resident_inputs else default_device()
-    # A call in pieces copies parts of some inputs (per-channel tensors, an (N, C) skip) to aligned
-    # scratch: those buffers are copy sources.
+    # A call in pieces copies parts of some inputs (per-channel tensors, an (N, C) skip, items off
+    # the alignment) to aligned scratch, and maybe outputs back from it: copy sources and targets.
     copied = {key for chunk in plan.chunks for key in chunk.copies} if plan.chunks else ()
     for key, value in values.items():
         usages, why = (("STORAGE", "COPY_SRC"), _PIECES_COPY) if key in copied else (("STORAGE",), "")
         checked_tensor(plan.op, f"input {names.get(key, key)}", value, plan.inputs[key], device, usages, why)
     out = _checked_out(plan, out, values, device, names)
+    for key, tensor in out.items():
+        if key in copied:
+            why = " (the call runs in pieces, which write parts of this output through scratch)"
+            check_tensor_buffer(plan.op, f"out {names.get(key, key)}", tensor, ("COPY_DST",), why)
     if encoder is not None:
         check_encoder(plan.op, encoder, device)
     checked = per_device(_plans_fit, device, FITTING_PLANS_SIZE)
@@ -159,15 +163,18 @@ class BufferCopy:
     source_offset: int
     target: object
     size: int
+    target_offset: int = 0
 
 
 @dataclass(frozen=True)
 class RecordedCall:
-    """One call ready to encode, as often as wanted: copies first, then its dispatches."""
+    """One call ready to encode, as often as wanted: copies into scratch first, then its dispatches,
+    then the copies of outputs written into scratch to their places (a call in pieces)."""
 
     label: str
     copies: tuple
     bound: tuple
+    copies_after: tuple = ()
 
 
 def record_call(plan, tensors, device):
@@ -180,7 +187,7 @@ def record_call(plan, tensors, device):
         views = {**tensors, "intermediate": intermediate_views(plan, device)}
         bound = bind_passes([p for p in plan.passes if 0 not in p.dispatch], views, device)
         return RecordedCall(label, (), tuple(bound))
-    copies, bound = [], []
+    copies, bound, copies_after = [], [], []
     for index, chunk in enumerate(plan.chunks):
         views = {"intermediate": intermediate_views(chunk.plan, device)}
         for kind in ("input", "output"):
@@ -191,12 +198,20 @@ def record_call(plan, tensors, device):
                 elif key in chunk.copies:
                     offset, size = chunk.copies[key]
                     target = scratch_buffer(device, ("piece", index, key), size)
-                    copies.append(BufferCopy(tensor.buffer, offset, target, size))
+                    if kind == "input":
+                        copies.append(BufferCopy(tensor.buffer, offset, target, size))
+                    else:
+                        copies_after.append(BufferCopy(target, 0, tensor.buffer, size, offset))
                     views[kind][key] = BufferSlice(target, 0, size)
                 else:
                     views[kind][key] = tensor
         bound += bind_passes([p for p in chunk.plan.passes if 0 not in p.dispatch], views, device)
-    return RecordedCall(label, tuple(copies), tuple(bound))
+    return RecordedCall(label, tuple(copies), tuple(bound), tuple(copies_after))
+
+
+def _copy(encoder, copies):
+    for c in copies:
+        encoder.copy_buffer_to_buffer(c.source, c.source_offset, c.target, c.target_offset, c.size)
 
 
 def encode_calls(encoder, calls, label=None):
@@ -213,8 +228,7 @@ def encode_calls(encoder, calls, label=None):
             if compute is not None:
                 compute.end()
                 compute = None
-            for c in call.copies:
-                encoder.copy_buffer_to_buffer(c.source, c.source_offset, c.target, 0, c.size)
+            _copy(encoder, call.copies)
         for item in call.bound:
             if compute is None:
                 compute = encoder.begin_compute_pass(label=label or call.label)
@@ -229,6 +243,11 @@ def encode_calls(encoder, calls, label=None):
                 current = item.pipeline
             set_bind_group(0, item.bind_group)
             dispatch(*item.dispatch)
+        if call.copies_after:
+            if compute is not None:
+                compute.end()
+                compute = None
+            _copy(encoder, call.copies_after)
     if compute is not None:
         compute.end()
 

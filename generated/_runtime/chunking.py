@@ -66,24 +66,32 @@ def chunk_request(contract, request):
         raise refuse("the tensors it can cut do not share one batch axis")
     per_item = {k: numel(request.shapes[k]) // items * itemsize[k] for k in batch}
     align = request.caps.limits["minStorageBufferOffsetAlignment"]
-    # Outputs, and inputs whose items start on the alignment, are bound in place; the other
-    # inputs (a (N, C) skip) have their range copied into scratch, which needs only 4 bytes.
     outputs = {t.key for t in contract.outputs}
-    sliced = {k: b for k, b in per_item.items() if k in outputs or b % align == 0}
+    for copy_outputs in (False, True):
+        sliced, copied, count = _batch_cut(per_item, outputs, align, limit, copy_outputs)
+        if count >= 1:
+            return tuple(
+                _batch_piece(request, sliced, copied, start, min(start + count, items))
+                for start in range(0, items, count)
+            )
+    if not spec.channels:
+        raise refuse("one batch item alone is over it, and the op cannot cut channels")
+    return _channel_pieces(contract, request, spec, itemsize, limit, align, refuse)
+
+
+def _batch_cut(per_item, outputs, align, limit, copy_outputs):
+    """(sliced, copied, items a piece) of a cut along the batch axis. A tensor whose items start on
+    the alignment is bound in place; the other inputs (a (N, C) skip) have their range copied into
+    scratch, which needs only 4 bytes. Outputs are bound in place first, in pieces of as many items as
+    keep their offsets aligned; where no such piece fits (`copy_outputs`), an output off the alignment
+    is written into scratch and copied to its place after the piece's dispatches."""
+    sliced = {k: b for k, b in per_item.items() if b % align == 0 or (k in outputs and not copy_outputs)}
     copied = {k: b for k, b in per_item.items() if k not in sliced}
     step = math.lcm(
         *(align // math.gcd(align, b) for b in sliced.values()),
         *(4 // math.gcd(4, b) for b in copied.values()),
     )
-    count = limit // max(per_item.values()) // step * step
-    if count >= 1:
-        return tuple(
-            _batch_piece(request, sliced, copied, start, min(start + count, items))
-            for start in range(0, items, count)
-        )
-    if not spec.channels:
-        raise refuse("one batch item alone is over it, and the op cannot cut channels")
-    return _channel_pieces(contract, request, spec, itemsize, limit, align, refuse)
+    return sliced, copied, limit // max(per_item.values()) // step * step
 
 
 def _batch_piece(request, sliced, copied, start, stop):
@@ -96,7 +104,8 @@ def _batch_piece(request, sliced, copied, start, stop):
 
 
 def _channel_pieces(contract, request, spec, itemsize, limit, align, refuse):
-    """Pieces of channel ranges within each batch item, whole groups kept together."""
+    """Pieces of channel ranges within each batch item, whole groups kept together: bound in place
+    where every piece starts on the alignment, else copied through scratch (4-byte steps)."""
     channels = [k for k in spec.channels if k in request.shapes]
     per_channel = [k for k in spec.per_channel if k in request.shapes]
     if any(k not in channels and k not in per_channel for k in request.shapes):
@@ -106,32 +115,53 @@ def _channel_pieces(contract, request, spec, itemsize, limit, align, refuse):
     for key in per_channel:  # a copy moves whole 4-byte words: an f16 range starts at an even channel
         unit = math.lcm(unit, 4 // math.gcd(4, itemsize[key]))
     per_channel_bytes = {k: inner(request.shapes[k], 1) * itemsize[k] for k in channels}
-    step = math.lcm(unit, *(align // math.gcd(align, b) for b in per_channel_bytes.values()))
-    if items > 1 and any(total * b % align for b in per_channel_bytes.values()):
-        raise refuse(
-            f"its batch items do not start at multiples of minStorageBufferOffsetAlignment = {align}"
-        )
-    count = limit // max(per_channel_bytes.values()) // step * step
-    if count < 1:
-        raise refuse(f"even the smallest piece it can be cut into ({step} channels) is over it")
+    why = f"its batch items do not start at multiples of minStorageBufferOffsetAlignment = {align}"
+    for copy in (False, True):
+        # In place needs every item on the alignment; a copy needs every item on 4 bytes.
+        grain = 4 if copy else align
+        if items > 1 and any(total * b % grain for b in per_channel_bytes.values()):
+            continue
+        step = math.lcm(unit, *(grain // math.gcd(grain, b) for b in per_channel_bytes.values()))
+        count = limit // max(per_channel_bytes.values()) // step * step
+        if count >= 1:
+            cut = _ChannelCut(items, total, count, per_channel_bytes, copy, per_channel)
+            return _cut_channels(request, spec, itemsize, cut)
+        why = f"even the smallest piece it can be cut into ({step} channels) is over it"
+    raise refuse(why)
+
+
+@dataclass(frozen=True)
+class _ChannelCut:
+    items: int
+    total: int
+    count: int  # channels a piece
+    per_channel_bytes: Mapping[str, int]  # of the tensors cut by channel
+    copy: bool  # those tensors copied through scratch, not bound in place
+    per_channel: tuple  # (C) tensors, always copied
+
+
+def _cut_channels(request, spec, itemsize, cut):
     pieces = []
-    for item in range(items):
-        for first in range(0, total, count):
-            last = min(first + count, total)
+    for item in range(cut.items):
+        for first in range(0, cut.total, cut.count):
+            last = min(first + cut.count, cut.total)
             shapes = dict(request.shapes)
-            for key in channels:
+            for key in cut.per_channel_bytes:
                 shapes[key] = (1, last - first) + tuple(request.shapes[key][2:])
-            for key in per_channel:
+            for key in cut.per_channel:
                 shapes[key] = (last - first,)
             attrs = dict(request.attrs)
             if spec.groups_attribute:
                 attrs[spec.groups_attribute] = (last - first) // (
-                    total // request.attrs[spec.groups_attribute]
+                    cut.total // request.attrs[spec.groups_attribute]
                 )
-            slices = {
-                k: ((item * total + first) * b, _pad4((last - first) * b))
-                for k, b in per_channel_bytes.items()
+            ranges = {
+                k: ((item * cut.total + first) * b, _pad4((last - first) * b))
+                for k, b in cut.per_channel_bytes.items()
             }
-            copies = {k: (first * itemsize[k], _pad4((last - first) * itemsize[k])) for k in per_channel}
-            pieces.append(_Piece(shapes, attrs, slices, copies))
+            copies = {k: (first * itemsize[k], _pad4((last - first) * itemsize[k])) for k in cut.per_channel}
+            if cut.copy:
+                pieces.append(_Piece(shapes, attrs, {}, {**ranges, **copies}))
+            else:
+                pieces.append(_Piece(shapes, attrs, ranges, copies))
     return tuple(pieces)

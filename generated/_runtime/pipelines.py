@@ -8,7 +8,9 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
+from .allocator import size_class, STORAGE_USAGE
 from .cache import per_device, watching
+from .caps import device_caps
 from .numeric import i32, u32
 from .plans import pack_uniforms
 from .tensors import Tensor
@@ -35,6 +37,14 @@ def _override_constants_of(overrides, override_types):
 # together, and LRU eviction so that an app with changing shapes keeps a bounded set alive.
 # Evicted objects are dropped, never destroyed: work already submitted keeps what it uses alive.
 PIPELINE_CACHE_SIZE = 1024  # every pipeline the shipped cases reach on one device is about 320
+# Pipelines are also bounded by what they hold: the driver's compiled code is most of it (0.8 to
+# 2.4 MiB a GroupNorm register pipeline on the software driver, growing with the units a thread
+# holds), so a pipeline weighs what the process's resident memory grew by while it was made, at
+# least MIN_PIPELINE_BYTES (memory freed before may be reused; other threads may add theirs:
+# an estimate), or DEFAULT_PIPELINE_BYTES where the resident size cannot be read.
+PIPELINE_CACHE_BYTES = 512 * 2**20
+MIN_PIPELINE_BYTES = 256 * 2**10
+DEFAULT_PIPELINE_BYTES = 3 * 2**19
 UNIFORM_CACHE_SIZE = 1024
 shader_module_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {wgsl: module}
 bind_group_layout_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {layout key: layout}
@@ -86,9 +96,30 @@ def pipeline_for(device, pass_plan):
     """(pipeline, bind group layout) for a pass, created once per device, WGSL and overrides."""
     cached = _cached_pipeline(device, pass_plan)
     if cached is None:
-        promise, bind_group_layout = _start_pipeline(device, pass_plan)
-        cached = _finish_pipeline(device, pass_plan, promise.sync_wait(), bind_group_layout)
+        started = _start_pipeline(device, pass_plan)
+        cached = _finish_pipeline(device, pass_plan, started)
     return cached
+
+
+def _resident_bytes():
+    """The process's resident memory (Linux), or None."""
+    try:
+        with open("/proc/self/statm", "rb") as statm:
+            return int(statm.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+try:
+    import os
+
+    _PAGE_SIZE = os.sysconf("SC_PAGE_SIZE")
+except (AttributeError, ValueError, OSError):  # not a POSIX system: no /proc either
+    _PAGE_SIZE = 4096
+
+
+def _pipelines_of(device):
+    return per_device(pipeline_cache, device, PIPELINE_CACHE_SIZE, PIPELINE_CACHE_BYTES)
 
 
 def _pipeline_key(pass_plan):
@@ -97,15 +128,24 @@ def _pipeline_key(pass_plan):
 
 
 def _cached_pipeline(device, pass_plan):
-    return per_device(pipeline_cache, device, PIPELINE_CACHE_SIZE).get(_pipeline_key(pass_plan))
+    return _pipelines_of(device).get(_pipeline_key(pass_plan))
+
+
+@dataclass(frozen=True)
+class _Started:
+    promise: object
+    bind_group_layout: object
+    weight: int  # the bytes it is taken to hold (PIPELINE_CACHE_BYTES)
 
 
 def _start_pipeline(device, pass_plan):
     """Begin creating a pass's pipeline with wgpu's asynchronous call (synchronous in wgpu-native
-    0.32, which has no asynchronous pipeline creation yet: the promise is then already resolved)."""
+    0.32, which has no asynchronous pipeline creation yet: the promise is then already resolved, and
+    the resident memory it took is measured around this call)."""
     # An explicit layout from the plan's bindings: layout="auto" drops bindings the shader
     # does not use, and a bind group holding them is then refused.
     bind_group_layout = _bind_group_layout(device, _layout_key(pass_plan))
+    before = _resident_bytes()
     promise = device.create_compute_pipeline_async(
         label=pass_plan.label,
         layout=device.create_pipeline_layout(bind_group_layouts=[bind_group_layout]),
@@ -115,14 +155,16 @@ def _start_pipeline(device, pass_plan):
             "constants": dict(_pipeline_key(pass_plan)[1]),
         },
     )
-    return promise, bind_group_layout
+    after = _resident_bytes() if before is not None else None
+    weight = DEFAULT_PIPELINE_BYTES if after is None else max(MIN_PIPELINE_BYTES, after - before)
+    return _Started(promise, bind_group_layout, weight)
 
 
-def _finish_pipeline(device, pass_plan, pipeline, bind_group_layout):
+def _finish_pipeline(device, pass_plan, started):
     global _pipelines_created
     _pipelines_created += 1
-    cached = (pipeline, bind_group_layout)
-    per_device(pipeline_cache, device, PIPELINE_CACHE_SIZE).put(_pipeline_key(pass_plan), cached)
+    cached = (started.promise.sync_wait(), started.bind_group_layout)
+    _pipelines_of(device).put(_pipeline_key(pass_plan), cached, started.weight)
     return cached
 
 
@@ -131,11 +173,11 @@ def warm_pipelines(device, passes):
     started = []
     for pass_plan in passes:
         if _cached_pipeline(device, pass_plan) is None and _pipeline_key(pass_plan) not in {
-            _pipeline_key(p) for p, _, _ in started
+            _pipeline_key(p) for p, _ in started
         }:
-            started.append((pass_plan, *_start_pipeline(device, pass_plan)))
-    for pass_plan, promise, bind_group_layout in started:
-        _finish_pipeline(device, pass_plan, promise.sync_wait(), bind_group_layout)
+            started.append((pass_plan, _start_pipeline(device, pass_plan)))
+    for pass_plan, begun in started:
+        _finish_pipeline(device, pass_plan, begun)
     return len(started)
 
 
@@ -281,18 +323,17 @@ def encode_passes(encoder, bound, timestamps=None, label=None):
 # one's ended. Pooled buffers are never destroyed, only dropped when the pool forgets them, so an
 # encoder recorded but not yet submitted keeps what it uses alive.
 SCRATCH_POOL_SIZE = 256
-scratch_pool = weakref.WeakKeyDictionary()  # device -> LRUCache {(role, nbytes): buffer}
+scratch_pool = weakref.WeakKeyDictionary()  # device -> LRUCache {(role, size class): buffer}
 
 
 def scratch_buffer(device, role, nbytes):
-    """A pooled storage buffer of `nbytes` for `role` (distinct roles never share one)."""
-    import wgpu
-
+    """A pooled storage buffer of at least `nbytes` for `role` (distinct roles never share one), in
+    the allocator's size classes, so that shapes that differ a little share it."""
     pool = per_device(scratch_pool, device, SCRATCH_POOL_SIZE)
-    key = (role, nbytes)
+    size = max(nbytes, min(size_class(nbytes), device_caps(device).limits["maxBufferSize"]))
+    key = (role, size)
     buffer = pool.get(key)
     if buffer is None:
-        usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_DST | wgpu.BufferUsage.COPY_SRC
-        buffer = device.create_buffer(size=max(4, nbytes), usage=usage)
+        buffer = device.create_buffer(size=size, usage=STORAGE_USAGE)
         pool.put(key, buffer)
     return buffer

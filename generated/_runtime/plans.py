@@ -291,8 +291,9 @@ class ChunkSpec:
 class Chunk:
     """One piece of a chunked plan: the plan of the piece, and where its tensors' bytes lie.
 
-    `slices` binds a range of a whole tensor's buffer, `copies` copies a range into scratch first
-    (a (C) tensor's range rarely starts at a multiple of minStorageBufferOffsetAlignment).
+    `slices` binds a range of a whole tensor's buffer; `copies` binds scratch instead, an input's
+    range copied into it first, an output's copied from it to its place after (a (C) tensor's range,
+    or an item, rarely starts at a multiple of minStorageBufferOffsetAlignment).
     Both map bind keys to (byte offset, byte size).
     """
 

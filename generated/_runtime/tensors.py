@@ -256,8 +256,12 @@ class Tensor:
             array = array.copy(order="C")
         if usage is not None:
             usage = _checked_usage(usage, 0x08, "COPY_DST, which from_numpy writes the array with")
-        tensor = cls.empty(array.shape, array.dtype, device, usage)
-        upload(tensor.device, tensor.buffer, array)
+            tensor = cls.empty(array.shape, array.dtype, device, usage)
+        else:
+            device = checked_device("Tensor", device)
+            device = device if device is not None else default_device()
+            tensor = pooled_tensor(array.shape, array.dtype, device, cls, zero_pad=False)
+        upload(tensor.device, tensor.buffer, array)  # its odd float16 tail padded with zeros
         return tensor
 
     @property
@@ -326,7 +330,8 @@ class Tensor:
         pool = getattr(self, "pool", None)  # (unset where __init__ failed)
         if pool is not None:
             try:
-                release_later(pool, self.buffer, sole_holder(self))
+                reusable = sole_holder(self)  # first: an argument list holding the buffer counts
+                release_later(pool, self.buffer, reusable)
             except TypeError:  # the interpreter is shutting down: its modules are gone
                 pass
 
@@ -355,7 +360,7 @@ def _checked_size(shape, dtype, device):
     return size
 
 
-def pooled_tensor(shape, dtype, device, cls=Tensor):
+def pooled_tensor(shape, dtype, device, cls=Tensor, zero_pad=True):
     """A Tensor over a buffer from the device's pool (shape a tuple of ints, dtype numpy's float32
     or float16, both checked). The padding of an odd float16 count is zeroed: a pooled buffer holds
     what its last user left, and shaders that read halves in pairs read that word whole."""
@@ -366,7 +371,7 @@ def pooled_tensor(shape, dtype, device, cls=Tensor):
     fix = object.__setattr__
     for name, value in zip(Tensor.__slots__, (buffer, shape, dtype, device, size, False, pool)):
         fix(tensor, name, value)
-    if size != numel(shape) * dtype.itemsize:
+    if zero_pad and size != numel(shape) * dtype.itemsize:
         device.queue.write_buffer(buffer, size - 4, bytes(4))
     return tensor
 
@@ -396,9 +401,9 @@ del _probe
 
 
 def sole_holder(tensor) -> bool:
-    """Whether nothing but `tensor` holds its buffer (the caller did not keep `tensor.buffer`, no
-    Sequence records it), so that its pool may hand it out again."""
-    return _SOLE_HOLDER is not None and _references(tensor) <= _SOLE_HOLDER
+    """Whether nothing but `tensor` (and its pool's record of the buffers it lent) holds its buffer:
+    the caller did not keep `tensor.buffer`, no Sequence records it; its pool may hand it out again."""
+    return _SOLE_HOLDER is not None and _references(tensor) <= _SOLE_HOLDER + 1
 
 
 _pool_lock = threading.RLock()  # a Tensor leaves its pool once, whatever threads ask (re-entrant)
