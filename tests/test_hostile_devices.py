@@ -193,6 +193,38 @@ def test_encoder_with_an_open_pass():
     np.testing.assert_array_equal(y.numpy(), gn.kernel(gn_arrays(), attrs=ATTRS)["y"])
 
 
+def test_encoder_with_an_open_pass_when_the_call_starts_with_a_copy():
+    """A call in pieces starts with copies (GroupNorm's per-channel ranges here), and wgpu defers the
+    error of a copy into a locked encoder to encoder.finish(), where the caller met a raw
+    GPUValidationError (issue 25 item 5): the call refuses it, as a call that starts with a pass."""
+    device = rt.default_device()
+    rng = np.random.default_rng(5)
+    arrays = {
+        "x": rng.standard_normal((1, 12, 32, 32)).astype(np.float32),
+        "scale": rng.uniform(0.5, 1.5, 12).astype(np.float32),
+        "bias": rng.uniform(-0.5, 0.5, 12).astype(np.float32),
+    }
+    tensors = {k: Tensor.from_numpy(v) for k, v in arrays.items()}
+    caps = {"features": ["subgroups"], "limits": {"maxStorageBufferBindingSize": 4 * 4 * 1024}}
+    attrs = {"num_groups": 6}
+    plan = gn.plan({k: v.shape for k, v in arrays.items()}, {"T": "float32"}, attrs, caps=caps)
+    assert plan.chunks and plan.chunks[0].copies, "the case must start with a copy"
+    for out in (None, {"y": Tensor.empty((1, 12, 32, 32), np.float32)}):
+        for _ in range(2):  # with out=, the second call replays the recorded call
+            encoder = device.create_command_encoder()
+            compute = encoder.begin_compute_pass()
+            call = lambda: gn.kernel(tensors, attrs=attrs, caps=caps, encoder=encoder, out=out)  # noqa: E731
+            error = assert_refused(call, GN, "encoder")
+            assert "still open" in str(error)
+            compute.end()
+            if out is not None:
+                gn.kernel(tensors, attrs=attrs, caps=caps, out=out)  # the repeat memo needs one run
+    fresh = device.create_command_encoder()
+    y = gn.kernel(tensors, attrs=attrs, caps=caps, encoder=fresh)["y"]
+    device.queue.submit([fresh.finish()])
+    np.testing.assert_array_equal(y.numpy(), gn.kernel(arrays, attrs=attrs, caps=caps)["y"])
+
+
 def test_repeated_out_call_checks_its_encoder_too(other_device):
     """kernel(out=) on the same Tensors replays a recorded call: the encoder is still checked."""
     tensors = gn_tensors()

@@ -578,3 +578,29 @@ def test_no_request_dependent_override_except_array_and_workgroup_sizes():
                     checked += 1
                 assert f"params.{spec.interface.workgroup_size}" not in spec.wgsl
     assert checked > 100
+
+
+def test_the_pipeline_cache_is_bounded_by_the_bytes_its_pipelines_hold():
+    """Shapes always new (issue 25 item 5): each new register bucket makes a pipeline, about 1.35 MiB
+    on the software driver, and the count bound alone (1,024 pipelines) let them hold 1.4 GiB. A
+    pipeline now weighs the resident memory its creation took (at least MIN_PIPELINE_BYTES), and the
+    cache keeps its total within its byte budget (a fresh device, its budget set to 4 pipelines'
+    least)."""
+    import wgpu
+
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    features = [f for f in ("shader-f16", "subgroup") if f in adapter.features]
+    device = adapter.request_device_sync(required_features=features, required_limits=adapter.limits)
+    cache = _runtime.per_device(
+        _runtime.pipeline_cache, device, _runtime.PIPELINE_CACHE_SIZE, _runtime.PIPELINE_CACHE_BYTES
+    )
+    assert cache.max_weight == _runtime.PIPELINE_CACHE_BYTES
+    cache.max_weight = 4 * _runtime.MIN_PIPELINE_BYTES
+    before = _runtime.pipelines_created()
+    for s in range(1, 40):
+        shapes = {"x": (1, 32, 64 * s), "scale": (32,), "bias": (32,)}
+        gn.warmup(shapes, {"T": "float32"}, {"num_groups": 32}, device=device)
+        assert cache.weight <= cache.max_weight or len(cache) == 1, (s, cache.weight, len(cache))
+    made = _runtime.pipelines_created() - before
+    assert made > 4 and len(cache) <= 4, (made, len(cache))
+    device.destroy()

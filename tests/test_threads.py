@@ -179,3 +179,120 @@ def test_a_signal_handler_may_call_the_package_inside_its_caches():
         done.stderr[-2000:],
     )
     assert int(done.stdout.split()[-1]) > 0, "the handler never ran inside a plan() call"
+
+
+# A device destroyed while 4 threads call on it (issue 25 item 5): every call that meets it raises
+# DeviceLostError. wgpu-py's own RuntimeError "Cannot use PollThread because it has stopped" and
+# AttributeError "'NoneType' object has no attribute 'get_token'" came out of Tensor.numpy()'s
+# read-back (1 to 14 of 4 x 400 calls), or the read-back waited forever for a mapping that the
+# stopped poll thread never completed. A device's destroy() now waits for a call in progress.
+DEVICE_DESTROYED_MIDWAY = """
+import faulthandler, sys, threading, time, traceback
+import numpy as np, wgpu
+from generated import DeviceLostError, Tensor, group_normalization as gn
+faulthandler.dump_traceback_later(300, exit=True)  # a read-back waited forever for its mapping
+adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+rng = np.random.default_rng(0)
+raw, lost, done = [], [0], [0]
+for trial in range(4):
+    device = adapter.request_device_sync(required_features=[])
+    arrays = {"x": rng.standard_normal((2, 8, 16, 16)).astype(np.float32),
+              "scale": np.ones(8, np.float32), "bias": np.zeros(8, np.float32)}
+    tensors = {k: Tensor.from_numpy(v, device) for k, v in arrays.items()}
+    go = threading.Event()
+    def caller(index):
+        go.wait()
+        for call in range(400):
+            try:
+                if call % 2:
+                    gn.kernel(tensors, attrs={"num_groups": 2})["y"].numpy()
+                else:
+                    gn.kernel(arrays, attrs={"num_groups": 2}, device=device)
+                done[0] += 1
+            except DeviceLostError:
+                lost[0] += 1
+            except Exception as error:
+                raw.append(f"{type(error).__name__}: {error}")
+                traceback.print_exc()
+    gn.kernel(tensors, attrs={"num_groups": 2})["y"].numpy()  # pipelines made before the threads start
+    threads = [threading.Thread(target=caller, args=(i,)) for i in range(4)]
+    for thread in threads:
+        thread.start()
+    go.set()
+    time.sleep(0.1 * (trial + 1))
+    device.destroy()
+    for thread in threads:
+        thread.join()
+print("raw", len(raw), raw[:3])
+print("lost", lost[0], "done", done[0])
+"""
+
+
+def test_a_device_destroyed_while_threads_call_is_device_lost_error_only():
+    done = _run_child(DEVICE_DESTROYED_MIDWAY, timeout=600)
+    assert done.returncode == 0, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    assert "raw 0 " in done.stdout, done.stdout[-2000:]
+    lost = int(done.stdout.split("lost ")[1].split()[0])
+    assert lost > 0, done.stdout  # the destroy did land during the calls
+
+
+# A destroy() from a signal handler during a call on the same thread (the README lists signal
+# handlers as supported callers, and calls_lock is re-entrant) landed between the call's checks and
+# its submit: a raw GPUValidationError, or wgpu-native aborted the process at submit (3 of 3 trials
+# of 300 calls; issue 25 item 5). Now the destroy of a call's buffer waits for the call's end; the
+# pooled Tensor's buffer goes back to the pool only when the next call starts. Both kinds of Tensor
+# are destroyed: a pooled one (Tensor.from_numpy) and one over the caller's own buffer.
+SIGNAL_DESTROY = """
+import faulthandler, signal, sys
+import numpy as np, wgpu
+from generated import ContractError, Tensor, default_device, group_normalization as gn
+device = default_device()
+rng = np.random.default_rng(1)
+x_values = rng.standard_normal((2, 8, 16, 16)).astype(np.float32)
+s, b = Tensor.from_numpy(np.ones(8, np.float32)), Tensor.from_numpy(np.zeros(8, np.float32))
+out = Tensor.empty((2, 8, 16, 16), np.float32)
+current, landed = [None], [0]
+def handler(signum, frame):
+    if current[0] is not None:
+        current[0].destroy()
+        current[0] = None
+        landed[0] += 1
+signal.signal(signal.SIGALRM, handler)
+faulthandler.dump_traceback_later(300, exit=True)
+usage = wgpu.BufferUsage.STORAGE | wgpu.BufferUsage.COPY_SRC | wgpu.BufferUsage.COPY_DST
+refused = 0
+for trial in range(3):
+    signal.setitimer(signal.ITIMER_REAL, 0.0002 * (trial + 1), 0.0002 * (trial + 1))
+    for call in range(300):
+        if call % 2:
+            x = Tensor.from_numpy(x_values)
+        else:
+            x = Tensor(device.create_buffer(size=x_values.nbytes, usage=usage), x_values.shape, np.float32, device)
+            device.queue.write_buffer(x.buffer, 0, x_values)
+        current[0] = x
+        try:
+            gn.kernel({"x": x, "scale": s, "bias": b}, attrs={"num_groups": 2}, out={"y": out})
+            gn.kernel({"x": x, "scale": s, "bias": b}, attrs={"num_groups": 2})
+        except ContractError as error:
+            if "destroyed" not in str(error):
+                print("unexpected", error)
+                sys.exit(3)
+            refused += 1
+        except Exception as error:
+            print("raw", type(error).__name__, error)
+            sys.exit(4)
+        current[0] = None
+    signal.setitimer(signal.ITIMER_REAL, 0)
+print("done", landed[0], refused)
+"""
+
+
+def test_a_destroy_from_a_signal_handler_during_a_call_never_reaches_wgpu():
+    done = _run_child(SIGNAL_DESTROY, timeout=600)
+    assert done.returncode == 0 and "done" in done.stdout, (
+        done.returncode,
+        done.stdout[-500:],
+        done.stderr[-2000:],
+    )
+    landed, refused = (int(v) for v in done.stdout.split("done")[1].split())
+    assert landed > 0 and refused > 0, done.stdout  # the handler did land, some of it between calls

@@ -102,6 +102,8 @@ from .select import candidate_verdict, select
 from .tensors import checked_shape, tensor_dtype, Tensor, TensorIn, check_tensor_buffer, check_encoder
 from .pipelines import (
     PIPELINE_CACHE_SIZE,
+    PIPELINE_CACHE_BYTES,
+    MIN_PIPELINE_BYTES,
     UNIFORM_CACHE_SIZE,
     shader_module_cache,
     bind_group_layout_cache,
@@ -224,6 +226,8 @@ __all__ = [
     "check_tensor_buffer",
     "check_encoder",
     "PIPELINE_CACHE_SIZE",
+    "PIPELINE_CACHE_BYTES",
+    "MIN_PIPELINE_BYTES",
     "UNIFORM_CACHE_SIZE",
     "shader_module_cache",
     "bind_group_layout_cache",

@@ -101,11 +101,13 @@ def watch_buffer_class(cls: type) -> None:
         return
     with _watch_lock:  # wrapped once, and marked watched only once it is
         if cls not in _watched_classes:
-            _wrap_destroy(cls)
+            _wrap_destroy(cls, remember=True)
             _watched_classes.add(cls)
 
 
-def _wrap_destroy(cls: type) -> None:
+def _wrap_destroy(cls: type, remember: bool) -> None:
+    """destroy() of `cls` under calls_lock, deferred to the end of the call of this thread if any,
+    and (`remember`) the object kept as destroyed from then on."""
     original = getattr(cls, "destroy", None)
     if not callable(original):
         return
@@ -113,14 +115,15 @@ def _wrap_destroy(cls: type) -> None:
     @functools.wraps(original)
     def destroy(self: Any, *args: Any, **kwargs: Any) -> Any:
         with calls_lock:  # not between another thread's checks and its submit
-            try:
-                _destroyed_buffers.add(self)
-            except TypeError:  # not weakly referable: nothing to remember it by
-                pass
-            _buffer_changes[0] += 1
+            if remember:
+                try:
+                    _destroyed_buffers.add(self)
+                except TypeError:  # not weakly referable: nothing to remember it by
+                    pass
+                _buffer_changes[0] += 1
             if _call_depth[0]:
                 # This thread is inside a call (a signal handler or a __del__ interrupted it, maybe
-                # between its checks and its submit): the buffer is refused from now on, and
+                # between its checks and its submit): a buffer is refused from now on, and
                 # destroyed once the call has submitted what it checked.
                 _deferred_destroys.append((self, original, args, kwargs))
                 return None
@@ -129,13 +132,22 @@ def _wrap_destroy(cls: type) -> None:
     cls.destroy = destroy  # type: ignore[attr-defined]
 
 
-def watch_buffers_of(device: Any) -> None:
-    """Watch the destroy() of `device`'s buffer class from the first time a device is seen, so that
-    a buffer destroyed before any Tensor was made over it is still known (wgpu reports no destroyed
-    state; a submission that uses one aborts wgpu-native)."""
-    buffer_class = getattr(sys.modules.get(type(device).__module__), "GPUBuffer", None)
+def watch_destroys_of(device: Any) -> None:
+    """From the first time a device is seen: watch the destroy() of its buffer class, so that a buffer
+    destroyed before any Tensor was made over it is still known (wgpu reports no destroyed state; a
+    submission that uses one aborts wgpu-native), and make its own class's destroy() wait for a call
+    in progress too. A device destroyed during a call stopped wgpu-py's poll thread under it: a
+    read-back waiting for its mapping waited forever, or met wgpu-py's own errors."""
+    module = sys.modules.get(type(device).__module__)
+    buffer_class = getattr(module, "GPUBuffer", None)
     if isinstance(buffer_class, type):
         watch_buffer_class(buffer_class)
+    device_class = type(device)
+    if device_class not in _watched_classes:
+        with _watch_lock:
+            if device_class not in _watched_classes:
+                _wrap_destroy(device_class, remember=False)
+                _watched_classes.add(device_class)
 
 
 def buffer_destroyed(buffer: Any) -> bool:

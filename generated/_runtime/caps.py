@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from .buffer_watch import in_call, watch_buffers_of
+from .buffer_watch import in_call, watch_destroys_of
 from .errors import ContractError, DeviceLostError, NoAdapterError, PlanError
 from .numeric import whole
 
@@ -276,7 +276,7 @@ def checked_device(op, device):
     import wgpu
 
     if isinstance(device, wgpu.GPUDevice):
-        watch_buffers_of(device)
+        watch_destroys_of(device)
         _device_classes.add(type(device))
         return device
     hint = (
@@ -312,17 +312,24 @@ def default_device() -> Any:
                 required_features=[f for f in wanted if f in adapter.features],
                 required_limits=adapter.limits,
             )
-            watch_buffers_of(_default_device)
+            watch_destroys_of(_default_device)
         return _default_device
 
 
 # wgpu's validation error for any use of a destroyed or lost device ("Parent device is lost",
 # wgpu-hal's "Device is lost"), compared in lower case.
 _LOST_DEVICE_TEXT = "device is lost"
+# wgpu-py 0.32's own errors from a device whose poll thread its destroy() stopped (or dropped):
+# map_async, and the asynchronous creations, of a destroyed device.
+_STOPPED_POLL_TEXTS = ("Cannot use PollThread because it has stopped", "no attribute 'get_token'")
 
 
 def _says_lost(error) -> bool:
-    return type(error).__name__ == "GPUValidationError" and _LOST_DEVICE_TEXT in str(error).lower()
+    if type(error).__name__ == "GPUValidationError":
+        return _LOST_DEVICE_TEXT in str(error).lower()
+    return isinstance(error, (RuntimeError, AttributeError)) and any(
+        text in str(error) for text in _STOPPED_POLL_TEXTS
+    )
 
 
 def _lost(device) -> bool:

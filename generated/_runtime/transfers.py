@@ -10,7 +10,7 @@ import numpy as np
 
 from .allocator import pool_of, STAGING_USAGE
 from .buffer_watch import release_later
-from .caps import device_caps, refuse_lost_device, refusing_lost_device
+from .caps import device_caps, refusing_lost_device
 from .errors import ContractError
 
 
@@ -88,13 +88,7 @@ class ReadBack:
             return result
         import wgpu
 
-        try:
-            staging.map_sync(wgpu.MapMode.READ, 0, self.nbytes)
-        except (RuntimeError, AttributeError):
-            # wgpu-py's own errors where the device was destroyed meanwhile (its poll thread stopped
-            # or gone) are the lost device they mean.
-            refuse_lost_device("ReadBack.wait()", self.device)
-            raise
+        staging.map_sync(wgpu.MapMode.READ, 0, self.nbytes)
         try:
             mapped = np.frombuffer(staging.read_mapped(0, self.nbytes, copy=False), self.dtype, result.size)
             np.copyto(result.reshape(-1), mapped)
