@@ -415,3 +415,25 @@ def test_an_odd_float16_tensor_from_the_pool_has_a_zero_pad():
     raw = bytes(staging.read_mapped())
     staging.unmap()
     assert raw[14:16] == bytes(2)
+
+
+def test_a_loop_that_drops_its_output_replays_the_recorded_call(monkeypatch):
+    """kernel() on the same Tensors, the last output dropped: the pool hands back the buffer the
+    recorded call binds, so the call is encoded again with nothing checked, planned or recorded anew;
+    while the caller still holds the last output, the next gets another buffer and a new record."""
+    from generated._runtime import kernel as runtime_kernel
+
+    arrays = arrays_for((2, 4, 6, 5), seed=21)
+    tensors = tensors_of(arrays)
+    expected = expected_y(arrays)
+    gn.kernel(tensors, attrs=ATTRS)
+    recorded = []
+    original = runtime_kernel.record_call
+    monkeypatch.setattr(runtime_kernel, "record_call", lambda *a: recorded.append(a) or original(*a))
+    first = gn.kernel(tensors, attrs=ATTRS)["y"]
+    assert recorded == []
+    kept = first
+    second = gn.kernel(tensors, attrs=ATTRS)["y"]
+    assert len(recorded) == 1 and second.buffer is not kept.buffer
+    np.testing.assert_array_equal(kept.numpy(), expected)
+    np.testing.assert_array_equal(second.numpy(), expected)

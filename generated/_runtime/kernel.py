@@ -30,7 +30,7 @@ from .errors import ContractError
 from .limits import check_plan_fits
 from .pipelines import pipelines_created, warm_pipelines
 from .plans import OpContract
-from .tensors import check_encoder, Tensor, TensorIn
+from .tensors import check_encoder, fresh_output, give_back, Tensor, TensorIn
 
 
 def _contract_op(contract, *args):
@@ -61,24 +61,23 @@ def run_kernel(
     if repeat_key is not None:
         repeat = _repeated_call(repeat_key, device, inputs, out)
         if repeat is not None:  # the same Tensors and options as a recent call: encode it again
-            if encoder is not None:
-                check_encoder(contract.op, encoder, repeat.device)
-            submit_call(repeat.call, repeat.device, encoder, contract.op)
-            if encoder is not None:
-                withdraw_recorded([_tensors_in_order(inputs, out)])
-            return {key: out[name] for key, name in repeat.returns}
+            results = _run_again(repeat, contract.op, inputs, out, encoder)
+            if results is not None:
+                return results
     call = kernel_call(contract, inputs, attrs, outputs, device, variant, caps, tunables, out)
-    if repeat_key is not None and call.plan.passes and set(call.plan.outputs) <= set(call.out):
+    if repeat_key is not None and call.plan.passes:
         return _run_remembered(repeat_key, call, _tensors_in_order(inputs, out), encoder)
     results = run_plan(call.plan, call.values, call.device, call.out, call.names, encoder)
     return {o: results[o] for o in call.wanted}
 
 
 # kernel() again with the same Tensors, attributes and options as a recent call (an app's loop over
-# resident tensors with out=) encodes the call recorded then: nothing is planned, checked or looked
-# up anew. What could differ is checked on every hit: each Tensor still has the buffer, shape and
-# dtype it had, and is not destroyed; anything else falls back to the full path, which refuses
-# what it refused before. Entries drop out once a buffer they bind is collected (`watching`).
+# resident tensors, with out= or fresh outputs) encodes the call recorded then: nothing is planned,
+# checked or looked up anew. What could differ is checked on every hit: each Tensor still has the
+# buffer, shape and dtype it had, and is not destroyed; a fresh output must come from the pool in the
+# buffer the recorded call binds (the last call's output, given back: what a loop that drops its
+# result gets); anything else falls back to the full path, which refuses what it refused before.
+# Entries drop out once a buffer they bind is collected (`watching`).
 REPEATED_CALLS_SIZE = 256
 repeated_call_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {repeat key: RepeatedCall}
 
@@ -88,13 +87,15 @@ class RepeatedCall:
     device: object
     call: RecordedCall
     described: tuple  # (shape, dtype) of each input, then of each out= Tensor, in the caller's order
-    returns: tuple  # (output key, the caller's out= name) of each output returned
+    returns: tuple  # (output key, the caller's out= name, or None for a fresh output) of each returned
+    fresh: tuple = ()  # (output key, shape, dtype name, weak reference to the buffer it was recorded with)
 
 
 def _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out):
-    """The memo key of a call on resident Tensors with out=, or None for any other call."""
-    if caps is not None or not isinstance(inputs, Mapping) or not isinstance(out, Mapping) or not out:
+    """The memo key of a call on resident Tensors (with out= or not), or None for any other call."""
+    if caps is not None or not isinstance(inputs, Mapping) or not (out is None or isinstance(out, Mapping)):
         return None
+    out = out or {}
     if not all(v is None or type(v) is Tensor for v in inputs.values()) or not all(
         type(t) is Tensor for t in out.values()
     ):
@@ -133,23 +134,43 @@ def _outputs_key(outputs):
 
 
 def _tensors_in_order(inputs, out):
-    return [v for v in inputs.values() if v is not None] + list(out.values())
+    return [v for v in inputs.values() if v is not None] + list((out or {}).values())
 
 
 def _repeated_call(key, device, inputs, out):
     """The remembered call of `key`, if every Tensor is still the one it was made with."""
     current = _tensors_in_order(inputs, out)
+    if not current:
+        return None
     cache = repeated_call_cache.get(device if device is not None else current[0].device)
     entry = cache.get(key) if cache is not None else None
     if entry is None:
         return None
     repeat, buffer_refs = entry
-    if len(current) != len(buffer_refs):
+    if len(current) + len(repeat.fresh) != len(buffer_refs):
         return None
     for tensor, ref, (shape, dtype) in zip(current, buffer_refs, repeat.described):
         if tensor.gone or tensor.buffer is not ref() or tensor.shape != shape or tensor.dtype != dtype:
             return None
     return repeat
+
+
+def _run_again(repeat, op, inputs, out, encoder):
+    """Encode a remembered call again; None (nothing done) where a fresh output did not come from the
+    pool in the buffer the call binds."""
+    fresh = {}
+    for key, shape, dtype_name, ref in repeat.fresh:
+        fresh[key] = fresh_output(shape, dtype_name, repeat.device)
+        if fresh[key].buffer is not ref():
+            for tensor in fresh.values():  # never used: straight back
+                give_back(tensor)
+            return None
+    if encoder is not None:
+        check_encoder(op, encoder, repeat.device)
+    submit_call(repeat.call, repeat.device, encoder, op)
+    if encoder is not None:
+        withdraw_recorded([_tensors_in_order(inputs, out), fresh.values()])
+    return {key: out[name] if name is not None else fresh[key] for key, name in repeat.returns}
 
 
 def _run_remembered(key, call, ordered, encoder):
@@ -166,14 +187,21 @@ def _run_remembered(key, call, ordered, encoder):
     recorded = record_call(plan, tensors, device)
     submit_call(recorded, device, encoder, plan.op)
     if encoder is not None:
-        withdraw_recorded([ordered])
-    returns = tuple((k, call.names[k]) for k in call.wanted)
-    repeat = RepeatedCall(device, recorded, tuple((t.shape, t.dtype) for t in ordered), returns)
+        withdraw_recorded(group.values() for group in tensors.values())
+    outputs = tensors["output"]
+    fresh = tuple(
+        (k, shape, dtype_name, weakref.ref(outputs[k].buffer))
+        for k, (shape, dtype_name) in plan.outputs.items()
+        if k not in checked_out
+    )
+    returns = tuple((k, call.names[k] if k in checked_out else None) for k in call.wanted)
+    repeat = RepeatedCall(device, recorded, tuple((t.shape, t.dtype) for t in ordered), returns, fresh)
     cache = per_device(repeated_call_cache, device, REPEATED_CALLS_SIZE)
     entry = [repeat, None]
-    entry[1] = watching(cache, key, entry, [t.buffer for t in ordered])
+    buffers = [t.buffer for t in ordered] + [outputs[k].buffer for k, *_ in fresh]
+    entry[1] = watching(cache, key, entry, buffers)
     cache.put(key, entry)
-    return {k: checked_out[k] for k in call.wanted}
+    return {k: outputs[k] for k in call.wanted}
 
 
 @refusing_lost_device(_contract_op)
