@@ -246,6 +246,7 @@ def _emit_op_imports(w: Writer, op: ResolvedOp) -> None:
         "run_kernel",
         "show",
         "warm_up",
+        "WarmupReport",
     ]
     if op.ir.chunking is not None:
         runtime_names.append("ChunkSpec")
@@ -391,6 +392,11 @@ _PLAN_PARAMS = (
     "attrs: Mapping[str, float] | None = None, *, caps: Caps | Mapping[str, Any] | None = None, "
     "tunables: Mapping[str, int] | None = None"
 )
+_WARMUP_PARAMS = (
+    "shapes: Mapping[str, Any] | Sequence[Mapping[str, Any]], dtypes: Mapping[str, Any] | None = None, "
+    "attrs: Mapping[str, Any] | None = None, *, caps: Caps | Mapping[str, Any] | None = None, "
+    "tunables: Mapping[str, int] | None = None"
+)
 _CALL_PARAMS = (
     "*, attrs: Mapping[str, float] | None = None, outputs: Sequence[str] | None = None, device: Any = None, "
     "variant: str | None = None, caps: Caps | Mapping[str, Any] | None = None, tunables: Mapping[str, int] | None = None, "
@@ -440,11 +446,15 @@ def _emit_api(w: Writer, op: ResolvedOp) -> None:
     w.line()
     w.line()
     w.line(
-        f"def warmup({_PLAN_PARAMS}, device: Any = None, variant: str | None = None, outputs: Sequence[str] | None = None) -> Plan:"
+        f"def warmup({_WARMUP_PARAMS}, device: Any = None, variant: str | None = None, outputs: Sequence[str] | None = None) -> Plan | WarmupReport:"
     )
     w.line(
-        '    """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""'
+        '    """Create on `device`, ahead of time, the pipelines that calls with these shapes need; returns'
     )
+    w.line("    the plan. A dimension, an attribute value or a dtype may be a range or a list of choices, or")
+    w.line("    `shapes` a list of shape mappings: every request they name is planned (combinations the")
+    w.line("    contract refuses are counted, not raised, unless none plans), every pipeline they select is")
+    w.line('    made once (register buckets and fills included), and a WarmupReport comes back."""')
     w.line("    return warm_up(")
     w.line(
         "        CONTRACT, shapes, dtypes, attrs, device=device, caps=caps, tunables=tunables, variant=variant, outputs=outputs"
@@ -881,6 +891,8 @@ def emit_cases(op: ResolvedOp, case_files: dict[str, tuple[Source, str]]) -> Pyt
             tables[variable] = data["cases"]
             if "sequences" in data:  # bench.json: series of calls timed as one app step
                 tables["BENCH_SEQUENCES"] = data["sequences"]
+            if "warmup" in data:  # bench.json: shape sweeps the package's warmup() plans
+                tables["WARMUP_SWEEPS"] = data["warmup"]
             sources.append(source)
     if not tables:
         return None
@@ -893,7 +905,7 @@ def emit_cases(op: ResolvedOp, case_files: dict[str, tuple[Source, str]]) -> Pyt
         "Each case starts a line, its fields filled into the lines after it (black would write a value a line)."
     )
     w.line("# fmt: off")
-    for variable in ("TEST_CASES", "BENCH_CASES", "BENCH_SEQUENCES"):
+    for variable in ("TEST_CASES", "BENCH_CASES", "BENCH_SEQUENCES", "WARMUP_SWEEPS"):
         w.line(f"{variable} = [")
         for case in tables.get(variable, []):
             for line in _filled([f"{key!r}: {value!r}" for key, value in case.items()], "{", "},", 100):

@@ -25,10 +25,13 @@ from ._runtime import (
     ReadBack,
     Sequence,
     Tensor,
+    WarmupReport,
+    WarmupTask,
     default_device,
     empty_cache,
     memory_stats,
     set_cache_limit,
+    set_pipeline_cache_limit,
 )
 from .registry import OpEntry, find_in, ops_of
 
@@ -42,6 +45,8 @@ __all__ = [
     "ReadBack",
     "Sequence",
     "Tensor",
+    "WarmupReport",
+    "WarmupTask",
     "__version__",
     "default_device",
     "empty_cache",
@@ -50,6 +55,7 @@ __all__ = [
     "op_packages",
     "ops",
     "set_cache_limit",
+    "set_pipeline_cache_limit",
     "warmup",
 ]
 
@@ -86,11 +92,16 @@ def find_op(domain: str, op_type: str, opset: int | None = None) -> OpEntry | No
     return find_in(_ops_table().ENTRIES, domain, op_type, opset)
 
 
-def warmup(device=None) -> int:
-    """Create ahead of time the pipelines every variant of every op needs for the shipped test and
-    bench cases on `device` (default tunables); returns how many were made. See `_runtime.warm_cases`.
+def warmup(device=None, *, sweeps: bool = True, wait: bool = True):
+    """Create ahead of time, on `device`, the pipelines every variant of every op needs for the shipped
+    test and bench cases and, with `sweeps`, for each op's bench.json sweeps (every register bucket,
+    fill and workgroup size the register variants reach over the shipped channel groupings), with the
+    default tunables. Returns a WarmupReport (pipelines made, requests planned and refused, seconds);
+    `wait=False` runs it in a thread of its own and returns a WarmupTask (`.wait()`, `.done()`,
+    `.cancel()`) at once, so that an app's calls go on meanwhile. See `_runtime.warmup`.
     """
     from ._runtime import warm_cases
 
     packages = op_packages().values()
-    return warm_cases([(p, importlib.import_module(".cases", p.__name__)) for p in packages], device)
+    cases = [(p, importlib.import_module(".cases", p.__name__)) for p in packages]
+    return warm_cases(cases, device, sweeps=sweeps, wait=wait)

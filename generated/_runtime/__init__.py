@@ -27,8 +27,10 @@ two modules share is public inside the package; tests/test_runtime_imports.py ch
 - ``calls``: checking, recording, encoding and running a plan
 - ``boundary``: a call's arguments made into a Request once (in the caller's names), the plan
   cache, plan() / explain()
-- ``kernel``: kernel(), warmup(), the package's warmup(), Sequence
-- ``memory``: memory_stats(), empty_cache(), set_cache_limit()
+- ``kernel``: kernel() (and its memo of repeated calls), Sequence
+- ``warmup``: an op's warmup() of one request or of ranges and lists of them, the package's warmup()
+  (cases and sweeps, in a thread of its own if asked)
+- ``memory``: memory_stats(), empty_cache(), set_cache_limit(), set_pipeline_cache_limit()
 
 This module re-exports what the generated op modules, the package's tools and the tests use. The
 caches are re-exported as the objects themselves (a test may shrink ``plan_cache.maxsize``); a
@@ -110,6 +112,7 @@ from .pipelines import (
     pipeline_cache,
     uniform_buffer_cache,
     pipelines_created,
+    pipelines_of,
     pipeline_for,
     warm_pipelines,
     BoundPass,
@@ -137,6 +140,7 @@ from .calls import (
 )
 from .boundary import (
     checked_flag,
+    plan_uncached,
     PLAN_CACHE_SIZE,
     plan_cache,
     planning_caps,
@@ -148,11 +152,10 @@ from .kernel import (
     REPEATED_CALLS_SIZE,
     repeated_call_cache,
     RepeatedCall,
-    warm_up,
-    warm_cases,
     Sequence,
 )
-from .memory import memory_stats, empty_cache, set_cache_limit
+from .warmup import warm_up, warm_cases, WarmupReport, WarmupTask, MAX_WARMUP_REQUESTS
+from .memory import memory_stats, empty_cache, set_cache_limit, set_pipeline_cache_limit
 
 __all__ = [
     "ContractError",
@@ -234,6 +237,7 @@ __all__ = [
     "pipeline_cache",
     "uniform_buffer_cache",
     "pipelines_created",
+    "pipelines_of",
     "pipeline_for",
     "warm_pipelines",
     "BoundPass",
@@ -257,6 +261,7 @@ __all__ = [
     "record_call",
     "encode_calls",
     "checked_flag",
+    "plan_uncached",
     "PLAN_CACHE_SIZE",
     "plan_cache",
     "planning_caps",
@@ -266,10 +271,14 @@ __all__ = [
     "REPEATED_CALLS_SIZE",
     "repeated_call_cache",
     "RepeatedCall",
+    "Sequence",
     "warm_up",
     "warm_cases",
-    "Sequence",
+    "WarmupReport",
+    "WarmupTask",
+    "MAX_WARMUP_REQUESTS",
     "memory_stats",
     "empty_cache",
     "set_cache_limit",
+    "set_pipeline_cache_limit",
 ]

@@ -53,7 +53,9 @@ class MemoryStats:
     allocated: buffers handed out and not given back (live Tensors, read-backs in progress);
     cached: free buffers kept for reuse (at most `limit`); peak: the most `allocated` has been;
     hits / misses: requests served from the cache / by a new buffer; scratch: the device's scratch
-    pool (intermediates, shared by every call, apart from this pool).
+    pool (intermediates, shared by every call, apart from this pool); pipelines and pipeline_bytes:
+    the device's cached compute pipelines and what they hold (each weighs the resident memory its
+    creation took), at most pipeline_limit bytes.
     """
 
     allocated: int
@@ -63,6 +65,9 @@ class MemoryStats:
     misses: int
     limit: int
     scratch: int = 0
+    pipelines: int = 0
+    pipeline_bytes: int = 0
+    pipeline_limit: int = 0
 
 
 class BufferPool:
@@ -150,10 +155,11 @@ class BufferPool:
         with self._lock:
             return list(self._cached.values())
 
-    def stats(self, scratch=0) -> MemoryStats:
+    def stats(self, **beside) -> MemoryStats:
+        """The pool's figures, with those of the device's other caches (`beside`) added."""
         with self._lock:
             return MemoryStats(
-                self.allocated, self.cached, self.peak, self.hits, self.misses, self.limit, scratch
+                self.allocated, self.cached, self.peak, self.hits, self.misses, self.limit, **beside
             )
 
 

@@ -437,6 +437,15 @@ def plan_for_shapes(contract, shapes, dtypes, attrs, *, caps, tunables, variant,
     return plan, names
 
 
+def plan_uncached(contract, shapes, dtypes, attrs, *, caps, tunables, variant, device, outputs):
+    """plan_for_shapes() without the plan cache (a warmup of thousands of requests would push an app's
+    plans out of it)."""
+    planned_caps = _op_caps(contract, caps, device)
+    given, names = _given_shapes(contract, shapes)
+    request = _request(contract, given, names, dtypes, attrs, planned_caps, tunables, outputs)
+    return plan_request(contract, request, variant), names
+
+
 def build_plan(
     contract,
     shapes,

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""An op's calls that touch a GPU: kernel() (with its memo of repeated calls on the same Tensors),
-warmup(), the package's warmup() and Sequence. Their arguments go through the boundary
-(`kernel_call`, `plan_for_shapes`) once; what they run goes through `calls`.
+"""An op's calls that touch a GPU: kernel() (with its memo of repeated calls on the same Tensors)
+and Sequence. Their arguments go through the boundary (`kernel_call`) once; what they run goes
+through `calls`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .boundary import kernel_call, plan_for_shapes, typed_items
+from .boundary import kernel_call, typed_items
 from .buffer_watch import buffer_changes_so_far
 from .cache import per_device, watching
 from .calls import (
@@ -25,10 +25,8 @@ from .calls import (
     submit_call,
     withdraw_recorded,
 )
-from .caps import checked_device, default_device, device_caps, refuse_lost_device, refusing_lost_device
+from .caps import checked_device, default_device, refusing_lost_device
 from .errors import ContractError
-from .limits import check_plan_fits
-from .pipelines import pipelines_created, warm_pipelines
 from .plans import OpContract
 from .tensors import check_encoder, fresh_output, give_back, Tensor, TensorIn
 
@@ -202,88 +200,6 @@ def _run_remembered(key, call, ordered, encoder):
     entry[1] = watching(cache, key, entry, buffers)
     cache.put(key, entry)
     return {k: outputs[k] for k in call.wanted}
-
-
-@refusing_lost_device(_contract_op)
-def warm_up(
-    contract,
-    shapes,
-    dtypes=None,
-    attrs=None,
-    *,
-    device=None,
-    caps=None,
-    tunables=None,
-    variant=None,
-    outputs=None,
-):
-    """warmup(): the plan for these shapes, with every pipeline it needs created on `device`.
-
-    Plans for the device's own capabilities unless `caps` is given (the plan must still fit the
-    device: a feature or limit the caps claim and it lacks is refused); returns the plan.
-    """
-    device = checked_device(contract.op, device)
-    device = device if device is not None else default_device()
-    refuse_lost_device(contract.op, device)  # its pipelines may all be cached: no GPU work to fail
-    plan, names = plan_for_shapes(
-        contract,
-        shapes,
-        dtypes,
-        attrs,
-        caps=caps,
-        tunables=tunables,
-        variant=variant,
-        device=device,
-        outputs=outputs,
-    )
-    check_plan_fits(plan, device_caps(device), names)
-    warm_pipelines(device, plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes))
-    return plan
-
-
-@refusing_lost_device("warmup")
-def warm_cases(packages, device=None):
-    """`generated.warmup()`: create, on `device`, the pipelines that every variant of every op
-    needs for the op's shipped test and bench cases, with the default tunables; returns how many
-    pipelines were made.
-
-    Since shapes reach shaders through Params, a variant's pipelines depend only on its shader
-    specializations and on its power-of-two workgroup buckets, so these cases reach nearly all of a
-    device's pipelines; values a manifest keeps as `pipelineConstants` are the exception. A
-    variant that does not apply to a case (a feature the device lacks, a shape rule) is skipped.
-    """
-    device = checked_device("warmup", device)
-    device = device if device is not None else default_device()
-    refuse_lost_device("warmup", device)
-    before = pipelines_created()
-    for op, cases in packages:
-        all_outputs = tuple(t.key for t in op.OUTPUTS)
-        for entry in list(cases.TEST_CASES) + list(cases.BENCH_CASES):
-            for dtypes in _dtype_combinations(entry["dtypes"]):
-                for candidate in op.CANDIDATES:
-                    given = entry.get("outputs")
-                    for outputs in dict.fromkeys((tuple(given) if given is not None else None, all_outputs)):
-                        try:
-                            op.warmup(
-                                entry["inputs"],
-                                dtypes,
-                                entry.get("attrs"),
-                                device=device,
-                                variant=candidate.ID,
-                                outputs=outputs,
-                            )
-                        except ContractError:
-                            continue
-    return pipelines_created() - before
-
-
-def _dtype_combinations(dtypes):
-    """Every {type variable: dtype} a case entry names (a value may be one dtype or a list)."""
-    import itertools
-
-    names = list(dtypes)
-    choices = [dtypes[n] if isinstance(dtypes[n], list) else [dtypes[n]] for n in names]
-    return [dict(zip(names, combination)) for combination in itertools.product(*choices)]
 
 
 class Sequence:

@@ -5,6 +5,7 @@ those created), uniform buffers, bind groups and the scratch pool; `encode_passe
 
 from __future__ import annotations
 
+import threading
 import weakref
 from dataclasses import dataclass
 
@@ -42,7 +43,9 @@ PIPELINE_CACHE_SIZE = 1024  # every pipeline the shipped cases reach on one devi
 # holds), so a pipeline weighs what the process's resident memory grew by while it was made, at
 # least MIN_PIPELINE_BYTES (memory freed before may be reused; other threads may add theirs:
 # an estimate), or DEFAULT_PIPELINE_BYTES where the resident size cannot be read.
-PIPELINE_CACHE_BYTES = 512 * 2**20
+# The budget holds what generated.warmup() makes on the software driver (822 pipelines, 1.75 GiB by
+# this measure); set_pipeline_cache_limit() changes a device's.
+PIPELINE_CACHE_BYTES = 2 * 2**30
 MIN_PIPELINE_BYTES = 256 * 2**10
 DEFAULT_PIPELINE_BYTES = 3 * 2**19
 UNIFORM_CACHE_SIZE = 1024
@@ -53,6 +56,7 @@ pipeline_cache = (
 )  # device -> LRUCache {(wgsl, overrides, layout key): (pipeline, layout)}
 uniform_buffer_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {packed bytes: buffer}
 _pipelines_created = 0  # read through pipelines_created(): an int imported elsewhere is a copy
+_count_lock = threading.Lock()
 
 
 def pipelines_created():
@@ -118,7 +122,8 @@ except (AttributeError, ValueError, OSError):  # not a POSIX system: no /proc ei
     _PAGE_SIZE = 4096
 
 
-def _pipelines_of(device):
+def pipelines_of(device):
+    """The device's pipeline cache (an LRUCache whose `weight` is the bytes its pipelines hold)."""
     return per_device(pipeline_cache, device, PIPELINE_CACHE_SIZE, PIPELINE_CACHE_BYTES)
 
 
@@ -128,7 +133,7 @@ def _pipeline_key(pass_plan):
 
 
 def _cached_pipeline(device, pass_plan):
-    return _pipelines_of(device).get(_pipeline_key(pass_plan))
+    return pipelines_of(device).get(_pipeline_key(pass_plan))
 
 
 @dataclass(frozen=True)
@@ -162,21 +167,22 @@ def _start_pipeline(device, pass_plan):
 
 def _finish_pipeline(device, pass_plan, started):
     global _pipelines_created
-    _pipelines_created += 1
+    with _count_lock:  # a background warmup makes pipelines while calls do
+        _pipelines_created += 1
     cached = (started.promise.sync_wait(), started.bind_group_layout)
-    _pipelines_of(device).put(_pipeline_key(pass_plan), cached, started.weight)
+    pipelines_of(device).put(_pipeline_key(pass_plan), cached, started.weight)
     return cached
 
 
 def warm_pipelines(device, passes):
-    """Create every missing pipeline of `passes`: all requests first, then the waits."""
-    started = []
+    """Create every missing pipeline of `passes`: all requests first, then the waits; returns how many
+    were made."""
+    started = {}
     for pass_plan in passes:
-        if _cached_pipeline(device, pass_plan) is None and _pipeline_key(pass_plan) not in {
-            _pipeline_key(p) for p, _ in started
-        }:
-            started.append((pass_plan, _start_pipeline(device, pass_plan)))
-    for pass_plan, begun in started:
+        key = _pipeline_key(pass_plan)
+        if key not in started and _cached_pipeline(device, pass_plan) is None:
+            started[key] = (pass_plan, _start_pipeline(device, pass_plan))
+    for pass_plan, begun in started.values():
         _finish_pipeline(device, pass_plan, begun)
     return len(started)
 

@@ -47,4 +47,6 @@ BENCH_CASES = [
 ]
 BENCH_SEQUENCES = [
 ]
+WARMUP_SWEEPS = [
+]
 # fmt: on

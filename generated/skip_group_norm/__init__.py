@@ -76,6 +76,7 @@ from .._runtime import (
     Tensor,
     TensorIn,
     TensorSpec,
+    WarmupReport,
     bucket_up,
     build_plan,
     ceil_div,
@@ -720,17 +721,21 @@ def kernel(
 
 
 def warmup(
-    shapes: Mapping[str, Sequence[int] | None],
-    dtypes: Mapping[str, str] | None = None,
-    attrs: Mapping[str, float] | None = None,
+    shapes: Mapping[str, Any] | Sequence[Mapping[str, Any]],
+    dtypes: Mapping[str, Any] | None = None,
+    attrs: Mapping[str, Any] | None = None,
     *,
     caps: Caps | Mapping[str, Any] | None = None,
     tunables: Mapping[str, int] | None = None,
     device: Any = None,
     variant: str | None = None,
     outputs: Sequence[str] | None = None,
-) -> Plan:
-    """Create the pipelines a call with these shapes needs on `device`, ahead of time; returns its plan."""
+) -> Plan | WarmupReport:
+    """Create on `device`, ahead of time, the pipelines that calls with these shapes need; returns
+    the plan. A dimension, an attribute value or a dtype may be a range or a list of choices, or
+    `shapes` a list of shape mappings: every request they name is planned (combinations the
+    contract refuses are counted, not raised, unless none plans), every pipeline they select is
+    made once (register buckets and fills included), and a WarmupReport comes back."""
     return warm_up(
         CONTRACT,
         shapes,
