@@ -9,8 +9,8 @@ least wgpu itself needs for each:
 - download floor: a copy into a kept MAP_READ buffer, `map_sync`, one copy out of the mapping into a
   kept numpy array, `unmap`.
 
-What the package does more than that (a new buffer a call, a staging buffer created and destroyed a
-read-back, a copy of the array before the write) is what the "× floor" columns show.
+What the package does more than that (finding a pooled buffer, checking the Tensor, a new result
+array for each read-back where the floor copies into a kept one) is what the "× floor" columns show.
 """
 
 from __future__ import annotations

@@ -426,7 +426,7 @@ def gpu_time(call, plan, device):
     finally:
         for group in tensors.values():
             for tensor in group.values():
-                tensor.buffer.destroy()
+                tensor.destroy()  # back to the device's pool
     how = "timestamp-query" if timer.timestamps else "wall clock"
     return statistics.median(samples["op"]) * 1e6, how
 
