@@ -79,9 +79,10 @@ def test_op_template_conventions(name):
     # The notes are // comments, which reach the rendered shader; Jinja comments do not.
     assert "{#" not in text, f"{name}: write the notes as // comments"
     assert re.search(r"^// ", text, re.M), f"{name}: no notes"
-    # One name for the workgroup size and for the fold width.
-    sizes = set(re.findall(r"@workgroup_size\((\w+)\)", code))
-    sizes |= set(re.findall(r'(?:workgroup|invocation)_main\("(\w+)"', code))
+    # One name for the workgroup size and for the fold width; the size is declared, never written.
+    assert "@workgroup_size" not in code, f"{name}: declare the workgroup size with shader.workgroup_size"
+    sizes = set(re.findall(r"shader\.workgroup_size\(value\.(\w+)\)", code))
+    sizes |= set(re.findall(r"(?:workgroup|invocation)_main\(value\.(\w+)", code))
     sizes |= {"WORKGROUP_SIZE"} if "threads_main(" in code else set()  # _lib/pairs: threads dispatch
     assert sizes and sizes <= {"workgroupSize", "WORKGROUP_SIZE"}, f"{name}: workgroup size {sizes}"
     assert "65535" not in code, f"{name}: use DISPATCH_FOLD_WIDTH"
