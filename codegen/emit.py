@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -801,8 +800,10 @@ def emit_shaders_module(op: ResolvedOp, shaders: ShaderFiles, header: str) -> Py
     w.line(f'"""The shaders of {op.ir.title}: what each file `shaders/<name>.wgsl` declares.')
     w.line()
     for line in textwrap.wrap(
-        "The render stage made these records while it wrote the shaders' declarations; the runtime "
-        "binds, sizes and sets a shader from its record and never reads its text for that. A "
+        "The render stage made these records from what each template declared while it rendered "
+        "(the values it read, its workgroup size and arrays, subgroup and f16 use) and the "
+        "declarations it wrote; the runtime binds, sizes and sets a shader from its record and "
+        "never reads its text for that. A "
         "shader's name is its template's stem and the template values that tell its "
         'specializations apart; each file starts with a header naming its template and key."""',
         width=96,

@@ -154,10 +154,18 @@ class Shader:
     interface: ShaderInterface = field(default_factory=lambda: ShaderInterface(""), repr=False)
 
 
+def shader_file(name: str) -> str:
+    """Where shader `name` lies in its op package: the one place that turns a name into a path (the
+    compiler writes the file there, the runtime reads it)."""
+    return f"shaders/{name}.wgsl"
+
+
 @functools.lru_cache(maxsize=None)
 def shader_text(package: str, name: str) -> str:
-    """The WGSL text of shader `name` of an op package (`shaders/<name>.wgsl`, read once)."""
-    return importlib.resources.files(package).joinpath("shaders", f"{name}.wgsl").read_text(encoding="utf-8")
+    """The WGSL text of shader `name` of an op package (`shader_file(name)`, read once)."""
+    return (
+        importlib.resources.files(package).joinpath(*shader_file(name).split("/")).read_text(encoding="utf-8")
+    )
 
 
 class ShaderTable(Mapping):

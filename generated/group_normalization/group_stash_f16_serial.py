@@ -4,7 +4,7 @@
 #   templates/_lib/reduce.wgsl.jinja (sha256 2e19b96112193e42)
 #   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 2c73dc6b93f847f4)
+#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 89d1d6bfed88133d)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `group_stash_f16_serial` of ai.onnx GroupNormalization-21.

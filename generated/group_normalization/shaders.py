@@ -9,7 +9,7 @@
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/group-normalization-splitk-apply.wgsl.jinja (sha256 f6e1095e7cb95eaf)
 #   templates/group-normalization-splitk-partials.wgsl.jinja (sha256 e4b437404a8fd60b)
-#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 2c73dc6b93f847f4)
+#   templates/group-normalization-stash-f16-serial.wgsl.jinja (sha256 89d1d6bfed88133d)
 #   templates/norm-row-registers.wgsl.jinja (sha256 a281df177ef64dee)
 #   templates/norm-row-stats.wgsl.jinja (sha256 3358fe93ca7c24f4)
 #   templates/norm-splitk-apply.wgsl.jinja (sha256 466c8150ac3b29f3)
@@ -18,10 +18,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The shaders of ai.onnx GroupNormalization-21: what each file `shaders/<name>.wgsl` declares.
 
-The render stage made these records while it wrote the shaders' declarations; the runtime binds,
-sizes and sets a shader from its record and never reads its text for that. A shader's name is
-its template's stem and the template values that tell its specializations apart; each file
-starts with a header naming its template and key."""
+The render stage made these records from what each template declared while it rendered (the
+values it read, its workgroup size and arrays, subgroup and f16 use) and the declarations it
+wrote; the runtime binds, sizes and sets a shader from its record and never reads its text for
+that. A shader's name is its template's stem and the template values that tell its
+specializations apart; each file starts with a header naming its template and key."""
 
 from __future__ import annotations
 

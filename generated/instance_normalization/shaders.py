@@ -19,10 +19,11 @@
 # SPDX-License-Identifier: Apache-2.0
 """The shaders of ai.onnx InstanceNormalization-6: what each file `shaders/<name>.wgsl` declares.
 
-The render stage made these records while it wrote the shaders' declarations; the runtime binds,
-sizes and sets a shader from its record and never reads its text for that. A shader's name is
-its template's stem and the template values that tell its specializations apart; each file
-starts with a header naming its template and key."""
+The render stage made these records from what each template declared while it rendered (the
+values it read, its workgroup size and arrays, subgroup and f16 use) and the declarations it
+wrote; the runtime binds, sizes and sets a shader from its record and never reads its text for
+that. A shader's name is its template's stem and the template values that tell its
+specializations apart; each file starts with a header naming its template and key."""
 
 from __future__ import annotations
 

@@ -8,9 +8,9 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-combine.wgsl.jinja (sha256 6b9398f2e5026974)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 3dac0cbcb73af9f3)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 63386f9ce7918c42)
 #   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 5977e44cde52b59f)
-#   templates/skip-group-norm-slab.wgsl.jinja (sha256 dcf6f5d633b7420f)
+#   templates/skip-group-norm-slab.wgsl.jinja (sha256 1a9582dcd4d3bc59)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """com.microsoft SkipGroupNorm-1: the contract, derived values, selection and the public calls.

@@ -5,7 +5,7 @@
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 edff6135d27d71ab)
 #   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
-#   templates/skip-group-norm-fused.wgsl.jinja (sha256 3dac0cbcb73af9f3)
+#   templates/skip-group-norm-fused.wgsl.jinja (sha256 63386f9ce7918c42)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """Variant `fused` of com.microsoft SkipGroupNorm-1.
