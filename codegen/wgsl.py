@@ -74,9 +74,9 @@ class Specialization:
 class ScopeUniform:
     """A numeric scope value the shader reads from `Params` (dispatch time) instead of an override.
 
-    The compiler adds one for every value a body names that depends on the request (shapes,
-    ranks, attributes, requested outputs) and that sizes no array: the body reads it as
-    `params.<name>`, so a new shape reuses the pipeline. `declared` means the manifest's Params
+    The compiler adds one for every value a body reads (`{{ value.NAME }}`) that depends on the
+    request (shapes, ranks, attributes, requested outputs) and sizes no workgroup array and no
+    workgroup: the read renders as `params.<name>`, so a new shape reuses the pipeline. `declared` means the manifest's Params
     already has a field of that name, which the value then reads instead of adding one.
     """
 
@@ -506,15 +506,16 @@ def render_pass(
     )
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
     numeric = _numeric_names(pass_)
+    from_params = {u.name for u in uniforms}
     specializations = []
     for key, body in bodies.items():
-        moved = {u.name for u in uniforms}
-        overrides = [(n, numeric[n]) for n in sorted(body.facts.reads) if n not in moved]
-        bound = dict(zip(key_names, key))
+        # The overrides are the values the render read that are not Params fields, sorted.
+        overrides = [(n, numeric[n]) for n in sorted(body.facts.reads) if n not in from_params]
+        values = dict(zip(key_names, key))
         element_types = {
-            b: bound[KeyName(b, element_type=True)]
+            b: values[KeyName(b, element_type=True)]
             for b, _ in pass_.element_types
-            if bound.get(KeyName(b, bound=True), True)
+            if values.get(KeyName(b, bound=True), True)
         }
         header = _declarations(pass_, element_types, overrides, body.facts.uses_f16, extra)
         specializations.append(_specialization(key, body, header, overrides, f"{folder}/{name}"))
