@@ -3,7 +3,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 ce00800b480f9f73)
-#   codegen/onnx_versions.py (sha256 0310f44cf5839b3b)
+#   codegen/onnx_versions.py (sha256 22852b3d6a308aa1)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """The op packages the compiler generated, and the ONNX operator versions each runs."""
@@ -19,7 +19,7 @@ OP_PACKAGES = (
     skip_group_norm,
 )
 
-# From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).
+# From the ONNX operator changelog (onnx.defs; tests/tools/test_onnx_nodes.py checks it against onnx).
 ENTRIES = (
     OpEntry(
         batch_normalization,

@@ -1,0 +1,882 @@
+"""Property-based tests (hypothesis) of the four generated ops (issue 9).
+
+* `test_fuzz_<op>_matches_the_reference`: valid requests (ranks 2-5, dims 1-70, at most 50,000
+  elements; float32 / float16; epsilon, num_groups dividing C, stash_type, SkipGroupNorm's
+  activation, layout, skip shapes, bias and S; the default variant or a forced one that applies)
+  run with NaN-poisoned outputs and match tests/oracles.py's float64 references within docs/TESTING.md's
+  tolerances (stash_type=10 as tests/kernels/test_group_normalization.py judges it).
+* `test_fuzz_<op>_empty`: requests with a zero dimension, any variant forced: outputs of the
+  contract's (empty) shape and a plan with no passes (issue 9's rule for empty outputs).
+* `test_fuzz_<op>_invalid`: requests that break one contract rule: ContractError only.
+* `test_fuzz_malformed_calls`: malformed calls (wrong key names, wrong ranks, bools, floats,
+  strings, None, nested lists as shapes, huge dims, bad attrs / dtypes / tunables / caps / outputs /
+  variant / out=) to plan(), kernel() and explain(), run by one child process that drives the whole
+  hypothesis loop, so a process abort fails the test instead of killing pytest. plan() and kernel()
+  must raise ContractError only; explain() must return text.
+
+Each example draws a seed for its data, so the falsifying example hypothesis prints reproduces the
+failure. The example database is off (nothing is written to the tree); examples are not derandomized.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+
+from generated import ContractError, Tensor
+from generated import default_device
+from tests.device_helpers import poisoned_call
+from tests.runtime.hostile_support import OPS, ROOT, check_refusal
+from tests.oracles import (
+    TOLERANCES,
+    assert_close,
+    batch_normalization_ref,
+    group_normalization_ref,
+    instance_normalization_ref,
+    skip_group_norm_ref,
+)
+
+MAX_ELEMENTS = 50_000
+MAX_DIM = 70
+
+
+def fuzz_settings(examples):
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        derandomize=False,
+        database=None,
+        print_blob=True,
+        suppress_health_check=list(HealthCheck),
+    )
+
+
+DTYPES = st.sampled_from([np.float32, np.float16])
+EPSILONS = st.one_of(st.sampled_from([1e-5, 1e-3, 0.1, 1.0]), st.floats(1e-6, 1.0))
+SEEDS = st.integers(0, 2**32 - 1)
+
+# Tunables that let a forced variant apply to small data (as the op test files use them).
+GN_SMALL_SPLITS = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
+IN_SPLIT_SMALL = {"SPLIT_STATS_MIN_SPATIAL": 1, "STATS_VALUES_PER_SPLIT": 8}
+IN_BATCHED_SMALL = {"WORKGROUP_SIZE": 16, "BATCHED_MIN_PLANES_PER_WORKGROUP": 1}
+
+
+def variant_tunables(op_id, variant):
+    if variant is None:
+        return None
+    if op_id == "gn" and variant.startswith("group_splitk"):
+        return GN_SMALL_SPLITS
+    if op_id == "in" and variant.startswith("plane_splitk"):
+        return IN_SPLIT_SMALL
+    if op_id == "in" and variant == "plane_batched_vec4":
+        return IN_BATCHED_SMALL
+    return None
+
+
+@st.composite
+def dims(draw, rank, min_dim=1, fixed=None, cap=MAX_ELEMENTS):
+    """`rank` dims in min_dim..70 whose product is at most `cap`; `fixed` maps an axis to its dim."""
+    fixed = fixed or {}
+    shape = [None] * rank
+    product = max(1, math.prod(d for d in fixed.values() if d))
+    order = draw(st.permutations([i for i in range(rank) if i not in fixed]))
+    for i in order:
+        high = max(min_dim, min(MAX_DIM, cap // product))
+        shape[i] = draw(st.integers(min_dim, high))
+        product *= max(1, shape[i])
+    for i, d in fixed.items():
+        shape[i] = d
+    return tuple(shape)
+
+
+def divisors(n):
+    return [d for d in range(1, n + 1) if n % d == 0]
+
+
+def random_x(rng, shape, dtype, offset):
+    spread = rng.uniform(0.5, 3.0)
+    return (rng.standard_normal(shape) * spread + rng.uniform(-1, 1) * offset * spread).astype(dtype)
+
+
+def per_channel(rng, c, dtype, low=-2.0, high=2.0):
+    return rng.uniform(low, high, c).astype(dtype)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Requests: (op id, inputs, attrs, outputs, reference function)
+
+
+@st.composite
+def bn_requests(draw, min_dim=1):
+    shape = draw(dims(draw(st.integers(2, 5)), min_dim))
+    dtype = draw(DTYPES)
+    rng = np.random.default_rng(draw(SEEDS))
+    c = shape[1]
+    inputs = {
+        "x": random_x(rng, shape, dtype, 3.0),
+        "scale": per_channel(rng, c, dtype),
+        "b": per_channel(rng, c, dtype, -1, 1),
+        "inputMean": per_channel(rng, c, dtype, -1, 1),
+        "inputVar": per_channel(rng, c, dtype, 0.1, 3.0),
+    }
+    return "bn", inputs, {"epsilon": draw(EPSILONS)}, None
+
+
+@st.composite
+def gn_requests(draw, min_dim=1):
+    rank = draw(st.integers(3, 5))
+    c = draw(st.integers(min_dim, 64))
+    shape = draw(dims(rank, min_dim, fixed={1: c}))
+    num_groups = draw(st.sampled_from(divisors(c) if c else [1, 2, 3]))
+    dtype = draw(DTYPES)
+    stash_type = draw(st.sampled_from([1, 10]))
+    rng = np.random.default_rng(draw(SEEDS))
+    inputs = {
+        "x": random_x(rng, shape, dtype, draw(st.sampled_from([0.0, 0.1, 3.0]))),
+        "scale": per_channel(rng, c, dtype),
+        "bias": per_channel(rng, c, dtype, -1, 1),
+    }
+    return "gn", inputs, {"num_groups": num_groups, "epsilon": draw(EPSILONS), "stash_type": stash_type}, None
+
+
+@st.composite
+def in_requests(draw, min_dim=1):
+    shape = draw(dims(draw(st.integers(3, 5)), min_dim))
+    dtype = draw(DTYPES)
+    rng = np.random.default_rng(draw(SEEDS))
+    c = shape[1]
+    inputs = {
+        "input": random_x(rng, shape, dtype, 3.0),
+        "scale": per_channel(rng, c, dtype),
+        "b": per_channel(rng, c, dtype, -1, 1),
+    }
+    return "in", inputs, {"epsilon": draw(EPSILONS)}, None
+
+
+@st.composite
+def sgn_requests(draw, min_dim=1):
+    channels_last = draw(st.sampled_from([0, 1]))
+    c = draw(st.integers(min_dim, 64))
+    shape = draw(dims(4, min_dim, fixed={3 if channels_last else 1: c}))
+    groups = draw(st.sampled_from(divisors(c) if c else [1, 2, 3]))
+    t, m = draw(DTYPES), draw(DTYPES)
+    n = shape[0]
+    skip_shape = draw(st.sampled_from([shape, (n, c), (n, 1, 1, c)]))
+    rng = np.random.default_rng(draw(SEEDS))
+    inputs = {
+        "X": random_x(rng, shape, t, 2.0),
+        "gamma": per_channel(rng, c, m),
+        "beta": per_channel(rng, c, m, -1, 1),
+        "skip": (rng.standard_normal(skip_shape) * rng.uniform(0.2, 1.5)).astype(t),
+    }
+    if draw(st.booleans()):
+        inputs["bias"] = per_channel(rng, c, t, -1, 1)
+    attrs = {
+        "groups": groups,
+        "activation": draw(st.sampled_from([0, 1])),
+        "channels_last": channels_last,
+        "epsilon": draw(EPSILONS),
+    }
+    outputs = draw(st.sampled_from([("Y",), ("Y", "S")]))
+    return "sgn", inputs, attrs, outputs
+
+
+REQUESTS = {"bn": bn_requests, "gn": gn_requests, "in": in_requests, "sgn": sgn_requests}
+
+
+def references(op_id, inputs, attrs):
+    """{output key: float64 reference}."""
+    if op_id == "bn":
+        return {
+            "y": batch_normalization_ref(
+                inputs["x"],
+                inputs["scale"],
+                inputs["b"],
+                inputs["inputMean"],
+                inputs["inputVar"],
+                attrs["epsilon"],
+            )
+        }
+    if op_id == "gn":
+        return {"y": group_normalization_ref(inputs["x"], inputs["scale"], inputs["bias"], **attrs)}
+    if op_id == "in":
+        return {
+            "output": instance_normalization_ref(
+                inputs["input"], inputs["scale"], inputs["b"], attrs["epsilon"]
+            )
+        }
+    y, s = skip_group_norm_ref(
+        inputs["X"],
+        inputs["gamma"],
+        inputs["beta"],
+        inputs["skip"],
+        inputs.get("bias"),
+        attrs["groups"],
+        attrs["epsilon"],
+        attrs["activation"],
+        attrs["channels_last"],
+        inputs["X"].dtype,
+    )
+    return {"Y": y, "S": s}
+
+
+def assert_close_f16_stage(actual, ref, normalized, scale, dtype, context, extra=0.0):
+    """stash_type=10, as tests/kernels/test_group_normalization.py judges it: the ONNX body computes the
+    normalized values n in float16, so docs/TESTING.md's float16 tolerance applies to n and reaches Y through
+    scale; T's tolerance applies to the result:
+    |Y - ref| <= atol_T + rtol_T |ref| + |scale| (2e-3 + 2e-3 |n| + extra)."""
+    actual = np.asarray(actual, np.float64)
+    assert actual.shape == ref.shape, context
+    atol, rtol = TOLERANCES[np.dtype(dtype)]
+    scale = np.abs(np.asarray(scale, np.float64).reshape((1, -1) + (1,) * (actual.ndim - 2)))
+    allowed = atol + rtol * np.abs(ref) + scale * (2e-3 + 2e-3 * np.abs(normalized) + extra)
+    ok = np.abs(actual - ref) <= allowed
+    if not ok.all():
+        excess = np.where(ok, -1.0, np.nan_to_num(np.abs(actual - ref) / allowed, nan=np.inf))
+        worst = tuple(int(i) for i in np.unravel_index(np.argmax(excess), ref.shape))
+        raise AssertionError(
+            f"{context}: {np.count_nonzero(~ok)} of {ref.size} out of the f16-stage tolerance; worst at {worst}: "
+            f"actual {actual[worst]!r}, expected {ref[worst]!r}, normalized {normalized[worst]!r}, allowed {allowed[worst]:.3g}"
+        )
+
+
+def half(values):
+    """Round to float16 like the kernel (values f16 cannot hold are kept): tests/kernels/test_group_normalization.py."""
+    values = np.asarray(values, np.float64)
+    with np.errstate(over="ignore"):
+        return np.where(np.abs(values) < 65520, values.astype(np.float16).astype(np.float64), values)
+
+
+def stash16_exact_statistics_ref(x, scale, bias, num_groups, epsilon):
+    """tests/kernels/test_group_normalization.py's reference for stash_type=10 where the body's own f16
+    E[x^2] - E[x]^2 cancels or overflows: every f16 value rounded where the body rounds it, Mean and
+    Var computed exactly before their rounding. Returns (Y, normalized, per-row allowance for Mean
+    landing on a neighbouring f16 value)."""
+    n = x.shape[0]
+    rows = half(x).reshape(n, num_groups, -1)
+    mean = half(rows.mean(axis=2, keepdims=True))
+    std = half(np.sqrt(half(half(rows.var(axis=2, keepdims=True)) + half(np.float32(epsilon)))))
+    normalized = half(half(rows - mean) / std)
+    normalized = normalized.reshape(x.shape).astype(x.dtype).astype(np.float64)
+    mean_ulp = np.spacing(np.abs(mean).astype(np.float16)).astype(np.float64) / std
+    mean_ulp = np.broadcast_to(mean_ulp, rows.shape).reshape(x.shape)
+    shape = (1, -1) + (1,) * (x.ndim - 2)
+    y = np.asarray(scale, np.float64).reshape(shape) * normalized + np.asarray(bias, np.float64).reshape(
+        shape
+    )
+    return y, normalized, mean_ulp
+
+
+def body_statistics_trustworthy(x, num_groups):
+    """Where tests/kernels/test_group_normalization.py trusts the ONNX body's own f16 statistics: every row's
+    mean within a tenth of its spread of zero, at most 4096 values a row."""
+    rows = x.astype(np.float64).reshape(x.shape[0], num_groups, -1)
+    return rows.shape[2] <= 4096 and bool(np.all(np.abs(rows.mean(axis=2)) <= 0.1 * rows.std(axis=2)))
+
+
+def check_stash16(actual, inputs, attrs, dtype, context):
+    """stash_type=10 against the exact-statistics body everywhere, and against tests/oracles.py's
+    literal body where its f16 statistics are trustworthy."""
+    x, scale, bias = inputs["x"], inputs["scale"], inputs["bias"]
+    ref, normalized, mean_ulp = stash16_exact_statistics_ref(
+        x, scale, bias, attrs["num_groups"], attrs["epsilon"]
+    )
+    assert_close_f16_stage(
+        actual, ref, normalized, scale, dtype, context + " (exact statistics)", extra=mean_ulp
+    )
+    if body_statistics_trustworthy(x, attrs["num_groups"]):
+        literal = group_normalization_ref(x, scale, bias, **attrs)
+        ones, zeros = np.ones(x.shape[1], x.dtype), np.zeros(x.shape[1], x.dtype)
+        literal_normalized = group_normalization_ref(x, ones, zeros, **attrs)
+        assert_close_f16_stage(actual, literal, literal_normalized, scale, dtype, context + " (ONNX body)")
+
+
+def applicable_variants(op_id, inputs, attrs, outputs):
+    """The variants plan() accepts for this (valid) request on the test device, each with its tunables."""
+    module = OPS[op_id].module
+    shapes = {k: v.shape for k, v in inputs.items()}
+    dtypes = {"T": inputs[OPS[op_id].keys[0]].dtype.name}
+    if op_id == "sgn":
+        dtypes["M"] = inputs["gamma"].dtype.name
+    found = []
+    for variant in OPS[op_id].variants:
+        try:
+            module.plan(
+                shapes,
+                dtypes,
+                attrs,
+                variant=variant,
+                tunables=variant_tunables(op_id, variant),
+                device=default_device(),
+                outputs=outputs,
+            )
+        except ContractError as error:
+            if not str(error.subject).startswith("variant"):
+                raise AssertionError(
+                    f"a valid request refused for a reason other than the variant: {error}"
+                ) from error
+            continue
+        found.append(variant)
+    return found
+
+
+def check_valid(op_id, inputs, attrs, outputs, variant):
+    module = OPS[op_id].module
+    tunables = variant_tunables(op_id, variant)
+    context = f"{op_id} {({k: (v.shape, v.dtype.name) for k, v in inputs.items()})} attrs={attrs} outputs={outputs} variant={variant} tunables={tunables}"
+    result = poisoned_call(module, inputs, outputs=outputs, attrs=attrs, variant=variant, tunables=tunables)
+    stash16 = op_id == "gn" and attrs.get("stash_type") == 10
+    expected = None if stash16 else references(op_id, inputs, attrs)
+    dtype = inputs[OPS[op_id].keys[0]].dtype
+    for key, value in result.items():
+        actual = value.numpy() if isinstance(value, Tensor) else value
+        if stash16:
+            check_stash16(actual, inputs, attrs, dtype, f"{context} {key}")
+        else:
+            assert_close(actual, expected[key], dtype, f"{context} {key}")
+
+
+def _valid_fuzz(op_id, examples):
+    @fuzz_settings(examples)
+    @given(data=st.data())
+    def run(data):
+        _, inputs, attrs, outputs = data.draw(REQUESTS[op_id](), label="request")
+        variant = data.draw(
+            st.sampled_from([None] + applicable_variants(op_id, inputs, attrs, outputs)), label="variant"
+        )
+        check_valid(op_id, inputs, attrs, outputs, variant)
+
+    run()
+
+
+def test_fuzz_batch_normalization_matches_the_reference():
+    _valid_fuzz("bn", 40)
+
+
+def test_fuzz_group_normalization_matches_the_reference():
+    _valid_fuzz("gn", 50)
+
+
+def test_fuzz_instance_normalization_matches_the_reference():
+    _valid_fuzz("in", 40)
+
+
+def test_fuzz_skip_group_norm_matches_the_reference():
+    _valid_fuzz("sgn", 50)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Empty requests: any variant forced, empty outputs, no passes
+
+
+@st.composite
+def empty_requests(draw, op_id):
+    """A valid request with one dimension (of X, possibly C) zero."""
+    op, inputs, attrs, outputs = draw(REQUESTS[op_id](min_dim=0))
+    key = OPS[op_id].keys[0]
+    if inputs[key].size:
+        axis = draw(st.integers(0, inputs[key].ndim - 1))
+        shape = list(inputs[key].shape)
+        shape[axis] = 0
+        x = np.empty(shape, inputs[key].dtype)
+        c = OPS[op_id].channels(shape) if op_id != "sgn" else shape[3 if attrs["channels_last"] else 1]
+        fixed = {}
+        for k, v in inputs.items():
+            if k == key:
+                fixed[k] = x
+            elif v.ndim == 1:
+                fixed[k] = v[:c] if len(v) >= c else v
+            elif k == "skip":
+                n = shape[0]
+                fixed[k] = np.empty(
+                    shape if v.shape == inputs[key].shape else ((n, c) if v.ndim == 2 else (n, 1, 1, c)),
+                    v.dtype,
+                )
+        inputs = fixed
+    return op, inputs, attrs, outputs
+
+
+def _empty_fuzz(op_id, examples):
+    module = OPS[op_id].module
+    caps = {"features": ["shader-f16", "subgroups"]}
+
+    @fuzz_settings(examples)
+    @given(data=st.data())
+    def run(data):
+        _, inputs, attrs, outputs = data.draw(empty_requests(op_id), label="request")
+        variant = data.draw(st.sampled_from((None,) + OPS[op_id].variants), label="variant")
+        if variant == "group_stash_f16_serial":
+            attrs = {**attrs, "stash_type": 10}
+        shape = inputs[OPS[op_id].keys[0]].shape
+        result = module.kernel(inputs, attrs=attrs, outputs=outputs, variant=variant)
+        for key, value in result.items():
+            assert value.shape == shape and value.dtype == inputs[OPS[op_id].keys[0]].dtype, (
+                key,
+                value.shape,
+            )
+        shapes = {k: v.shape for k, v in inputs.items()}
+        dtypes = {"T": inputs[OPS[op_id].keys[0]].dtype.name}
+        if op_id == "sgn":
+            dtypes["M"] = inputs["gamma"].dtype.name
+        p = module.plan(shapes, dtypes, attrs, variant=variant, outputs=outputs, caps=caps)
+        assert p.passes == (), f"plan {p.variant} for empty {shape} has {len(p.passes)} passes"
+
+    run()
+
+
+@pytest.mark.parametrize("op_id", list(OPS))
+def test_fuzz_empty(op_id):
+    _empty_fuzz(op_id, 25)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Invalid requests (one contract rule broken): ContractError only
+
+
+@st.composite
+def invalid_requests(draw, op_id):
+    """(inputs, attrs, outputs, what was broken) from a valid request with one rule broken."""
+    _, inputs, attrs, outputs = draw(REQUESTS[op_id](min_dim=0))
+    inputs, attrs = dict(inputs), dict(attrs)
+    info = OPS[op_id]
+    first = info.keys[0]
+    x = inputs[first]
+    other = np.float16 if x.dtype == np.float32 else np.float32
+    params = [k for k in info.keys[1:] if k in inputs and inputs[k].ndim == 1]
+    choices = ["param_length", "param_rank", "mixed_dtype", "float64", "rank_low"]
+    if op_id == "gn":
+        choices += ["groups_do_not_divide", "groups_not_positive", "stash_type"]
+    if op_id == "sgn":
+        choices += ["groups_do_not_divide", "groups_not_positive", "skip_shape", "activation", "rank_high"]
+    if op_id == "bn":
+        choices += ["training_mode", "momentum"]  # momentum: not a finite number (any finite one is accepted)
+    kind = draw(st.sampled_from(choices))
+    if kind == "param_length":
+        key = draw(st.sampled_from(params))
+        inputs[key] = np.ones(len(inputs[key]) + draw(st.sampled_from([1, 2, 5])), inputs[key].dtype)
+    elif kind == "param_rank":
+        key = draw(st.sampled_from(params))
+        inputs[key] = inputs[key].reshape(1, -1)
+    elif kind == "mixed_dtype":
+        key = draw(
+            st.sampled_from(
+                [k for k in info.keys[1:] if k in inputs and not (op_id == "sgn" and k in ("gamma", "beta"))]
+            )
+        )
+        inputs[key] = inputs[key].astype(other)
+    elif kind == "float64":
+        inputs[first] = x.astype(np.float64)
+    elif kind == "rank_low":
+        low = {"bn": 1, "gn": 2, "in": 2, "sgn": 3}[op_id]
+        inputs[first] = np.ones(x.shape[:low], x.dtype)
+    elif kind == "rank_high":
+        inputs[first] = x.reshape(x.shape + (1,))
+    elif kind == "groups_do_not_divide":
+        name = "num_groups" if op_id == "gn" else "groups"
+        c = info.channels(x.shape) if op_id == "gn" else x.shape[3 if attrs["channels_last"] else 1]
+        bad = [g for g in range(2, c + 4) if c % g]
+        if not bad:
+            bad = [c + 1] if c else [3]  # C = 0 and C = 1 have no non-divisor below c + 4 but c + 1
+            bad = [g for g in bad if c % g]
+        attrs[name] = draw(st.sampled_from(bad)) if bad else 0
+    elif kind == "groups_not_positive":
+        attrs["num_groups" if op_id == "gn" else "groups"] = draw(st.sampled_from([0, -1, -64]))
+    elif kind == "stash_type":
+        attrs["stash_type"] = draw(st.sampled_from([0, 2, 11, 16]))
+    elif kind == "skip_shape":
+        n = x.shape[0]
+        c = x.shape[3 if attrs["channels_last"] else 1]
+        inputs["skip"] = np.ones(
+            draw(st.sampled_from([(n, c + 1), (n, 1, c), (n + 1, c), (n, 1, 1, 1, c), (n, c, 1, 2)])), x.dtype
+        )
+    elif kind == "activation":
+        attrs["activation"] = draw(st.sampled_from([2, -1]))
+    elif kind == "training_mode":
+        attrs["training_mode"] = 1
+    elif kind == "momentum":
+        attrs["momentum"] = draw(st.sampled_from([float("nan"), float("inf"), "0.9"]))
+    return inputs, attrs, outputs, kind
+
+
+def _is_really_invalid(op_id, inputs, attrs, kind):
+    """A few breakages make a valid request on some draws (a skip shape that happens to match)."""
+    if kind == "skip_shape":
+        x = inputs["X"]
+        n, c = x.shape[0], x.shape[3 if attrs["channels_last"] else 1]
+        return inputs["skip"].shape not in (x.shape, (n, c), (n, 1, 1, c))
+    if kind == "groups_do_not_divide":
+        name = "num_groups" if op_id == "gn" else "groups"
+        x = inputs[OPS[op_id].keys[0]]
+        c = x.shape[1] if op_id == "gn" else x.shape[3 if attrs["channels_last"] else 1]
+        return attrs[name] < 1 or c % attrs[name] != 0
+    return True
+
+
+@pytest.mark.parametrize("op_id", list(OPS))
+def test_fuzz_invalid(op_id):
+    info = OPS[op_id]
+
+    @fuzz_settings(80)
+    @given(data=st.data())
+    def run(data):
+        inputs, attrs, outputs, kind = data.draw(invalid_requests(op_id), label="request")
+        if not _is_really_invalid(op_id, inputs, attrs, kind):
+            return
+        what = f"{kind}: {({k: (v.shape, v.dtype.name) for k, v in inputs.items()})} attrs={attrs}"
+        try:
+            result = info.module.kernel(inputs, attrs=attrs, outputs=outputs)
+        except ContractError as error:
+            check_refusal(error, info.op, what=what)
+            return
+        except Exception as error:
+            raise AssertionError(f"{what}: {type(error).__name__}: {str(error)[:400]}") from error
+        raise AssertionError(f"{what}: accepted, returned {({k: v.shape for k, v in result.items()})}")
+
+    run()
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Malformed calls, the whole hypothesis loop in one child process
+
+MALFORMED_EXAMPLES = 400
+
+
+@st.composite
+def malformed_calls(draw):
+    """(api, op id, args, kwargs, mutations): a valid call to plan() / kernel() / explain() with one
+    to three mutations, each of which makes the call invalid."""
+    op_id = draw(st.sampled_from(list(OPS)))
+    info = OPS[op_id]
+    api = draw(st.sampled_from(["plan", "kernel", "explain"]))
+    shapes = {k: list(v) for k, v in info.shapes().items()}
+    attrs = dict(info.attrs)
+    kwargs = {}
+    dtypes = info.dtypes(np.float32)
+    mutations = []
+    pool = ["key", "attr", "tunable", "caps", "outputs", "variant"]
+    pool += ["dim", "shape", "rank", "dtypes"] if api != "kernel" else ["value", "out"]
+    for mutation in draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2, unique=True)):
+        if mutation == "key":
+            how = draw(
+                st.sampled_from(
+                    ["rename", "drop", "extra"]
+                    + (["duplicate"] if any(info.roles[k] != k for k in info.keys) else [])
+                )
+            )
+            key = draw(st.sampled_from([k for k in shapes if k not in info.optional]))
+            if how == "rename":
+                shapes[draw(st.sampled_from([key + "_", key.upper() + "x", "", " " + key, key + "s"]))] = (
+                    shapes.pop(key)
+                )
+            elif how == "drop":
+                del shapes[key]
+            elif how == "extra":
+                shapes[draw(st.sampled_from(["Z", "x2", "mean", "weight"]))] = shapes[key]
+            else:
+                key = draw(st.sampled_from([k for k in info.keys if info.roles[k] != k]))
+                shapes[info.roles[key]] = shapes[key]
+            mutations.append(f"key:{how}:{key}")
+        elif mutation == "dim":
+            # Only shapes still lists (an earlier "shape" mutation may have made one a string or an int).
+            listed = sorted(k for k in shapes if isinstance(shapes[k], list) and shapes[k])
+            if not listed:
+                continue
+            key = draw(st.sampled_from(listed))
+            axis = draw(st.integers(0, len(shapes[key]) - 1))
+            bad = draw(
+                st.sampled_from(
+                    [
+                        True,
+                        False,
+                        np.True_,
+                        4.7,
+                        -1,
+                        -(2**40),
+                        2**40,
+                        2**64,
+                        math.nan,
+                        math.inf,
+                        "4",
+                        None,
+                        [2],
+                        (2,),
+                        b"4",
+                        3 + 0j,
+                    ]
+                )
+            )
+            shapes[key][axis] = bad
+            mutations.append(f"dim:{key}[{axis}]={bad!r}")
+        elif mutation == "shape":
+            key = draw(st.sampled_from(sorted(shapes)))
+            shapes[key] = draw(
+                st.sampled_from([None, "2,4,3", 5, 4.0, {"a": 1}, [[2, 4, 3]], [[2], [4]], object()])
+            )
+            mutations.append(f"shape:{key}={shapes[key]!r}")
+        elif mutation == "rank":
+            key = info.keys[0]
+            shapes[key] = draw(
+                st.sampled_from(
+                    {"bn": [[4]], "gn": [[2, 4]], "in": [[2, 4]], "sgn": [[2, 3, 4], [2, 2, 3, 4, 1]]}[op_id]
+                )
+            )
+            mutations.append(f"rank:{key}={shapes[key]!r}")
+        elif mutation == "attr":
+            names = [a.name for a in info.module.ATTRIBUTES]
+            name = draw(st.sampled_from(names + ["alpha", "", "Epsilon"]))
+            if name not in names:
+                attrs[name] = 1
+                mutations.append(f"attr:unknown {name!r}")
+            else:
+                spec = next(a for a in info.module.ATTRIBUTES if a.name == name)
+                if spec.kind == "float":
+                    bad = draw(
+                        st.sampled_from(
+                            ["1e-5", None, [1e-5], True, math.nan, math.inf, -math.inf, 1e39, {"v": 1}]
+                        )
+                    )
+                else:
+                    bad = ["2", None, [2], {"v": 2}, True, False, math.nan, math.inf, 1.5]
+                    if name != "channels_last":  # any non-zero int means channels last
+                        bad += [2**64, -(2**63)]
+                    bad = draw(st.sampled_from(bad))
+                attrs[name] = bad
+                mutations.append(f"attr:{name}={bad!r}")
+            if draw(st.booleans()) and mutations[-1].startswith("attr:unknown"):
+                attrs = draw(st.sampled_from([["num_groups"], "epsilon=1", 5]))
+                mutations.append(f"attrs container {attrs!r}")
+        elif mutation == "dtypes":
+            dtypes = draw(
+                st.sampled_from(
+                    [
+                        {"T": "float64"},
+                        {"T": 5},
+                        {"T": "f64"},
+                        {"Q": "float32"},
+                        {},
+                        "float32",
+                        ["float32"],
+                        {"T": [np.float32]},
+                    ]
+                )
+            )
+            if op_id == "sgn" and isinstance(dtypes, dict) and "T" in dtypes:
+                dtypes = {**dtypes, "M": "float32"}
+            mutations.append(f"dtypes={dtypes!r}")
+        elif mutation == "tunable":
+            bad = draw(
+                st.sampled_from(
+                    [
+                        ("WORKGROUP_SIZE", True),
+                        ("WORKGROUP_SIZE", 0),
+                        ("WORKGROUP_SIZE", -1),
+                        ("WORKGROUP_SIZE", 2.5),
+                        ("WORKGROUP_SIZE", math.nan),
+                        ("WORKGROUP_SIZE", "64"),
+                        ("WORKGROUP_SIZE", None),
+                        ("NOPE", 64),
+                        ("workgroup_size", 64),
+                    ]
+                )
+            )
+            kwargs["tunables"] = draw(st.sampled_from([{bad[0]: bad[1]}, [bad]]))
+            mutations.append(f"tunables={kwargs['tunables']!r}")
+        elif mutation == "caps":
+            kwargs["caps"] = draw(
+                st.sampled_from(
+                    [
+                        {"features": ["shader_f16"]},
+                        {"limits": {"maxNothing": 1}},
+                        {"feature": []},
+                        {"limits": {"maxBufferSize": True}},
+                        {"limits": {"maxBufferSize": -1}},
+                        {"limits": {"maxBufferSize": 2.5}},
+                        {"limits": {"maxBufferSize": "1"}},
+                        {"features": "shader-f16"},
+                        ["shader-f16"],
+                        "shader-f16",
+                        5,
+                    ]
+                )
+            )
+            mutations.append(f"caps={kwargs['caps']!r}")
+        elif mutation == "outputs":
+            kwargs["outputs"] = draw(st.sampled_from([("Z",), 5, [None], ("",), (("Y",),)]))
+            mutations.append(f"outputs={kwargs['outputs']!r}")
+        elif mutation == "variant":
+            if api != "explain":
+                kwargs["variant"] = draw(st.sampled_from([5, "nope", "", ("x",), True]))
+                mutations.append(f"variant={kwargs['variant']!r}")
+            else:
+                kwargs["outputs"] = ("nope",)
+                mutations.append("outputs=('nope',)")
+        elif mutation == "value":
+            key = draw(st.sampled_from(sorted(shapes)))
+            value = draw(
+                st.sampled_from(
+                    ([] if key in info.optional else ["none"])
+                    + [
+                        "string",
+                        "ragged",
+                        "object",
+                        "int32",
+                        "float64",
+                        "bool",
+                        "scalar",
+                        "dict",
+                        "nested_none",
+                    ]
+                )
+            )
+            kwargs.setdefault("values", {})[key] = value
+            mutations.append(f"value:{key}={value}")
+        elif mutation == "out":
+            out = draw(st.sampled_from(["numpy", "string", "unknown_key", "list", "none_value"]))
+            kwargs["out"] = out
+            mutations.append(f"out={out}")
+    return api, op_id, shapes, attrs, dtypes, kwargs, tuple(mutations)
+
+
+def _odd_value(kind, array):
+    return {
+        "none": None,
+        "string": "abc",
+        "ragged": [[1.0], [1.0, 2.0]],
+        "object": np.array(list(array.ravel()), dtype=object).reshape(array.shape),
+        "int32": array.astype(np.int32),
+        "float64": array.astype(np.float64),
+        "bool": array > 0,
+        "scalar": np.float32(1.0),
+        "dict": {"a": array},
+        "nested_none": [None, None],
+    }[kind]
+
+
+def _make_call(api, op_id, shapes, attrs, dtypes, kwargs):
+    info = OPS[op_id]
+    module = info.module
+    kwargs = dict(kwargs)
+    if api == "kernel":
+        base = info.inputs()
+        inputs = {}
+        for key, shape in shapes.items():
+            source = (
+                base.get(key)
+                if key in base
+                else base.get(next((k for k, r in info.roles.items() if r == key), key))
+            )
+            inputs[key] = np.ones(tuple(shape), np.float32) if source is None else source
+        for key, value in kwargs.pop("values", {}).items():
+            if key in inputs:
+                inputs[key] = _odd_value(value, inputs[key])
+        out = kwargs.pop("out", None)
+        if out is not None:
+            x = base[info.keys[0]]
+            kwargs["out"] = {
+                "numpy": {info.out_key: np.zeros_like(x)},
+                "string": "y",
+                "unknown_key": {"zz": Tensor.from_numpy(np.zeros_like(x))},
+                "list": [Tensor.from_numpy(np.zeros_like(x))],
+                "none_value": {info.out_key: None},
+            }[out]
+        return lambda: module.kernel(inputs, attrs=attrs, **kwargs)
+    shapes = {k: (tuple(v) if isinstance(v, list) else v) for k, v in shapes.items()}
+    kwargs.pop("values", None)
+    kwargs.pop("out", None)
+    if api == "explain":
+        kwargs.pop("variant", None)
+        return lambda: module.explain(shapes, dtypes, attrs, **kwargs)
+    return lambda: module.plan(shapes, dtypes, attrs, **kwargs)
+
+
+def malformed_child_main(examples):
+    """Runs the malformed-call loop; prints START lines before each call and BAD lines for calls
+    that break the rule (first of each kind), then DONE with the count."""
+    from hypothesis import given as given_, settings as settings_
+
+    seen = set()
+    count = [0]
+
+    @settings_(
+        max_examples=examples,
+        deadline=None,
+        derandomize=False,
+        database=None,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given_(malformed_calls())
+    def loop(call):
+        api, op_id, shapes, attrs, dtypes, kwargs, mutations = call
+        text = f"{api} {op_id} shapes={shapes!r} attrs={attrs!r} dtypes={dtypes!r} kwargs={kwargs!r} mutations={mutations}"
+        print("START " + text, flush=True)
+        count[0] += 1
+        fn = _make_call(api, op_id, shapes, attrs, dtypes, kwargs)
+        try:
+            value = fn()
+            if api == "explain" and isinstance(value, str) and value:
+                return
+            outcome = "explain returned no text" if api == "explain" else "accepted"
+        except ContractError as error:
+            text += f" -> {error}"
+            if api == "explain":
+                outcome = "explain raised ContractError"
+            else:
+                try:
+                    check_refusal(error, OPS[op_id].op)
+                    return
+                except AssertionError as bad:
+                    outcome = "ContractError of the wrong shape: " + str(bad).lstrip(": ").split(";")[0][:80]
+        except Exception as error:  # noqa: BLE001
+            outcome = f"{type(error).__module__}.{type(error).__name__}"
+            text += f" -> {str(error)[:200]}"
+        # One report per (api, outcome, mutation kind); calls with several mutations are reported
+        # only under outcomes no single-mutation call has shown yet.
+        kinds = tuple(sorted({m.split(":")[0].split("=")[0] for m in mutations}))
+        base = (api, outcome.split(" (")[0])
+        key = base + (kinds if len(kinds) == 1 else "several",)
+        if len(kinds) > 1 and base in seen:
+            return
+        if key not in seen:
+            seen.update({key, base})
+            print(
+                "BAD "
+                + json.dumps({"api": api, "outcome": outcome, "mutations": list(mutations), "call": text}),
+                flush=True,
+            )
+
+    loop()
+    print(f"DONE {count[0]}", flush=True)
+
+
+def test_fuzz_malformed_calls():
+    env = dict(
+        os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), RUST_BACKTRACE="0"
+    )
+    env.setdefault("WGPU_BACKEND_TYPE", "Vulkan")
+    code = f"import tests.runtime.test_fuzz as m; m.malformed_child_main({MALFORMED_EXAMPLES})"
+    proc = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300
+    )
+    lines = proc.stdout.splitlines()
+    bad = [json.loads(line[4:]) for line in lines if line.startswith("BAD ")]
+    done = [line for line in lines if line.startswith("DONE ")]
+    bad.sort(key=lambda b: (b["api"], b["outcome"], len(b["mutations"]), len(b["call"])))
+    problems = [f"{b['api']}: {b['outcome']}: {b['call']}" for b in bad]
+    if not done:
+        last = next(
+            (line[6:] for line in reversed(lines) if line.startswith("START ")), "<before the first call>"
+        )
+        tail = "\n".join(l for l in (proc.stderr or "").splitlines() if l and not l.startswith(" "))[-2000:]
+        problems.append(f"the child process died (exit status {proc.returncode}) in: {last}\n{tail}")
+    assert (
+        not problems
+    ), f"{len(problems)} kinds of malformed call not refused with a ContractError:\n" + "\n".join(problems)

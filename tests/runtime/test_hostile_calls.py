@@ -1,0 +1,1071 @@
+"""Hostile calls (issue 9): every invalid request is refused with a ContractError before any GPU work.
+
+One test (or parametrized group) per decision of issue 9, over all four ops (batch_normalization,
+group_normalization, instance_normalization, skip_group_norm) and both dtypes where it applies.
+Every refusal is checked for its shape (tests/hostile_support.check_refusal): a ContractError
+(a ValueError) whose str reads "{op}: {subject}: {message} ..." and carries the rule, naming the op
+and the name the caller used for the input or attribute (a bind key like `x` / `b` or an ONNX role
+like `X` / `B`), never another exception type, a wgpu error, or a process abort.
+
+Calls that may abort the process (Tensors over 0-byte or too small buffers, buffers without the
+usages a call needs, out= aliasing an input) run in child processes, several cases per child, so an
+abort fails its case instead of killing pytest (`test_tensor_buffers`).
+
+Accepted requests are checked for their results: big-endian inputs give exactly the little-endian
+result, None for an optional input is the same call without it, empty inputs give empty outputs
+of the contract's shape with a plan of no passes for every variant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from generated import ContractError, Tensor
+from generated import _runtime as rt
+from generated import group_normalization as gn
+from tests.runtime.hostile_support import (
+    F16_PHRASE,
+    OP_IDS,
+    OPS,
+    assert_refused,
+    check_child_refusal,
+    describe_outcome,
+    emit,
+    refusal,
+    run_cases_in_children,
+    summary,
+    word,
+)
+
+ALL_OPS = pytest.mark.parametrize("op_id", OP_IDS)
+DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+
+
+def kernel(info, inputs, **kwargs):
+    return info.module.kernel(inputs, attrs={**info.attrs, **kwargs.pop("attrs", {})}, **kwargs)
+
+
+def plan(info, shapes, dtype=np.float32, **kwargs):
+    return info.module.plan(
+        shapes, info.dtypes(dtype), attrs={**info.attrs, **kwargs.pop("attrs", {})}, **kwargs
+    )
+
+
+# =========================================================================================================
+# Tensors over 0-byte or too small buffers, buffer usages, out= (child processes)
+
+# name -> (op id, kind); each kind is built by _buffer_case in the child.
+BUFFER_KINDS = {
+    # A Tensor over a 0-byte buffer (today: SIGABRT in wgpu-native), as an input under its bind
+    # key, as an input under its ONNX role, and as out=.
+    "zero_bytes_input": OP_IDS,
+    "zero_bytes_input_by_role": ("bn", "in"),
+    "zero_bytes_out": ("gn", "bn"),
+    # A Tensor whose buffer is smaller than its shape's bytes (today: a silent wrong answer).
+    "small_buffer_input": OP_IDS,
+    "small_buffer_param": ("gn", "sgn"),
+    "small_buffer_out": OP_IDS,
+    # Usages: inputs need STORAGE; out= needs STORAGE and COPY_SRC.
+    "input_without_storage": OP_IDS,
+    "out_without_copy_src": OP_IDS,
+    "out_without_storage": ("bn", "sgn"),
+    # out= aliasing an input: the same Tensor, or another Tensor over the same buffer.
+    "out_aliases_input": OP_IDS,
+    "out_aliases_input_buffer": ("gn", "in"),
+    # Accepted: a Tensor of 0 elements; an input buffer with only STORAGE; out= without COPY_DST.
+    "zero_element_tensors_runs": OP_IDS,
+    "input_with_storage_only_runs": OP_IDS,
+    "out_without_copy_dst_runs": ("bn", "gn"),
+}
+BUFFER_CASES = {f"{kind}-{op_id}": (op_id, kind) for kind, ops in BUFFER_KINDS.items() for op_id in ops}
+
+
+def _usage(*names):
+    import wgpu
+
+    value = 0
+    for name in names:
+        value |= getattr(wgpu.BufferUsage, name)
+    return value
+
+
+def _tensor_over(device, nbytes, shape, dtype, usage=("STORAGE", "COPY_SRC", "COPY_DST"), data=None):
+    """A Tensor over a buffer of exactly `nbytes` (filled from `data` at creation: no COPY_DST needed)."""
+    if data is None:
+        buffer = device.create_buffer(size=nbytes, usage=_usage(*usage))
+    else:
+        raw = np.ascontiguousarray(data).tobytes()
+        assert len(raw) == nbytes, (len(raw), nbytes)
+        buffer = device.create_buffer_with_data(data=raw, usage=_usage(*usage))
+    return Tensor(buffer, shape, dtype, device)
+
+
+def _buffer_case(op_id, kind, device):
+    """Run one buffer case; returns a JSON-able summary of what the call returned."""
+    info = OPS[op_id]
+    inputs = info.inputs(np.float32)
+    first = info.keys[0]
+    x = inputs[first]
+    out_key = info.out_key
+    reference = kernel(info, inputs)[out_key] if kind.endswith("_runs") else None
+
+    if kind == "zero_bytes_input":
+        inputs[first] = _tensor_over(device, 0, x.shape, x.dtype)
+    elif kind == "zero_bytes_input_by_role":
+        key = "b"
+        role = info.roles[key]
+        value = inputs.pop(key)
+        inputs[role] = _tensor_over(device, 0, value.shape, value.dtype)
+    elif kind == "zero_bytes_out":
+        key = "Y" if op_id == "bn" else out_key  # BatchNormalization's out= by ONNX role
+        return summary(kernel(info, inputs, out={key: _tensor_over(device, 0, x.shape, x.dtype)}))
+    elif kind == "small_buffer_input":
+        inputs[first] = _tensor_over(device, 16, x.shape, x.dtype, data=x.reshape(-1)[:4])
+    elif kind == "small_buffer_param":
+        key = info.keys[1]
+        inputs[key] = _tensor_over(device, 4, inputs[key].shape, inputs[key].dtype, data=inputs[key][:1])
+    elif kind == "small_buffer_out":
+        return summary(kernel(info, inputs, out={out_key: _tensor_over(device, 16, x.shape, x.dtype)}))
+    elif kind == "input_without_storage":
+        inputs[first] = _tensor_over(
+            device, x.nbytes, x.shape, x.dtype, usage=("COPY_SRC", "COPY_DST"), data=x
+        )
+    elif kind == "out_without_copy_src":
+        out = _tensor_over(device, x.nbytes, x.shape, x.dtype, usage=("STORAGE", "COPY_DST"))
+        return summary(kernel(info, inputs, out={out_key: out}))
+    elif kind == "out_without_storage":
+        out = _tensor_over(device, x.nbytes, x.shape, x.dtype, usage=("COPY_SRC", "COPY_DST"))
+        return summary(kernel(info, inputs, out={out_key: out}))
+    elif kind == "out_aliases_input":
+        inputs[first] = Tensor.from_numpy(x, device)
+        return summary(kernel(info, inputs, out={out_key: inputs[first]}))
+    elif kind == "out_aliases_input_buffer":
+        inputs[first] = Tensor.from_numpy(x, device)
+        alias = Tensor(inputs[first].buffer, x.shape, x.dtype, device)
+        return summary(kernel(info, inputs, out={out_key: alias}))
+    elif kind == "zero_element_tensors_runs":
+        axis = 1 if op_id == "sgn" else x.ndim - 1  # a spatial axis: C keeps its parameters
+        shape = x.shape[:axis] + (0,) + x.shape[axis + 1 :]
+        empty = {
+            k: Tensor.from_numpy(np.empty(shape, x.dtype) if v.shape == x.shape else v, device)
+            for k, v in inputs.items()
+        }
+        result = kernel(info, empty)
+        return {
+            "summary": summary(result),
+            "ok": tuple(result[out_key].shape) == shape and isinstance(result[out_key], Tensor),
+        }
+    elif kind == "input_with_storage_only_runs":
+        inputs[first] = _tensor_over(device, x.nbytes, x.shape, x.dtype, usage=("STORAGE",), data=x)
+        got = kernel(info, inputs)[out_key]
+        return {"summary": summary(got), "ok": bool(np.array_equal(got, reference))}
+    elif kind == "out_without_copy_dst_runs":
+        out = _tensor_over(device, x.nbytes, x.shape, x.dtype, usage=("STORAGE", "COPY_SRC"))
+        got = kernel(info, inputs, out={out_key: out})[out_key]
+        got = got.numpy() if isinstance(got, Tensor) else got
+        return {"summary": summary(got), "ok": bool(np.array_equal(got, reference))}
+    return summary(kernel(info, inputs))
+
+
+def child_main(names):
+    """Entry point of the child processes run_cases_in_children starts."""
+    from generated import default_device
+
+    device = default_device()
+    for name in names:
+        print("START " + name, flush=True)
+        op_id, kind = BUFFER_CASES[name]
+        emit(name, describe_outcome(lambda: _buffer_case(op_id, kind, device)))
+
+
+@pytest.fixture(scope="module")
+def buffer_results():
+    return run_cases_in_children("tests.runtime.test_hostile_calls", BUFFER_CASES)
+
+
+def _buffer_expectation(op_id, kind):
+    """(caller's names the error must carry, words it must carry)."""
+    info = OPS[op_id]
+    first, out = info.keys[0], info.out_key
+    return {
+        "zero_bytes_input": ((first,), ()),
+        "zero_bytes_input_by_role": (("B",), ()),
+        "zero_bytes_out": (("Y" if op_id == "bn" else out,), ()),
+        "small_buffer_input": ((first,), ()),
+        "small_buffer_param": ((info.keys[1],), ()),
+        "small_buffer_out": ((out,), ()),
+        "input_without_storage": ((first,), ("STORAGE",)),
+        "out_without_copy_src": ((out,), ("COPY_SRC",)),
+        "out_without_storage": ((out,), ("STORAGE",)),
+        "out_aliases_input": ((out, first), ()),
+        "out_aliases_input_buffer": ((out, first), ()),
+    }[kind]
+
+
+@pytest.mark.parametrize("name", list(BUFFER_CASES))
+def test_tensor_buffers(name, buffer_results):
+    op_id, kind = BUFFER_CASES[name]
+    result = buffer_results[name]
+    if kind.endswith("_runs"):
+        assert result["outcome"] == "returned", f"{name}: must run, got {result}"
+        assert result["value"]["ok"], f"{name}: wrong result {result['value']}"
+        return
+    names, words = _buffer_expectation(op_id, kind)
+    check_child_refusal(result, OPS[op_id].op, names, words, name)
+
+
+# =========================================================================================================
+# out= takes Tensors only; unknown out keys
+
+
+@ALL_OPS
+def test_out_takes_tensors_only(op_id):
+    info = OPS[op_id]
+    inputs = info.inputs()
+    out = {info.out_key: np.zeros_like(inputs[info.keys[0]])}
+    assert_refused(
+        lambda: kernel(info, inputs, out=out), info.op, (info.out_key,), what="numpy array in out="
+    )
+
+
+@ALL_OPS
+def test_unknown_out_key(op_id):
+    info = OPS[op_id]
+    inputs = info.inputs()
+    out = {"nope": Tensor.from_numpy(np.zeros_like(inputs[info.keys[0]]))}
+    assert_refused(lambda: kernel(info, inputs, out=out), info.op, ("nope",), what="unknown out= key")
+
+
+# =========================================================================================================
+# plan() shapes: fractions, negative, bool and other non-integer dimensions
+
+BAD_DIMS = {
+    "fraction": 4.7,
+    "negative": -1,
+    "huge_negative": -(2**40),
+    "true": True,
+    "false": False,
+    "numpy_bool": np.True_,
+    "nan": math.nan,
+    "inf": math.inf,
+    "string": "4",
+    "none": None,
+    "nested_list": [4],
+    "huge": 2**40,
+}
+
+
+def _with_bad_dim(info, target, value, by_role=False):
+    shapes = info.shapes()
+    if info.name == "sgn":  # skip as (N, C): valid whatever H is, so only X's dim is wrong
+        shapes["skip"] = (shapes["X"][0], shapes["X"][3])
+    if target == "x":
+        key = info.keys[0]
+        axis = 1 if info.name == "sgn" else 2
+    else:
+        key = info.keys[1]
+        axis = 0
+    shape = list(shapes[key])
+    shape[axis] = value
+    shapes[key] = tuple(shape)
+    if by_role:
+        shapes[info.roles[key]] = shapes.pop(key)
+        key = info.roles[key]
+    return shapes, key
+
+
+@ALL_OPS
+@pytest.mark.parametrize("target", ["x", "param"])
+@pytest.mark.parametrize("bad", list(BAD_DIMS))
+def test_plan_refuses_non_integer_dims(op_id, target, bad):
+    info = OPS[op_id]
+    if target == "param" and bad == "fraction":
+        value = info.channels(info.base_shape) + 0.7  # int() would make it match C
+    else:
+        value = BAD_DIMS[bad]
+    shapes, key = _with_bad_dim(info, target, value)
+    assert_refused(lambda: plan(info, shapes), info.op, (key,), what=f"plan() with {key} dim {value!r}")
+
+
+@pytest.mark.parametrize("op_id", ["bn", "gn"])
+@pytest.mark.parametrize("bad", ["fraction", "true", "negative"])
+def test_plan_refuses_non_integer_dims_by_role(op_id, bad):
+    info = OPS[op_id]
+    shapes, key = _with_bad_dim(info, "x", BAD_DIMS[bad], by_role=True)
+    assert key == "X"
+    assert_refused(lambda: plan(info, shapes), info.op, ("X",), what=f"plan() with X dim {BAD_DIMS[bad]!r}")
+
+
+@ALL_OPS
+@pytest.mark.parametrize("bad", [True, np.True_], ids=["True", "np.True_"])
+def test_bool_dim_refused_after_the_same_plan_with_1(op_id, bad):
+    info = OPS[op_id]
+    shapes, key = _with_bad_dim(info, "x", 1)
+    plan(info, shapes)  # accepted, and cached
+    shapes, key = _with_bad_dim(info, "x", bad)
+    assert_refused(lambda: plan(info, shapes), info.op, (key,), what=f"plan() with {key} dim {bad!r} after 1")
+
+
+# =========================================================================================================
+# None for an input: required -> "required input NAME is missing"; optional -> absent
+
+
+def _required(info):
+    return [k for k in info.keys if k not in info.optional]
+
+
+REQUIRED = [(op_id, key) for op_id in OP_IDS for key in _required(OPS[op_id])]
+BY_ROLE = [(op_id, key) for op_id, key in REQUIRED if OPS[op_id].roles[key] != key]
+
+
+@pytest.mark.parametrize("op_id,key", REQUIRED)
+def test_none_for_a_required_input_in_kernel(op_id, key):
+    info = OPS[op_id]
+    inputs = {**info.inputs(), key: None}
+    error = assert_refused(lambda: kernel(info, inputs), info.op, (key,), what=f"kernel() with {key}=None")
+    assert f"required input {key} is missing" in str(error), str(error)
+
+
+@pytest.mark.parametrize("op_id,key", BY_ROLE)
+def test_none_for_a_required_input_by_role_in_kernel(op_id, key):
+    info = OPS[op_id]
+    role = info.roles[key]
+    inputs = info.inputs()
+    del inputs[key]
+    inputs[role] = None
+    error = assert_refused(lambda: kernel(info, inputs), info.op, (role,), what=f"kernel() with {role}=None")
+    assert f"required input {role} is missing" in str(error), str(error)
+
+
+@pytest.mark.parametrize("op_id,key", REQUIRED)
+def test_none_for_a_required_input_of_the_plain_function(op_id, key):
+    info = OPS[op_id]
+    inputs = {**info.inputs(), key: None}
+    error = assert_refused(
+        lambda: info.plain(inputs), info.op, (key, info.roles[key]), what=f"plain function with {key}=None"
+    )
+    assert any(f"required input {n} is missing" in str(error) for n in (key, info.roles[key])), str(error)
+
+
+@pytest.mark.parametrize("op_id,key", REQUIRED)
+def test_none_for_a_required_input_in_plan(op_id, key):
+    info = OPS[op_id]
+    shapes = {**info.shapes(), key: None}
+    error = assert_refused(lambda: plan(info, shapes), info.op, (key,), what=f"plan() with {key}=None")
+    assert f"required input {key} is missing" in str(error), str(error)
+
+
+@DTYPES
+def test_none_for_the_optional_bias_means_absent(dtype):
+    info = OPS["sgn"]
+    inputs = info.inputs(dtype)
+    without = kernel(info, inputs)["Y"]
+    with_none = kernel(info, {**inputs, "bias": None})["Y"]
+    np.testing.assert_array_equal(with_none, without)
+    plain = info.plain_positional([inputs[k] for k in ("X", "gamma", "beta", "skip")] + [None])
+    np.testing.assert_array_equal(plain, without)
+    shapes = info.shapes()
+    assert (
+        plan(info, {**shapes, "bias": None}, dtype, caps={"features": ["shader-f16"]}).variant
+        == plan(info, shapes, dtype, caps={"features": ["shader-f16"]}).variant
+    )
+
+
+# =========================================================================================================
+# The same input under two names (bind key and ONNX role), even with one value
+
+DUPLICATES = [(op_id, key) for op_id, key in BY_ROLE]
+
+
+@pytest.mark.parametrize("op_id,key", DUPLICATES)
+def test_same_input_under_two_names_in_kernel(op_id, key):
+    info = OPS[op_id]
+    inputs = info.inputs()
+    inputs[info.roles[key]] = inputs[key]  # the very same array
+    error = assert_refused(
+        lambda: kernel(info, inputs),
+        info.op,
+        (key, info.roles[key]),
+        what=f"kernel() with {key} and {info.roles[key]}",
+    )
+    assert word(key, str(error)) and word(
+        info.roles[key], str(error)
+    ), f"the error should name both {key} and {info.roles[key]}: {error}"
+
+
+@pytest.mark.parametrize("op_id,key", DUPLICATES)
+def test_same_input_under_two_names_in_plan(op_id, key):
+    info = OPS[op_id]
+    shapes = info.shapes()
+    shapes[info.roles[key]] = shapes[key]
+    error = assert_refused(
+        lambda: plan(info, shapes),
+        info.op,
+        (key, info.roles[key]),
+        what=f"plan() with {key} and {info.roles[key]}",
+    )
+    assert word(key, str(error)) and word(
+        info.roles[key], str(error)
+    ), f"the error should name both {key} and {info.roles[key]}: {error}"
+
+
+# =========================================================================================================
+# Attribute values that do not fit the WGSL type they reach; bools are never ints
+
+BAD_EPSILONS = {
+    "1e39": 1e39,
+    "-1e39": -1e39,
+    "3.5e38": 3.5e38,  # over float32's maximum, 3.4028235e38
+    "np.float64(1e39)": np.float64(1e39),
+    "nan": math.nan,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "True": True,
+    "string": "1e-5",
+    "None": None,
+}
+
+
+@ALL_OPS
+@pytest.mark.parametrize("bad", list(BAD_EPSILONS))
+def test_epsilon_that_is_not_a_finite_f32_is_refused_by_plan(op_id, bad):
+    info = OPS[op_id]
+    value = BAD_EPSILONS[bad]
+    assert_refused(
+        lambda: plan(info, info.shapes(), attrs={"epsilon": value}),
+        info.op,
+        ("epsilon",),
+        what=f"plan() epsilon={value!r}",
+    )
+
+
+@ALL_OPS
+@pytest.mark.parametrize("bad", ["1e39", "-1e39", "3.5e38", "nan", "inf"])
+def test_epsilon_that_is_not_a_finite_f32_is_refused_by_kernel(op_id, bad):
+    info = OPS[op_id]
+    value = BAD_EPSILONS[bad]
+    inputs = info.inputs()
+    assert_refused(
+        lambda: kernel(info, inputs, attrs={"epsilon": value}),
+        info.op,
+        ("epsilon",),
+        what=f"kernel() epsilon={value!r}",
+    )
+
+
+GROUP_ATTRS = {"gn": "num_groups", "sgn": "groups"}
+HUGE_INTS = {
+    "2**32": 2**32,
+    "2**40": 2**40,
+    "2**64": 2**64,
+    "-2**63": -(2**63),
+    "1.5": 1.5,
+    "string": "2",
+    "None": None,
+}
+
+
+@pytest.mark.parametrize("op_id", list(GROUP_ATTRS))
+@pytest.mark.parametrize("bad", list(HUGE_INTS))
+def test_group_count_that_does_not_fit_is_refused(op_id, bad):
+    info = OPS[op_id]
+    name = GROUP_ATTRS[op_id]
+    value = HUGE_INTS[bad]
+    assert_refused(
+        lambda: plan(info, info.shapes(), attrs={name: value}),
+        info.op,
+        (name,),
+        what=f"plan() {name}={value!r}",
+    )
+    inputs = info.inputs()
+    assert_refused(
+        lambda: kernel(info, inputs, attrs={name: value}), info.op, (name,), what=f"kernel() {name}={value!r}"
+    )
+
+
+def test_num_groups_equal_to_a_huge_channel_count_is_refused_by_name():
+    """num_groups = C = 2**33 divides C, but reaches u32 uniforms (and a dispatch) that cannot hold it:
+    refused naming the attribute or the input, not only an internal uniform."""
+    c = 2**33
+    caps = {
+        "features": ["shader-f16"],
+        "limits": {"maxStorageBufferBindingSize": 2**40, "maxBufferSize": 2**40},
+    }
+    shapes = {"x": (1, c, 1), "scale": (c,), "bias": (c,)}
+    assert_refused(
+        lambda: gn.plan(shapes, {"T": "float16"}, attrs={"num_groups": c}, caps=caps),
+        gn.OP,
+        ("num_groups", "x", "X"),
+        what="num_groups = C = 2**33",
+    )
+
+
+# (op, attribute, an int value that is accepted, the bool of the same value)
+BOOL_ATTRS = [
+    ("gn", "num_groups", 1, True),
+    ("gn", "num_groups", 1, np.True_),
+    ("gn", "stash_type", 1, True),
+    ("sgn", "groups", 1, True),
+    ("sgn", "activation", 0, False),
+    ("sgn", "activation", 1, True),
+    ("sgn", "channels_last", 1, True),
+    ("sgn", "channels_last", 0, False),
+    ("bn", "training_mode", 0, False),
+    ("bn", "epsilon", 1.0, True),
+    ("in", "epsilon", 1.0, True),
+]
+
+
+def _inputs_for_attr(info, name, value):
+    if info.name == "sgn" and name == "channels_last" and value == 0:
+        # (N, C, H, W): C = 2
+        shape = (2, 4, 3, 2)
+        rng = np.random.default_rng(1)
+        x = rng.standard_normal(shape).astype(np.float32)
+        c = np.ones(4, np.float32)
+        return {"X": x, "gamma": c, "beta": c, "skip": x}
+    return info.inputs()
+
+
+@pytest.mark.parametrize(
+    "op_id,name,good,bad", BOOL_ATTRS, ids=[f"{o}-{n}-{g!r}-{b!r}" for o, n, g, b in BOOL_ATTRS]
+)
+def test_bool_attribute_is_refused_even_after_the_int_call(op_id, name, good, bad):
+    info = OPS[op_id]
+    inputs = _inputs_for_attr(info, name, good)
+    shapes = {k: v.shape for k, v in inputs.items()}
+    attrs = {name: good}
+    plan(info, shapes, attrs=attrs)  # accepted (and cached)
+    kernel(info, inputs, attrs=attrs)
+    what = f"{name}={bad!r} after {name}={good!r}"
+    assert_refused(lambda: plan(info, shapes, attrs={name: bad}), info.op, (name,), what="plan() " + what)
+    assert_refused(lambda: kernel(info, inputs, attrs={name: bad}), info.op, (name,), what="kernel() " + what)
+
+
+@ALL_OPS
+@pytest.mark.parametrize("bad", [True, np.True_], ids=["True", "np.True_"])
+def test_bool_tunable_is_refused_even_after_the_int_call(op_id, bad):
+    info = OPS[op_id]
+    inputs = info.inputs()
+    shapes = info.shapes()
+    plan(info, shapes, tunables={"WORKGROUP_SIZE": 1})
+    kernel(info, inputs, tunables={"WORKGROUP_SIZE": 1})
+    what = f"WORKGROUP_SIZE={bad!r} after WORKGROUP_SIZE=1"
+    assert_refused(
+        lambda: plan(info, shapes, tunables={"WORKGROUP_SIZE": bad}),
+        info.op,
+        ("WORKGROUP_SIZE",),
+        what="plan() " + what,
+    )
+    assert_refused(
+        lambda: kernel(info, inputs, tunables={"WORKGROUP_SIZE": bad}),
+        info.op,
+        ("WORKGROUP_SIZE",),
+        what="kernel() " + what,
+    )
+
+
+# =========================================================================================================
+# Big-endian numpy input: converted on upload, the same result as little-endian
+
+
+@ALL_OPS
+@DTYPES
+@pytest.mark.parametrize("which", ["first", "all"])
+def test_big_endian_input_gives_the_little_endian_result(op_id, dtype, which):
+    info = OPS[op_id]
+    inputs = info.inputs(dtype, rng=np.random.default_rng(7))
+    expected = kernel(info, inputs)[info.out_key]
+    swapped = dict(inputs)
+    for key in list(swapped) if which == "all" else [info.keys[0]]:
+        swapped[key] = swapped[key].astype(swapped[key].dtype.newbyteorder(">"))
+        assert swapped[key].dtype.byteorder == ">" and np.array_equal(swapped[key], inputs[key])
+    got = kernel(info, swapped)[info.out_key]
+    assert got.shape == expected.shape and got.dtype.name == expected.dtype.name
+    np.testing.assert_array_equal(np.asarray(got, expected.dtype), expected)
+
+
+# =========================================================================================================
+# Empty tensors: outputs of the contract's shape, no dispatch, a plan with no passes, every variant
+
+EMPTY_SHAPES = {
+    "bn": [(0, 3), (2, 0, 4), (2, 3, 0), (0, 4, 5, 5)],
+    "gn": [(2, 6, 0, 3), (0, 6, 4), (2, 0, 4)],
+    "in": [(2, 6, 0, 3), (0, 6, 4), (2, 0, 4)],
+    "sgn": [(0, 2, 3, 4), (2, 0, 3, 4), (2, 2, 0, 4), (2, 2, 3, 0)],
+}
+EMPTY_CASES = [
+    (op_id, variant, shape)
+    for op_id in OP_IDS
+    for variant in (None,) + OPS[op_id].variants
+    for shape in EMPTY_SHAPES[op_id]
+]
+
+
+def _empty_request(info, variant, shape, dtype):
+    rng = np.random.default_rng(3)
+    # SkipGroupNorm: a forced variant with a bias and S, the natural choice without them.
+    with_bias = info.name == "sgn" and variant is not None
+    inputs = info.inputs(dtype, shape=shape, rng=rng, with_optional=with_bias)
+    attrs = dict(info.attrs)
+    outputs = None
+    if variant == "group_stash_f16_serial":
+        attrs["stash_type"] = 10
+    if info.name == "sgn" and variant is not None:
+        outputs = ("Y", "S")
+    return inputs, attrs, outputs
+
+
+@pytest.mark.parametrize(
+    "op_id,variant,shape",
+    EMPTY_CASES,
+    ids=[f"{o}-{v or 'default'}-{'x'.join(map(str, s))}" for o, v, s in EMPTY_CASES],
+)
+def test_empty_inputs_give_empty_outputs_with_no_passes(op_id, variant, shape):
+    info = OPS[op_id]
+    caps = {"features": ["shader-f16", "subgroups"]}  # a forced variant's features are not the point
+    problems = []
+    for dtype in (np.float32, np.float16):
+        inputs, attrs, outputs = _empty_request(info, variant, shape, dtype)
+        shapes = {k: v.shape for k, v in inputs.items()}
+        what = f"{np.dtype(dtype).name}"
+        try:
+            result = info.module.kernel(inputs, attrs=attrs, variant=variant, outputs=outputs)
+            for key, value in result.items():
+                if not (
+                    isinstance(value, np.ndarray)
+                    and value.shape == tuple(shape)
+                    and value.dtype == np.dtype(dtype)
+                ):
+                    problems.append(f"{what}: kernel() output {key} is {summary(value)}")
+        except Exception as error:  # noqa: BLE001 - reported below with the plan's outcome
+            problems.append(
+                f"{what}: kernel() raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+            )
+        try:
+            p = info.module.plan(
+                shapes, info.dtypes(dtype), attrs=attrs, variant=variant, outputs=outputs, caps=caps
+            )
+            if p.passes != ():
+                problems.append(f"{what}: plan() {p.variant} has {len(p.passes)} passes, expected none")
+        except Exception as error:  # noqa: BLE001
+            problems.append(
+                f"{what}: plan() raised {type(error).__name__}: {' '.join(str(error).split())[:300]}"
+            )
+    assert not problems, f"{op_id} {variant or 'default variant'} {shape}:\n" + "\n".join(problems)
+
+
+@ALL_OPS
+def test_empty_tensors_in_give_empty_tensors_out(op_id):
+    info = OPS[op_id]
+    shape = EMPTY_SHAPES[op_id][0]
+    inputs = {k: Tensor.from_numpy(v) for k, v in info.inputs(shape=shape).items()}
+    result = kernel(info, inputs)[info.out_key]
+    assert isinstance(result, Tensor) and result.shape == tuple(shape), summary(result)
+    assert result.numpy().shape == tuple(shape)
+
+
+def test_empty_group_normalization_plain_function():
+    """issue 9's example: (2, 6, 0, 3) is a GPUValidationError today."""
+    x = np.zeros((2, 6, 0, 3), np.float32)
+    y = gn.group_normalization(x, np.ones(6, np.float32), np.zeros(6, np.float32), num_groups=2)
+    assert y.shape == (2, 6, 0, 3) and y.dtype == np.float32
+
+
+# =========================================================================================================
+# float16 without shader-f16; caps with unknown names or bad values
+
+
+@pytest.fixture(scope="module")
+def device_without_f16():
+    import wgpu
+
+    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
+    device = adapter.request_device_sync(required_features=[])
+    assert "shader-f16" not in device.features
+    return device
+
+
+@ALL_OPS
+def test_float16_without_shader_f16_in_caps_plan(op_id):
+    info = OPS[op_id]
+    error = assert_refused(
+        lambda: plan(info, info.shapes(), np.float16, caps={"features": []}),
+        info.op,
+        what="f16 plan, caps without shader-f16",
+    )
+    assert F16_PHRASE in str(error), str(error)
+
+
+@ALL_OPS
+def test_float16_without_shader_f16_in_caps_kernel(op_id):
+    info = OPS[op_id]
+    inputs = info.inputs(np.float16)
+    error = assert_refused(
+        lambda: kernel(info, inputs, caps={"features": []}),
+        info.op,
+        what="f16 kernel, caps without shader-f16",
+    )
+    assert F16_PHRASE in str(error), str(error)
+
+
+@ALL_OPS
+def test_float16_on_a_device_without_shader_f16(op_id, device_without_f16):
+    info = OPS[op_id]
+    inputs = info.inputs(np.float16)
+    error = assert_refused(
+        lambda: kernel(info, inputs, device=device_without_f16),
+        info.op,
+        what="f16 kernel on a device without shader-f16",
+    )
+    assert F16_PHRASE in str(error), str(error)
+
+
+def test_float16_gamma_beta_do_not_need_shader_f16(device_without_f16):
+    """SkipGroupNorm binds gamma / beta (type M) as 32-bit words: an f32 X with f16 M runs anywhere.
+    (The same variant on both devices: the default one has subgroups, which registers needs.)"""
+    info = OPS["sgn"]
+    inputs = info.inputs(np.float32)
+    inputs["gamma"] = inputs["gamma"].astype(np.float16)
+    inputs["beta"] = inputs["beta"].astype(np.float16)
+    shapes = {key: value.shape for key, value in inputs.items()}
+    variant = plan(info, shapes, caps={"features": list(device_without_f16.features)}).variant
+    y = kernel(info, inputs, device=device_without_f16)["Y"]
+    np.testing.assert_array_equal(y, kernel(info, inputs, variant=variant)["Y"])
+
+
+BAD_CAPS = {
+    "unknown_feature": {"features": ["shader_f16"]},
+    "unknown_limit": {"limits": {"maxStorageBufferSize": 1 << 20}},
+    "unknown_key": {"feature": ["shader-f16"]},
+    "bool_limit": {"limits": {"maxComputeWorkgroupStorageSize": True}},
+    "fraction_limit": {"limits": {"maxComputeWorkgroupStorageSize": 16384.5}},
+    "negative_limit": {"limits": {"maxComputeInvocationsPerWorkgroup": -1}},
+    "string_limit": {"limits": {"maxComputeInvocationsPerWorkgroup": "256"}},
+    "features_string": {"features": "shader-f16"},
+    "not_a_mapping": ["shader-f16"],
+}
+CAPS_NAMES = {
+    "unknown_feature": ("shader_f16",),
+    "unknown_limit": ("maxStorageBufferSize",),
+    "unknown_key": ("feature",),
+    "bool_limit": ("maxComputeWorkgroupStorageSize",),
+    "fraction_limit": ("maxComputeWorkgroupStorageSize",),
+    "negative_limit": ("maxComputeInvocationsPerWorkgroup",),
+    "string_limit": ("maxComputeInvocationsPerWorkgroup",),
+    "features_string": ("features",),
+    "not_a_mapping": ("caps",),
+}
+
+
+@ALL_OPS
+@pytest.mark.parametrize("bad", list(BAD_CAPS))
+def test_bad_caps_are_refused(op_id, bad):
+    info = OPS[op_id]
+    caps = BAD_CAPS[bad]
+    assert_refused(
+        lambda: plan(info, info.shapes(), caps=caps),
+        info.op,
+        CAPS_NAMES[bad],
+        what=f"plan() caps={caps!r}",
+        names_in="text",
+    )
+    if op_id == "gn":
+        inputs = info.inputs()
+        assert_refused(
+            lambda: kernel(info, inputs, caps=caps),
+            info.op,
+            CAPS_NAMES[bad],
+            what=f"kernel() caps={caps!r}",
+            names_in="text",
+        )
+
+
+# =========================================================================================================
+# explain() never raises for a contract failure: its first line names the broken rule
+
+EXPLAIN_CASES = {
+    "gn-groups-do-not-divide": ("gn", None, {"num_groups": 3}, None),
+    "gn-rank-2": ("gn", {"x": (2, 4), "scale": (4,), "bias": (4,)}, None, None),
+    "bn-scale-length": (
+        "bn",
+        {"x": (2, 4, 3), "scale": (3,), "b": (4,), "inputMean": (4,), "inputVar": (4,)},
+        None,
+        None,
+    ),
+    "in-rank-2": ("in", {"input": (2, 4), "scale": (4,), "b": (4,)}, None, None),
+    "sgn-groups-do-not-divide": ("sgn", None, {"groups": 3}, None),
+    "sgn-skip-shape": (
+        "sgn",
+        {"X": (2, 2, 3, 4), "gamma": (4,), "beta": (4,), "skip": (2, 4, 1)},
+        None,
+        None,
+    ),
+    "gn-unknown-attribute": ("gn", None, {"alpha": 1.0}, None),
+    "bn-f16-without-shader-f16": ("bn", None, None, {"features": []}),
+    "in-binding-limit": ("in", None, None, {"limits": {"maxStorageBufferBindingSize": 16}}),
+    "sgn-epsilon-1e39": ("sgn", None, {"epsilon": 1e39}, None),
+}
+
+
+@pytest.mark.parametrize("name", list(EXPLAIN_CASES))
+def test_explain_returns_the_broken_rule(name):
+    op_id, shapes, attrs, caps = EXPLAIN_CASES[name]
+    info = OPS[op_id]
+    shapes = shapes or info.shapes()
+    dtype = np.float16 if "f16" in name else np.float32
+    kwargs = {"attrs": {**info.attrs, **(attrs or {})}, "caps": caps}
+    error = refusal(lambda: info.module.plan(shapes, info.dtypes(dtype), **kwargs), f"{name}: plan()")
+    try:
+        text = info.module.explain(shapes, info.dtypes(dtype), **kwargs)
+    except Exception as raised:
+        raise AssertionError(
+            f"{name}: explain() raised {type(raised).__name__}: {str(raised)[:400]}"
+        ) from raised
+    assert isinstance(text, str) and text, repr(text)
+    first = text.splitlines()[0]
+    assert error.rule in first, f"{name}: the first line {first!r} does not name the rule {error.rule!r}"
+
+
+# =========================================================================================================
+# Plan and limit errors name the op, the input (the caller's name) and the limit
+
+
+@pytest.mark.parametrize(
+    "op_id,by_role", [("bn", False), ("bn", True), ("gn", False), ("gn", True), ("in", False), ("sgn", False)]
+)
+def test_tensor_over_the_storage_binding_limit_names_input_and_limit(op_id, by_role):
+    info = OPS[op_id]
+    shapes = info.shapes((2, 64, 64, 64) if op_id == "sgn" else (2, 64, 64))
+    key = info.keys[0]
+    if by_role:
+        shapes[info.roles[key]] = shapes.pop(key)
+        key = info.roles[key]
+    # 4 KiB: planned in pieces of channel ranges (a GroupNorm group of 32 channels is 8 KiB);
+    # 128 bytes: below one channel (and one SkipGroupNorm item), so no cut exists and the
+    # refusal names the input and the limit.
+    if op_id in ("bn", "in"):
+        assert plan(info, shapes, caps={"limits": {"maxStorageBufferBindingSize": 4096}}).chunks
+    caps = {"limits": {"maxStorageBufferBindingSize": 128}}
+    error = assert_refused(
+        lambda: plan(info, shapes, caps=caps),
+        info.op,
+        (key,),
+        ("maxStorageBufferBindingSize",),
+        "binding limit",
+    )
+    assert info.op in str(error)
+
+
+@ALL_OPS
+def test_kernel_over_the_storage_binding_limit_names_input_and_limit(op_id):
+    info = OPS[op_id]
+    inputs = info.inputs()
+    caps = {"features": ["shader-f16"], "limits": {"maxStorageBufferBindingSize": 16}}
+    assert_refused(
+        lambda: kernel(info, inputs, caps=caps),
+        info.op,
+        (info.keys[0],),
+        ("maxStorageBufferBindingSize",),
+        "kernel binding limit",
+    )
+
+
+WORKGROUP_TUNABLES = [
+    (op_id, name)
+    for op_id in OP_IDS
+    for name in OPS[op_id].module.TUNABLES
+    if name.endswith("WORKGROUP_SIZE")
+]
+
+
+@pytest.mark.parametrize("op_id,name", WORKGROUP_TUNABLES)
+def test_workgroup_tunable_over_the_device_limit(op_id, name):
+    """Over maxComputeInvocationsPerWorkgroup (256 by default): capped by the manifest, or refused by name."""
+    info = OPS[op_id]
+    shapes = info.shapes((2, 64, 64, 64) if op_id == "sgn" else (2, 64, 4096))
+    try:
+        p = plan(info, shapes, tunables={name: 4096})
+    except ContractError as error:
+        assert word(name, str(error)) and "maxComputeInvocationsPerWorkgroup" in str(error), str(error)
+        assert error.op == info.op
+        return
+    except Exception as error:
+        raise AssertionError(f"{name}=4096: {type(error).__name__}: {error}") from error
+    assert all(q.workgroup_size <= 256 for q in p.passes), [q.workgroup_size for q in p.passes]
+
+
+# =========================================================================================================
+# Inputs that are not float32 / float16 arrays: object dtype, ragged lists, strings
+
+ODD_VALUES = {
+    "object_array": lambda v: np.array(list(v.ravel()), dtype=object).reshape(v.shape),
+    "object_array_of_none": lambda v: np.array([None] * v.size, dtype=object).reshape(v.shape),
+    "ragged_list": lambda v: [[1.0], [1.0, 2.0]],
+    "string": lambda v: "abc",
+    "float64_list": lambda v: v.astype(np.float64).tolist(),
+    "int32_array": lambda v: v.astype(np.int32),
+    "dict": lambda v: {"data": v},
+}
+
+
+@ALL_OPS
+@pytest.mark.parametrize("odd", list(ODD_VALUES))
+def test_input_that_is_not_a_float_array(op_id, odd):
+    info = OPS[op_id]
+    inputs = info.inputs()
+    key = info.keys[2]
+    inputs[key] = ODD_VALUES[odd](inputs[key])
+    words = ("object",) if odd.startswith("object") else ()
+    assert_refused(lambda: kernel(info, inputs), info.op, (key,), words, f"{key} = {odd}")
+
+
+# =========================================================================================================
+# Per-device caches stay bounded: epsilon is a uniform, caches hold at most 1024 entries
+
+CACHE_CAP = 1024
+PIPELINE_GROWTH = (
+    4  # pipelines a loop over one shape may add (variants and their passes), whatever epsilon is
+)
+
+
+def _cache_sizes(device):
+    return {
+        "_pipelines": len(rt.pipeline_cache.get(device, {})),
+        "_uniform_buffers": len(rt.uniform_buffer_cache.get(device, {})),
+        "_shader_modules": len(rt.shader_module_cache.get(device, {})),
+        "_plans": len(rt.plan_cache),
+    }
+
+
+def test_caches_stay_bounded_over_2000_distinct_epsilons():
+    device = rt.default_device()
+    info = OPS["bn"]
+    inputs = info.inputs(shape=(1, 4))
+    kernel(info, inputs)
+    start = _cache_sizes(device)["_pipelines"]
+    peak = {}
+    for i in range(2000):
+        kernel(info, inputs, attrs={"epsilon": 1e-5 * (1 + i / 1000)})
+        sizes = _cache_sizes(device)
+        peak = {k: max(v, peak.get(k, 0)) for k, v in sizes.items()}
+        assert (
+            sizes["_pipelines"] - start <= PIPELINE_GROWTH
+        ), f"epsilon #{i}: {sizes['_pipelines'] - start} new pipelines"
+        assert all(v <= CACHE_CAP for v in sizes.values()), f"epsilon #{i}: {sizes}"
+    assert peak["_plans"] <= CACHE_CAP and peak["_uniform_buffers"] <= CACHE_CAP, peak
+
+
+def test_plan_cache_stays_bounded_over_2000_distinct_shapes():
+    info = OPS["bn"]
+    peak = 0
+    for n in range(1, 2001):
+        plan(info, info.shapes((n, 4)))
+        peak = max(peak, len(rt.plan_cache))
+    assert peak <= CACHE_CAP, peak
+
+
+def test_group_normalization_pipelines_do_not_grow_over_2000_epsilons():
+    device = rt.default_device()
+    info = OPS["gn"]
+    inputs = info.inputs(shape=(2, 4, 8))
+    kernel(info, inputs)
+    start = _cache_sizes(device)["_pipelines"]
+    for i in range(2000):
+        kernel(info, inputs, attrs={"epsilon": 1e-5 * (1 + i / 1000)})
+        grown = _cache_sizes(device)["_pipelines"] - start
+        assert (
+            grown <= PIPELINE_GROWTH
+        ), f"after {i + 1} distinct epsilons: {grown} new pipelines (epsilon must be a uniform)"
+
+
+# =========================================================================================================
+# The caller's name for an input: the bind key or the ONNX role, whichever the call used
+
+# (op, bind key, a wrong value for it, ...)
+NAME_CASES = [
+    ("bn", "x", lambda v: v[:, :, 0][:, 0]),  # rank 1
+    ("bn", "b", lambda v: v[:3]),
+    ("bn", "inputMean", lambda v: v[:3]),
+    ("bn", "inputVar", lambda v: v.reshape(2, 2)),
+    ("gn", "x", lambda v: v[:, :, 0]),  # rank 2
+    ("in", "b", lambda v: v[:3]),
+]
+
+
+@pytest.mark.parametrize("op_id,key,wrong", NAME_CASES, ids=[f"{o}-{k}" for o, k, _ in NAME_CASES])
+@pytest.mark.parametrize("by_role", [False, True], ids=["key", "role"])
+def test_errors_use_the_callers_name(op_id, key, wrong, by_role):
+    info = OPS[op_id]
+    inputs = info.inputs()
+    inputs[key] = wrong(inputs[key])
+    name = key
+    if by_role:
+        name = info.roles[key]
+        inputs[name] = inputs.pop(key)
+    other = info.roles[key] if not by_role else key
+    error = assert_refused(
+        lambda: kernel(info, inputs), info.op, (name,), what=f"{name} of shape {np.shape(inputs[name])}"
+    )
+    assert not word(
+        f"input {other}", str(error)
+    ), f"the caller said {name}, the error says input {other}: {error}"
+
+
+# =========================================================================================================
+# Found while writing these tests; not on issue 9's list, same rule: ContractError or the right answer
+
+
+@ALL_OPS
+@pytest.mark.parametrize("bad", [0.5, True], ids=["fraction", "bool"])
+def test_tensor_with_a_non_integer_dim_is_refused(op_id, bad):
+    """Tensor(buffer, shape, ...) truncates its dims with int(): a (2, 4, 2.5) Tensor runs as (2, 4, 2)."""
+    info = OPS[op_id]
+    inputs = info.inputs()
+    key = info.keys[0]
+    x = inputs[key]
+    if op_id == "sgn":
+        inputs["skip"] = inputs["skip"][:, 0, 0, :]  # (N, C): valid whatever H is
+    t = Tensor.from_numpy(x)
+    shape = list(x.shape)
+    axis = 1 if op_id == "sgn" else -1  # a spatial axis: C must keep matching the parameters
+    shape[axis] = True if bad is True else shape[axis] - bad
+    shape = tuple(shape)
+
+    # Refused where the Tensor is made, before any call can use it.
+    with pytest.raises(ContractError) as caught:
+        Tensor(t.buffer, shape, x.dtype, t.device)
+    assert caught.value.op == "Tensor" and caught.value.subject == "shape", str(caught.value)
+    assert f"dimension {shape[axis]!r}" in str(caught.value), str(caught.value)
+
+
+@ALL_OPS
+def test_inputs_that_are_not_a_mapping_are_refused(op_id):
+    info = OPS[op_id]
+    inputs = list(info.inputs().values())
+    assert_refused(
+        lambda: info.module.kernel(inputs, attrs=info.attrs),
+        info.op,
+        ("inputs",),
+        what="kernel() inputs as a list",
+        names_in="text",
+    )
+
+
+@ALL_OPS
+def test_big_endian_tensor_input(op_id):
+    """Tensor.from_numpy of a big-endian array keeps the big-endian bytes and dtype: the call must give
+    the little-endian result or refuse it with a ContractError, never read the bytes the wrong way."""
+    info = OPS[op_id]
+    inputs = info.inputs(rng=np.random.default_rng(9))
+    expected = kernel(info, inputs)[info.out_key]
+    key = info.keys[0]
+    swapped = {**inputs, key: Tensor.from_numpy(inputs[key].astype(">f4"))}
+    try:
+        got = kernel(info, swapped)[info.out_key]
+    except ContractError:
+        return
+    np.testing.assert_array_equal(got, expected)
