@@ -20,7 +20,7 @@ from codegen.manifest import load_manifests
 from codegen.problems import CompileError, TemplateLocation
 from codegen.resolve import resolve_op
 from codegen.wgsl import KeyName, render_op
-from tests.compiler.test_codegen import TINY_MANIFEST, _tiny_repo
+from tests.compiler.compiler_support import TINY_MANIFEST, tiny_repo
 
 REPO = Path(__file__).resolve().parents[2]
 TEMPLATES = REPO / "templates"
@@ -100,7 +100,7 @@ def test_declarations_are_snake_case(name):
 def test_a_library_file_is_not_an_op_template(tmp_path):
     manifest = copy.deepcopy(TINY_MANIFEST)
     manifest["variants"][0]["passes"][0]["shader"] = "_lib/pairs.wgsl.jinja"
-    manifests, templates = _tiny_repo(tmp_path, manifest=manifest)
+    manifests, templates = tiny_repo(tmp_path, manifest=manifest)
     shutil.copytree(LIBRARY, templates / "_lib")
     op = resolve_op(load_manifests(manifests)[0])
     with pytest.raises(CompileError, match=r"`_lib/pairs.wgsl.jinja` is a macro library"):
@@ -116,7 +116,7 @@ def test_a_template_renders_library_macros_and_records_the_libraries(tmp_path):
         "}\n\n"
         '{{ threads_main("scale_value", "params.count", "f32") }}\n'
     )
-    manifests, templates = _tiny_repo(tmp_path, template=template)
+    manifests, templates = tiny_repo(tmp_path, template=template)
     shutil.copytree(LIBRARY, templates / "_lib")
     (rendered,) = render_op(resolve_op(load_manifests(manifests)[0]), templates)
     assert rendered.libraries == ("templates/_lib/pairs.wgsl.jinja",)
@@ -155,7 +155,7 @@ def _values_tiny(tmp_path, template: str = VALUES_TEMPLATE, derive: dict | None 
         "rows": "count",
         "span": "count * 2",
     }
-    manifests, templates = _tiny_repo(tmp_path, template=template, manifest=manifest)
+    manifests, templates = tiny_repo(tmp_path, template=template, manifest=manifest)
     (rendered,) = render_op(resolve_op(load_manifests(manifests)[0]), templates)
     return rendered
 
