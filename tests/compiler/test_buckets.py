@@ -22,7 +22,7 @@ from codegen.wgsl import render_op
 from generated import _runtime as runtime
 from generated._runtime.numeric import bucket_down, bucket_up
 
-from tests.compiler.test_expr import compile_error, compile_source, evaluate
+from tests.compiler.expr_support import compile_error, compile_source, evaluate
 
 REPO = Path(__file__).resolve().parents[2]
 
