@@ -300,7 +300,7 @@ def compare(case, inputs, actual, ref, context):
     tolerance on them, carried through scale (tests/kernels/test_group_normalization.py says why).
     """
     if case.attrs.get("stash_type") == 10:
-        from tests.kernels.test_group_normalization import assert_close_f16_stage, spec_normalized
+        from tests.kernels.group_norm_support import assert_close_f16_stage, spec_normalized
 
         normalized = spec_normalized(inputs, case.attrs)
         assert_close_f16_stage(actual["y"], ref["y"], normalized, inputs["scale"], inputs["x"].dtype, context)

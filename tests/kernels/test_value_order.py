@@ -32,7 +32,7 @@ from tests.oracles import (
     seed_note,
     skip_group_norm_for_call,
 )
-from tests.kernels.test_group_normalization import assert_close_f16_stage, stash16_exact_statistics_ref
+from tests.kernels.group_norm_support import assert_close_f16_stage, stash16_exact_statistics_ref
 
 DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 PATTERNS = ("issue", "outlier-first", "outlier-middle", "outlier-last", "offset", "two-clusters")

@@ -26,7 +26,7 @@ from tests.oracles import (
     seed_note,
     skip_group_norm_for_call,
 )
-from tests.kernels.test_group_normalization import assert_close_f16_stage, spec_normalized
+from tests.kernels.group_norm_support import assert_close_f16_stage, spec_normalized
 
 EPSILONS = 50
 F16 = {"features": ["shader-f16"]}

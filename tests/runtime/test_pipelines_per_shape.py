@@ -30,7 +30,13 @@ from tests.oracles import (
     seed_note,
     skip_group_norm_for_call,
 )
-from tests.kernels.test_group_normalization import assert_close_f16_stage, held_units, spec_normalized
+from tests.kernels.group_norm_support import (
+    assert_close_f16_stage,
+    bucket_fill,
+    expected_fill,
+    held_units,
+    spec_normalized,
+)
 
 F16 = {"features": ["shader-f16"]}
 SUBGROUP_ID = {"features": ["shader-f16", "subgroups"], "wgslLanguageFeatures": ["subgroup_id"]}
@@ -503,21 +509,6 @@ def test_plane_row_registers_pipelines_are_one_per_workgroup_size_and_unit_bucke
                 )
 
     assert_one_pipeline_per_workgroup_and_bucket(plans(), seed)
-
-
-def bucket_fill(pass_plan):
-    """The fill a row-registers shader was specialized for: the first word of its spec's key."""
-    return pass_plan.spec.split(".")[1].split("-")[0]
-
-
-def expected_fill(row_units, workgroup, bucket):
-    """How a row fills its unit bucket, from the definition: "exact" when it is `bucket` whole
-    sweeps of the workgroup, "last" when the bucket is the row's own ceil(row / workgroup) units
-    (so only an invocation's last unit can lie past the row), else "any"."""
-    needed = -(-row_units // workgroup)
-    if needed != bucket:
-        return "any"
-    return "exact" if row_units == needed * workgroup else "last"
 
 
 def assert_one_pipeline_per_workgroup_and_bucket(plans, seed):
