@@ -125,7 +125,8 @@ SPLIT_SHORT_ROWS = {"REGISTER_SPLIT_MIN_HIDDEN": 1}
 
 
 def held_units(pass_plan):
-    """The unit bucket a group_row_registers shader was specialized for (its UNITS constant)."""
+    """The unit bucket a row-registers shader (group_row_registers, plane_row_registers) was
+    specialized for (its UNITS constant)."""
     return re.search(r"const UNITS: u32 = (\d+)u;", pass_plan.wgsl).group(1)
 
 
