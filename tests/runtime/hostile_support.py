@@ -1,7 +1,9 @@
-"""Shared helpers for tests/runtime/test_hostile_calls.py and tests/runtime/test_fuzz.py (issue 9: hostile input).
+"""Shared helpers for the hostile-input tests of tests/runtime/ (issue 9): test_hostile_*.py, test_fuzz.py.
 
 * `OPS`: the four generated ops with their bind keys, ONNX roles, a valid base request and the
   plain function, so a test can build a valid call for any op and then break one thing.
+* `ALL_OPS`, `DTYPES`: parametrize marks over the four ops and over float32 / float16;
+  `kernel(info, inputs)`, `plan(info, shapes)`: an op's call with its base request's attributes.
 * `refusal(call)`: runs a call that must be refused and returns the ContractError, failing with
   the actual outcome (a return value, another exception type) otherwise.
 * `check_refusal(error, op, names, words)`: the error's shape (issue 9): a ContractError (a
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from generated import ContractError
 from generated import batch_normalization as bn
@@ -141,6 +144,18 @@ OPS = {
     ),
 }
 OP_IDS = tuple(OPS)
+ALL_OPS = pytest.mark.parametrize("op_id", OP_IDS)
+DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+
+
+def kernel(info, inputs, **kwargs):
+    return info.module.kernel(inputs, attrs={**info.attrs, **kwargs.pop("attrs", {})}, **kwargs)
+
+
+def plan(info, shapes, dtype=np.float32, **kwargs):
+    return info.module.plan(
+        shapes, info.dtypes(dtype), attrs={**info.attrs, **kwargs.pop("attrs", {})}, **kwargs
+    )
 
 
 def word(name: str, text: str) -> bool:
