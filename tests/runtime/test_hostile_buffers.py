@@ -15,15 +15,15 @@ import pytest
 
 from generated import Tensor
 from tests.runtime.hostile_support import (
-    OPS,
     OP_IDS,
+    OPS,
     check_child_refusal,
     describe_outcome,
     emit,
+    kernel,
     run_cases_in_children,
     summary,
 )
-from tests.runtime.hostile_support import kernel
 
 
 # =========================================================================================================
@@ -187,6 +187,3 @@ def test_tensor_buffers(name, buffer_results):
         return
     names, words = _buffer_expectation(op_id, kind)
     check_child_refusal(result, OPS[op_id].op, names, words, name)
-
-
-# =========================================================================================================

@@ -24,9 +24,20 @@ import pytest
 
 from generated import ContractError, Tensor
 from generated import group_normalization as gn
-from tests.runtime.hostile_support import OPS, OP_IDS, assert_refused, summary, word
-from tests.runtime.hostile_support import ALL_OPS, DTYPES, kernel, plan
+from tests.runtime.hostile_support import (
+    ALL_OPS,
+    DTYPES,
+    OP_IDS,
+    OPS,
+    assert_refused,
+    kernel,
+    plan,
+    summary,
+    word,
+)
 
+
+# =========================================================================================================
 # out= takes Tensors only; unknown out keys
 
 
@@ -485,9 +496,6 @@ def test_empty_group_normalization_plain_function():
 
 
 # =========================================================================================================
-
-
-# =========================================================================================================
 # Inputs that are not float32 / float16 arrays: object dtype, ragged lists, strings
 
 ODD_VALUES = {
@@ -513,8 +521,6 @@ def test_input_that_is_not_a_float_array(op_id, odd):
 
 
 # =========================================================================================================
-
-
 # The caller's name for an input: the bind key or the ONNX role, whichever the call used
 
 # (op, bind key, a wrong value for it, ...)

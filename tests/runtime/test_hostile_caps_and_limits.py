@@ -16,9 +16,20 @@ import pytest
 
 from generated import ContractError
 from generated import _runtime as rt
-from tests.runtime.hostile_support import F16_PHRASE, OPS, OP_IDS, assert_refused, refusal, word
-from tests.runtime.hostile_support import ALL_OPS, kernel, plan
+from tests.runtime.hostile_support import (
+    ALL_OPS,
+    F16_PHRASE,
+    OP_IDS,
+    OPS,
+    assert_refused,
+    kernel,
+    plan,
+    refusal,
+    word,
+)
 
+
+# =========================================================================================================
 # float16 without shader-f16; caps with unknown names or bad values
 
 
@@ -241,6 +252,7 @@ def test_workgroup_tunable_over_the_device_limit(op_id, name):
     assert all(q.workgroup_size <= 256 for q in p.passes), [q.workgroup_size for q in p.passes]
 
 
+# =========================================================================================================
 # Per-device caches stay bounded: epsilon is a uniform, caches hold at most 1024 entries
 
 CACHE_CAP = 1024
@@ -297,6 +309,3 @@ def test_group_normalization_pipelines_do_not_grow_over_2000_epsilons():
         assert (
             grown <= PIPELINE_GROWTH
         ), f"after {i + 1} distinct epsilons: {grown} new pipelines (epsilon must be a uniform)"
-
-
-# =========================================================================================================
