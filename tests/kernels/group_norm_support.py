@@ -68,6 +68,7 @@ def assert_close_f16_stage(actual, ref, normalized, scale, dtype, context, extra
     keeps T's tolerance. `extra` is a per-row allowance a caller justifies (see its use).
     """
     actual = np.asarray(actual, np.float64)
+    assert actual.shape == ref.shape, context
     atol, rtol = TOLERANCES[np.dtype(dtype)]
     scale = np.abs(per_channel(scale, actual.ndim))
     allowed = atol + rtol * np.abs(ref) + scale * (2e-3 + 2e-3 * np.abs(normalized) + extra)

@@ -27,15 +27,15 @@ from hypothesis import strategies as st
 from generated import ContractError, Tensor
 from generated import default_device
 from tests.device_helpers import poisoned_call
-from tests.runtime.hostile_support import OPS, check_refusal
+from tests.kernels.group_norm_support import assert_close_f16_stage, stash16_exact_statistics_ref
 from tests.oracles import (
-    TOLERANCES,
     assert_close,
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
     skip_group_norm_ref,
 )
+from tests.runtime.hostile_support import OPS, check_refusal
 
 MAX_ELEMENTS = 50_000
 MAX_DIM = 70
@@ -221,56 +221,9 @@ def references(op_id, inputs, attrs):
     return {"Y": y, "S": s}
 
 
-def assert_close_f16_stage(actual, ref, normalized, scale, dtype, context, extra=0.0):
-    """stash_type=10, as tests/kernels/test_group_normalization.py judges it: the ONNX body computes the
-    normalized values n in float16, so docs/TESTING.md's float16 tolerance applies to n and reaches Y through
-    scale; T's tolerance applies to the result:
-    |Y - ref| <= atol_T + rtol_T |ref| + |scale| (2e-3 + 2e-3 |n| + extra)."""
-    actual = np.asarray(actual, np.float64)
-    assert actual.shape == ref.shape, context
-    atol, rtol = TOLERANCES[np.dtype(dtype)]
-    scale = np.abs(np.asarray(scale, np.float64).reshape((1, -1) + (1,) * (actual.ndim - 2)))
-    allowed = atol + rtol * np.abs(ref) + scale * (2e-3 + 2e-3 * np.abs(normalized) + extra)
-    ok = np.abs(actual - ref) <= allowed
-    if not ok.all():
-        excess = np.where(ok, -1.0, np.nan_to_num(np.abs(actual - ref) / allowed, nan=np.inf))
-        worst = tuple(int(i) for i in np.unravel_index(np.argmax(excess), ref.shape))
-        raise AssertionError(
-            f"{context}: {np.count_nonzero(~ok)} of {ref.size} out of the f16-stage tolerance; worst at {worst}: "
-            f"actual {actual[worst]!r}, expected {ref[worst]!r}, normalized {normalized[worst]!r}, allowed {allowed[worst]:.3g}"
-        )
-
-
-def half(values):
-    """Round to float16 like the kernel (values f16 cannot hold are kept): tests/kernels/test_group_normalization.py."""
-    values = np.asarray(values, np.float64)
-    with np.errstate(over="ignore"):
-        return np.where(np.abs(values) < 65520, values.astype(np.float16).astype(np.float64), values)
-
-
-def stash16_exact_statistics_ref(x, scale, bias, num_groups, epsilon):
-    """tests/kernels/test_group_normalization.py's reference for stash_type=10 where the body's own f16
-    E[x^2] - E[x]^2 cancels or overflows: every f16 value rounded where the body rounds it, Mean and
-    Var computed exactly before their rounding. Returns (Y, normalized, per-row allowance for Mean
-    landing on a neighbouring f16 value)."""
-    n = x.shape[0]
-    rows = half(x).reshape(n, num_groups, -1)
-    mean = half(rows.mean(axis=2, keepdims=True))
-    std = half(np.sqrt(half(half(rows.var(axis=2, keepdims=True)) + half(np.float32(epsilon)))))
-    normalized = half(half(rows - mean) / std)
-    normalized = normalized.reshape(x.shape).astype(x.dtype).astype(np.float64)
-    mean_ulp = np.spacing(np.abs(mean).astype(np.float16)).astype(np.float64) / std
-    mean_ulp = np.broadcast_to(mean_ulp, rows.shape).reshape(x.shape)
-    shape = (1, -1) + (1,) * (x.ndim - 2)
-    y = np.asarray(scale, np.float64).reshape(shape) * normalized + np.asarray(bias, np.float64).reshape(
-        shape
-    )
-    return y, normalized, mean_ulp
-
-
 def body_statistics_trustworthy(x, num_groups):
-    """Where tests/kernels/test_group_normalization.py trusts the ONNX body's own f16 statistics: every row's
-    mean within a tenth of its spread of zero, at most 4096 values a row."""
+    """Where tests/kernels/test_group_normalization_stash16.py trusts the ONNX body's own f16
+    statistics: every row's mean within a tenth of its spread of zero, at most 4096 values a row."""
     rows = x.astype(np.float64).reshape(x.shape[0], num_groups, -1)
     return rows.shape[2] <= 4096 and bool(np.all(np.abs(rows.mean(axis=2)) <= 0.1 * rows.std(axis=2)))
 
