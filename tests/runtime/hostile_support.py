@@ -4,6 +4,7 @@
   plain function, so a test can build a valid call for any op and then break one thing.
 * `ALL_OPS`, `DTYPES`: parametrize marks over the four ops and over float32 / float16;
   `kernel(info, inputs)`, `plan(info, shapes)`: an op's call with its base request's attributes.
+* `GN`, `ATTRS`, `SHAPES`, `gn_arrays()`, `gn_tensors()`: a small valid GroupNormalization call.
 * `refusal(call)`: runs a call that must be refused and returns the ContractError, failing with
   the actual outcome (a return value, another exception type) otherwise.
 * `check_refusal(error, op, names, words)`: the error's shape (issue 9): a ContractError (a
@@ -27,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from generated import ContractError
+from generated import ContractError, Tensor
 from generated import batch_normalization as bn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
@@ -156,6 +157,25 @@ def plan(info, shapes, dtype=np.float32, **kwargs):
     return info.module.plan(
         shapes, info.dtypes(dtype), attrs={**info.attrs, **kwargs.pop("attrs", {})}, **kwargs
     )
+
+
+# A small valid GroupNormalization call, for the device, Tensor and audit tests.
+GN = gn.OP
+ATTRS = {"num_groups": 2}
+SHAPES = {"x": (2, 4, 3), "scale": (4,), "bias": (4,)}
+
+
+def gn_arrays(dtype=np.float32, shape=(2, 4, 3)):
+    rng = np.random.default_rng(3)
+    return {
+        "x": rng.standard_normal(shape).astype(dtype),
+        "scale": rng.uniform(0.5, 1.5, shape[1]).astype(dtype),
+        "bias": rng.uniform(-0.5, 0.5, shape[1]).astype(dtype),
+    }
+
+
+def gn_tensors(dtype=np.float32):
+    return {k: Tensor.from_numpy(v) for k, v in gn_arrays(dtype).items()}
 
 
 def word(name: str, text: str) -> bool:

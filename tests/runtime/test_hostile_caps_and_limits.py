@@ -33,16 +33,6 @@ from tests.runtime.hostile_support import (
 # float16 without shader-f16; caps with unknown names or bad values
 
 
-@pytest.fixture(scope="module")
-def device_without_f16():
-    import wgpu
-
-    adapter = wgpu.gpu.request_adapter_sync(power_preference="high-performance")
-    device = adapter.request_device_sync(required_features=[])
-    assert "shader-f16" not in device.features
-    return device
-
-
 @ALL_OPS
 def test_float16_without_shader_f16_in_caps_plan(op_id):
     info = OPS[op_id]
