@@ -297,7 +297,7 @@ def compare(case, inputs, actual, ref, context):
     """AssertionError when an output is out of tolerance.
 
     stash_type=10 computes its normalized values in float16 as the spec prescribes: docs/TESTING.md's f16
-    tolerance on them, carried through scale (tests/kernels/test_group_normalization.py says why).
+    tolerance on them, carried through scale (tests/kernels/group_norm_support.py's assert_close_f16_stage says why).
     """
     if case.attrs.get("stash_type") == 10:
         from tests.kernels.group_norm_support import assert_close_f16_stage, spec_normalized

@@ -32,7 +32,7 @@ def _batch_normalization(inputs, attrs, dtypes):
 
 
 def _group_normalization(inputs, attrs, dtypes):
-    # stash_type=10 computes in f16 and needs its own tolerance argument: test_group_normalization.py.
+    # stash_type=10 computes in f16 and needs its own tolerance argument: group_norm_support.py.
     assert attrs.get("stash_type", 1) == 1, "test.json holds stash_type=1 cases only"
     y = oracles.group_normalization_ref(
         inputs["x"], inputs["scale"], inputs["bias"], attrs["num_groups"], attrs.get("epsilon", 1e-5)

@@ -11,7 +11,7 @@ workgroups a row, group_splitk_registers and plane_splitk_registers 8 or 11 chun
 one short), and the subgroup combines are planned both with and without the `subgroup_id`
 language feature. Fresh random data every run (seeded, the seed is
 printed on failure), NaN-poisoned outputs, float64 references from tests/oracles.py, and
-docs/TESTING.md's tolerances; stash_type 10 uses tests/kernels/test_group_normalization.py's f16-stage check, whose
+docs/TESTING.md's tolerances; stash_type 10 uses tests/kernels/group_norm_support.py's f16-stage check, whose
 looser bound is the f16 arithmetic the spec prescribes.
 """
 
