@@ -2,20 +2,28 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 1dcd97a8b9b0ac9b)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 259a46f9124c48e7)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 6a8bb9e6c7107525)
+#   manifests/com.microsoft.GroupNorm/manifest.json (sha256 cd3771c3034e8d6a)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 b8f5c7f64c7c88c7)
 #   codegen/onnx_versions.py (sha256 0310f44cf5839b3b)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """The op packages the compiler generated, and the ONNX operator versions each runs."""
 
-from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
+from . import batch_normalization, group_normalization, instance_normalization, group_norm, skip_group_norm
 from .registry import OpEntry
 
-OP_PACKAGE_NAMES = ("batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm")
+OP_PACKAGE_NAMES = (
+    "batch_normalization",
+    "group_normalization",
+    "instance_normalization",
+    "group_norm",
+    "skip_group_norm",
+)
 OP_PACKAGES = (
     batch_normalization,
     group_normalization,
     instance_normalization,
+    group_norm,
     skip_group_norm,
 )
 
@@ -60,5 +68,6 @@ ENTRIES = (
         None,
         "22 only adds bfloat16 to T; float32 and float16 are computed as in 6",
     ),
+    OpEntry(group_norm, "com.microsoft", "GroupNorm", 1, 1, None, ""),
     OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
 )
