@@ -1,6 +1,6 @@
 """Shared helpers for tests/test_hostile_calls.py and tests/test_fuzz.py (issue 9: hostile input).
 
-* `OPS`: the four generated ops with their bind keys, ONNX roles, a valid base request and the
+* `OPS`: the generated ops with their bind keys, ONNX roles, a valid base request and the
   plain function, so a test can build a valid call for any op and then break one thing.
 * `refusal(call)`: runs a call that must be refused and returns the ContractError, failing with
   the actual outcome (a return value, another exception type) otherwise.
@@ -26,6 +26,7 @@ import numpy as np
 
 from generated import ContractError
 from generated import batch_normalization as bn
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import skip_group_norm as sgn
@@ -53,9 +54,18 @@ class OpInfo:
     def channels(self, shape):
         return shape[self.channels_axis]
 
+    @property
+    def spatial_axis(self):
+        """An axis of the base X that is not C (H for the channels-last ops, else the last)."""
+        return 1 if self.channels_axis != 1 else len(self.base_shape) - 1
+
+    def large(self, side=64):
+        """A base-rank X of about 2 * side**3 values, C = side (for limit tests)."""
+        return (2,) + (side,) * (len(self.base_shape) - 1) if len(self.base_shape) == 4 else (2, side, side)
+
     def dtypes(self, dtype):
         name = np.dtype(dtype).name
-        return {"T": name, "M": name} if self.name == "sgn" else {"T": name}
+        return {"T": name, "M": name} if "M" in self.module.TYPE_CONSTRAINTS else {"T": name}
 
     def shapes(self, shape=None, with_optional=False):
         """Input shapes of a valid request with X of `shape` (the base shape by default)."""
@@ -93,6 +103,8 @@ class OpInfo:
             return gn.group_normalization(*args, **{"num_groups": 2, **kwargs})
         if self.name == "in":
             return inn.instance_normalization(*args, **kwargs)
+        if self.name == "mgn":
+            return mgn.group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
         return sgn.skip_group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
 
     @property
@@ -137,6 +149,16 @@ OPS = {
         {"groups": 2, "activation": 0},
         (2, 2, 3, 4),
         optional=("bias",),
+        channels_axis=3,
+    ),
+    "mgn": OpInfo(
+        "mgn",
+        mgn,
+        ("X", "gamma", "beta"),
+        {k: k for k in ("X", "gamma", "beta")},
+        "Y",
+        {"groups": 2, "activation": 0},
+        (2, 2, 3, 4),
         channels_axis=3,
     ),
 }
