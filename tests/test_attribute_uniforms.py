@@ -220,12 +220,15 @@ def test_skip_group_norm_epsilon_and_activation_are_uniforms(variant, member, dt
         assert pipeline_count() == first, f"activation {activation} created a pipeline"
 
 
-MGN_CONFIGS = [("registers", 1), ("split", 1), ("fused", 0)]  # registers: NHWC only
+# (variant, channels_last, T): each variant once (registers: NHWC only), both layouts and T types
+# among them; SkipGroupNorm's test above runs the same shaders in every dtype.
+MGN_CONFIGS = [("registers", 1, np.float16), ("split", 1, np.float32), ("fused", 0, np.float16)]
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 @pytest.mark.parametrize(
-    "variant,channels_last", MGN_CONFIGS, ids=[f"{v}-{'nhwc' if c else 'nchw'}" for v, c in MGN_CONFIGS]
+    "variant,channels_last,dtype",
+    MGN_CONFIGS,
+    ids=[f"{v}-{'nhwc' if c else 'nchw'}-{np.dtype(d).name}" for v, c, d in MGN_CONFIGS],
 )
 def test_microsoft_group_norm_epsilon_and_activation_are_uniforms(variant, channels_last, dtype, request):
     """com.microsoft GroupNorm (float32 gamma and beta): the pipeline count holds across 50 epsilons x
