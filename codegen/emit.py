@@ -17,9 +17,9 @@ from dataclasses import dataclass
 
 import black
 
-from .expr import Compiled, request_local, snake
+from .expr import DERIVED, REQUEST, VALUES, Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
-from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
+from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Rule, Value
 from .shader_files import ShaderFile, ShaderFiles, deciding_columns
 from .wgsl import KeyName, RenderedPass
 
@@ -28,6 +28,8 @@ BLACK_MODE = black.Mode(line_length=110, target_versions={black.TargetVersion.PY
 # Every generated file carries this line (the project's license, LICENSE at the repository root).
 LICENSE_NOTICE = "SPDX-License-Identifier: Apache-2.0"
 PREAMBLE_ORDER = ("limits", "features", "wgsl_features", "adapter_info", "dispatch_fold_width")
+# What a variant's passes and intermediates read: the request, the op's derived values, its own values.
+_PASS_PARAMETERS = f"{REQUEST}, {DERIVED}, {VALUES}"
 
 
 @dataclass(frozen=True)
@@ -111,17 +113,21 @@ def _preamble(w: Writer, op: ResolvedOp, codes: list[Compiled]) -> None:
         var = request_local("shape", tensor.key)
         if var in needed:
             # An optional input that was not given has no shape: None.
-            read = f'r.shapes.get("{tensor.key}")' if tensor.optional else f'r.shapes["{tensor.key}"]'
+            read = (
+                f'{REQUEST}.shapes.get("{tensor.key}")'
+                if tensor.optional
+                else f'{REQUEST}.shapes["{tensor.key}"]'
+            )
             w.line(f"{var} = {read}")
     for type_var, _ in op.ir.type_constraints:
         if request_local("dtype", type_var) in needed:
-            w.line(f'{request_local("dtype", type_var)} = r.dtypes["{type_var}"]')
+            w.line(f'{request_local("dtype", type_var)} = {REQUEST}.dtypes["{type_var}"]')
     for attribute in op.ir.attributes:
         if request_local("attr", attribute.name) in needed:
-            w.line(f'{request_local("attr", attribute.name)} = r.attrs["{attribute.name}"]')
+            w.line(f'{request_local("attr", attribute.name)} = {REQUEST}.attrs["{attribute.name}"]')
     for name, _ in op.ir.tunables:
         if request_local("tunable", name) in needed:
-            w.line(f'{request_local("tunable", name)} = r.tunables["{name}"]')
+            w.line(f'{request_local("tunable", name)} = {REQUEST}.tunables["{name}"]')
     for local in PREAMBLE_ORDER:
         if local in needed:
             w.line(f"{local} = {DEVICE_LOCALS[local]}")
@@ -176,7 +182,7 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     _emit_shapes(
         w,
         op,
-        "def output_shapes(r):",
+        f"def output_shapes({REQUEST}):",
         "Each output's shape, from the manifest's `shape` expressions.",
         [(f'"{t.key}": tuple({c.python})', f"{t.role}: {t.shape.text()}", c) for t, c in op.output_shapes],
     )
@@ -282,7 +288,7 @@ def _emit_derive(w: Writer, op: ResolvedOp) -> None:
             w.line(f"{value.var}: {_annotation(value.code.type)}")
     w.line()
     w.line()
-    with w.block("def derive(r) -> Derived:"):
+    with w.block(f"def derive({REQUEST}) -> Derived:"):
         w.line('"""The manifest\'s `derive` section, in dependency order, as straight-line Python."""')
         _preamble(w, op, [v.code for v in op.derives])
         for value in op.derives:
@@ -317,12 +323,12 @@ def _annotation(kind: str) -> str:
 def _emit_contract(w: Writer, op: ResolvedOp) -> None:
     phases = (
         (
-            "check_contract(r)",
+            f"check_contract({REQUEST})",
             "Rules every variant needs: breaking one is the caller's error, raised before any GPU work.",
             False,
         ),
         (
-            "check_derived_contract(r, d)",
+            f"check_derived_contract({REQUEST}, {DERIVED})",
             "The contract rules that read derived values, checked right after derive().",
             True,
         ),
@@ -345,11 +351,19 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                     )
                     if _F16_RULE.fullmatch(rule.source):
                         message = _F16_MESSAGE
-                    w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, f{message!r})")
+                    w.line(f"raise ContractError(OP, {_subject(rule)}, {rule.source!r}, f{message!r})")
             if not rules:
                 w.line("return None")
         w.line()
         w.line()
+
+
+def _subject(rule: Rule) -> str:
+    """A rule's subject as Python: an input in the caller's name for it (the request's), else as is."""
+    if rule.input_key is None:
+        return repr(rule.subject)
+    kind, _, role = rule.subject.partition(" ")
+    return f'f"{kind} {{{REQUEST}.names.get({rule.input_key!r}, {role!r})}}"'
 
 
 # `f16Ok(dtypes.T)` fails only for float16 on a device without shader-f16: say that, in those words.
@@ -564,8 +578,8 @@ def emit_variant(
     _emit_variant_values(w, op, variant)
     w.line()
     w.line()
-    with w.block("def passes(r, d, v) -> tuple:"):
-        w.line(f"return ({', '.join(f'_{p.ir.id}(r, d, v)' for p in variant.passes)},)")
+    with w.block(f"def passes({_PASS_PARAMETERS}) -> tuple:"):
+        w.line(f"return ({', '.join(f'_{p.ir.id}({_PASS_PARAMETERS})' for p in variant.passes)},)")
     for p in variant.passes:
         w.line()
         w.line()
@@ -645,7 +659,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
             w.line("pass")
     w.line()
     w.line()
-    with w.block("def values(r, d) -> Values:"):
+    with w.block(f"def values({REQUEST}, {DERIVED}) -> Values:"):
         _preamble(w, op, [v.code for v in variant.derives])
         for value in variant.derives:
             _assign(w, value)
@@ -655,7 +669,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
     _emit_shapes(
         w,
         op,
-        "def intermediates(r, d, v) -> dict:",
+        f"def intermediates({_PASS_PARAMETERS}) -> dict:",
         "Scratch buffers: id -> (shape, dtype), allocated for the call and released after it.",
         [
             (f'"{i.id}": (tuple({c.python}), "{i.dtype}")', i.shape.text(), c)
@@ -665,7 +679,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
 
 
 def _emit_conditions(w: Writer, op: ResolvedOp, name: str, clauses, doc: str) -> None:
-    with w.block(f"def {name}(r, d):"):
+    with w.block(f"def {name}({REQUEST}, {DERIVED}):"):
         w.line(f'"""{doc}"""')
         _preamble(w, op, [c for _, c in clauses])
         if name == "when":
@@ -690,7 +704,7 @@ def _key_part(p: ResolvedPass, key: KeyName) -> str:
     if key.bound:
         return dict(p.bound)[key.name].python
     value = {v.name: v for v in p.scope_values}[key.name]
-    return value.var if value in p.derives else f"v.{value.var}"
+    return value.var if value in p.derives else f"{VALUES}.{value.var}"
 
 
 def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
@@ -701,7 +715,7 @@ def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
     numbers = {}
     for value in p.scope_values:
         if value.code.type in ("int", "float") and (value.name in declared or value.name in moved):
-            numbers[value.name] = value.var if value in p.derives else f"v.{value.var}"
+            numbers[value.name] = value.var if value in p.derives else f"{VALUES}.{value.var}"
     if p.ir.dispatch.form == "threads" and "WORKGROUP_SIZE" in declared:
         numbers["WORKGROUP_SIZE"] = dict((k, c.python) for k, c in p.dispatch)["workgroupSize"]
     if "DISPATCH_FOLD_WIDTH" in declared:
@@ -716,15 +730,15 @@ def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
     label = f"{op.ir.name}.{p.ir.label}" if "." not in ir.label else ir.label
     if ir.dispatch.form == "threads":
         w.line(
-            f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, r.caps, "{label}")'
+            f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, {REQUEST}.caps, "{label}")'
         )
     elif ir.dispatch.form == "workgroups":
         w.line(
-            f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, r.caps, "{label}")'
+            f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, {REQUEST}.caps, "{label}")'
         )
     else:
         w.line(
-            f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, r.caps, "{label}")'
+            f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, {REQUEST}.caps, "{label}")'
         )
     return label
 
@@ -750,7 +764,7 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
     reads = set().union(*(c.locals for c in codes)) | set(parts) | set(numbers.values())
     derives = _needed_derives(p, reads)
     codes += [v.code for v in derives]
-    with w.block(f"def _{ir.id}(r, d, v):"):
+    with w.block(f"def _{ir.id}({_PASS_PARAMETERS}):"):
         w.line(f'"""Pass `{ir.id}` ({ir.label}): template {item.template}."""')
         _preamble(w, op, codes)
         for value in derives:
@@ -773,8 +787,8 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
             w.line(f"numbers = {{{', '.join(f'{name!r}: {text}' for name, text in own.items())}}}")
             arguments.append("numbers")
         if "DISPATCH_FOLD_WIDTH" in numbers:
-            w.comment("make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).")
-        w.line(f"return make_pass(r, shader, {', '.join(arguments)})")
+            w.comment(f"make_pass sets DISPATCH_FOLD_WIDTH: fold_width({REQUEST}.caps).")
+        w.line(f"return make_pass({REQUEST}, shader, {', '.join(arguments)})")
 
 
 def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, shaders: ShaderFiles) -> None:

@@ -42,6 +42,10 @@ ONNX_DTYPE_CODES = {
     "bfloat16": 16,
 }
 
+# The bucket builtins (docs/MANIFEST.md, "Buckets"): manifest name -> the runtime helper
+# (generated/_runtime/numeric.py) the generated code calls.
+BUCKET_HELPERS = {"bucketUp": "bucket_up", "bucketDown": "bucket_down"}
+
 # Python precedence, loosest first; an operand needing a looser binding than its position gets parens.
 PREC_COND, PREC_OR, PREC_AND, PREC_NOT, PREC_CMP, PREC_ADD, PREC_MUL, PREC_UNARY, PREC_ATOM = range(1, 10)
 
@@ -102,6 +106,13 @@ class Scope:
         return self._resolve(path)
 
 
+# The parameters of the generated functions: the call's `Request`, the op's `Derived` values and the
+# chosen variant's `Values` (`derive(request)`, `when(request, derived)`, `passes(request, derived,
+# values)`). Compiled code reads an outer level's value as `derived.<name>` / `values.<name>`.
+REQUEST = "request"
+DERIVED = "derived"
+VALUES = "values"
+
 REQUEST_LOCAL_KINDS = ("shape", "dtype", "attr", "tunable")
 
 
@@ -133,6 +144,27 @@ def _parsed(source: str) -> nodes.Expr:
     if not parser.stream.current.test("eof"):
         raise TemplateSyntaxError(f"unexpected {parser.stream.current.value!r} after the expression", 1)
     return tree
+
+
+def bucket_values(node: nodes.Node) -> tuple[int | float, ...]:
+    """The values a bucket call may give: its second argument, a list of number literals in
+    ascending order (`[1, 2, 4]`), which is the value's declared finite domain. ValueError says
+    what is wrong with any other list."""
+    if not isinstance(node, nodes.List):
+        shown = f" `[{node.value!r}]`" if isinstance(node, nodes.Const) else ""
+        raise ValueError(f"the second argument must be the list of values it may give, written out{shown}")
+    if not node.items:
+        raise ValueError("the list of values is empty: a bucket needs at least one value")
+    values = []
+    for position, item in enumerate(node.items, 1):
+        number = isinstance(item, nodes.Const) and type(item.value) in (int, float)
+        if not number:
+            raise ValueError(f"the listed values must be number literals; item {position} is not")
+        values.append(item.value)
+    if any(later <= earlier for earlier, later in zip(values, values[1:])):
+        ordered = ", ".join(repr(v) for v in sorted(set(values)))
+        raise ValueError(f"the listed values must ascend, each once; did you mean `[{ordered}]`?")
+    return tuple(values)
 
 
 def compile_expr(expr: Expr, scope: Scope, expect: str | tuple[str, ...] | None = None) -> Compiled:
@@ -506,6 +538,27 @@ class Compiler:
         (value,) = self.arity("pow2ceil", args, 1)
         self.numeric(value, "the argument of `pow2ceil`")
         return self.helper("pow2ceil", f"pow2ceil({value.python})", "int", value, helpers={"pow2ceil"})
+
+    def bucket(self, name: str, args) -> Compiled:
+        """`bucketUp(x, [a, b, c])`: the smallest listed value >= x (the last above them all);
+        `bucketDown`: the largest <= x (the first below them all)."""
+        if len(args) != 2:
+            raise self.fail(f"`{name}` takes 2 argument(s), got {len(args)}")
+        value = self.numeric(self.visit(args[0]), f"the first argument of `{name}`")
+        try:
+            buckets = bucket_values(args[1])
+        except ValueError as error:
+            raise self.fail(f"`{name}`: {error}") from None
+        kind = "int" if all(type(b) is int for b in buckets) else "float"
+        listed = "(" + ", ".join(repr(b) for b in buckets) + ("," if len(buckets) == 1 else "") + ")"
+        helper = BUCKET_HELPERS[name]
+        return self.helper(helper, f"{helper}({value.python}, {listed})", kind, value, helpers={helper})
+
+    def call_bucketUp(self, args):
+        return self.bucket("bucketUp", args)
+
+    def call_bucketDown(self, args):
+        return self.bucket("bucketDown", args)
 
     def call_f16Ok(self, args):
         (dtype,) = self.arity("f16Ok", args, 1)

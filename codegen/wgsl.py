@@ -15,13 +15,10 @@ Rendering problems are `Problem`s at the template line Jinja failed on.
 from __future__ import annotations
 
 import functools
-import itertools
-import math
-import operator
 import re
 import traceback
 import weakref
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,15 +29,13 @@ import jinja2.meta
 import jinja2.nodes
 from jinja2.lexer import Token
 
-from generated._runtime import numeric as runtime_numeric
 from generated._runtime.plans import ShaderInterface
 
-from .expr import request_local
+from .domains import key_combinations
 from .problems import CompileError, Problem, TemplateLocation, closest
 from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .wgsl_text import COMMENT, EXTENSION_FEATURES, SUBGROUP_USE, code_of, workgroup_arrays, workgroup_size
 
-WGSL_DTYPE = {"float32": "f32", "float16": "f16"}
 BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read_write"}
 BUILTIN_OVERRIDES = ("WORKGROUP_SIZE", "DISPATCH_FOLD_WIDTH")
 # Macro libraries that op templates import (`{% import "_lib/stats.wgsl.jinja" as stats %}`): never an
@@ -259,166 +254,6 @@ def _shared_environment(templates_dir: Path, texts: tuple[tuple[str, str], ...])
     return _render_environment(templates_dir, dict(texts))
 
 
-class _NotFinite(Exception):
-    pass
-
-
-class _Domains:
-    """Finds every reachable combination of a pass's specialization values.
-
-    A value is finite when it depends only on dtypes, on attributes restricted by
-    `attributeConstraints.values` and on literals; a boolean that depends on anything else (a device
-    feature, a shape) is a free leaf that can be either. Reachable combinations are those of the
-    product of the leaves' domains.
-    """
-
-    def __init__(self, op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass):
-        self.levels = {
-            "manifest": {v.name: v for v in op.derives},
-            "variant": {v.name: v for v in variant.derives},
-            "pass": {v.name: v for v in pass_.derives},
-        }
-        self.base = {
-            request_local("dtype", tv): tuple(WGSL_DTYPE[t] for t in types if t in WGSL_DTYPE)
-            for tv, types in op.ir.type_constraints
-        }
-        for attribute in op.ir.attributes:
-            if attribute.allowed is not None:
-                self.base[request_local("attr", attribute.name)] = attribute.allowed
-
-    def leaves(self, value: Value) -> set:
-        try:
-            return self.finite_leaves(value)
-        except _NotFinite:
-            if value.code.type != "bool":
-                raise
-            return {("free", value.name)}
-
-    def finite_leaves(self, value: Value) -> set:
-        found = set()
-        for local in value.code.locals - {"d", "v"}:
-            if local not in self.base:
-                raise _NotFinite(local)
-            found.add(("base", local))
-        for level, name in value.code.refs:
-            found |= self.leaves(self.levels[level][name])
-        return found
-
-    def enumerate(self, values: list[Value], conditions: list[Value]) -> list[dict]:
-        """The distinct combinations of `values`, in the order the product of the leaves' domains
-        first reaches them, leaving out those a finite `when` clause rules out."""
-        leaves = set()
-        for value in values:
-            leaves |= self.leaves(value)
-        deciding = []
-        for condition in conditions:
-            try:
-                leaves |= self.finite_leaves(condition)
-                deciding.append(condition)
-            except _NotFinite:
-                pass  # depends on shapes or the device: both outcomes stay reachable
-        ordered = sorted(leaves)
-        domains = [self.base[name] if kind == "base" else (False, True) for kind, name in ordered]
-        evaluation = _Evaluation(self.levels, ordered)
-        tests = [evaluation.reader(c) for c in deciding]
-        readers = [evaluation.reader(v) for v in values]
-        names = [v.name for v in values]
-        combos, seen = [], set()
-        for choice in itertools.product(*domains):
-            if all(test(choice) is True for test in tests):
-                combo = tuple(read(choice) for read in readers)
-                # By type and text: 1, 1.0 and True hash alike but render differently, and a
-                # list value does not hash at all.
-                identity = tuple((type(v), repr(v)) for v in combo)
-                if identity not in seen:
-                    seen.add(identity)
-                    combos.append(dict(zip(names, combo)))
-        return combos
-
-
-_MISSING = object()
-
-
-class _Evaluation:
-    """Values under the choices of one enumeration (a choice: one domain item a leaf, in `leaves`
-    order). A value reads few of the leaves, so its result is kept per choice of the leaves it
-    reads: of 4096 choices, a value that reads two booleans is computed four times."""
-
-    def __init__(self, levels: dict, leaves: list):
-        self.levels = levels
-        self.position = {leaf: i for i, leaf in enumerate(leaves)}
-        self.readers: dict[int, Callable[[tuple], object]] = {}  # id(value) -> its result of a choice
-
-    def reader(self, value: Value) -> Callable[[tuple], object]:
-        if id(value) not in self.readers:
-            self.readers[id(value)] = self._reader(value)
-        return self.readers[id(value)]
-
-    def _reader(self, value: Value) -> Callable[[tuple], object]:
-        free = self.position.get(("free", value.name))
-        if free is not None:
-            return operator.itemgetter(free)
-        if value.code.is_constant:
-            return lambda choice, constant=value.code.constant: constant
-        positions = sorted(self.position[leaf] for leaf in self.reads(value))
-        project = operator.itemgetter(*positions) if positions else lambda choice: ()
-        results: dict = {}  # what of a choice the value reads -> its result
-
-        def read(choice: tuple):
-            key = project(choice)
-            result = results.get(key, _MISSING)
-            if result is _MISSING:
-                result = results[key] = self.evaluate(value, choice)
-            return result
-
-        return read
-
-    def reads(self, value: Value) -> set:
-        """The leaves `evaluate` reads for `value`, through its references too."""
-        if ("free", value.name) in self.position:
-            return {("free", value.name)}
-        if value.code.is_constant:
-            return set()
-        found = {("base", local) for local in value.code.locals - {"d", "v"}}
-        for level, name in value.code.refs:
-            found |= self.reads(self.levels[level][name])
-        return found
-
-    def evaluate(self, value: Value, choice: tuple):
-        env = {local: choice[self.position[("base", local)]] for local in value.code.locals - {"d", "v"}}
-        holders = {"manifest": {}, "variant": {}}
-        for level, name in value.code.refs:
-            referenced = self.levels[level][name]
-            # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
-            result = self.reader(referenced)(choice)
-            env[referenced.var] = result
-            if level != "pass":
-                holders[level][referenced.var] = result
-        env["d"] = _Namespace(holders["manifest"])
-        env["v"] = _Namespace(holders["variant"])
-        return eval(_compiled(value.code.python), _EVAL_GLOBALS, env)  # compile-time only
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(python: str):
-    """Generated expression text as a code object, compiled once however many combinations use it."""
-    return compile(python, "<derived value>", "eval")
-
-
-class _Namespace:
-    def __init__(self, values: dict):
-        self.__dict__.update(values)
-
-
-_EVAL_GLOBALS = {
-    "math": math,
-    **{
-        name: getattr(runtime_numeric, name)
-        for name in ("js_div", "js_mod", "js_str", "pow2ceil", "ceil_div", "numel", "inner", "outer", "dim")
-    },
-}
-
-
 @dataclass(frozen=True)
 class _Declarations:
     """The header the compiler writes above a rendered body, and what it declares there."""
@@ -473,17 +308,9 @@ def render_pass(
     folder = templates_dir.name
     libraries = _libraries(pass_, env, folder)
     template_values = _template_values(pass_, env, folder)
-    key_values = template_values + _binding_values(pass_)
-    try:
-        conditions = [
-            Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)
-        ]
-        combos = _Domains(op, variant, pass_).enumerate(key_values, conditions)
-    except _NotFinite as error:
-        message = (
-            f"a specialization value of template `{name}` depends on `{error}`, which has no finite domain"
-        )
-        raise CompileError([Problem(origin, message)]) from None
+    key_values = template_values + list(pass_.binding_keys)
+    conditions = [Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)]
+    combos = key_combinations(op, variant, pass_, key_values, conditions, f"{folder}/{name}")
     value_names = tuple(v.name for v in key_values)
     key_names = (
         tuple(KeyName(v.name) for v in template_values)
@@ -517,16 +344,6 @@ def render_pass(
     return RenderedPass(
         variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries
     )
-
-
-def _binding_values(pass_: ResolvedPass) -> list[Value]:
-    """The key values a pass's buffer bindings add: each binding's element type, and whether an
-    optional binding is bound at all."""
-    element_types = [
-        Value(f"binding:{binding}", f"binding_{binding}", None, code) for binding, code in pass_.element_types
-    ]
-    bound = [Value(f"bound:{binding}", f"bound_{binding}", None, code) for binding, code in pass_.bound]
-    return element_types + bound
 
 
 def _numeric_names(pass_: ResolvedPass) -> dict[str, str]:

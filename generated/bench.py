@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _runtime, bench_calls, doctor
+from . import _runtime, bench_calls, bench_transfers, doctor
 from ._runtime import Tensor
 from .bench_torch import TorchPeer
 
@@ -471,6 +471,7 @@ class Bench:
         self._time_gpu(plan, sets, result, owned)
         result.host = self._host_overheads(op, case, sets[0], options, result.gpu_us)
         result.host["first_call_ms"] = first_call * 1e3
+        result.host["numpy_call_ms"] = self._numpy_call_ms(op, case, arrays, options)
         arrays_for = lambda shapes: random_inputs(
             op, dataclasses.replace(case, shapes=shapes), self.rng
         )  # noqa: E731
@@ -520,6 +521,15 @@ class Bench:
         result.copy_us = _median_us(samples["copy"])
         result.copy_gbps = result.bytes / result.copy_us / 1e3
         result.fraction_of_copy = result.copy_us / result.gpu_us
+
+    def _numpy_call_ms(self, op, case, arrays, options):
+        """What a user's first line costs: numpy arrays in, numpy arrays out (upload, the call, read-back)."""
+        samples = []
+        for _ in range(min(5, self.settings.host_iters)):
+            started = time.perf_counter()
+            op.kernel(arrays, attrs=case.attrs, device=self.device, **options)
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples) * 1e3
 
     def _host_overheads(self, op, case, tensors, options, gpu_us):
         """plan() per call; kernel() until it returns, and to the end of its GPU work less the GPU
@@ -659,14 +669,15 @@ def _host_table(results):
         "unless an earlier case made them. New shape: the first call of the case's shapes with one spatial "
         "dimension 4 larger (a shape not seen before), with inputs and out= allocated before the clock; "
         "over a repeat = what it took more than a second call of that shape; and the pipelines it created. "
+        "numpy in/out: `kernel()` on numpy arrays, returning numpy arrays (upload, call, read-back), in ms. "
         "Floor, the plan's dispatches: all of the plan's dispatches through wgpu-py alone, each with a "
         "fresh bind group.",
         "",
         "| op | case | dtype | plan | kernel() | kernel(out=) | Sequence.run() | floor, cached bg | floor, fresh bg "
         "| kernel(out=) × floor | floor, the plan's dispatches | kernel(out=) × that | Sequence × floor "
         "| kernel() overhead | kernel(out=) overhead | first call ms "
-        "| new shape: first call ms (over a repeat; pipelines made) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| new shape: first call ms (over a repeat; pipelines made) | numpy in/out ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         if r.error:
@@ -683,7 +694,8 @@ def _host_table(results):
             f"| {shown(h['kernel_overhead_us'])} | {shown(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} "
             f"| {_fmt(h.get('new_shape_first_call_ms'), 2)} (+{_fmt(h.get('new_shape_excess_ms'), 2)}; "
             f"{h.get('new_shape_pipelines', '')}"
-            f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) |"
+            f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) "
+            f"| {_fmt(h.get('numpy_call_ms'), 2)} |"
         )
     return lines
 
@@ -912,6 +924,13 @@ def _parser():
         "--per-pass", action="store_true", help="also time each dispatch of a multi-pass plan alone"
     )
     parser.add_argument(
+        "--transfers",
+        choices=("auto", "only", "skip"),
+        default="auto",
+        help="the numpy <-> GPU transfer table against bare wgpu: auto runs it (1 and 16 MB with --quick, "
+        "100 MB too without)",
+    )
+    parser.add_argument(
         "--wall-clock", action="store_true", help="time with queue syncs even if timestamp-query is available"
     )
     parser.add_argument(
@@ -941,8 +960,9 @@ def _main(args):
     packages = args.packages
     dtypes = {name for names in args.dtype or () for name in names}
     names = set(_names(args.cases))
-    cases = select_cases(list(packages), args.quick, dtypes, names) if args.sequences != "only" else []
-    if not cases and args.sequences != "only":
+    only_other = args.sequences == "only" or args.transfers == "only"
+    cases = select_cases(list(packages), args.quick, dtypes, names) if not only_other else []
+    if not cases and not only_other:
         print(_no_cases_text(packages, dtypes, names), file=sys.stderr)
         return 2
     device = doctor.open_device(sys.stderr)
@@ -957,8 +977,12 @@ def _main(args):
         meta["warnings"].append(
             "summed GPU timestamps exceeded wall time: timestamp ticks may not be nanoseconds"
         )
+    transfers = []
+    if args.transfers != "skip" and args.sequences != "only":
+        sizes = bench_transfers.QUICK_SIZES_MB if args.quick else bench_transfers.SIZES_MB
+        transfers = bench_transfers.transfer_rows(device, timer.sync, sizes)
     steps = []
-    if args.sequences == "only" or (args.sequences == "auto" and not args.quick):
+    if args.sequences == "only" or (args.sequences == "auto" and not args.quick and args.transfers != "only"):
         for op, entry, dtype in bench_calls.sequence_runs(packages, dtypes):
             steps.append(bench_calls.run_sequence(op, entry, dtype, device, timer, settings, torch_peer))
             print(
@@ -967,7 +991,8 @@ def _main(args):
                 flush=True,
             )
     text = (markdown(results, meta) if results else "") + bench_calls.sequences_markdown(steps)
-    return _write(args.files, text, meta, results, steps)
+    text += "\n".join(bench_transfers.transfers_markdown(transfers) + [""]) if transfers else ""
+    return _write(args.files, text, meta, results, steps, transfers)
 
 
 def _no_cases_text(packages, dtypes, names):
@@ -1004,14 +1029,19 @@ def _run_case(bench, op, case):
     return result
 
 
-def _write(files, text, meta, results, steps):
+def _write(files, text, meta, results, steps, transfers):
     """Print the tables, write the files asked for; the exit status (1 when a case or the plot failed)."""
     print(text)
     if files["markdown"]:
         files["markdown"].write(text)
     if files["json"]:
         json.dump(
-            {"meta": meta, "results": [r.__dict__ for r in results], "sequences": steps},
+            {
+                "meta": meta,
+                "results": [r.__dict__ for r in results],
+                "sequences": steps,
+                "transfers": transfers,
+            },
             files["json"],
             indent=1,
         )

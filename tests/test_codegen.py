@@ -1015,9 +1015,9 @@ class Derived(NamedTuple):
     count: int
 
 
-def derive(r) -> Derived:
+def derive(request) -> Derived:
     """The manifest's `derive` section, in dependency order, as straight-line Python."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     # count: numel(shapes.x)
     count = numel(shape_x)
     return Derived(count)
@@ -1027,9 +1027,9 @@ def derive(r) -> Derived:
 
 def test_tiny_output_shapes(tiny_files):
     expected = '''
-def output_shapes(r):
+def output_shapes(request):
     """Each output's shape, from the manifest's `shape` expressions."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     return {
         "y": tuple(shape_x),  # y: shapes.x
     }
@@ -1039,15 +1039,15 @@ def output_shapes(r):
 
 def test_tiny_when(tiny_files):
     expected = '''
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # count >= 1
-    if (d.count >= 1) is not True:
+    if (derived.count >= 1) is not True:
         return "count >= 1"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 '''
@@ -1058,15 +1058,18 @@ def test_tiny_pass(tiny_files):
     text = tiny_files["tiny/copy.py"]
     assert "    shader = MAIN_SHADERS[()]\n" in text  # one specialization: nothing to tell apart
     assert "    # dispatch: threads=count, workgroupSize=tunables.WORKGROUP_SIZE\n" in text
-    assert '    dispatch = threads_dispatch(d.count, tunable_workgroup_size, r.caps, "Tiny.main")\n' in text
+    assert (
+        '    dispatch = threads_dispatch(derived.count, tunable_workgroup_size, request.caps, "Tiny.main")\n'
+        in text
+    )
     expected_values = """
     uniforms = {
-        "count": d.count,  # count
+        "count": derived.count,  # count
         "alpha": attr_alpha,  # attrs.alpha
     }
     numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "Tiny.main", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "main", "Tiny.main", dispatch, uniforms, numbers)
 """
     assert expected_values in text
     assert "        (): 'tiny.only',\n" in text  # the shader's name: tiny/shaders/tiny.only.wgsl
@@ -1171,7 +1174,7 @@ def test_when_reading_a_derive_that_reads_a_derive_builds(tiny, device):
     manifest["variants"][0]["when"] = ["fits"]
     _tiny_repo(tiny.root, manifest=manifest)
     files = build(tiny.manifests, tiny.templates, device=device)
-    assert "    if (d.fits) is not True:\n" in files["tiny/copy.py"]
+    assert "    if (derived.fits) is not True:\n" in files["tiny/copy.py"]
 
 
 def test_build_outside_the_repository(tmp_path, device):

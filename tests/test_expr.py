@@ -641,7 +641,7 @@ def resolve_tiny(tmp_path: Path, data: dict):
 def test_tiny_manifest_resolves(tmp_path):
     op = resolve_tiny(tmp_path, tiny_manifest())
     assert [v.name for v in op.derives] == ["rows", "wide"]
-    assert [c.python for _, c in op.variants[0].when] == ["d.wide"]
+    assert [c.python for _, c in op.variants[0].when] == ["derived.wide"]
 
 
 def test_derive_order_follows_dependencies(tmp_path):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from .caps import Caps
 from .errors import PlanError
 from .limits import fold_width
-from .numeric import _f32, _i32, u32
+from .numeric import f32, i32, u32
 
 
 @dataclass(frozen=True)
@@ -92,13 +92,14 @@ def pack_uniforms(uniform_types, uniforms):
         elif typ == "u32":
             values.append(u32(uniforms[name], f"uniform {name}"))
         elif typ == "i32":
-            values.append(_i32(uniforms[name], f"uniform {name}"))
+            values.append(i32(uniforms[name], f"uniform {name}"))
         else:
-            values.append(_f32(uniforms[name], f"uniform {name}"))
+            values.append(f32(uniforms[name], f"uniform {name}"))
     return struct.pack("<" + "".join(formats[typ] for _, typ in uniform_types), *values)
 
 
-WGSL_DTYPES = {"float32": "f32", "float16": "f16"}
+WGSL_DTYPES = {"float32": "f32", "float16": "f16"}  # numpy's names -> WGSL's (a Request's dtypes)
+NUMPY_DTYPES = {wgsl: name for name, wgsl in WGSL_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -219,23 +220,28 @@ class OpContract:
     check_derived_contract: object
     chunking: object = None  # ChunkSpec, or None: a tensor over one binding is refused
 
+    def dtype_names(self, request):
+        """{bind key: numpy dtype name} of every tensor the request has a shape for."""
+        spec_of = {t.key: t for t in self.inputs + self.outputs}
+        return {k: NUMPY_DTYPES[request.dtypes[spec_of[k].type_var]] for k in request.shapes}
+
 
 def _override_value(value, kind, what):
     if kind == "f32":
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise PlanError("plan", what, "finite f32", f"expected a finite number, got {value!r}")
         return float(value)
-    return u32(value, what) if kind == "u32" else _i32(value, what)
+    return u32(value, what) if kind == "u32" else i32(value, what)
 
 
-def make_pass(r, shader, name, label, dispatch, uniforms, numbers_=None):
+def make_pass(request, shader, name, label, dispatch, uniforms, numbers_=None):
     """A PassPlan from a pass's computed values; checks every value that reaches the shader.
 
     `uniforms` and `numbers_` hold every Params field and override the pass's shaders may declare;
-    the shader takes those its interface names. DISPATCH_FOLD_WIDTH is `fold_width(r.caps)`.
+    the shader takes those its interface names. DISPATCH_FOLD_WIDTH is `fold_width(request.caps)`.
     """
     interface = shader.interface
-    numbers_ = {"DISPATCH_FOLD_WIDTH": fold_width(r.caps), **(numbers_ or {})}
+    numbers_ = {"DISPATCH_FOLD_WIDTH": fold_width(request.caps), **(numbers_ or {})}
     uniforms = {n: uniforms[n] for n, _ in interface.params if n in uniforms or not n.startswith("_pad")}
     overrides = {
         n: _override_value(numbers_[n], kind, f"{label}: override {n}") for n, kind in interface.overrides

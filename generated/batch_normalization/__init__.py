@@ -65,29 +65,29 @@ ATTRIBUTES = (
 TUNABLES = {"WORKGROUP_SIZE": 256}
 
 
-def output_shapes(r):
+def output_shapes(request):
     """Each output's shape, from the manifest's `shape` expressions."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     return {
         "y": tuple(shape_x),  # Y: shapes.X
     }
 
 
-def check_contract(r) -> None:
+def check_contract(request) -> None:
     """Rules every variant needs: breaking one is the caller's error, raised before any GPU work."""
-    shape_x = r.shapes["x"]
-    shape_scale = r.shapes["scale"]
-    shape_b = r.shapes["b"]
-    shape_input_mean = r.shapes["inputMean"]
-    shape_input_var = r.shapes["inputVar"]
-    shape_y = r.shapes["y"]
-    dtype_t = r.dtypes["T"]
-    features = r.caps.features
+    shape_x = request.shapes["x"]
+    shape_scale = request.shapes["scale"]
+    shape_b = request.shapes["b"]
+    shape_input_mean = request.shapes["inputMean"]
+    shape_input_var = request.shapes["inputVar"]
+    shape_y = request.shapes["y"]
+    dtype_t = request.dtypes["T"]
+    features = request.caps.features
     # ranks.scale == 1
     if not (len(shape_scale) == 1):
         raise ContractError(
             OP,
-            "input scale",
+            f"input {request.names.get('scale', 'scale')}",
             "ranks.scale == 1",
             f"needs `ranks.scale == 1`, got ranks.scale = {show(lambda: len(shape_scale))}; in opset 15, scale is: Per-channel scale tensor with shape `(C)`.",
         )
@@ -95,7 +95,7 @@ def check_contract(r) -> None:
     if not (len(shape_b) == 1):
         raise ContractError(
             OP,
-            "input B",
+            f"input {request.names.get('b', 'B')}",
             "ranks.B == 1",
             f"needs `ranks.B == 1`, got ranks.B = {show(lambda: len(shape_b))}; in opset 15, B is: Per-channel bias tensor with shape `(C)`.",
         )
@@ -103,7 +103,7 @@ def check_contract(r) -> None:
     if not (len(shape_input_mean) == 1):
         raise ContractError(
             OP,
-            "input input_mean",
+            f"input {request.names.get('inputMean', 'input_mean')}",
             "ranks.input_mean == 1",
             f"needs `ranks.input_mean == 1`, got ranks.input_mean = {show(lambda: len(shape_input_mean))}; in opset 15, input_mean is: Precomputed estimated mean tensor with shape `(C)` used for inference.",
         )
@@ -111,7 +111,7 @@ def check_contract(r) -> None:
     if not (len(shape_input_var) == 1):
         raise ContractError(
             OP,
-            "input input_var",
+            f"input {request.names.get('inputVar', 'input_var')}",
             "ranks.input_var == 1",
             f"needs `ranks.input_var == 1`, got ranks.input_var = {show(lambda: len(shape_input_var))}; in opset 15, input_var is: Precomputed estimated variance tensor with shape `(C)` used for inference.",
         )
@@ -127,7 +127,7 @@ def check_contract(r) -> None:
     if not (len(shape_x) >= 2):
         raise ContractError(
             OP,
-            "input X",
+            f"input {request.names.get('x', 'X')}",
             "ranks.X >= 2",
             f"needs `ranks.X >= 2`, got ranks.X = {show(lambda: len(shape_x))}; in opset 15, X is: Input data tensor with shape `(N, C, D1, ..., Dn)`, normalized independently per channel using the supplied estimated statistics.",
         )
@@ -151,7 +151,7 @@ def check_contract(r) -> None:
     if not (shape_scale[0] == shape_x[1]):
         raise ContractError(
             OP,
-            "input scale",
+            f"input {request.names.get('scale', 'scale')}",
             "dim(shapes.scale, 0) == dim(shapes.X, 1)",
             f"needs `dim(shapes.scale, 0) == dim(shapes.X, 1)`, got dim(shapes.scale, 0) = {show(lambda: shape_scale[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, scale is: Per-channel scale tensor with shape `(C)`.",
         )
@@ -159,7 +159,7 @@ def check_contract(r) -> None:
     if not (shape_b[0] == shape_x[1]):
         raise ContractError(
             OP,
-            "input B",
+            f"input {request.names.get('b', 'B')}",
             "dim(shapes.B, 0) == dim(shapes.X, 1)",
             f"needs `dim(shapes.B, 0) == dim(shapes.X, 1)`, got dim(shapes.B, 0) = {show(lambda: shape_b[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, B is: Per-channel bias tensor with shape `(C)`.",
         )
@@ -167,7 +167,7 @@ def check_contract(r) -> None:
     if not (shape_input_mean[0] == shape_x[1]):
         raise ContractError(
             OP,
-            "input input_mean",
+            f"input {request.names.get('inputMean', 'input_mean')}",
             "dim(shapes.input_mean, 0) == dim(shapes.X, 1)",
             f"needs `dim(shapes.input_mean, 0) == dim(shapes.X, 1)`, got dim(shapes.input_mean, 0) = {show(lambda: shape_input_mean[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, input_mean is: Precomputed estimated mean tensor with shape `(C)` used for inference.",
         )
@@ -175,13 +175,13 @@ def check_contract(r) -> None:
     if not (shape_input_var[0] == shape_x[1]):
         raise ContractError(
             OP,
-            "input input_var",
+            f"input {request.names.get('inputVar', 'input_var')}",
             "dim(shapes.input_var, 0) == dim(shapes.X, 1)",
             f"needs `dim(shapes.input_var, 0) == dim(shapes.X, 1)`, got dim(shapes.input_var, 0) = {show(lambda: shape_input_var[0])}, dim(shapes.X, 1) = {show(lambda: shape_x[1])}; in opset 15, input_var is: Precomputed estimated variance tensor with shape `(C)` used for inference.",
         )
 
 
-def check_derived_contract(r, d) -> None:
+def check_derived_contract(request, derived) -> None:
     """The contract rules that read derived values, checked right after derive()."""
     return None
 
@@ -193,16 +193,16 @@ class Derived(NamedTuple):
     inference_contract_ok: bool
 
 
-def derive(r) -> Derived:
+def derive(request) -> Derived:
     """The manifest's `derive` section, in dependency order, as straight-line Python."""
-    shape_x = r.shapes["x"]
-    shape_scale = r.shapes["scale"]
-    shape_b = r.shapes["b"]
-    shape_input_mean = r.shapes["inputMean"]
-    shape_input_var = r.shapes["inputVar"]
-    shape_y = r.shapes["y"]
-    dtype_t = r.dtypes["T"]
-    features = r.caps.features
+    shape_x = request.shapes["x"]
+    shape_scale = request.shapes["scale"]
+    shape_b = request.shapes["b"]
+    shape_input_mean = request.shapes["inputMean"]
+    shape_input_var = request.shapes["inputVar"]
+    shape_y = request.shapes["y"]
+    dtype_t = request.dtypes["T"]
+    features = request.caps.features
     # normalizationParamsOk: ranks.scale == 1 and ranks.B == 1 and ranks.input_mean == 1 and ranks.input_var == 1 and dim(shapes.scale, 0) == dim(shapes.X, 1) and dim(shapes.B, 0) == dim(shapes.X, 1) and dim(shapes.input_mean, 0) == dim(shapes.X, 1) and dim(shapes.input_var, 0) == dim(shapes.X, 1)
     normalization_params_ok = (
         len(shape_scale) == 1

@@ -30,12 +30,12 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    shape_x = r.shapes["x"]
-    dtype_t = r.dtypes["T"]
+    shape_x = request.shapes["x"]
+    dtype_t = request.dtypes["T"]
     # inferenceContractOk
-    if (d.inference_contract_ok) is not True:
+    if (derived.inference_contract_ok) is not True:
         return "inferenceContractOk"
     # dtypes.T == "f16"
     if (dtype_t == "f16") is not True:
@@ -49,7 +49,7 @@ def when(r, d):
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -61,7 +61,7 @@ class Values(NamedTuple):
     packed_halves: bool
 
 
-def values(r, d) -> Values:
+def values(request, derived) -> Values:
     # pairs: false
     pairs = False
     # packedHalves: true
@@ -69,25 +69,28 @@ def values(r, d) -> Values:
     return Values(pairs, packed_halves)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (BatchNormalization.FlatInferenceHalves8): template templates/batch-normalization-flat-vec4.wgsl.jinja."""
-    shape_x = r.shapes["x"]
-    shape_y = r.shapes["y"]
-    attr_epsilon = r.attrs["epsilon"]
-    tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
+    shape_x = request.shapes["x"]
+    shape_y = request.shapes["y"]
+    attr_epsilon = request.attrs["epsilon"]
+    tunable_workgroup_size = request.tunables["WORKGROUP_SIZE"]
     shader = MAIN_SHADERS[()]
     # dispatch: threads=numel(shapes.Y) / 8, workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
-        js_div(numel(shape_y), 8), tunable_workgroup_size, r.caps, "BatchNormalization.FlatInferenceHalves8"
+        js_div(numel(shape_y), 8),
+        tunable_workgroup_size,
+        request.caps,
+        "BatchNormalization.FlatInferenceHalves8",
     )
     uniforms = {
         "count8": js_div(numel(shape_y), 8),  # numel(shapes.Y) / 8
@@ -96,9 +99,9 @@ def _main(r, d, v):
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
     numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
     return make_pass(
-        r, shader, "main", "BatchNormalization.FlatInferenceHalves8", dispatch, uniforms, numbers
+        request, shader, "main", "BatchNormalization.FlatInferenceHalves8", dispatch, uniforms, numbers
     )
 
 

@@ -38,11 +38,11 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     # inferenceContractOk
-    if (d.inference_contract_ok) is not True:
+    if (derived.inference_contract_ok) is not True:
         return "inferenceContractOk"
     # numel(shapes.X) % 4 == 0
     if (js_mod(numel(shape_x), 4) == 0) is not True:
@@ -50,7 +50,7 @@ def when(r, d):
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -63,8 +63,8 @@ class Values(NamedTuple):
     packed_halves: bool
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # vecType: "vec4<" ~ dtypes.T ~ ">"
     vec_type = "vec4<" + dtype_t + ">"
     # pairs: dtypes.T == "f16"
@@ -74,27 +74,27 @@ def values(r, d) -> Values:
     return Values(vec_type, pairs, packed_halves)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (BatchNormalization.FlatInferenceVec4): template templates/batch-normalization-flat-vec4.wgsl.jinja."""
-    shape_x = r.shapes["x"]
-    shape_y = r.shapes["y"]
-    attr_epsilon = r.attrs["epsilon"]
-    tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    shader = MAIN_SHADERS[(v.pairs,)]
+    shape_x = request.shapes["x"]
+    shape_y = request.shapes["y"]
+    attr_epsilon = request.attrs["epsilon"]
+    tunable_workgroup_size = request.tunables["WORKGROUP_SIZE"]
+    shader = MAIN_SHADERS[(values.pairs,)]
     # dispatch: threads=ceilDiv(numel(shapes.Y) / 4, 2 if pairs else 1), workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
-        ceil_div(js_div(numel(shape_y), 4), 2 if v.pairs else 1),
+        ceil_div(js_div(numel(shape_y), 4), 2 if values.pairs else 1),
         tunable_workgroup_size,
-        r.caps,
+        request.caps,
         "BatchNormalization.FlatInferenceVec4",
     )
     uniforms = {
@@ -104,8 +104,10 @@ def _main(r, d, v):
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
     numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "BatchNormalization.FlatInferenceVec4", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "main", "BatchNormalization.FlatInferenceVec4", dispatch, uniforms, numbers
+    )
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (pairs): the

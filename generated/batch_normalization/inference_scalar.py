@@ -27,15 +27,15 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # inferenceContractOk
-    if (d.inference_contract_ok) is not True:
+    if (derived.inference_contract_ok) is not True:
         return "inferenceContractOk"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -47,8 +47,8 @@ class Values(NamedTuple):
     uses_f16: bool
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # scalar: dtypes.T
     scalar = dtype_t
     # usesF16: dtypes.T == "f16"
@@ -56,25 +56,25 @@ def values(r, d) -> Values:
     return Values(scalar, uses_f16)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (BatchNormalization.InferenceScalar): template templates/batch-normalization-nchw.wgsl.jinja."""
-    shape_x = r.shapes["x"]
-    shape_y = r.shapes["y"]
-    attr_epsilon = r.attrs["epsilon"]
-    tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    shader = MAIN_SHADERS[(v.scalar,)]
+    shape_x = request.shapes["x"]
+    shape_y = request.shapes["y"]
+    attr_epsilon = request.attrs["epsilon"]
+    tunable_workgroup_size = request.tunables["WORKGROUP_SIZE"]
+    shader = MAIN_SHADERS[(values.scalar,)]
     # dispatch: threads=numel(shapes.Y), workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
-        numel(shape_y), tunable_workgroup_size, r.caps, "BatchNormalization.InferenceScalar"
+        numel(shape_y), tunable_workgroup_size, request.caps, "BatchNormalization.InferenceScalar"
     )
     uniforms = {
         "channels": shape_x[1],  # dim(shapes.X, 1)
@@ -84,8 +84,10 @@ def _main(r, d, v):
         "count": numel(shape_y),  # numel(shapes.Y)
     }
     numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "BatchNormalization.InferenceScalar", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "main", "BatchNormalization.InferenceScalar", dispatch, uniforms, numbers
+    )
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (scalar): the

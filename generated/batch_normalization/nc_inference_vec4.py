@@ -29,11 +29,11 @@ REQUIRED_FEATURES = ()
 PIPELINE_CONSTANTS = {}
 
 
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     # inferenceContractOk
-    if (d.inference_contract_ok) is not True:
+    if (derived.inference_contract_ok) is not True:
         return "inferenceContractOk"
     # ranks.X == 2
     if (len(shape_x) == 2) is not True:
@@ -44,7 +44,7 @@ def when(r, d):
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 
@@ -55,32 +55,32 @@ class Values(NamedTuple):
     vec_type: str
 
 
-def values(r, d) -> Values:
-    dtype_t = r.dtypes["T"]
+def values(request, derived) -> Values:
+    dtype_t = request.dtypes["T"]
     # vecType: "vec4<" ~ dtypes.T ~ ">"
     vec_type = "vec4<" + dtype_t + ">"
     return Values(vec_type)
 
 
-def intermediates(r, d, v) -> dict:
+def intermediates(request, derived, values) -> dict:
     """Scratch buffers: id -> (shape, dtype), allocated for the call and released after it."""
     return {}
 
 
-def passes(r, d, v) -> tuple:
-    return (_main(r, d, v),)
+def passes(request, derived, values) -> tuple:
+    return (_main(request, derived, values),)
 
 
-def _main(r, d, v):
+def _main(request, derived, values):
     """Pass `main` (BatchNormalization.NcInferenceVec4): template templates/batch-normalization-nc-vec4.wgsl.jinja."""
-    shape_x = r.shapes["x"]
-    shape_y = r.shapes["y"]
-    attr_epsilon = r.attrs["epsilon"]
-    tunable_workgroup_size = r.tunables["WORKGROUP_SIZE"]
-    shader = MAIN_SHADERS[(v.vec_type,)]
+    shape_x = request.shapes["x"]
+    shape_y = request.shapes["y"]
+    attr_epsilon = request.attrs["epsilon"]
+    tunable_workgroup_size = request.tunables["WORKGROUP_SIZE"]
+    shader = MAIN_SHADERS[(values.vec_type,)]
     # dispatch: threads=numel(shapes.Y) / 4, workgroupSize=tunables.WORKGROUP_SIZE
     dispatch = threads_dispatch(
-        js_div(numel(shape_y), 4), tunable_workgroup_size, r.caps, "BatchNormalization.NcInferenceVec4"
+        js_div(numel(shape_y), 4), tunable_workgroup_size, request.caps, "BatchNormalization.NcInferenceVec4"
     )
     uniforms = {
         "count4": js_div(numel(shape_y), 4),  # numel(shapes.Y) / 4
@@ -88,8 +88,10 @@ def _main(r, d, v):
         "epsilon": attr_epsilon,  # attrs.epsilon
     }
     numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "BatchNormalization.NcInferenceVec4", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(
+        request, shader, "main", "BatchNormalization.NcInferenceVec4", dispatch, uniforms, numbers
+    )
 
 
 # Pass `main`: its shaders (shaders/<name>.wgsl) by (vecType): the
