@@ -317,11 +317,13 @@ def test_a_template_renders_once_for_each_bucket(tmp_path):
     templates = tmp_path / "templates"
     templates.mkdir()
     (templates / "t.wgsl.jinja").write_text(
-        "@compute @workgroup_size(1)\nfn main() {\n    let units = {{ units }}u;\n}\n"
+        "@compute {{ shader.workgroup_size(1) }}\nfn main() {\n    let units = {{ units }}u;\n}\n"
     )
     (rendered,) = render_op(_resolved(tmp_path, data), templates)
     assert [s.context for s in rendered.specializations] == [{"units": "1"}, {"units": "2"}, {"units": "4"}]
     assert "let units = 4u;" in rendered.specializations[2].wgsl
+    assert "@compute @workgroup_size(1)\n" in rendered.specializations[2].wgsl
+    assert rendered.specializations[2].interface.workgroup_size == 1
 
 
 def test_the_real_manifests_buckets_reach_every_listed_value():

@@ -926,6 +926,18 @@ TINY_MANIFEST = {
 }
 
 TINY_TEMPLATE = """\
+@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x + gid.y * ({{ value.DISPATCH_FOLD_WIDTH }} * {{ value.WORKGROUP_SIZE }});
+    if (i >= params.count) {
+        return;
+    }
+    y[i] = x[i] * params.alpha;
+}
+"""
+
+# TINY_TEMPLATE rendered: each `value.X` is the override X, the workgroup size declared.
+TINY_BODY = """\
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
@@ -1085,14 +1097,17 @@ def test_tiny_pass(tiny_files):
 
 def test_tiny_wgsl_is_declarations_then_template(tiny_files):
     (wgsl,) = _shader_wgsl(tiny_files)
-    assert wgsl == TINY_DECLARATIONS + TINY_TEMPLATE
+    assert wgsl == TINY_DECLARATIONS + TINY_BODY
 
 
 def test_tiny_overrides_are_declared_only_when_used(tiny, device):
     # Without DISPATCH_FOLD_WIDTH in the body, only WORKGROUP_SIZE is declared.
-    body = TINY_TEMPLATE.replace(" + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE)", "")
-    (tiny.templates / "tiny.wgsl.jinja").write_text(body)
+    template = TINY_TEMPLATE.replace(
+        " + gid.y * ({{ value.DISPATCH_FOLD_WIDTH }} * {{ value.WORKGROUP_SIZE }})", ""
+    )
+    (tiny.templates / "tiny.wgsl.jinja").write_text(template)
     (wgsl,) = _shader_wgsl(build(tiny.manifests, tiny.templates, device=device))
+    body = TINY_BODY.replace(" + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE)", "")
     assert wgsl == TINY_DECLARATIONS.replace("override DISPATCH_FOLD_WIDTH: u32;\n", "") + body
 
 
@@ -1188,7 +1203,7 @@ def test_build_outside_the_repository(tmp_path, device):
 
 BROKEN_TEMPLATE = """\
 {# A template with a type error on line 9; this comment and the blank line must not shift it. #}
-@compute @workgroup_size(WORKGROUP_SIZE)
+@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     if (i >= params.count) {
@@ -1320,7 +1335,7 @@ def test_naga_failure_in_a_conditional_template(tiny, device):
     manifest["variants"][0]["derive"] = {"usesF16": 'dtypes.T == "f16"'}
     _tiny_repo(tiny.root, manifest=manifest)
     template = (
-        "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 1
+        "@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}\n"  # 1
         "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 2
         "    let i = gid.x;\n"  # 3
         "{% if usesF16 %}\n"  # 4
@@ -1356,7 +1371,7 @@ MACRO_FILE = """\
 
 IMPORTING_TEMPLATE = """\
 {% from "_lib/body.wgsl.jinja" import copy_body %}
-@compute @workgroup_size(WORKGROUP_SIZE)
+@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     if (i >= params.count) {
@@ -1465,7 +1480,7 @@ def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
         template=(
             '{% from "_lib/body.wgsl.jinja" import scale %}\n'  # 1
             "{# a comment\n   over two lines #}\n"  # 2, 3
-            "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 4
+            "@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}\n"  # 4
             "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 5
             "{% if usesF16 %}\n"  # 6
             "{{ scale('f16') }}"  # 7: the macro writes its line 2; no newline of its own after it
@@ -1547,7 +1562,7 @@ def test_filled_lines_map_to_their_first_statement(tiny):
     """A filled line keeps the template line of its first statement: naga's errors still point there."""
     _f16_tiny(tiny)
     (tiny.templates / "tiny.wgsl.jinja").write_text(
-        "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 1
+        "@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}\n"  # 1
         "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 2
         "    var s = 0.0;\n"  # 3
         "{% filter fill_lines %}\n"  # 4
