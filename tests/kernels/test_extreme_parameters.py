@@ -29,8 +29,14 @@ SCALE_KEY = {
     "group_normalization": "scale",
     "instance_normalization": "scale",
     "skip_group_norm": "gamma",
+    "group_norm": "gamma",
 }
-BIAS_KEY = {"group_normalization": "bias", "instance_normalization": "b", "skip_group_norm": "beta"}
+BIAS_KEY = {
+    "group_normalization": "bias",
+    "instance_normalization": "b",
+    "skip_group_norm": "beta",
+    "group_norm": "beta",
+}
 # stash_type=10 takes float16 statistics and float16 arithmetic, as the spec says: an infinite
 # scale is then a float16 question the spec's own body answers differently; left out.
 CASES = [c for c in profile_cases.all_cases() if c.attrs.get("stash_type") != 10]
@@ -40,7 +46,7 @@ def _prepared(case, purpose):
     device, caps = profile_cases.device_for(case)
     seed = run_seed()
     rng = np.random.default_rng([seed, zlib.crc32(f"{purpose}/{case.id}".encode())])
-    if case.op == "skip_group_norm":
+    if case.op in profile_cases.MICROSOFT_GROUP_OPS:
         # SiLU of -inf is NaN in the definition as well: plain Y keeps the infinities to compare.
         case = dataclasses.replace(case, attrs={**case.attrs, "activation": 0})
     return device, caps, seed, rng, case
@@ -52,11 +58,6 @@ def _called(case, inputs, device, caps):
     except ContractError as refusal:
         # A variant that does not take this dtype or device (its refusal is tested elsewhere).
         pytest.skip(f"the variant refuses the case: {refusal}")
-
-
-def _channel_axis(case):
-    channels_last = case.op == "skip_group_norm" and case.attrs.get("channels_last", 1) != 0
-    return -1 if channels_last else 1
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -79,8 +80,8 @@ def test_an_infinite_scale_gives_the_definitions_infinities(case):
             got[infinite], want[infinite], err_msg=f"{context} {key}: where the definition is +-inf"
         )
         # Channel 0 is inf or NaN (x equal to the mean) in the definition; the rest is ordinary.
-        finite = np.moveaxis(np.isfinite(want), _channel_axis(case), 0)[1:]
-        rest = lambda a: np.moveaxis(a, _channel_axis(case), 0)[1:][finite]
+        finite = np.moveaxis(np.isfinite(want), profile_cases.channel_axis(case), 0)[1:]
+        rest = lambda a: np.moveaxis(a, profile_cases.channel_axis(case), 0)[1:][finite]
         assert_close(
             rest(got), rest(want), inputs[next(iter(inputs))].dtype, f"{context} {key}: the other channels"
         )
@@ -113,7 +114,7 @@ def test_constant_huge_rows_normalize_to_the_bias(case, value):
     first = profile_cases.PACKAGES[case.op].OUTPUTS[0].key
     got = np.asarray(result[first], np.float64)
     bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
-    shape = (-1,) + (1,) * (got.ndim - 2) if _channel_axis(case) == 1 else (-1,)
+    shape = (-1,) + (1,) * (got.ndim - 2) if profile_cases.channel_axis(case) == 1 else (-1,)
     context = f"{case.id} {case.shapes} {case.tunables} {seed_note(seed)}"
     np.testing.assert_array_equal(
         got[0],

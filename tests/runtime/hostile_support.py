@@ -1,8 +1,9 @@
 """Shared helpers for the hostile-input tests of tests/runtime/ (issue 9): test_hostile_*.py, test_fuzz.py.
 
-* `OPS`: the four generated ops with their bind keys, ONNX roles, a valid base request and the
+* `OPS`: the generated ops with their bind keys, ONNX roles, a valid base request and the
   plain function, so a test can build a valid call for any op and then break one thing.
-* `ALL_OPS`, `DTYPES`: parametrize marks over the four ops and over float32 / float16;
+* `MICROSOFT`: the com.microsoft ops' ids (C by `channels_last`, gamma and beta of type M).
+* `ALL_OPS`, `DTYPES`: parametrize marks over every op and over float32 / float16;
   `kernel(info, inputs)`, `plan(info, shapes)`: an op's call with its base request's attributes.
 * `GN`, `ATTRS`, `SHAPES`, `gn_arrays()`, `gn_tensors()`: a small valid GroupNormalization call.
 * `refusal(call)`: runs a call that must be refused and returns the ContractError, failing with
@@ -30,6 +31,7 @@ import pytest
 
 from generated import ContractError, Tensor
 from generated import batch_normalization as bn
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import skip_group_norm as sgn
@@ -57,9 +59,18 @@ class OpInfo:
     def channels(self, shape):
         return shape[self.channels_axis]
 
+    @property
+    def spatial_axis(self):
+        """An axis of the base X that is not C (H for the channels-last ops, else the last)."""
+        return 1 if self.channels_axis != 1 else len(self.base_shape) - 1
+
+    def large(self, side=64):
+        """A base-rank X of about 2 * side**3 values, C = side (for limit tests)."""
+        return (2,) + (side,) * (len(self.base_shape) - 1) if len(self.base_shape) == 4 else (2, side, side)
+
     def dtypes(self, dtype):
         name = np.dtype(dtype).name
-        return {"T": name, "M": name} if self.name == "sgn" else {"T": name}
+        return {"T": name, "M": name} if "M" in self.module.TYPE_CONSTRAINTS else {"T": name}
 
     def shapes(self, shape=None, with_optional=False):
         """Input shapes of a valid request with X of `shape` (the base shape by default)."""
@@ -97,6 +108,8 @@ class OpInfo:
             return gn.group_normalization(*args, **{"num_groups": 2, **kwargs})
         if self.name == "in":
             return inn.instance_normalization(*args, **kwargs)
+        if self.name == "mgn":
+            return mgn.group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
         return sgn.skip_group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
 
     @property
@@ -143,8 +156,20 @@ OPS = {
         optional=("bias",),
         channels_axis=3,
     ),
+    "mgn": OpInfo(
+        "mgn",
+        mgn,
+        ("X", "gamma", "beta"),
+        {k: k for k in ("X", "gamma", "beta")},
+        "Y",
+        {"groups": 2, "activation": 0},
+        (2, 2, 3, 4),
+        channels_axis=3,
+    ),
 }
 OP_IDS = tuple(OPS)
+# The com.microsoft ops: C at axis 3 or 1 by `channels_last`; gamma and beta of their own type M.
+MICROSOFT = ("sgn", "mgn")
 ALL_OPS = pytest.mark.parametrize("op_id", OP_IDS)
 DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 

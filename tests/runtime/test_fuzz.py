@@ -1,8 +1,9 @@
-"""Property-based tests (hypothesis) of the four generated ops (issue 9).
+"""Property-based tests (hypothesis) of the generated ops (issue 9).
 
 * `test_fuzz_<op>_matches_the_reference`: valid requests (ranks 2-5, dims 1-70, at most 50,000
-  elements; float32 / float16; epsilon, num_groups dividing C, stash_type, SkipGroupNorm's
-  activation, layout, skip shapes, bias and S; the default variant or a forced one that applies)
+  elements; float32 / float16; epsilon, num_groups dividing C, stash_type, SkipGroupNorm's and
+  GroupNorm's activation, layout and gamma / beta type, SkipGroupNorm's skip shapes, bias and S;
+  the default variant or a forced one that applies)
   run with NaN-poisoned outputs and match tests/oracles.py's float64 references within docs/TESTING.md's
   tolerances (stash_type=10 as tests/kernels/test_group_normalization_stash16.py judges it).
 * `test_fuzz_<op>_empty`: requests with a zero dimension, any variant forced: outputs of the
@@ -33,9 +34,10 @@ from tests.oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    microsoft_group_norm_ref,
     skip_group_norm_ref,
 )
-from tests.runtime.hostile_support import OPS, check_refusal
+from tests.runtime.hostile_support import MICROSOFT, OPS, check_refusal
 
 MAX_ELEMENTS = 50_000
 MAX_DIM = 70
@@ -182,7 +184,43 @@ def sgn_requests(draw, min_dim=1):
     return "sgn", inputs, attrs, outputs
 
 
-REQUESTS = {"bn": bn_requests, "gn": gn_requests, "in": in_requests, "sgn": sgn_requests}
+@st.composite
+def mgn_requests(draw, min_dim=1):
+    channels_last = draw(st.sampled_from([0, 1]))
+    c = draw(st.integers(min_dim, 64))
+    shape = draw(dims(4, min_dim, fixed={3 if channels_last else 1: c}))
+    t, m = draw(DTYPES), draw(DTYPES)
+    rng = np.random.default_rng(draw(SEEDS))
+    inputs = {
+        "X": random_x(rng, shape, t, draw(st.sampled_from([0.0, 3.0]))),
+        "gamma": per_channel(rng, c, m),
+        "beta": per_channel(rng, c, m, -1, 1),
+    }
+    attrs = {
+        "groups": draw(st.sampled_from(divisors(c) if c else [1, 2, 3])),
+        "activation": draw(st.sampled_from([0, 1])),
+        "channels_last": channels_last,
+        "epsilon": draw(EPSILONS),
+    }
+    return "mgn", inputs, attrs, None
+
+
+REQUESTS = {"bn": bn_requests, "gn": gn_requests, "in": in_requests, "sgn": sgn_requests, "mgn": mgn_requests}
+
+
+def channels(op_id, shape, attrs):
+    """C of an X of `shape`: its axis 1, or for the com.microsoft ops the axis `channels_last` says."""
+    if op_id in MICROSOFT:
+        return shape[3 if attrs["channels_last"] else 1]
+    return OPS[op_id].channels(shape)
+
+
+def dtypes_of(op_id, inputs):
+    """The request's type variables: T from X, M from gamma for the com.microsoft ops."""
+    dtypes = {"T": inputs[OPS[op_id].keys[0]].dtype.name}
+    if op_id in MICROSOFT:
+        dtypes["M"] = inputs["gamma"].dtype.name
+    return dtypes
 
 
 def references(op_id, inputs, attrs):
@@ -204,6 +242,18 @@ def references(op_id, inputs, attrs):
         return {
             "output": instance_normalization_ref(
                 inputs["input"], inputs["scale"], inputs["b"], attrs["epsilon"]
+            )
+        }
+    if op_id == "mgn":
+        return {
+            "Y": microsoft_group_norm_ref(
+                inputs["X"],
+                inputs["gamma"],
+                inputs["beta"],
+                attrs["groups"],
+                attrs["epsilon"],
+                attrs["activation"],
+                attrs["channels_last"],
             )
         }
     y, s = skip_group_norm_ref(
@@ -249,9 +299,7 @@ def applicable_variants(op_id, inputs, attrs, outputs):
     """The variants plan() accepts for this (valid) request on the test device, each with its tunables."""
     module = OPS[op_id].module
     shapes = {k: v.shape for k, v in inputs.items()}
-    dtypes = {"T": inputs[OPS[op_id].keys[0]].dtype.name}
-    if op_id == "sgn":
-        dtypes["M"] = inputs["gamma"].dtype.name
+    dtypes = dtypes_of(op_id, inputs)
     found = []
     for variant in OPS[op_id].variants:
         try:
@@ -319,6 +367,10 @@ def test_fuzz_skip_group_norm_matches_the_reference():
     _valid_fuzz("sgn", 50)
 
 
+def test_fuzz_microsoft_group_norm_matches_the_reference():
+    _valid_fuzz("mgn", 40)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Empty requests: any variant forced, empty outputs, no passes
 
@@ -333,7 +385,7 @@ def empty_requests(draw, op_id):
         shape = list(inputs[key].shape)
         shape[axis] = 0
         x = np.empty(shape, inputs[key].dtype)
-        c = OPS[op_id].channels(shape) if op_id != "sgn" else shape[3 if attrs["channels_last"] else 1]
+        c = channels(op_id, shape, attrs)
         fixed = {}
         for k, v in inputs.items():
             if k == key:
@@ -369,9 +421,7 @@ def _empty_fuzz(op_id, examples):
                 value.shape,
             )
         shapes = {k: v.shape for k, v in inputs.items()}
-        dtypes = {"T": inputs[OPS[op_id].keys[0]].dtype.name}
-        if op_id == "sgn":
-            dtypes["M"] = inputs["gamma"].dtype.name
+        dtypes = dtypes_of(op_id, inputs)
         p = module.plan(shapes, dtypes, attrs, variant=variant, outputs=outputs, caps=caps)
         assert p.passes == (), f"plan {p.variant} for empty {shape} has {len(p.passes)} passes"
 
@@ -397,11 +447,17 @@ def invalid_requests(draw, op_id):
     x = inputs[first]
     other = np.float16 if x.dtype == np.float32 else np.float32
     params = [k for k in info.keys[1:] if k in inputs and inputs[k].ndim == 1]
-    choices = ["param_length", "param_rank", "mixed_dtype", "float64", "rank_low"]
+    choices = ["param_length", "param_rank", "float64", "rank_low"]
+    if op_id != "mgn":  # GroupNorm's only T tensor is X: its gamma and beta are M
+        choices += ["mixed_dtype"]
     if op_id == "gn":
         choices += ["groups_do_not_divide", "groups_not_positive", "stash_type"]
+    if op_id in MICROSOFT:
+        choices += ["groups_do_not_divide", "groups_not_positive", "activation", "rank_high"]
     if op_id == "sgn":
-        choices += ["groups_do_not_divide", "groups_not_positive", "skip_shape", "activation", "rank_high"]
+        choices += ["skip_shape"]
+    if op_id == "mgn":
+        choices += ["channels_last"]
     if op_id == "bn":
         choices += ["training_mode", "momentum"]  # momentum: not a finite number (any finite one is accepted)
     kind = draw(st.sampled_from(choices))
@@ -421,13 +477,13 @@ def invalid_requests(draw, op_id):
     elif kind == "float64":
         inputs[first] = x.astype(np.float64)
     elif kind == "rank_low":
-        low = {"bn": 1, "gn": 2, "in": 2, "sgn": 3}[op_id]
+        low = {"bn": 1, "gn": 2, "in": 2, "sgn": 3, "mgn": 3}[op_id]
         inputs[first] = np.ones(x.shape[:low], x.dtype)
     elif kind == "rank_high":
         inputs[first] = x.reshape(x.shape + (1,))
     elif kind == "groups_do_not_divide":
         name = "num_groups" if op_id == "gn" else "groups"
-        c = info.channels(x.shape) if op_id == "gn" else x.shape[3 if attrs["channels_last"] else 1]
+        c = channels(op_id, x.shape, attrs)
         bad = [g for g in range(2, c + 4) if c % g]
         if not bad:
             bad = [c + 1] if c else [3]  # C = 0 and C = 1 have no non-divisor below c + 4 but c + 1
@@ -445,6 +501,8 @@ def invalid_requests(draw, op_id):
         )
     elif kind == "activation":
         attrs["activation"] = draw(st.sampled_from([2, -1]))
+    elif kind == "channels_last":  # GroupNorm's schema: 1 or 0
+        attrs["channels_last"] = draw(st.sampled_from([2, -1, 255]))
     elif kind == "training_mode":
         attrs["training_mode"] = 1
     elif kind == "momentum":
@@ -460,8 +518,7 @@ def _is_really_invalid(op_id, inputs, attrs, kind):
         return inputs["skip"].shape not in (x.shape, (n, c), (n, 1, 1, c))
     if kind == "groups_do_not_divide":
         name = "num_groups" if op_id == "gn" else "groups"
-        x = inputs[OPS[op_id].keys[0]]
-        c = x.shape[1] if op_id == "gn" else x.shape[3 if attrs["channels_last"] else 1]
+        c = channels(op_id, inputs[OPS[op_id].keys[0]].shape, attrs)
         return attrs[name] < 1 or c % attrs[name] != 0
     return True
 

@@ -1,4 +1,4 @@
-"""Property-based tests (hypothesis) of malformed calls to the four generated ops (issue 9).
+"""Property-based tests (hypothesis) of malformed calls to the generated ops (issue 9).
 
 `test_fuzz_malformed_calls`: malformed calls (wrong key names, wrong ranks, bools, floats,
 strings, None, nested lists as shapes, huge dims, bad attrs / dtypes / tunables / caps / outputs /
@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 
 from generated import ContractError, Tensor
-from tests.runtime.hostile_support import OPS, ROOT, check_refusal
+from tests.runtime.hostile_support import MICROSOFT, OPS, ROOT, check_refusal
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -108,7 +108,13 @@ def malformed_calls(draw):
             key = info.keys[0]
             shapes[key] = draw(
                 st.sampled_from(
-                    {"bn": [[4]], "gn": [[2, 4]], "in": [[2, 4]], "sgn": [[2, 3, 4], [2, 2, 3, 4, 1]]}[op_id]
+                    {
+                        "bn": [[4]],
+                        "gn": [[2, 4]],
+                        "in": [[2, 4]],
+                        "sgn": [[2, 3, 4], [2, 2, 3, 4, 1]],
+                        "mgn": [[2, 3, 4], [2, 2, 3, 4, 1]],
+                    }[op_id]
                 )
             )
             mutations.append(f"rank:{key}={shapes[key]!r}")
@@ -128,7 +134,7 @@ def malformed_calls(draw):
                     )
                 else:
                     bad = ["2", None, [2], {"v": 2}, True, False, math.nan, math.inf, 1.5]
-                    if name != "channels_last":  # any non-zero int means channels last
+                    if name != "channels_last" or op_id == "mgn":  # SkipGroupNorm: any non-zero int is NHWC
                         bad += [2**64, -(2**63)]
                     bad = draw(st.sampled_from(bad))
                 attrs[name] = bad
@@ -151,7 +157,7 @@ def malformed_calls(draw):
                     ]
                 )
             )
-            if op_id == "sgn" and isinstance(dtypes, dict) and "T" in dtypes:
+            if op_id in MICROSOFT and isinstance(dtypes, dict) and "T" in dtypes:
                 dtypes = {**dtypes, "M": "float32"}
             mutations.append(f"dtypes={dtypes!r}")
         elif mutation == "tunable":

@@ -38,12 +38,12 @@ BUFFER_KINDS = {
     "zero_bytes_out": ("gn", "bn"),
     # A Tensor whose buffer is smaller than its shape's bytes (today: a silent wrong answer).
     "small_buffer_input": OP_IDS,
-    "small_buffer_param": ("gn", "sgn"),
+    "small_buffer_param": ("gn", "sgn", "mgn"),
     "small_buffer_out": OP_IDS,
     # Usages: inputs need STORAGE; out= needs STORAGE and COPY_SRC.
     "input_without_storage": OP_IDS,
     "out_without_copy_src": OP_IDS,
-    "out_without_storage": ("bn", "sgn"),
+    "out_without_storage": ("bn", "sgn", "mgn"),
     # out= aliasing an input: the same Tensor, or another Tensor over the same buffer.
     "out_aliases_input": OP_IDS,
     "out_aliases_input_buffer": ("gn", "in"),
@@ -119,7 +119,7 @@ def _buffer_case(op_id, kind, device):
         alias = Tensor(inputs[first].buffer, x.shape, x.dtype, device)
         return summary(kernel(info, inputs, out={out_key: alias}))
     elif kind == "zero_element_tensors_runs":
-        axis = 1 if op_id == "sgn" else x.ndim - 1  # a spatial axis: C keeps its parameters
+        axis = info.spatial_axis  # C keeps its parameters
         shape = x.shape[:axis] + (0,) + x.shape[axis + 1 :]
         empty = {
             k: Tensor.from_numpy(np.empty(shape, x.dtype) if v.shape == x.shape else v, device)

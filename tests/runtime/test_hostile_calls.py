@@ -1,9 +1,9 @@
 """Hostile calls (issue 9): every invalid request is refused with a ContractError before any GPU work.
 
-One test (or parametrized group) per decision of issue 9, over all four ops (batch_normalization,
-group_normalization, instance_normalization, skip_group_norm) and both dtypes where it applies:
-out=, dimensions, None for an input, one input under two names, attribute values, inputs that are
-not float arrays, the caller's name in errors. Beside this file: test_hostile_buffers.py (Tensors
+One test (or parametrized group) per decision of issue 9, over every op (batch_normalization,
+group_normalization, instance_normalization, skip_group_norm, group_norm) and both dtypes where it
+applies: out=, dimensions, None for an input, one input under two names, attribute values, inputs
+that are not float arrays, the caller's name in errors. Beside this file: test_hostile_buffers.py (Tensors
 over buffers that may abort the process, in child processes) and test_hostile_caps_and_limits.py.
 Every refusal is checked for its shape (tests/runtime/hostile_support.py's check_refusal): a ContractError
 (a ValueError) whose str reads "{op}: {subject}: {message} ..." and carries the rule, naming the op
@@ -84,7 +84,7 @@ def _with_bad_dim(info, target, value, by_role=False):
         shapes["skip"] = (shapes["X"][0], shapes["X"][3])
     if target == "x":
         key = info.keys[0]
-        axis = 1 if info.name == "sgn" else 2
+        axis = info.spatial_axis
     else:
         key = info.keys[1]
         axis = 0
@@ -276,7 +276,7 @@ def test_epsilon_that_is_not_a_finite_f32_is_refused_by_kernel(op_id, bad):
     )
 
 
-GROUP_ATTRS = {"gn": "num_groups", "sgn": "groups"}
+GROUP_ATTRS = {"gn": "num_groups", "sgn": "groups", "mgn": "groups"}
 HUGE_INTS = {
     "2**32": 2**32,
     "2**40": 2**40,
@@ -333,6 +333,9 @@ BOOL_ATTRS = [
     ("sgn", "activation", 1, True),
     ("sgn", "channels_last", 1, True),
     ("sgn", "channels_last", 0, False),
+    ("mgn", "groups", 1, True),
+    ("mgn", "activation", 1, True),
+    ("mgn", "channels_last", 0, False),
     ("bn", "training_mode", 0, False),
     ("bn", "epsilon", 1.0, True),
     ("in", "epsilon", 1.0, True),
@@ -340,13 +343,13 @@ BOOL_ATTRS = [
 
 
 def _inputs_for_attr(info, name, value):
-    if info.name == "sgn" and name == "channels_last" and value == 0:
-        # (N, C, H, W): C = 2
+    if info.name in ("sgn", "mgn") and name == "channels_last" and value == 0:
+        # (N, C, H, W): C = 4
         shape = (2, 4, 3, 2)
         rng = np.random.default_rng(1)
         x = rng.standard_normal(shape).astype(np.float32)
         c = np.ones(4, np.float32)
-        return {"X": x, "gamma": c, "beta": c, "skip": x}
+        return {"X": x, "gamma": c, "beta": c, **({"skip": x} if info.name == "sgn" else {})}
     return info.inputs()
 
 
@@ -416,6 +419,7 @@ EMPTY_SHAPES = {
     "gn": [(2, 6, 0, 3), (0, 6, 4), (2, 0, 4)],
     "in": [(2, 6, 0, 3), (0, 6, 4), (2, 0, 4)],
     "sgn": [(0, 2, 3, 4), (2, 0, 3, 4), (2, 2, 0, 4), (2, 2, 3, 0)],
+    "mgn": [(0, 2, 3, 4), (2, 0, 3, 4), (2, 2, 0, 4), (2, 2, 3, 0)],
 }
 EMPTY_CASES = [
     (op_id, variant, shape)
@@ -569,7 +573,7 @@ def test_tensor_with_a_non_integer_dim_is_refused(op_id, bad):
         inputs["skip"] = inputs["skip"][:, 0, 0, :]  # (N, C): valid whatever H is
     t = Tensor.from_numpy(x)
     shape = list(x.shape)
-    axis = 1 if op_id == "sgn" else -1  # a spatial axis: C must keep matching the parameters
+    axis = info.spatial_axis  # C must keep matching the parameters
     shape[axis] = True if bad is True else shape[axis] - bad
     shape = tuple(shape)
 

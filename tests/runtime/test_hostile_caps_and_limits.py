@@ -68,10 +68,12 @@ def test_float16_on_a_device_without_shader_f16(op_id, device_without_f16):
     assert F16_PHRASE in str(error), str(error)
 
 
-def test_float16_gamma_beta_do_not_need_shader_f16(device_without_f16):
-    """SkipGroupNorm binds gamma / beta (type M) as 32-bit words: an f32 X with f16 M runs anywhere.
-    (The same variant on both devices: the default one has subgroups, which registers needs.)"""
-    info = OPS["sgn"]
+@pytest.mark.parametrize("op_id", ["sgn", "mgn"])
+def test_float16_gamma_beta_do_not_need_shader_f16(op_id, device_without_f16):
+    """SkipGroupNorm and GroupNorm bind gamma / beta (type M) as 32-bit words: an f32 X with f16 M
+    runs anywhere. (The same variant on both devices: the default one has subgroups, which registers
+    needs.)"""
+    info = OPS[op_id]
     inputs = info.inputs(np.float32)
     inputs["gamma"] = inputs["gamma"].astype(np.float16)
     inputs["beta"] = inputs["beta"].astype(np.float16)
@@ -152,6 +154,9 @@ EXPLAIN_CASES = {
     "bn-f16-without-shader-f16": ("bn", None, None, {"features": []}),
     "in-binding-limit": ("in", None, None, {"limits": {"maxStorageBufferBindingSize": 16}}),
     "sgn-epsilon-1e39": ("sgn", None, {"epsilon": 1e39}, None),
+    "mgn-groups-do-not-divide": ("mgn", None, {"groups": 3}, None),
+    "mgn-channels-last-2": ("mgn", None, {"channels_last": 2}, None),
+    "mgn-gamma-length": ("mgn", {"X": (2, 2, 3, 4), "gamma": (3,), "beta": (4,)}, None, None),
 }
 
 
@@ -179,17 +184,18 @@ def test_explain_returns_the_broken_rule(name):
 
 
 @pytest.mark.parametrize(
-    "op_id,by_role", [("bn", False), ("bn", True), ("gn", False), ("gn", True), ("in", False), ("sgn", False)]
+    "op_id,by_role",
+    [("bn", False), ("bn", True), ("gn", False), ("gn", True), ("in", False), ("sgn", False), ("mgn", False)],
 )
 def test_tensor_over_the_storage_binding_limit_names_input_and_limit(op_id, by_role):
     info = OPS[op_id]
-    shapes = info.shapes((2, 64, 64, 64) if op_id == "sgn" else (2, 64, 64))
+    shapes = info.shapes(info.large())
     key = info.keys[0]
     if by_role:
         shapes[info.roles[key]] = shapes.pop(key)
         key = info.roles[key]
     # 4 KiB: planned in pieces of channel ranges (a GroupNorm group of 32 channels is 8 KiB);
-    # 128 bytes: below one channel (and one SkipGroupNorm item), so no cut exists and the
+    # 128 bytes: below one channel (and one SkipGroupNorm or GroupNorm item), so no cut exists and the
     # refusal names the input and the limit.
     if op_id in ("bn", "in"):
         assert plan(info, shapes, caps={"limits": {"maxStorageBufferBindingSize": 4096}}).chunks
@@ -230,7 +236,7 @@ WORKGROUP_TUNABLES = [
 def test_workgroup_tunable_over_the_device_limit(op_id, name):
     """Over maxComputeInvocationsPerWorkgroup (256 by default): capped by the manifest, or refused by name."""
     info = OPS[op_id]
-    shapes = info.shapes((2, 64, 64, 64) if op_id == "sgn" else (2, 64, 4096))
+    shapes = info.shapes(info.large() if len(info.base_shape) == 4 else (2, 64, 4096))
     try:
         p = plan(info, shapes, tunables={name: 4096})
     except ContractError as error:

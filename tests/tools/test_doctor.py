@@ -46,10 +46,16 @@ def test_doctor_of_a_vendored_copy_passes_and_prints_the_measured_subgroup_width
         "backend:  Vulkan",
         "features: ",
         "maxComputeWorkgroupStorageSize",
-        "all 12 checks passed",
+        "all 15 checks passed",
     ):
         assert line in text, text
-    for op in ("batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm"):
+    for op in (
+        "batch_normalization",
+        "group_normalization",
+        "instance_normalization",
+        "skip_group_norm",
+        "group_norm",
+    ):
         for dtype in ("float32", "float16"):
             assert f"ok    {op} {dtype} " in text, text
         assert (
@@ -70,7 +76,7 @@ def test_doctor_exits_1_when_a_check_fails(monkeypatch):
     text = out.getvalue()
     assert "FAIL  batch_normalization float32" in text and "WRONG" in text, text
     # float32, float16, and the float16 overflow check (whose in-range outputs are off too)
-    assert "ok    group_normalization float32" in text and "3 of 12 checks FAILED" in text, text
+    assert "ok    group_normalization float32" in text and "3 of 15 checks FAILED" in text, text
 
 
 def test_doctor_fails_a_device_whose_float16_overflow_is_not_infinity(monkeypatch):
@@ -89,7 +95,7 @@ def test_doctor_fails_a_device_whose_float16_overflow_is_not_infinity(monkeypatc
     assert (
         "FAIL  group_normalization float16 overflow, variant " in text and "instead of infinities" in text
     ), text
-    assert "ok    group_normalization float16 (" in text and "1 of 12 checks FAILED" in text, text
+    assert "ok    group_normalization float16 (" in text and "1 of 15 checks FAILED" in text, text
 
 
 def test_doctor_exits_1_when_a_call_raises(monkeypatch):

@@ -34,6 +34,7 @@ from tests.oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    microsoft_group_norm_ref,
     skip_group_norm_ref,
 )
 
@@ -264,6 +265,7 @@ import importlib.util, json, sys
 import numpy as np
 import webgpu_norm_kernels as k
 from webgpu_norm_kernels import batch_normalization, group_normalization, instance_normalization, skip_group_norm
+from webgpu_norm_kernels import group_norm
 
 data = dict(np.load(sys.argv[1]))
 out = {
@@ -274,6 +276,7 @@ out = {
 out["sgn_y"], out["sgn_s"] = skip_group_norm.skip_group_norm(
     data["xs"], data["c0"], data["c1"], data["skip"], data["c2"], groups=2, activation=1, return_sum=True
 )
+out["mgn"] = group_norm.group_norm(data["xs"].astype(np.float16), data["c0"], data["c1"], groups=4, activation=1)
 np.savez(sys.argv[2], **out)
 print(json.dumps({
     "file": k.__file__, "version": k.__version__, "ops": sorted(str(e) for e in k.ops().values()),
@@ -322,7 +325,7 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
     assert Path(facts["file"]).is_relative_to(site / "webgpu_norm_kernels"), facts
     assert not facts["generated"] and not facts["codegen"], facts
     assert not any(Path(p).resolve().is_relative_to(REPO) for p in facts["path"] if p), facts["path"]
-    assert facts["version"] == VERSION and len(facts["ops"]) == 8
+    assert facts["version"] == VERSION and len(facts["ops"]) == 9
     out = np.load(tmp_path / "out.npz")
     c = [data[f"c{i}"] for i in range(4)]
     assert_close(out["bn"], batch_normalization_ref(data["x"], *c), np.float32, "wheel: BatchNormalization")
@@ -338,6 +341,8 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
     ref_y, ref_s = skip_group_norm_ref(data["xs"], c[0], c[1], data["skip"], c[2], 2, 1e-5, 1, 1, np.float32)
     assert_close(out["sgn_y"], ref_y, np.float32, "wheel: SkipGroupNorm Y")
     assert_close(out["sgn_s"], ref_s, np.float32, "wheel: SkipGroupNorm S")
+    ref = microsoft_group_norm_ref(data["xs"].astype(np.float16), c[0], c[1], 4, 1e-5, 1, 1)
+    assert_close(out["mgn"], ref, np.float16, "wheel: com.microsoft GroupNorm")
     # The console script runs the package's __main__ (no command: usage, exit 2).
     script_run = subprocess.run(
         [str(environment / "bin" / "webgpu-norm-kernels")], capture_output=True, text=True, timeout=60
