@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import re
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +17,7 @@ import black
 
 from .expr import DERIVED, REQUEST, VALUES, Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
-from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Rule, Value
+from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Rule, Subject, Value
 from .shader_files import ShaderFile, ShaderFiles, deciding_columns
 from .wgsl import KeyName, RenderedPass
 
@@ -87,7 +85,7 @@ class PythonSource:
         # black.format_str formats every changed module a second time, in case the first pass
         # made trailing commas that change the next one; our modules never need it, and one pass
         # saves 0.7 s of a 2.5 s build. black is pinned (pyproject.toml), and
-        # tests/test_codegen.py checks that every generated module is format_str's fixed point; a
+        # tests/compiler/test_codegen.py checks that every generated module is format_str's fixed point; a
         # black without the private one-pass function still formats, twice.
         return self.header + _FORMAT_ONCE(self.source, mode=BLACK_MODE)
 
@@ -253,7 +251,7 @@ def _emit_op_imports(w: Writer, op: ResolvedOp) -> None:
     if any(t.optional for t in op.ir.outputs):  # the plain function's return_<output>= flags
         runtime_names.append("checked_flag")
     runtime_names += [h for h in helpers if h != "math"]
-    if any(_F16_RULE.fullmatch(rule.source) for rule in op.rules):
+    if any(rule.needs_shader_f16 for rule in op.rules):
         runtime_names.append("features_text")
     w.line(f"from .._runtime import {', '.join(sorted(set(runtime_names)))}")
     w.line(f"from . import {', '.join(v.ir.id for v in op.variants)}")
@@ -286,7 +284,7 @@ def _emit_derive(w: Writer, op: ResolvedOp) -> None:
         w.line('"""The manifest\'s `derive` values for one request."""')
         w.line()
         for value in op.derives:
-            w.line(f"{value.var}: {_annotation(value.code.type)}")
+            w.line(f"{value.var}: {value.code.python_type}")
     w.line()
     w.line()
     with w.block(f"def derive({REQUEST}) -> Derived:"):
@@ -308,17 +306,6 @@ def _emit_chunking(w: Writer, chunking) -> None:
             f"per_channel={chunking.per_channel!r}, groups_attribute={chunking.groups_attribute!r})"
         )
     w.line()
-
-
-def _annotation(kind: str) -> str:
-    return {
-        "int": "int",
-        "float": "float",
-        "bool": "bool",
-        "str": "str",
-        "shape": "tuple",
-        "list": "tuple",
-    }.get(kind, "object")
 
 
 def _emit_contract(w: Writer, op: ResolvedOp) -> None:
@@ -350,7 +337,7 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                         + (f", got {facts}" if facts else "")
                         + _meaning(op, rule.subject)
                     )
-                    if _F16_RULE.fullmatch(rule.source):
+                    if rule.needs_shader_f16:
                         message = _F16_MESSAGE
                     w.line(f"raise ContractError(OP, {_subject(rule)}, {rule.source!r}, f{message!r})")
             if not rules:
@@ -362,26 +349,23 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
 def _subject(rule: Rule) -> str:
     """A rule's subject as Python: an input in the caller's name for it (the request's), else as is."""
     if rule.input_key is None:
-        return repr(rule.subject)
-    kind, _, role = rule.subject.partition(" ")
-    return f'f"{kind} {{{REQUEST}.names.get({rule.input_key!r}, {role!r})}}"'
+        return repr(str(rule.subject))
+    return f'f"{rule.subject.kind} {{{REQUEST}.names.get({rule.input_key!r}, {rule.subject.name!r})}}"'
 
 
 # `f16Ok(dtypes.T)` fails only for float16 on a device without shader-f16: say that, in those words.
-_F16_RULE = re.compile(r"f16Ok\(dtypes\.\w+\)")
 _F16_MESSAGE = (
     "float16 needs the device feature shader-f16, which this device does not have "
     "(features: {features_text(features)})"
 )
 
 
-def _meaning(op: ResolvedOp, subject: str) -> str:
+def _meaning(op: ResolvedOp, subject: Subject) -> str:
     """What the manifest says the subject tensor is, so a shape error reads in the op's own words."""
-    kind, _, role = subject.partition(" ")
     for tensor in op.ir.tensors:
-        if kind in ("input", "output") and tensor.role == role and tensor.description:
+        if subject.kind in ("input", "output") and tensor.role == subject.name and tensor.description:
             text = tensor.description.replace("{", "{{").replace("}", "}}")
-            return f"; in opset {op.ir.since_version}, {role} is: {text}"
+            return f"; in opset {op.ir.since_version}, {subject.name} is: {text}"
     return ""
 
 
@@ -664,7 +648,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
         w.line('"""The variant\'s own values (`constants` / `derive`), evaluated after selection."""')
         w.line()
         for value in variant.derives:
-            w.line(f"{value.var}: {_annotation(value.code.type)}")
+            w.line(f"{value.var}: {value.code.python_type}")
         if not variant.derives:
             w.line("pass")
     w.line()
@@ -839,8 +823,10 @@ def emit_shaders_module(op: ResolvedOp, shaders: ShaderFiles, header: str) -> Py
     w.line(f'"""The shaders of {op.ir.title}: what each file `shaders/<name>.wgsl` declares.')
     w.line()
     for line in textwrap.wrap(
-        "The render stage made these records while it wrote the shaders' declarations; the runtime "
-        "binds, sizes and sets a shader from its record and never reads its text for that. A "
+        "The render stage made these records from what each template declared while it rendered "
+        "(the values it read, its workgroup size and arrays, subgroup and f16 use) and the "
+        "declarations it wrote; the runtime binds, sizes and sets a shader from its record and "
+        "never reads its text for that. A "
         "shader's name is its template's stem and the template values that tell its "
         'specializations apart; each file starts with a header naming its template and key."""',
         width=96,
@@ -945,7 +931,7 @@ def emit_ops_table(ops: list[ResolvedOp], sources: list[Source]) -> PythonSource
     w.line(f"OP_PACKAGES = ({', '.join(module_name(op) for op in ops)},)")
     w.line()
     w.comment(
-        "From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx)."
+        "From the ONNX operator changelog (onnx.defs; tests/tools/test_onnx_nodes.py checks it against onnx)."
     )
     w.line("ENTRIES = (")
     for op in ops:

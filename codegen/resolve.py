@@ -69,13 +69,27 @@ class Value:
 
 
 @dataclass(frozen=True)
+class Subject:
+    """What a contract clause is about, as an error names it: `input X`, `attribute num_groups`,
+    `dtype T`, or the device (`kind` "device", no name)."""
+
+    kind: str  # "input" | "output" | "attribute" | "dtype" | "device"
+    name: str = ""  # the tensor's role, the attribute, the type variable
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}" if self.name else self.kind
+
+
+@dataclass(frozen=True)
 class Rule:
     """One contract clause: every variant needs it, so breaking it is the caller's error."""
 
     source: str  # the clause in manifest syntax
     code: Compiled
-    subject: str  # "input X", "attribute num_groups", "dtype T", "device"
+    subject: Subject
     facts: tuple[tuple[str, Compiled], ...]  # the names the clause reads, to print their values
+    # The clause is `f16Ok(dtypes.T)`: it fails only for float16 on a device without shader-f16.
+    needs_shader_f16: bool = False
     # The bind key of the input the subject names, or None: a refusal names that input as the
     # caller did (`request.names`), the subject's ONNX name where the request has none.
     input_key: str | None = None
@@ -307,10 +321,13 @@ class _Resolver:
                     if value is None:
                         continue
                     ref = frozenset({(local_in, value.name)})
+                    fraction = value.code.fraction
                     if local_in == where:
-                        return Symbol(value.var, value.code.type, frozenset(), ref)
+                        return Symbol(value.var, value.code.type, frozenset(), ref, fraction)
                     holder = {"manifest": DERIVED, "variant": VALUES}[local_in]
-                    return Symbol(f"{holder}.{value.var}", value.code.type, frozenset({holder}), ref)
+                    return Symbol(
+                        f"{holder}.{value.var}", value.code.type, frozenset({holder}), ref, fraction
+                    )
             return self.builtin(path, allow_fold=where == "pass")
 
         def describe() -> str:
@@ -498,23 +515,34 @@ class _Resolver:
                 if text not in dict(facts):
                     facts.append((text, compiler.visit(leaf)))
             subject, input_key = self.subject(node)
-            rules.append(Rule(source, code, subject, tuple(facts), input_key))
+            rules.append(Rule(source, code, subject, tuple(facts), _is_f16_check(node), input_key))
         return tuple(rules)
 
-    def subject(self, node: nodes.Node) -> tuple[str, str | None]:
+    def subject(self, node: nodes.Node) -> tuple[Subject, str | None]:
         """What a clause is about, as a refusal's subject, and the bind key when that is an input."""
         for leaf in node.find_all((nodes.Name, nodes.Getattr)):
             path = _path(leaf)
             if path and path[0] in ("shapes", "ranks") and len(path) == 2:
                 tensor = self.tensors[path[1]]
                 if tensor.is_output:
-                    return f"output {tensor.role}", None
-                return f"input {tensor.role}", tensor.key
+                    return Subject("output", tensor.role), None
+                return Subject("input", tensor.role), tensor.key
             if path and path[0] == "attrs":
-                return f"attribute {path[1]}", None
+                return Subject("attribute", path[1]), None
             if path and path[0] == "dtypes":
-                return f"dtype {path[1]}", None
-        return "device", None
+                return Subject("dtype", path[1]), None
+        return Subject("device"), None
+
+
+def _is_f16_check(node: nodes.Node) -> bool:
+    """Whether a clause is `f16Ok(dtypes.<T>)` (the call itself, not a clause that contains one)."""
+    return (
+        isinstance(node, nodes.Call)
+        and isinstance(node.node, nodes.Name)
+        and node.node.name == "f16Ok"
+        and len(node.args) == 1
+        and (_path(node.args[0]) or ())[:1] == ("dtypes",)
+    )
 
 
 def _path(node: nodes.Node) -> tuple[str, ...] | None:

@@ -2,24 +2,32 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 ce00800b480f9f73)
-#   codegen/onnx_versions.py (sha256 0310f44cf5839b3b)
+#   manifests/com.microsoft.GroupNorm/manifest.json (sha256 9e4156f6d3e90529)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 180b5434bbbf11f8)
+#   codegen/onnx_versions.py (sha256 22852b3d6a308aa1)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """The op packages the compiler generated, and the ONNX operator versions each runs."""
 
-from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
+from . import batch_normalization, group_normalization, instance_normalization, group_norm, skip_group_norm
 from .registry import OpEntry
 
-OP_PACKAGE_NAMES = ("batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm")
+OP_PACKAGE_NAMES = (
+    "batch_normalization",
+    "group_normalization",
+    "instance_normalization",
+    "group_norm",
+    "skip_group_norm",
+)
 OP_PACKAGES = (
     batch_normalization,
     group_normalization,
     instance_normalization,
+    group_norm,
     skip_group_norm,
 )
 
-# From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).
+# From the ONNX operator changelog (onnx.defs; tests/tools/test_onnx_nodes.py checks it against onnx).
 ENTRIES = (
     OpEntry(
         batch_normalization,
@@ -60,5 +68,6 @@ ENTRIES = (
         None,
         "22 only adds bfloat16 to T; float32 and float16 are computed as in 6",
     ),
+    OpEntry(group_norm, "com.microsoft", "GroupNorm", 1, 1, None, ""),
     OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
 )

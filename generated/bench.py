@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _runtime, bench_calls, bench_transfers, doctor
-from ._runtime import Tensor
+from . import _runtime, bench_calls, bench_ort, bench_transfers, doctor
+from ._runtime import Sequence, Tensor
 from .bench_torch import TorchPeer
 
 # Calls rotate among copies of their tensors until this many bytes are touched per round: a few
@@ -389,6 +389,7 @@ class Result:
     speedup_vs_torch: float | None = None
     torch_timing: str | None = None
     host: dict = field(default_factory=dict)
+    ort: dict = field(default_factory=dict)  # with --ort: ONNX Runtime WebGPU and ours, timed alike
     error: str | None = None
 
 
@@ -403,8 +404,19 @@ def _percentile_us(samples, q):
 class Bench:
     """Runs cases on one device, sharing the timer, the copy kernel and the PyTorch peer."""
 
-    def __init__(self, device, settings, timer, torch_peer=None, variant=None, tunables=None, per_pass=False):
+    def __init__(
+        self,
+        device,
+        settings,
+        timer,
+        torch_peer=None,
+        variant=None,
+        tunables=None,
+        per_pass=False,
+        ort_peer=None,
+    ):
         self.device = device
+        self.ort_peer = ort_peer
         self.per_pass = per_pass
         self.settings = settings
         self.timer = timer
@@ -479,6 +491,10 @@ class Bench:
             bench_calls.new_shape_first_call(op, case, arrays_for, options, device, timer.sync)
         )
 
+        if self.ort_peer is not None:
+            shapes = {key: plan.outputs[key][0] for key in outputs}
+            result.ort = self._against_ort(op, case, arrays, sets[0], options, shapes)
+            result.ort["ours_numpy_ms"] = result.host["numpy_call_ms"]
         if self.torch_peer is not None:
             seconds, how = self.torch_peer.time(case.op, arrays, attributes_with_defaults(op, case), copies)
             result.torch_timing = how
@@ -521,6 +537,30 @@ class Bench:
         result.copy_us = _median_us(samples["copy"])
         result.copy_gbps = result.bytes / result.copy_us / 1e3
         result.fraction_of_copy = result.copy_us / result.gpu_us
+
+    def _against_ort(self, op, case, arrays, tensors, options, outputs):
+        """ONNX Runtime's three paths on this case, and ours measured the same way (N calls, one sync)."""
+        ort = self.ort_peer.time(op, case, arrays, attributes_with_defaults(op, case), outputs)
+        timings = {
+            "placement": ort.placement,
+            "notes": ort.notes,
+            "error_of_tolerance": ort.error_of_tolerance,
+        }
+        timings |= {
+            "ort_numpy_ms": ort.numpy_ms,
+            "ort_device_ms": ort.device_ms,
+            "ort_capture_ms": ort.capture_ms,
+        }
+        device, sync = self.device, self.timer.sync
+
+        def call():
+            op.kernel(tensors["input"], attrs=case.attrs, device=device, out=tensors["output"], **options)
+
+        sequence = Sequence(device)
+        sequence.kernel(op, tensors["input"], case.attrs, out=tensors["output"], **options)
+        timings["ours_device_ms"] = bench_ort.calls_then_one_readback_ms(call, sync, self.settings)
+        timings["ours_sequence_ms"] = bench_ort.calls_then_one_readback_ms(sequence.run, sync, self.settings)
+        return timings
 
     def _numpy_call_ms(self, op, case, arrays, options):
         """What a user's first line costs: numpy arrays in, numpy arrays out (upload, the call, read-back)."""
@@ -606,6 +646,7 @@ def _gbps(value):
 
 def markdown(results, meta):
     lines = _meta_lines(meta) + _gpu_table(results) + _host_table(results) + _per_pass_table(results)
+    lines += _ort_table(results)
     torch_notes = sorted({r.torch_timing for r in results if r.torch_timing})
     if torch_notes:
         lines += ["", "PyTorch timing: " + "; ".join(torch_notes) + "."]
@@ -697,6 +738,40 @@ def _host_table(results):
             f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) "
             f"| {_fmt(h.get('numpy_call_ms'), 2)} |"
         )
+    return lines
+
+
+def _ort_table(results):
+    rows = [r for r in results if not r.error and r.ort]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Against ONNX Runtime's WebGPU provider (--ort), ms per call, each side the same way: numpy = numpy "
+        "arrays in and out (`session.run()`; ours `kernel()`); device = inputs and outputs bound on the device, "
+        "N calls then one read-back or sync (`io_binding`; ours `kernel(out=)`); replay = the same with ONNX "
+        "Runtime's graph capture (ours a recorded `Sequence.run()`); × = ONNX Runtime / ours; error = ONNX "
+        "Runtime's worst output against float64, as a fraction of check_model's tolerance. A node ONNX Runtime "
+        "would place on its CPU provider is not timed.",
+        "",
+        "| op | case | dtype | placement | numpy: ORT | ours | × | device: ORT | ours | × | replay: ORT | ours | × "
+        "| ORT error |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        o = r.ort
+        cells = [r.op, r.case, "/".join(_SHORT_DTYPE[d] for d in r.dtypes.values()), o["placement"]]
+        for theirs, ours in (
+            ("ort_numpy_ms", "ours_numpy_ms"),
+            ("ort_device_ms", "ours_device_ms"),
+            ("ort_capture_ms", "ours_sequence_ms"),
+        ):
+            ratio = o[theirs] / o[ours] if o.get(theirs) and o.get(ours) else None
+            cells += [_fmt(o.get(theirs), 3), _fmt(o.get(ours), 3), _fmt(ratio, 2)]
+        cells.append(_fmt(o.get("error_of_tolerance"), 3))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = sorted({f"{r.op} {r.case}: {note}" for r in rows for note in r.ort.get("notes", [])})
+    lines += [f"- {note}" for note in notes]
     return lines
 
 
@@ -911,6 +986,11 @@ def _parser():
     parser.add_argument("--markdown", metavar="FILE", help="write the Markdown tables to FILE too")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (needs matplotlib: the bench extra)")
     parser.add_argument("--torch", action="store_true", help="add the PyTorch eager equivalent (CUDA)")
+    parser.add_argument(
+        "--ort",
+        action="store_true",
+        help="add ONNX Runtime's WebGPU provider (needs onnxruntime-webgpu and onnx)",
+    )
     parser.add_argument("--variant", metavar="ID", help="force this variant in the ops that have it")
     parser.add_argument(
         "--tunable",
@@ -971,7 +1051,10 @@ def _main(args):
     timer = GpuTimer(device, settings.batch, use_timestamps=not args.wall_clock)
     meta = {"device": device_info(device), "timing": timer.method, "quick": args.quick, "warnings": []}
     torch_peer = _torch_peer(args, settings, meta)
-    bench = Bench(device, settings, timer, torch_peer, args.variant, dict(args.tunable), args.per_pass)
+    ort_peer = _ort_peer(args, settings, meta)
+    bench = Bench(
+        device, settings, timer, torch_peer, args.variant, dict(args.tunable), args.per_pass, ort_peer
+    )
     results = [_run_case(bench, packages[case.op], case) for case in cases]
     if timer.suspicious:
         meta["warnings"].append(
@@ -1016,6 +1099,19 @@ def _torch_peer(args, settings, meta):
         meta["warnings"].append(f"--torch skipped: {type(error).__name__}: {error}")
         return None
     return torch_peer
+
+
+def _ort_peer(args, settings, meta):
+    """ONNX Runtime's WebGPU provider with --ort (None without, or when it cannot start: a warning)."""
+    if not args.ort:
+        return None
+    try:
+        ort_peer = bench_ort.OrtPeer(settings)
+        meta["onnxruntime"] = ort_peer.info
+    except Exception as error:
+        meta["warnings"].append(f"--ort skipped: {type(error).__name__}: {error}")
+        return None
+    return ort_peer
 
 
 def _run_case(bench, op, case):
