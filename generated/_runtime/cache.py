@@ -20,8 +20,8 @@ class LRUCache:
     """
 
     def __init__(self, maxsize, max_weight=None):
-        self.maxsize = maxsize
-        self.max_weight = max_weight
+        self._maxsize = maxsize
+        self._max_weight = max_weight
         self.weight = 0  # the total weight of the entries
         self._data = OrderedDict()
         self._weights = {}  # key -> weight, of the entries put with one
@@ -32,6 +32,35 @@ class LRUCache:
         # whenever the garbage collector does, possibly inside this cache's own lock in the same
         # thread, so it only queues; get() and put() forget under the lock.
         self._forgotten = deque()
+
+    # The bounds may be lowered at any time (set_pipeline_cache_limit(), a test): the entries over
+    # them go at once, not at the next put().
+    @property
+    def maxsize(self):
+        return self._maxsize
+
+    @maxsize.setter
+    def maxsize(self, value):
+        with self._lock:
+            self._maxsize = value
+            self._trim()
+
+    @property
+    def max_weight(self):
+        return self._max_weight
+
+    @max_weight.setter
+    def max_weight(self, value):
+        with self._lock:
+            self._max_weight = value
+            self._trim()
+
+    def _trim(self):
+        """Forget the least recently used entries over the bounds (the newest always stays)."""
+        while len(self._data) > self._maxsize or (
+            self._max_weight is not None and self.weight > self._max_weight and len(self._data) > 1
+        ):
+            self._drop(next(iter(self._data)))
 
     def _drop(self, key):
         del self._data[key]
@@ -64,10 +93,7 @@ class LRUCache:
             if weight:
                 self._weights[key] = weight
                 self.weight += weight
-            while len(self._data) > self.maxsize or (
-                self.max_weight is not None and self.weight > self.max_weight and len(self._data) > 1
-            ):
-                self._drop(next(iter(self._data)))
+            self._trim()
 
     def __len__(self):
         with self._lock:

@@ -74,7 +74,7 @@ def set_cache_limit(nbytes: int, device=None) -> None:
 @refusing_lost_device("set_pipeline_cache_limit")
 def set_pipeline_cache_limit(nbytes: int, device=None) -> None:
     """Keep `device`'s cached pipelines within `nbytes` by what they hold (the least recently used go
-    first, from the next pipeline made; the most recent always stays). The default is
+    first, at once; the most recent always stays). The default is
     pipelines.PIPELINE_CACHE_BYTES, 2 GiB: what the package's warmup() makes on the software driver."""
     nbytes = _checked_bytes("set_pipeline_cache_limit", nbytes)
     pipelines_of(_device_of("set_pipeline_cache_limit", device)).max_weight = nbytes
