@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import black
 
 from .expr import Compiled, request_local, snake
-from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
+from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS, OTHER_DOMAIN_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
 from .shader_files import ShaderFile, ShaderFiles, deciding_columns
 from .wgsl import KeyName, RenderedPass
@@ -939,15 +939,18 @@ def onnx_entries(op: ResolvedOp) -> list[tuple]:
             f"{op.ir.title}: onnx_versions.py does not list version {op.ir.since_version} of {key}"
         )
 
-    def span(since):
-        later = [v for v in versions if v > since]
+    def span(since, of=versions):
+        later = [v for v in of if v > since]
         return since, (min(later) - 1 if later else None)
 
     entries = [(op.ir.domain, op.ir.name, op.ir.since_version, *span(op.ir.since_version), "")]
     for (domain, name, since), (target, note) in COMPATIBLE_VERSIONS.items():
         if (domain, name, target) == (*key, op.ir.since_version):
             entries.append((domain, name, since, *span(since), note))
-    return sorted(entries, key=lambda e: e[2])
+    for (domain, name, since), (target, note) in OTHER_DOMAIN_VERSIONS.items():
+        if target == (*key, op.ir.since_version):
+            entries.append((domain, name, since, *span(since, ONNX_VERSIONS[(domain, name)]), note))
+    return sorted(entries, key=lambda e: (e[2], e[0]))
 
 
 def module_name(op: ResolvedOp) -> str:

@@ -473,6 +473,12 @@ class _Resolver:
         return tuple(rules)
 
     def subject(self, node: nodes.Node) -> str:
+        for call in node.find_all(nodes.Call):  # outputs.has("mean"): a rule about asking for an output
+            target = _path(call.node)
+            if target == ("outputs", "has") and call.args and isinstance(call.args[0], nodes.Const):
+                tensor = self.tensors.get(call.args[0].value)
+                if tensor is not None:
+                    return f"output {tensor.role}"
         for leaf in node.find_all((nodes.Name, nodes.Getattr)):
             path = _path(leaf)
             if path and path[0] in ("shapes", "ranks") and len(path) == 2:

@@ -2,20 +2,34 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 1dcd97a8b9b0ac9b)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 259a46f9124c48e7)
+#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 663d7497573b1362)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 6a8bb9e6c7107525)
-#   codegen/onnx_versions.py (sha256 0310f44cf5839b3b)
+#   codegen/onnx_versions.py (sha256 e09e653f9fdee1ba)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """The op packages the compiler generated, and the ONNX operator versions each runs."""
 
-from . import batch_normalization, group_normalization, instance_normalization, skip_group_norm
+from . import (
+    batch_normalization,
+    group_normalization,
+    instance_normalization,
+    layer_normalization,
+    skip_group_norm,
+)
 from .registry import OpEntry
 
-OP_PACKAGE_NAMES = ("batch_normalization", "group_normalization", "instance_normalization", "skip_group_norm")
+OP_PACKAGE_NAMES = (
+    "batch_normalization",
+    "group_normalization",
+    "instance_normalization",
+    "layer_normalization",
+    "skip_group_norm",
+)
 OP_PACKAGES = (
     batch_normalization,
     group_normalization,
     instance_normalization,
+    layer_normalization,
     skip_group_norm,
 )
 
@@ -60,5 +74,6 @@ ENTRIES = (
         None,
         "22 only adds bfloat16 to T; float32 and float16 are computed as in 6",
     ),
+    OpEntry(layer_normalization, "ai.onnx", "LayerNormalization", 17, 17, None, ""),
     OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
 )

@@ -2,7 +2,7 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 6a8bb9e6c7107525)
 #   templates/_lib/row_stats.wgsl.jinja (sha256 864795bd1797003c)
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 dadce4d99d0ea419)
-#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
+#   templates/_lib/stats.wgsl.jinja (sha256 8011054206126933)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 310b302d17955dff)
 # Do not edit: change the sources above and regenerate.
