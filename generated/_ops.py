@@ -3,6 +3,7 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 1dcd97a8b9b0ac9b)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 259a46f9124c48e7)
 #   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 663d7497573b1362)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 f3848ff25bcb5561)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 6a8bb9e6c7107525)
 #   codegen/onnx_versions.py (sha256 e09e653f9fdee1ba)
 # Do not edit: change the sources above and regenerate.
@@ -14,6 +15,7 @@ from . import (
     group_normalization,
     instance_normalization,
     layer_normalization,
+    rms_normalization,
     skip_group_norm,
 )
 from .registry import OpEntry
@@ -23,6 +25,7 @@ OP_PACKAGE_NAMES = (
     "group_normalization",
     "instance_normalization",
     "layer_normalization",
+    "rms_normalization",
     "skip_group_norm",
 )
 OP_PACKAGES = (
@@ -30,6 +33,7 @@ OP_PACKAGES = (
     group_normalization,
     instance_normalization,
     layer_normalization,
+    rms_normalization,
     skip_group_norm,
 )
 
@@ -75,5 +79,6 @@ ENTRIES = (
         "22 only adds bfloat16 to T; float32 and float16 are computed as in 6",
     ),
     OpEntry(layer_normalization, "ai.onnx", "LayerNormalization", 17, 17, None, ""),
+    OpEntry(rms_normalization, "ai.onnx", "RMSNormalization", 23, 23, None, ""),
     OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
 )
