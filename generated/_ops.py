@@ -4,7 +4,10 @@
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 259a46f9124c48e7)
 #   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 663d7497573b1362)
 #   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 f3848ff25bcb5561)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 1f4351c19817443f)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 6a8bb9e6c7107525)
+#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 58082cae4189fa66)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 2065ba81792f298e)
 #   codegen/onnx_versions.py (sha256 e09e653f9fdee1ba)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
@@ -16,7 +19,10 @@ from . import (
     instance_normalization,
     layer_normalization,
     rms_normalization,
+    simplified_layer_normalization,
     skip_group_norm,
+    skip_layer_normalization,
+    skip_simplified_layer_normalization,
 )
 from .registry import OpEntry
 
@@ -26,7 +32,10 @@ OP_PACKAGE_NAMES = (
     "instance_normalization",
     "layer_normalization",
     "rms_normalization",
+    "simplified_layer_normalization",
     "skip_group_norm",
+    "skip_layer_normalization",
+    "skip_simplified_layer_normalization",
 )
 OP_PACKAGES = (
     batch_normalization,
@@ -34,7 +43,10 @@ OP_PACKAGES = (
     instance_normalization,
     layer_normalization,
     rms_normalization,
+    simplified_layer_normalization,
     skip_group_norm,
+    skip_layer_normalization,
+    skip_simplified_layer_normalization,
 )
 
 # From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).
@@ -80,5 +92,25 @@ ENTRIES = (
     ),
     OpEntry(layer_normalization, "ai.onnx", "LayerNormalization", 17, 17, None, ""),
     OpEntry(rms_normalization, "ai.onnx", "RMSNormalization", 23, 23, None, ""),
+    OpEntry(simplified_layer_normalization, "ai.onnx", "SimplifiedLayerNormalization", 1, 1, None, ""),
+    OpEntry(
+        simplified_layer_normalization,
+        "com.microsoft",
+        "SimplifiedLayerNormalization",
+        1,
+        1,
+        None,
+        "some exporters write ONNX Runtime's ai.onnx SimplifiedLayerNormalization in the com.microsoft domain; the same op",
+    ),
     OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
+    OpEntry(skip_layer_normalization, "com.microsoft", "SkipLayerNormalization", 1, 1, None, ""),
+    OpEntry(
+        skip_simplified_layer_normalization,
+        "com.microsoft",
+        "SkipSimplifiedLayerNormalization",
+        1,
+        1,
+        None,
+        "",
+    ),
 )
