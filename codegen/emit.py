@@ -343,9 +343,12 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                         + (f", got {facts}" if facts else "")
                         + _meaning(op, rule.subject)
                     )
+                    text = f"f{message!r}"
                     if _F16_RULE.fullmatch(rule.source):
-                        message = _F16_MESSAGE
-                    w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, f{message!r})")
+                        text = f"f{_F16_MESSAGE!r}"
+                    elif not facts:  # nothing to fill in: a plain string (the description's braces undoubled)
+                        text = repr(message.replace("{{", "{").replace("}}", "}"))
+                    w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, {text})")
             if not rules:
                 w.line("return None")
         w.line()

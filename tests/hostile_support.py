@@ -1,6 +1,6 @@
 """Shared helpers for tests/test_hostile_calls.py and tests/test_fuzz.py (issue 9: hostile input).
 
-* `OPS`: the four generated ops with their bind keys, ONNX roles, a valid base request and the
+* `OPS`: the generated ops with their bind keys, ONNX roles, a valid base request and the
   plain function, so a test can build a valid call for any op and then break one thing.
 * `refusal(call)`: runs a call that must be refused and returns the ContractError, failing with
   the actual outcome (a return value, another exception type) otherwise.
@@ -28,7 +28,12 @@ from generated import ContractError
 from generated import batch_normalization as bn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
+from generated import layer_normalization as ln
+from generated import rms_normalization as rms
+from generated import simplified_layer_normalization as sln
 from generated import skip_group_norm as sgn
+from generated import skip_layer_normalization as skln
+from generated import skip_simplified_layer_normalization as sksln
 
 ROOT = Path(__file__).resolve().parent.parent
 F16_PHRASE = "float16 needs the device feature shader-f16, which this device does not have"
@@ -45,6 +50,17 @@ class OpInfo:
     base_shape: tuple  # X of the valid base request
     optional: tuple = ()  # optional input keys
     channels_axis: int = 1
+    free_axis: int = -1  # an axis of X no parameter reads: a request stays valid whatever its size
+
+    def loose_skip(self, inputs):
+        """`inputs` (shapes or arrays by bind key) with a skip that stays valid whatever X's free axis
+        is: SkipGroupNorm's (N, C), the Skip layer norms' (sequence, hidden) repeated over the batch."""
+        if self.name == "sgn":
+            skip = inputs["skip"]
+            inputs["skip"] = (skip[0], skip[3]) if isinstance(skip, tuple) else skip[:, 0, 0, :]
+        elif "skip" in inputs:
+            inputs["skip"] = inputs["skip"][1:]
+        return inputs
 
     @property
     def op(self):
@@ -54,8 +70,9 @@ class OpInfo:
         return shape[self.channels_axis]
 
     def dtypes(self, dtype):
+        """Every type variable the caller gives, in `dtype` (outputs' float32 U needs none)."""
         name = np.dtype(dtype).name
-        return {"T": name, "M": name} if self.name == "sgn" else {"T": name}
+        return {t: name for t in self.module.TYPE_CONSTRAINTS if len(self.module.TYPE_CONSTRAINTS[t]) > 1}
 
     def shapes(self, shape=None, with_optional=False):
         """Input shapes of a valid request with X of `shape` (the base shape by default)."""
@@ -93,7 +110,16 @@ class OpInfo:
             return gn.group_normalization(*args, **{"num_groups": 2, **kwargs})
         if self.name == "in":
             return inn.instance_normalization(*args, **kwargs)
-        return sgn.skip_group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
+        if self.name == "sgn":
+            return sgn.skip_group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
+        plain = {
+            "ln": ln.layer_normalization,
+            "rms": rms.rms_normalization,
+            "sln": sln.simplified_layer_normalization,
+            "skln": skln.skip_layer_normalization,
+            "sksln": sksln.skip_simplified_layer_normalization,
+        }
+        return plain[self.name](*args, **kwargs)
 
     @property
     def variants(self):
@@ -138,6 +164,46 @@ OPS = {
         (2, 2, 3, 4),
         optional=("bias",),
         channels_axis=3,
+        free_axis=1,
+    ),
+    # The layer family: the last axis normalized, its parameters (C,) with C the last dimension.
+    "ln": OpInfo(
+        "ln",
+        ln,
+        ("x", "scale", "b"),
+        {"x": "X", "scale": "Scale", "b": "B"},
+        "y",
+        {},
+        (2, 4, 3),
+        ("b",),
+        -1,
+        0,
+    ),
+    "rms": OpInfo("rms", rms, ("x", "scale"), {"x": "X", "scale": "scale"}, "y", {}, (2, 4, 3), (), -1, 0),
+    "sln": OpInfo("sln", sln, ("x", "scale"), {"x": "X", "scale": "scale"}, "y", {}, (2, 4, 3), (), -1, 0),
+    "skln": OpInfo(
+        "skln",
+        skln,
+        ("input", "skip", "gamma", "beta", "bias"),
+        {k: k for k in ("input", "skip", "gamma", "beta", "bias")},
+        "output",
+        {},
+        (2, 4, 3),
+        ("beta", "bias"),
+        -1,
+        0,
+    ),
+    "sksln": OpInfo(
+        "sksln",
+        sksln,
+        ("input", "skip", "gamma", "bias"),
+        {k: k for k in ("input", "skip", "gamma", "bias")},
+        "output",
+        {},
+        (2, 4, 3),
+        ("bias",),
+        -1,
+        0,
     ),
 }
 OP_IDS = tuple(OPS)

@@ -22,11 +22,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from generated import ContractError, Tensor
+from generated import ContractError, Tensor, ops
 from generated import batch_normalization as bn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
+from generated import layer_normalization as ln
+from generated import reference as float64_reference
+from generated import rms_normalization as rms
+from generated import simplified_layer_normalization as sln
 from generated import skip_group_norm as sgn
+from generated import skip_layer_normalization as skln
+from generated import skip_simplified_layer_normalization as sksln
 from generated._runtime import WEBGPU_DEFAULT_LIMITS, default_device, device_caps
 from tests.oracles import (
     assert_close,
@@ -43,7 +49,22 @@ PACKAGES = {
     "group_normalization": gn,
     "instance_normalization": inn,
     "skip_group_norm": sgn,
+    "layer_normalization": ln,
+    "rms_normalization": rms,
+    "simplified_layer_normalization": sln,
+    "skip_layer_normalization": skln,
+    "skip_simplified_layer_normalization": sksln,
 }
+# The normalizations over the last axes: their cases carry their optional tensors in `tag`, their
+# references come from generated/reference.py's node_outputs, their per-position parameters sit
+# on the last axes (channel_axis -1).
+LAYER_FAMILY = (
+    "layer_normalization",
+    "rms_normalization",
+    "simplified_layer_normalization",
+    "skip_layer_normalization",
+    "skip_simplified_layer_normalization",
+)
 # Variants whose `when` takes one dtype of T: the 8-halves BatchNorm loads are float16 only,
 # plane_subgroup_vec4_scalar_io float32 only.
 ONE_DTYPE = {
@@ -67,6 +88,7 @@ class Case:
     # Extra adapter facts the variant's `when` needs (plane_subgroup_vec4_scalar_io: a wave32
     # adapter); the shader must still be right at the device's real subgroup width.
     adapter_info: dict = field(default_factory=dict)
+    tag: str = ""  # the layer family's optional tensors and outputs, for the id ("-b-stats")
 
     @property
     def id(self):
@@ -75,15 +97,17 @@ class Case:
 
     @property
     def flavour(self):
-        """SkipGroupNorm's optional tensors: `-bias` when a bias is given, `-sum` or `-plain` for S."""
-        if self.outputs is None:
-            return ""
+        """SkipGroupNorm's optional tensors: `-bias` when a bias is given, `-sum` or `-plain` for S;
+        the layer family's tag."""
+        if self.tag or self.outputs is None:
+            return self.tag
         return ("-bias" if "bias" in self.shapes else "") + ("-sum" if "S" in self.outputs else "-plain")
 
     @property
     def needs_f16(self):
-        """T (the tensors' type) in float16 needs shader-f16; SkipGroupNorm's M does not."""
-        return self.dtypes["T"] == "float16"
+        """T (the tensors' type) or V (RMS's scale and Y) in float16 needs shader-f16; SkipGroupNorm's
+        M does not."""
+        return "float16" in (self.dtypes["T"], self.dtypes.get("V"))
 
     @property
     def only_dtype(self):
@@ -230,8 +254,190 @@ def _sgn_base():
     return base
 
 
+# Row in registers: 96 values a row (24 f32 / 12 f16 units) over at most 20 invocations of one unit
+# each (a partial last subgroup at width 8), or rows of 240 f32 values over 20 invocations of 3
+# units (the bucket of 4: a spare unit each).
+LN_REGISTERS = {"REGISTER_WORKGROUP_SIZE": 20, "REGISTER_TARGET_UNITS": 1}
+LN_ROWS = {"WORKGROUP_SIZE": 16}  # rows of 40 and 7 values over 16 invocations
+
+
+def _layer_base():
+    """(op, variant, shapes, attrs, tunables, outputs, tag, dtype pairs) of the layer family: every
+    variant with its optional inputs and outputs on in one case and off in another, Scale and B
+    broadcast, the skip of the Skip forms full and repeated over the batch."""
+    same = (("float32", "float32"), ("float16", "float16"))
+    mixed = same + (("float16", "float32"), ("float32", "float16"))
+    ln_stats = ("y", "mean", "invStdDev")
+    skip_all = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
+    simple_all = ("output", "inv_std_var", "input_skip_bias_sum")
+    return [
+        (
+            "layer_normalization",
+            "row_registers",
+            {"x": (2, 5, 96), "scale": (96,), "b": (96,)},
+            {"axis": -1},
+            LN_REGISTERS,
+            ln_stats,
+            "-b-stats",
+            same,
+        ),
+        (
+            "layer_normalization",
+            "row_registers",
+            {"x": (2, 3, 4, 60), "scale": (4, 60)},
+            {"axis": 2},
+            LN_REGISTERS,
+            ("y",),
+            "-plain",
+            same,
+        ),
+        (
+            "layer_normalization",
+            "row_vec4",
+            {"x": (2, 3, 5, 8), "scale": (5, 8), "b": (1, 8)},
+            {"axis": 2},
+            LN_ROWS,
+            ("y", "invStdDev"),
+            "-b-inv",
+            same,
+        ),
+        (
+            "layer_normalization",
+            "row_scalar",
+            {"x": (3, 5, 7), "scale": (7,)},
+            {"axis": -1, "epsilon": 1e-3},
+            LN_ROWS,
+            ("y", "mean"),
+            "-mean",
+            same,
+        ),
+        (
+            "rms_normalization",
+            "row_registers",
+            {"x": (2, 5, 96), "scale": (96,)},
+            {},
+            LN_REGISTERS,
+            None,
+            "",
+            same,
+        ),
+        (
+            "rms_normalization",
+            "row_vec4",
+            {"x": (2, 3, 5, 8), "scale": (1, 8)},
+            {"axis": 2},
+            LN_ROWS,
+            None,
+            "",
+            mixed,
+        ),
+        ("rms_normalization", "row_scalar", {"x": (3, 5, 7), "scale": (7,)}, {}, LN_ROWS, None, "", mixed),
+        (
+            "simplified_layer_normalization",
+            "row_registers",
+            {"x": (2, 5, 96), "scale": (96,)},
+            {},
+            LN_REGISTERS,
+            ("y", "inv_std_var"),
+            "-inv",
+            same,
+        ),
+        (
+            "simplified_layer_normalization",
+            "row_vec4",
+            {"x": (4, 40), "scale": (40,)},
+            {},
+            LN_ROWS,
+            ("y", "inv_std_var"),
+            "-inv",
+            same,
+        ),
+        (
+            "simplified_layer_normalization",
+            "row_scalar",
+            {"x": (3, 5, 7), "scale": (7,)},
+            {"axis": 1},
+            LN_ROWS,
+            ("y",),
+            "-plain",
+            (("float16", "float32"), ("float32", "float16")),
+        ),
+        (
+            "skip_layer_normalization",
+            "row_registers",
+            {"input": (2, 5, 96), "skip": (5, 96), "gamma": (96,), "beta": (96,), "bias": (96,)},
+            {},
+            LN_REGISTERS,
+            skip_all,
+            "-beta-bias-all",
+            same,
+        ),
+        (
+            "skip_layer_normalization",
+            "row_registers",
+            {"input": (10, 96), "skip": (10, 96), "gamma": (96,)},
+            {},
+            LN_REGISTERS,
+            ("output",),
+            "-plain",
+            same,
+        ),
+        (
+            "skip_layer_normalization",
+            "row_vec4",
+            {"input": (2, 3, 40), "skip": (2, 3, 40), "gamma": (40,), "beta": (40,)},
+            {"epsilon": 1e-5},
+            LN_ROWS,
+            ("output", "input_skip_bias_sum"),
+            "-beta-sum",
+            same,
+        ),
+        (
+            "skip_layer_normalization",
+            "row_scalar",
+            {"input": (2, 3, 7), "skip": (1, 3, 7), "gamma": (7,), "bias": (7,)},
+            {},
+            LN_ROWS,
+            skip_all,
+            "-bias-all",
+            same,
+        ),
+        (
+            "skip_simplified_layer_normalization",
+            "row_registers",
+            {"input": (2, 5, 96), "skip": (5, 96), "gamma": (96,), "bias": (96,)},
+            {},
+            LN_REGISTERS,
+            simple_all,
+            "-bias-all",
+            same,
+        ),
+        (
+            "skip_simplified_layer_normalization",
+            "row_vec4",
+            {"input": (2, 3, 40), "skip": (2, 3, 40), "gamma": (40,)},
+            {},
+            LN_ROWS,
+            ("output", "input_skip_bias_sum"),
+            "-sum",
+            same,
+        ),
+        (
+            "skip_simplified_layer_normalization",
+            "row_scalar",
+            {"input": (2, 3, 7), "skip": (3, 7), "gamma": (7,), "bias": (7,)},
+            {},
+            LN_ROWS,
+            ("output", "inv_std_var"),
+            "-bias-inv",
+            same,
+        ),
+    ]
+
+
 def all_cases():
-    """Every variant of every op, with T in float32 and float16 (and SkipGroupNorm's M in both)."""
+    """Every variant of every op, with T in float32 and float16 (and SkipGroupNorm's M in both, RMS's
+    V with T and apart)."""
     cases = []
     for op, variant, shapes, attrs, tunables, info in _BASE:
         for t in ("float32", "float16"):
@@ -240,6 +446,11 @@ def all_cases():
         for t in ("float32", "float16"):
             for m in ("float32", "float16"):
                 cases.append(Case(op, variant, {"T": t, "M": m}, shapes, attrs, tunables, outputs, info))
+    for op, variant, shapes, attrs, tunables, outputs, tag, pairs in _layer_base():
+        has_v = "V" in PACKAGES[op].TYPE_CONSTRAINTS
+        for t, v in pairs:
+            dtypes = {"T": t, "V": v} if has_v else {"T": t}
+            cases.append(Case(op, variant, dtypes, shapes, attrs, tunables, outputs, {}, tag))
     return cases
 
 
@@ -248,9 +459,9 @@ def all_cases():
 
 
 def random_inputs(case, rng):
-    """Data away from zero with spreads that differ per channel, so a mixed-up element shows."""
-    t = np.dtype(case.dtypes["T"])
-    m = np.dtype(case.dtypes.get("M", case.dtypes["T"]))
+    """Data away from zero with spreads that differ per channel, so a mixed-up element shows; each
+    input in the dtype of its type variable."""
+    type_vars = {spec.key: spec.type_var for spec in PACKAGES[case.op].INPUTS}
     # The mean up to 2 spreads from zero; a tenth for stash_type=10, whose float16 reference
     # statistics (E[x^2] - E[x]^2) cancel away from zero.
     offset = 0.1 if case.attrs.get("stash_type") == 10 else 2.0
@@ -265,13 +476,25 @@ def random_inputs(case, rng):
             values = rng.uniform(0.1, 3, shape)
         else:
             values = rng.uniform(-2, 2, shape)
-        inputs[key] = values.astype(m if key in ("gamma", "beta") else t)
+        inputs[key] = values.astype(case.dtypes[type_vars[key]])
     return inputs
+
+
+def _layer_reference(case, inputs):
+    """{output key: float64 reference} of a layer-family case: generated/reference.py's node_outputs,
+    the inputs and outputs by position."""
+    package = PACKAGES[case.op]
+    entry = next(e for e in ops().values() if e.module is package and e.note == "")
+    positional = [inputs.get(spec.key) for spec in package.INPUTS]
+    values = float64_reference.node_outputs(entry.domain, entry.op_type, positional, case.attrs)
+    return {spec.key: value for spec, value in zip(package.OUTPUTS, values) if value is not None}
 
 
 def reference(case, inputs):
     """{output key: float64 reference} from tests/oracles.py."""
     a = case.attrs
+    if case.op in LAYER_FAMILY:
+        return _layer_reference(case, inputs)
     if case.op == "batch_normalization":
         return {"y": batch_normalization_ref(*inputs.values(), a.get("epsilon", 1e-5))}
     if case.op == "group_normalization":
@@ -306,7 +529,7 @@ def compare(case, inputs, actual, ref, context):
         assert_close_f16_stage(actual["y"], ref["y"], normalized, inputs["scale"], inputs["x"].dtype, context)
         return
     for key, value in actual.items():
-        assert_close(value, ref[key], inputs[next(iter(inputs))].dtype, f"{context} {key}")
+        assert_close(value, ref[key], np.asarray(value).dtype, f"{context} {key}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -344,8 +567,21 @@ def call_case(case, inputs, device, caps):
     if case.adapter_info:
         caps = dataclasses.replace(caps, adapter_info={**caps.adapter_info, **case.adapter_info})
     outputs = case.outputs or (package.OUTPUTS[0].key,)
-    x = next(iter(inputs.values()))
-    out = {key: Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype), device) for key in outputs}
+    shapes = {key: value.shape for key, value in inputs.items()}
+    dtypes = {t: np.dtype(name).name for t, name in case.dtypes.items()}
+    plan = package.plan(
+        shapes,
+        dtypes,
+        case.attrs,
+        outputs=outputs,
+        caps=caps,
+        variant=case.variant,
+        tunables=case.tunables or None,
+    )
+    out = {
+        key: Tensor.from_numpy(np.full(shape, np.nan, dtype), device)
+        for key, (shape, dtype) in plan.outputs.items()
+    }
     return package.kernel(
         inputs,
         attrs=case.attrs,

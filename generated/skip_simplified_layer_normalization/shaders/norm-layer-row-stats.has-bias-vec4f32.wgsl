@@ -206,7 +206,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let pre = scaling.x;
     let k = scaling.y;
     if (lid == 0u) {
-        stats[row] = vec2<f32>(hi + lo, pre * k);
+        // A row of no values (X.shape[axis:] holds a 0, and Mean was asked for): NaN, as the mean
+        // of nothing is in the definition.
+        let row_stats = vec2<f32>(hi + lo, pre * k);
+        stats[row] = select(vec2<f32>(bitcast<f32>(0x7fc00000u)), row_stats, count > 0.0);
     }
 
     // ---- normalize: second walk over the row, f32 math, one rounding to the output type at the store
