@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from generated import ContractError, Tensor, ops
+from generated import ContractError, Tensor
 from generated import batch_normalization as bn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import layer_normalization as ln
-from generated import reference as float64_reference
 from generated import rms_normalization as rms
 from generated import simplified_layer_normalization as sln
 from generated import skip_group_norm as sgn
@@ -39,6 +38,7 @@ from tests.oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    node_reference,
     run_seed,
     seed_note,
     skip_group_norm_ref,
@@ -480,21 +480,11 @@ def random_inputs(case, rng):
     return inputs
 
 
-def _layer_reference(case, inputs):
-    """{output key: float64 reference} of a layer-family case: generated/reference.py's node_outputs,
-    the inputs and outputs by position."""
-    package = PACKAGES[case.op]
-    entry = next(e for e in ops().values() if e.module is package and e.note == "")
-    positional = [inputs.get(spec.key) for spec in package.INPUTS]
-    values = float64_reference.node_outputs(entry.domain, entry.op_type, positional, case.attrs)
-    return {spec.key: value for spec, value in zip(package.OUTPUTS, values) if value is not None}
-
-
 def reference(case, inputs):
     """{output key: float64 reference} from tests/oracles.py."""
     a = case.attrs
     if case.op in LAYER_FAMILY:
-        return _layer_reference(case, inputs)
+        return node_reference(PACKAGES[case.op], inputs, a)
     if case.op == "batch_normalization":
         return {"y": batch_normalization_ref(*inputs.values(), a.get("epsilon", 1e-5))}
     if case.op == "group_normalization":

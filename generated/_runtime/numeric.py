@@ -128,17 +128,19 @@ def reduced_shape(shape, axis):
 
 def broadcast_stride(part, whole):
     """Where shape `part` broadcasts unidirectionally to `whole` (ONNX: right-aligned, each of its
-    dims 1 or equal) and its dims other than 1 are consecutive axes, flat element i of `whole` reads
-    element (i // stride) % numel(part) of `part`: the stride, the product of `whole`'s dims right
-    of `part`'s last dim other than 1 (1 when it has none). 0 when `part` does not broadcast to
-    `whole`, or varies along two runs of axes with a 1 between them."""
+    dims 1 or equal) along one run of axes (no axis it broadcasts along, a 1 against a dim over 1,
+    lies between two of its dims over 1), flat element i of `whole` reads element
+    (i // stride) % numel(part) of `part`: the stride, the product of `whole`'s dims right of
+    `part`'s last dim over 1 (1 when it has none). 0 when `part` does not broadcast to `whole` or
+    broadcasts along an axis inside its run."""
     offset = len(whole) - len(part)
     if offset < 0 or any(p not in (1, w) for p, w in zip(part, whole[offset:])):
         return 0
     varying = [offset + i for i, p in enumerate(part) if p != 1]
     if not varying:
         return 1
-    if varying[-1] - varying[0] + 1 != len(varying):
+    inside = range(varying[0] + 1, varying[-1])
+    if any(part[a - offset] == 1 and whole[a] != 1 for a in inside):
         return 0
     return math.prod(whole[varying[-1] + 1 :])
 
