@@ -35,7 +35,9 @@ def poisoned_call(package, inputs, outputs=None, **kwargs):
     type_vars = {spec.key: spec.type_var for spec in package.INPUTS}
     dtypes = {type_vars[key]: np.dtype(value.dtype).name for key, value in inputs.items()}
     shapes = {key: value.shape for key, value in inputs.items()}
-    planned = {k: kwargs[k] for k in ("attrs", "variant", "tunables", "device", "caps") if k in kwargs}
+    planned = {
+        k: kwargs[k] for k in ("attrs", "variant", "tunables", "device", "caps") if kwargs.get(k) is not None
+    }
     if "device" not in planned and "caps" not in planned:
         planned["device"] = default_device()
     plan = package.plan(shapes, dtypes, outputs=outputs, **planned)
