@@ -3,11 +3,11 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 1dcd97a8b9b0ac9b)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 259a46f9124c48e7)
 #   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 e0a0406023fb5aa4)
-#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 a4c9180ece6245b8)
-#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 0388c106803b4347)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 fd8a78ee465186f5)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 af6e8fa8d3620719)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 6a8bb9e6c7107525)
 #   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 ad65ec62ab65be3b)
-#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 0e6e322668f37b16)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 23de6a767cac9d37)
 #   codegen/onnx_versions.py (sha256 e09e653f9fdee1ba)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

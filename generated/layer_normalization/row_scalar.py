@@ -3,7 +3,7 @@
 #   templates/_lib/entry.wgsl.jinja (sha256 fb932ec355335bd7)
 #   templates/_lib/reduce.wgsl.jinja (sha256 26961f8fa73827a4)
 #   templates/_lib/stats.wgsl.jinja (sha256 8011054206126933)
-#   templates/norm-layer-row-stats.wgsl.jinja (sha256 be94360c4b00f16b)
+#   templates/norm-layer-row-stats.wgsl.jinja (sha256 2d9372c9554dffcf)
 #   templates/norm-layer-stats-out.wgsl.jinja (sha256 e213af60c65a03ab)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -6,7 +6,7 @@
 #   templates/_lib/stats.wgsl.jinja (sha256 8011054206126933)
 #   templates/_lib/units.wgsl.jinja (sha256 3cc363ffa5d1bbec)
 #   templates/norm-layer-row-registers.wgsl.jinja (sha256 bf061a5704805fd3)
-#   templates/norm-layer-row-stats.wgsl.jinja (sha256 be94360c4b00f16b)
+#   templates/norm-layer-row-stats.wgsl.jinja (sha256 2d9372c9554dffcf)
 #   templates/norm-layer-stats-out.wgsl.jinja (sha256 e213af60c65a03ab)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -120,6 +120,11 @@ fn unpack_stats(v: vec4<u32>) -> Stats {
     return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
 }
 
+// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
+fn finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
 // Value p of the row of beta: element (p / betaStride) % betaCount.
 fn beta_at(p: u32) -> f32 {
     return f32(beta[(p / betaStride) % params.betaCount]);
@@ -183,7 +188,10 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let hi = total.hi;
     let lo = total.lo;
     let variance = max(total.m2 / count, 0.0);
-    let inv_std = inverseSqrt(variance + params.epsilon);
+    // A row holding an infinity or NaN has a mean that is not finite: NaN statistics, as in the
+    // definition (its M2 is +inf, which alone would give an inv_std of 0).
+    let nan_unless_finite = select(bitcast<f32>(0x7fc00000u), 1.0, finite(hi + lo));
+    let inv_std = inverseSqrt(variance + params.epsilon) * nan_unless_finite;
     if (lid == 0u) {
         // A row of no values (X.shape[axis:] holds a 0, and Mean was asked for): NaN, as the mean
         // of nothing is in the definition.

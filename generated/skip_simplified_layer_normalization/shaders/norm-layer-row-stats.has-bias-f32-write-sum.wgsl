@@ -118,6 +118,11 @@ fn unpack_stats(v: vec4<u32>) -> Stats {
     return Stats(v.x, bitcast<f32>(v.y), bitcast<f32>(v.z), bitcast<f32>(v.w));
 }
 
+// Whether v is neither infinite nor NaN, read from its bits (a compiler may assume finite floats).
+fn finite(v: f32) -> bool {
+    return (bitcast<u32>(v) & 0x7f800000u) != 0x7f800000u;
+}
+
 // (pre, k) that RMS-normalize a row with mean `mean` and variance `variance` (M2 / count):
 // (x * pre) * k = x / sqrt(mean(x^2) + epsilon). mean(x^2) is mean^2 + variance, two terms >= 0
 // (nothing cancels, wherever the values sit), taken as sqrt(a^2 + b^2 + epsilon) with
@@ -195,9 +200,12 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let hi = total.hi;
     let lo = total.lo;
     let variance = max(total.m2 / count, 0.0);
+    // A row holding an infinity or NaN has a mean that is not finite: NaN statistics, as in the
+    // definition (its M2 is +inf, which alone would give an inv_std of 0).
+    let nan_unless_finite = select(bitcast<f32>(0x7fc00000u), 1.0, finite(hi + lo));
     let scaling = rms_scaling(hi + lo, variance, params.epsilon);
     let pre = scaling.x;
-    let k = scaling.y;
+    let k = scaling.y * nan_unless_finite;
     if (lid == 0u) {
         // A row of no values (X.shape[axis:] holds a 0, and Mean was asked for): NaN, as the mean
         // of nothing is in the definition.
