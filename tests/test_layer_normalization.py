@@ -432,3 +432,14 @@ def test_a_row_of_no_values_has_nan_statistics():
     assert result["y"].shape == (2, 3, 0)
     assert result["mean"].shape == (2, 3, 1) and np.isnan(result["mean"]).all()
     assert np.isnan(result["invStdDev"]).all()
+
+
+def test_the_statistics_copy_runs_only_for_statistics_asked_for():
+    """A pass dispatched with no workgroups is left out of the plan: no pipeline, no bind group."""
+    shapes = {"x": (2, 8, 64), "scale": (64,)}
+    plain = ln.plan(shapes, {"T": "float32"}, caps=CAPS)
+    assert [p.name for p in plain.passes] == ["main"]
+    with_stats = ln.plan(shapes, {"T": "float32"}, caps=CAPS, outputs=("y", "invStdDev"))
+    assert [p.name for p in with_stats.passes] == ["main", "statsOut"]
+    # The statistics are float32 (U has one type: the caller gives none), in X's shape kept as 1s.
+    assert with_stats.outputs["invStdDev"] == ((2, 8, 1), "float32")
