@@ -16,6 +16,8 @@ from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
+from generated._runtime.plans import shader_file
+
 from .emit import (
     Source,
     banner,
@@ -202,7 +204,7 @@ def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:
     shaders = shader_files(rendered)
     files[f"{package}/shaders.py"] = emit_shaders_module(op, shaders, banner(sources(rendered)))
     for shader in shaders.files.values():
-        files[f"{package}/shaders/{shader.name}.wgsl"] = shader_file_text(shader)
+        files[f"{package}/{shader_file(shader.name)}"] = shader_file_text(shader)
     for variant in op.variants:
         mine = [item for item in rendered if item.variant is variant]
         files[f"{package}/{variant.ir.id}.py"] = emit_variant(

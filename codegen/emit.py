@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
-import re
 import textwrap
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import black
 
-from .expr import Compiled, request_local, snake
+from .expr import DERIVED, REQUEST, VALUES, Compiled, request_local, snake
 from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS, OTHER_DOMAIN_VERSIONS
-from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Value
+from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Rule, Subject, Value
 from .shader_files import ShaderFile, ShaderFiles, deciding_columns
 from .wgsl import KeyName, RenderedPass
 
@@ -28,6 +26,8 @@ BLACK_MODE = black.Mode(line_length=110, target_versions={black.TargetVersion.PY
 # Every generated file carries this line (the project's license, LICENSE at the repository root).
 LICENSE_NOTICE = "SPDX-License-Identifier: Apache-2.0"
 PREAMBLE_ORDER = ("limits", "features", "wgsl_features", "adapter_info", "dispatch_fold_width")
+# What a variant's passes and intermediates read: the request, the op's derived values, its own values.
+_PASS_PARAMETERS = f"{REQUEST}, {DERIVED}, {VALUES}"
 
 
 @dataclass(frozen=True)
@@ -111,17 +111,21 @@ def _preamble(w: Writer, op: ResolvedOp, codes: list[Compiled]) -> None:
         var = request_local("shape", tensor.key)
         if var in needed:
             # An optional input that was not given has no shape: None.
-            read = f'r.shapes.get("{tensor.key}")' if tensor.optional else f'r.shapes["{tensor.key}"]'
+            read = (
+                f'{REQUEST}.shapes.get("{tensor.key}")'
+                if tensor.optional
+                else f'{REQUEST}.shapes["{tensor.key}"]'
+            )
             w.line(f"{var} = {read}")
     for type_var, _ in op.ir.type_constraints:
         if request_local("dtype", type_var) in needed:
-            w.line(f'{request_local("dtype", type_var)} = r.dtypes["{type_var}"]')
+            w.line(f'{request_local("dtype", type_var)} = {REQUEST}.dtypes["{type_var}"]')
     for attribute in op.ir.attributes:
         if request_local("attr", attribute.name) in needed:
-            w.line(f'{request_local("attr", attribute.name)} = r.attrs["{attribute.name}"]')
+            w.line(f'{request_local("attr", attribute.name)} = {REQUEST}.attrs["{attribute.name}"]')
     for name, _ in op.ir.tunables:
         if request_local("tunable", name) in needed:
-            w.line(f'{request_local("tunable", name)} = r.tunables["{name}"]')
+            w.line(f'{request_local("tunable", name)} = {REQUEST}.tunables["{name}"]')
     for local in PREAMBLE_ORDER:
         if local in needed:
             w.line(f"{local} = {DEVICE_LOCALS[local]}")
@@ -176,7 +180,7 @@ def emit_op_init(op: ResolvedOp, rendered: list[RenderedPass], header: str) -> P
     _emit_shapes(
         w,
         op,
-        "def output_shapes(r):",
+        f"def output_shapes({REQUEST}):",
         "Each output's shape, from the manifest's `shape` expressions.",
         [(f'"{t.key}": tuple({c.python})', f"{t.role}: {t.shape.text()}", c) for t, c in op.output_shapes],
     )
@@ -246,7 +250,7 @@ def _emit_op_imports(w: Writer, op: ResolvedOp) -> None:
     if any(t.optional for t in op.ir.outputs):  # the plain function's return_<output>= flags
         runtime_names.append("checked_flag")
     runtime_names += [h for h in helpers if h != "math"]
-    if any(_F16_RULE.fullmatch(rule.source) for rule in op.rules):
+    if any(rule.needs_shader_f16 for rule in op.rules):
         runtime_names.append("features_text")
     w.line(f"from .._runtime import {', '.join(sorted(set(runtime_names)))}")
     w.line(f"from . import {', '.join(v.ir.id for v in op.variants)}")
@@ -279,10 +283,10 @@ def _emit_derive(w: Writer, op: ResolvedOp) -> None:
         w.line('"""The manifest\'s `derive` values for one request."""')
         w.line()
         for value in op.derives:
-            w.line(f"{value.var}: {_annotation(value.code.type)}")
+            w.line(f"{value.var}: {value.code.python_type}")
     w.line()
     w.line()
-    with w.block("def derive(r) -> Derived:"):
+    with w.block(f"def derive({REQUEST}) -> Derived:"):
         w.line('"""The manifest\'s `derive` section, in dependency order, as straight-line Python."""')
         _preamble(w, op, [v.code for v in op.derives])
         for value in op.derives:
@@ -303,26 +307,15 @@ def _emit_chunking(w: Writer, chunking) -> None:
     w.line()
 
 
-def _annotation(kind: str) -> str:
-    return {
-        "int": "int",
-        "float": "float",
-        "bool": "bool",
-        "str": "str",
-        "shape": "tuple",
-        "list": "tuple",
-    }.get(kind, "object")
-
-
 def _emit_contract(w: Writer, op: ResolvedOp) -> None:
     phases = (
         (
-            "check_contract(r)",
+            f"check_contract({REQUEST})",
             "Rules every variant needs: breaking one is the caller's error, raised before any GPU work.",
             False,
         ),
         (
-            "check_derived_contract(r, d)",
+            f"check_derived_contract({REQUEST}, {DERIVED})",
             "The contract rules that read derived values, checked right after derive().",
             True,
         ),
@@ -344,32 +337,37 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                         + _meaning(op, rule.subject)
                     )
                     text = f"f{message!r}"
-                    if _F16_RULE.fullmatch(rule.source):
+                    if rule.needs_shader_f16:
                         text = f"f{_F16_MESSAGE!r}"
                     elif not facts:  # nothing to fill in: a plain string (the description's braces undoubled)
                         text = repr(message.replace("{{", "{").replace("}}", "}"))
-                    w.line(f"raise ContractError(OP, {rule.subject!r}, {rule.source!r}, {text})")
+                    w.line(f"raise ContractError(OP, {_subject(rule)}, {rule.source!r}, {text})")
             if not rules:
                 w.line("return None")
         w.line()
         w.line()
 
 
+def _subject(rule: Rule) -> str:
+    """A rule's subject as Python: an input in the caller's name for it (the request's), else as is."""
+    if rule.input_key is None:
+        return repr(str(rule.subject))
+    return f'f"{rule.subject.kind} {{{REQUEST}.names.get({rule.input_key!r}, {rule.subject.name!r})}}"'
+
+
 # `f16Ok(dtypes.T)` fails only for float16 on a device without shader-f16: say that, in those words.
-_F16_RULE = re.compile(r"f16Ok\(dtypes\.\w+\)")
 _F16_MESSAGE = (
     "float16 needs the device feature shader-f16, which this device does not have "
     "(features: {features_text(features)})"
 )
 
 
-def _meaning(op: ResolvedOp, subject: str) -> str:
+def _meaning(op: ResolvedOp, subject: Subject) -> str:
     """What the manifest says the subject tensor is, so a shape error reads in the op's own words."""
-    kind, _, role = subject.partition(" ")
     for tensor in op.ir.tensors:
-        if kind in ("input", "output") and tensor.role == role and tensor.description:
+        if subject.kind in ("input", "output") and tensor.role == subject.name and tensor.description:
             text = tensor.description.replace("{", "{{").replace("}", "}}")
-            return f"; in opset {op.ir.since_version}, {role} is: {text}"
+            return f"; in opset {op.ir.since_version}, {subject.name} is: {text}"
     return ""
 
 
@@ -567,8 +565,8 @@ def emit_variant(
     _emit_variant_values(w, op, variant)
     w.line()
     w.line()
-    with w.block("def passes(r, d, v) -> tuple:"):
-        w.line(f"return ({', '.join(f'_{p.ir.id}(r, d, v)' for p in variant.passes)},)")
+    with w.block(f"def passes({_PASS_PARAMETERS}) -> tuple:"):
+        w.line(f"return ({', '.join(f'_{p.ir.id}({_PASS_PARAMETERS})' for p in variant.passes)},)")
     for p in variant.passes:
         w.line()
         w.line()
@@ -643,12 +641,12 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
         w.line('"""The variant\'s own values (`constants` / `derive`), evaluated after selection."""')
         w.line()
         for value in variant.derives:
-            w.line(f"{value.var}: {_annotation(value.code.type)}")
+            w.line(f"{value.var}: {value.code.python_type}")
         if not variant.derives:
             w.line("pass")
     w.line()
     w.line()
-    with w.block("def values(r, d) -> Values:"):
+    with w.block(f"def values({REQUEST}, {DERIVED}) -> Values:"):
         _preamble(w, op, [v.code for v in variant.derives])
         for value in variant.derives:
             _assign(w, value)
@@ -658,7 +656,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
     _emit_shapes(
         w,
         op,
-        "def intermediates(r, d, v) -> dict:",
+        f"def intermediates({_PASS_PARAMETERS}) -> dict:",
         "Scratch buffers: id -> (shape, dtype), allocated for the call and released after it.",
         [
             (f'"{i.id}": (tuple({c.python}), "{i.dtype}")', i.shape.text(), c)
@@ -668,7 +666,7 @@ def _emit_variant_values(w: Writer, op: ResolvedOp, variant: ResolvedVariant) ->
 
 
 def _emit_conditions(w: Writer, op: ResolvedOp, name: str, clauses, doc: str) -> None:
-    with w.block(f"def {name}(r, d):"):
+    with w.block(f"def {name}({REQUEST}, {DERIVED}):"):
         w.line(f'"""{doc}"""')
         _preamble(w, op, [c for _, c in clauses])
         if name == "when":
@@ -693,7 +691,7 @@ def _key_part(p: ResolvedPass, key: KeyName) -> str:
     if key.bound:
         return dict(p.bound)[key.name].python
     value = {v.name: v for v in p.scope_values}[key.name]
-    return value.var if value in p.derives else f"v.{value.var}"
+    return value.var if value in p.derives else f"{VALUES}.{value.var}"
 
 
 def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
@@ -704,7 +702,7 @@ def _pass_numbers(p: ResolvedPass, item: RenderedPass) -> dict[str, str]:
     numbers = {}
     for value in p.scope_values:
         if value.code.type in ("int", "float") and (value.name in declared or value.name in moved):
-            numbers[value.name] = value.var if value in p.derives else f"v.{value.var}"
+            numbers[value.name] = value.var if value in p.derives else f"{VALUES}.{value.var}"
     if p.ir.dispatch.form == "threads" and "WORKGROUP_SIZE" in declared:
         numbers["WORKGROUP_SIZE"] = dict((k, c.python) for k, c in p.dispatch)["workgroupSize"]
     if "DISPATCH_FOLD_WIDTH" in declared:
@@ -719,15 +717,15 @@ def _emit_dispatch(w: Writer, op: ResolvedOp, p: ResolvedPass) -> str:
     label = f"{op.ir.name}.{p.ir.label}" if "." not in ir.label else ir.label
     if ir.dispatch.form == "threads":
         w.line(
-            f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, r.caps, "{label}")'
+            f'dispatch = threads_dispatch({dispatch_text["threads"]}, {dispatch_text["workgroupSize"]}, {REQUEST}.caps, "{label}")'
         )
     elif ir.dispatch.form == "workgroups":
         w.line(
-            f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, r.caps, "{label}")'
+            f'dispatch = fold_dispatch({dispatch_text["workgroups"]}, 1, {dispatch_text["z"]}, {REQUEST}.caps, "{label}")'
         )
     else:
         w.line(
-            f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, r.caps, "{label}")'
+            f'dispatch = fold_dispatch({dispatch_text["x"]}, {dispatch_text["y"]}, {dispatch_text["z"]}, {REQUEST}.caps, "{label}")'
         )
     return label
 
@@ -753,7 +751,7 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
     reads = set().union(*(c.locals for c in codes)) | set(parts) | set(numbers.values())
     derives = _needed_derives(p, reads)
     codes += [v.code for v in derives]
-    with w.block(f"def _{ir.id}(r, d, v):"):
+    with w.block(f"def _{ir.id}({_PASS_PARAMETERS}):"):
         w.line(f'"""Pass `{ir.id}` ({ir.label}): template {item.template}."""')
         _preamble(w, op, codes)
         for value in derives:
@@ -776,8 +774,8 @@ def _emit_pass(w: Writer, op: ResolvedOp, p: ResolvedPass, item: RenderedPass) -
             w.line(f"numbers = {{{', '.join(f'{name!r}: {text}' for name, text in own.items())}}}")
             arguments.append("numbers")
         if "DISPATCH_FOLD_WIDTH" in numbers:
-            w.comment("make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).")
-        w.line(f"return make_pass(r, shader, {', '.join(arguments)})")
+            w.comment(f"make_pass sets DISPATCH_FOLD_WIDTH: fold_width({REQUEST}.caps).")
+        w.line(f"return make_pass({REQUEST}, shader, {', '.join(arguments)})")
 
 
 def _emit_shader_table(w: Writer, p: ResolvedPass, item: RenderedPass, shaders: ShaderFiles) -> None:
@@ -818,8 +816,10 @@ def emit_shaders_module(op: ResolvedOp, shaders: ShaderFiles, header: str) -> Py
     w.line(f'"""The shaders of {op.ir.title}: what each file `shaders/<name>.wgsl` declares.')
     w.line()
     for line in textwrap.wrap(
-        "The render stage made these records while it wrote the shaders' declarations; the runtime "
-        "binds, sizes and sets a shader from its record and never reads its text for that. A "
+        "The render stage made these records from what each template declared while it rendered "
+        "(the values it read, its workgroup size and arrays, subgroup and f16 use) and the "
+        "declarations it wrote; the runtime binds, sizes and sets a shader from its record and "
+        "never reads its text for that. A "
         "shader's name is its template's stem and the template values that tell its "
         'specializations apart; each file starts with a header naming its template and key."""',
         width=96,

@@ -9,11 +9,17 @@ wrong arity or of the wrong kind is an `ExprError` whose `Problem` names file, J
 expression.
 
 Types are coarse: int (a count, expected to be a whole number), float, bool, str, shape (a tuple
-of ints), set (device feature sets), map (adapter info) and list (intermediate shapes).
+of ints), set (device feature sets), map (adapter info) and list (intermediate shapes). An int that
+is a quotient of ints (or computed from one) is marked `fraction`: JS division gives 2.5 for 5 / 2,
+and the generated code keeps that number (an exact quotient stays an int), so the generated
+NamedTuples declare such a value `int | float`, and a u32 field or a dispatch size checks that it is
+whole where it is used. One idiom is known whole: `max(1, pow2ceil(x) / 2)` (a power of two over a
+power of two is whole or below 1, and max with a whole literal >= 1 leaves no fraction).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import keyword
 import re
@@ -41,6 +47,10 @@ ONNX_DTYPE_CODES = {
     "float64": 11,
     "bfloat16": 16,
 }
+
+# The bucket builtins (docs/MANIFEST.md, "Buckets"): manifest name -> the runtime helper
+# (generated/_runtime/numeric.py) the generated code calls.
+BUCKET_HELPERS = {"bucketUp": "bucket_up", "bucketDown": "bucket_down"}
 
 # Python precedence, loosest first; an operand needing a looser binding than its position gets parens.
 PREC_COND, PREC_OR, PREC_AND, PREC_NOT, PREC_CMP, PREC_ADD, PREC_MUL, PREC_UNARY, PREC_ATOM = range(1, 10)
@@ -78,6 +88,7 @@ class Symbol:
     type: str
     locals: frozenset[str] = frozenset()  # preamble locals the text reads (shape_x, limits, ...)
     refs: frozenset = frozenset()  # (level, manifest name) of each derived value the text reads
+    fraction: bool = False  # an int that may be a fraction (see the module docstring)
 
 
 @dataclass(frozen=True)
@@ -90,6 +101,39 @@ class Compiled:
     helpers: frozenset[str] = frozenset()
     constant: object = None  # the value, when the expression is a literal
     is_constant: bool = False
+    fraction: bool = False  # an int that may be a fraction: a quotient of ints, or made from one
+    fraction_below_one: bool = False  # its only possible fractions lie between 0 and 1
+    power_of_two: bool = False  # a power of two >= 1 (pow2ceil's result)
+
+    @property
+    def python_type(self) -> str:
+        """The annotation of the value in generated Python."""
+        if self.type == "int" and self.fraction:
+            return "int | float"
+        return _ANNOTATIONS.get(self.type, "object")
+
+
+_ANNOTATIONS = {
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+    "str": "str",
+    "shape": "tuple",
+    "list": "tuple",
+}
+
+
+def _fraction(*parts: Compiled) -> bool:
+    """Whether an int made from `parts` may be a fraction."""
+    return any(p.fraction for p in parts)
+
+
+def _is_power_of_two(value: object) -> bool:
+    return type(value) is int and value >= 1 and value & (value - 1) == 0
+
+
+def _is_whole_at_least_one(part: Compiled) -> bool:
+    return part.is_constant and type(part.constant) is int and part.constant >= 1
 
 
 class Scope:
@@ -102,6 +146,13 @@ class Scope:
     def lookup(self, path: tuple[str, ...]) -> Symbol | None:
         return self._resolve(path)
 
+
+# The parameters of the generated functions: the call's `Request`, the op's `Derived` values and the
+# chosen variant's `Values` (`derive(request)`, `when(request, derived)`, `passes(request, derived,
+# values)`). Compiled code reads an outer level's value as `derived.<name>` / `values.<name>`.
+REQUEST = "request"
+DERIVED = "derived"
+VALUES = "values"
 
 REQUEST_LOCAL_KINDS = ("shape", "dtype", "attr", "tunable")
 
@@ -134,6 +185,27 @@ def _parsed(source: str) -> nodes.Expr:
     if not parser.stream.current.test("eof"):
         raise TemplateSyntaxError(f"unexpected {parser.stream.current.value!r} after the expression", 1)
     return tree
+
+
+def bucket_values(node: nodes.Node) -> tuple[int | float, ...]:
+    """The values a bucket call may give: its second argument, a list of number literals in
+    ascending order (`[1, 2, 4]`), which is the value's declared finite domain. ValueError says
+    what is wrong with any other list."""
+    if not isinstance(node, nodes.List):
+        shown = f" `[{node.value!r}]`" if isinstance(node, nodes.Const) else ""
+        raise ValueError(f"the second argument must be the list of values it may give, written out{shown}")
+    if not node.items:
+        raise ValueError("the list of values is empty: a bucket needs at least one value")
+    values = []
+    for position, item in enumerate(node.items, 1):
+        number = isinstance(item, nodes.Const) and type(item.value) in (int, float)
+        if not number:
+            raise ValueError(f"the listed values must be number literals; item {position} is not")
+        values.append(item.value)
+    if any(later <= earlier for earlier, later in zip(values, values[1:])):
+        ordered = ", ".join(repr(v) for v in sorted(set(values)))
+        raise ValueError(f"the listed values must ascend, each once; did you mean `[{ordered}]`?")
+    return tuple(values)
 
 
 def compile_expr(expr: Expr, scope: Scope, expect: str | tuple[str, ...] | None = None) -> Compiled:
@@ -226,7 +298,14 @@ class Compiler:
             suggestion = closest(".".join(path), known)
             hint = f"did you mean `{suggestion}`? " if suggestion else ""
             raise self.fail(f"unknown name `{'.'.join(path)}`; {hint}known here: {self.scope.describe()}")
-        return Compiled(symbol.python, symbol.type, PREC_ATOM, locals=symbol.locals, refs=symbol.refs)
+        return Compiled(
+            symbol.python,
+            symbol.type,
+            PREC_ATOM,
+            locals=symbol.locals,
+            refs=symbol.refs,
+            fraction=symbol.fraction,
+        )
 
     visit_Name = resolve
     visit_Getattr = resolve
@@ -248,7 +327,13 @@ class Compiler:
         right = self.numeric(self.visit(node.right), f"the right operand of `{node.operator}`")
         kind = "int" if left.type == right.type == "int" else "float"
         text = f"{_wrap(left, PREC_ADD if symbol in '+-' else PREC_MUL)} {symbol} {_wrap(right, PREC_ADD + 1 if symbol in '+-' else PREC_MUL + 1)}"
-        return Compiled(text, kind, PREC_ADD if symbol in "+-" else PREC_MUL, **_merge(left, right))
+        return Compiled(
+            text,
+            kind,
+            PREC_ADD if symbol in "+-" else PREC_MUL,
+            fraction=_fraction(left, right),
+            **_merge(left, right),
+        )
 
     def visit_Add(self, node):
         return self.arithmetic(node, "+")
@@ -264,6 +349,8 @@ class Compiler:
         left = self.numeric(self.visit(node.left), "the left operand of `/`")
         right = self.numeric(self.visit(node.right), "the right operand of `/`")
         kind = "int" if left.type == right.type == "int" else "float"
+        # A power of two over a smaller or equal one is whole; over a larger one, below 1.
+        below_one = left.power_of_two and right.is_constant and _is_power_of_two(right.constant)
         if kind == "float" and right.is_constant and right.constant != 0:
             return Compiled(
                 f"{_wrap(left, PREC_MUL)} / {_wrap(right, PREC_MUL + 1)}",
@@ -271,11 +358,14 @@ class Compiler:
                 PREC_MUL,
                 **_merge(left, right),
             )
-        # Between ints, js_div keeps an exact quotient an int (the value a plan shows is the type it declares).
+        # Between ints, js_div keeps an exact quotient an int (the value a plan shows is the type it
+        # declares); an inexact one is the JS number, a fraction.
         return Compiled(
             f"js_div({left.python}, {right.python})",
             kind,
             PREC_ATOM,
+            fraction=kind == "int",
+            fraction_below_one=kind == "int" and below_one,
             **_merge(left, right, helpers={"js_div"}),
         )
 
@@ -287,6 +377,7 @@ class Compiler:
             f"js_mod({left.python}, {right.python})",
             kind,
             PREC_ATOM,
+            fraction=_fraction(left, right),
             **_merge(left, right, helpers={"js_mod"}),
         )
 
@@ -298,7 +389,13 @@ class Compiler:
 
     def visit_Neg(self, node: nodes.Neg) -> Compiled:
         operand = self.numeric(self.visit(node.node), "the operand of unary `-`")
-        return Compiled(f"-{_wrap(operand, PREC_UNARY)}", operand.type, PREC_UNARY, **_merge(operand))
+        return Compiled(
+            f"-{_wrap(operand, PREC_UNARY)}",
+            operand.type,
+            PREC_UNARY,
+            fraction=operand.fraction,
+            **_merge(operand),
+        )
 
     def visit_Pos(self, node: nodes.Pos) -> Compiled:
         return self.numeric(self.visit(node.node), "the operand of unary `+`")
@@ -374,7 +471,7 @@ class Compiler:
         else:
             raise self.fail(f"the branches of `if` have different kinds: {yes.type} and {no.type}")
         text = f"{_wrap(yes, PREC_COND + 1)} if {_wrap(test, PREC_COND + 1)} else {_wrap(no, PREC_COND)}"
-        return Compiled(text, kind, PREC_COND, **_merge(test, yes, no))
+        return Compiled(text, kind, PREC_COND, fraction=_fraction(yes, no), **_merge(test, yes, no))
 
     # calls --------------------------------------------------------------------------------------
 
@@ -417,8 +514,10 @@ class Compiler:
             f"{_wrap(key, PREC_CMP + 1)} in {target.python}", "bool", PREC_CMP, **_merge(target, key)
         )
 
-    def helper(self, name: str, text: str, kind: str, *parts: Compiled, helpers=()) -> Compiled:
-        return Compiled(text, kind, PREC_ATOM, **_merge(*parts, helpers=helpers))
+    def helper(
+        self, name: str, text: str, kind: str, *parts: Compiled, helpers=(), fraction: bool = False
+    ) -> Compiled:
+        return Compiled(text, kind, PREC_ATOM, fraction=fraction, **_merge(*parts, helpers=helpers))
 
     def call_dim(self, args):
         shape, index = self.arity("dim", args, 2)
@@ -500,11 +599,16 @@ class Compiler:
     def extremum(self, name: str, args) -> Compiled:
         parts = [self.numeric(p, f"an argument of `{name}`") for p in self.arity(name, args, (1, 999))]
         kind = "int" if all(p.type == "int" for p in parts) else "float"
+        fraction = _fraction(*parts)
+        if name == "max" and any(_is_whole_at_least_one(p) for p in parts):
+            # The maximum is at least 1, so no fraction below 1 can be it.
+            fraction = any(p.fraction and not p.fraction_below_one for p in parts)
         return self.helper(
             name,
             f"{name}({', '.join(p.python for p in parts)})" if len(parts) > 1 else _wrap(parts[0], PREC_ATOM),
             kind,
             *parts,
+            fraction=fraction,
         )
 
     def call_min(self, args):
@@ -533,7 +637,29 @@ class Compiler:
     def call_pow2ceil(self, args):
         (value,) = self.arity("pow2ceil", args, 1)
         self.numeric(value, "the argument of `pow2ceil`")
-        return self.helper("pow2ceil", f"pow2ceil({value.python})", "int", value, helpers={"pow2ceil"})
+        made = self.helper("pow2ceil", f"pow2ceil({value.python})", "int", value, helpers={"pow2ceil"})
+        return dataclasses.replace(made, power_of_two=True)
+
+    def bucket(self, name: str, args) -> Compiled:
+        """`bucketUp(x, [a, b, c])`: the smallest listed value >= x (the last above them all);
+        `bucketDown`: the largest <= x (the first below them all)."""
+        if len(args) != 2:
+            raise self.fail(f"`{name}` takes 2 argument(s), got {len(args)}")
+        value = self.numeric(self.visit(args[0]), f"the first argument of `{name}`")
+        try:
+            buckets = bucket_values(args[1])
+        except ValueError as error:
+            raise self.fail(f"`{name}`: {error}") from None
+        kind = "int" if all(type(b) is int for b in buckets) else "float"
+        listed = "(" + ", ".join(repr(b) for b in buckets) + ("," if len(buckets) == 1 else "") + ")"
+        helper = BUCKET_HELPERS[name]
+        return self.helper(helper, f"{helper}({value.python}, {listed})", kind, value, helpers={helper})
+
+    def call_bucketUp(self, args):
+        return self.bucket("bucketUp", args)
+
+    def call_bucketDown(self, args):
+        return self.bucket("bucketDown", args)
 
     def call_f16Ok(self, args):
         (dtype,) = self.arity("f16Ok", args, 1)

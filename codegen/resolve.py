@@ -19,27 +19,40 @@ import jinja2.nodes as nodes
 
 from generated._runtime.caps import WEBGPU_DEFAULT_LIMITS
 
-from .expr import Compiled, Compiler, ExprError, Scope, Symbol, compile_expr, parse, request_local, snake
+from .expr import (
+    DERIVED,
+    REQUEST,
+    VALUES,
+    Compiled,
+    Compiler,
+    ExprError,
+    Scope,
+    Symbol,
+    compile_expr,
+    parse,
+    request_local,
+    snake,
+)
 from .ir import Derive, Expr, Op, Pass, Tensor, UniformField, Variant
 from .problems import CompileError, Problem
 
 DEVICE_LOCALS = {
-    "limits": "r.caps.limits",
-    "features": "r.caps.features",
-    "wgsl_features": "r.caps.wgsl_language_features",
-    "adapter_info": "r.caps.adapter_info",
-    "dispatch_fold_width": "fold_width(r.caps)",
+    "limits": f"{REQUEST}.caps.limits",
+    "features": f"{REQUEST}.caps.features",
+    "wgsl_features": f"{REQUEST}.caps.wgsl_language_features",
+    "adapter_info": f"{REQUEST}.caps.adapter_info",
+    "dispatch_fold_width": f"fold_width({REQUEST}.caps)",
 }
 
 
 # Preamble locals that come from the request itself, dispatch-time facts (docs/MANIFEST.md, "Binding times"):
-# shapes and ranks (`shape_<key>`), attributes (`attr_<name>`), and `r` (`has(shapes, ...)`, `outputs.has`).
+# shapes and ranks (`shape_<key>`), attributes (`attr_<name>`), and `request` (`has(shapes, ...)`, `outputs.has`).
 _REQUEST_LOCAL_PREFIXES = (request_local("shape", ""), request_local("attr", ""))
 
 
 def reads_request(code: Compiled) -> bool:
     """Whether compiled text reads a shape, a rank, an attribute or the requested outputs itself."""
-    return "r" in code.locals or any(local.startswith(_REQUEST_LOCAL_PREFIXES) for local in code.locals)
+    return REQUEST in code.locals or any(local.startswith(_REQUEST_LOCAL_PREFIXES) for local in code.locals)
 
 
 @dataclass(frozen=True)
@@ -56,17 +69,34 @@ class Value:
 
 
 @dataclass(frozen=True)
+class Subject:
+    """What a contract clause is about, as an error names it: `input X`, `attribute num_groups`,
+    `dtype T`, or the device (`kind` "device", no name)."""
+
+    kind: str  # "input" | "output" | "attribute" | "dtype" | "device"
+    name: str = ""  # the tensor's role, the attribute, the type variable
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.name}" if self.name else self.kind
+
+
+@dataclass(frozen=True)
 class Rule:
     """One contract clause: every variant needs it, so breaking it is the caller's error."""
 
     source: str  # the clause in manifest syntax
     code: Compiled
-    subject: str  # "input X", "attribute num_groups", "dtype T", "device"
+    subject: Subject
     facts: tuple[tuple[str, Compiled], ...]  # the names the clause reads, to print their values
+    # The clause is `f16Ok(dtypes.T)`: it fails only for float16 on a device without shader-f16.
+    needs_shader_f16: bool = False
+    # The bind key of the input the subject names, or None: a refusal names that input as the
+    # caller did (`request.names`), the subject's ONNX name where the request has none.
+    input_key: str | None = None
 
     @property
     def reads_derived(self) -> bool:
-        return "d" in self.code.locals
+        return DERIVED in self.code.locals
 
 
 class NamedCode(NamedTuple):
@@ -84,7 +114,7 @@ class FieldCode(NamedTuple):
 
 
 class ClauseCode(NamedTuple):
-    """A `when` / `demoteWhen` clause and its compiled form."""
+    """An expression and its compiled form: a `when` / `demoteWhen` clause, a binding's element type."""
 
     expr: Expr
     code: Compiled
@@ -110,6 +140,9 @@ class ResolvedPass:
     bound: tuple[
         NamedCode, ...
     ] = ()  # binding name -> whether it is bound (a bool), for bindings with a `when`
+    # The specialization keys the bindings add, as values with their expressions (domains.py reads
+    # them): `binding:<name>` each element type, then `bound:<name>` each `when`.
+    binding_keys: tuple[Value, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -250,13 +283,13 @@ class _Resolver:
             kind = "float" if isinstance(self.tunables[rest[0]], float) else "int"
             return Symbol(var, kind, frozenset({var}))
         if path == ("shapes",):
-            # The local "r" marks both as request-dependent, never a compile-time (finite) value.
+            # The local REQUEST marks both as request-dependent, never a compile-time (finite) value.
             return Symbol(
-                "r.shapes", "map", frozenset({"r"})
+                f"{REQUEST}.shapes", "map", frozenset({REQUEST})
             )  # has(shapes, "bias"): is an optional input present
         if path == ("outputs",):
             return Symbol(
-                "r.outputs", "set", frozenset({"r"})
+                f"{REQUEST}.outputs", "set", frozenset({REQUEST})
             )  # outputs.has("S"): was an optional output asked for
         if head == "device":
             return self.device(rest)
@@ -288,10 +321,13 @@ class _Resolver:
                     if value is None:
                         continue
                     ref = frozenset({(local_in, value.name)})
+                    fraction = value.code.fraction
                     if local_in == where:
-                        return Symbol(value.var, value.code.type, frozenset(), ref)
-                    holder = {"manifest": "d", "variant": "v"}[local_in]
-                    return Symbol(f"{holder}.{value.var}", value.code.type, frozenset({holder}), ref)
+                        return Symbol(value.var, value.code.type, frozenset(), ref, fraction)
+                    holder = {"manifest": DERIVED, "variant": VALUES}[local_in]
+                    return Symbol(
+                        f"{holder}.{value.var}", value.code.type, frozenset({holder}), ref, fraction
+                    )
             return self.builtin(path, allow_fold=where == "pass")
 
         def describe() -> str:
@@ -370,17 +406,25 @@ class _Resolver:
             for b in pass_.bindings
             for f in b.fields
         )
-        element_types = tuple(
-            self.attempt(lambda: NamedCode(b.name, self.element_type(b.element_type, scope)))
+        typed = [
+            (b.name, self.attempt(lambda: self.element_type(b.element_type, scope)))
             for b in pass_.bindings
             if b.element_type is not None
-        )
+        ]
         bound = tuple(
             self.attempt(lambda: self.bound(b, scope)) for b in pass_.bindings if b.when is not None
         )
+        element_types = tuple(NamedCode(name, t.code) for name, t in typed if t is not None)
+        keys = [
+            Value(f"binding:{name}", f"binding_{name}", t.expr, t.code) for name, t in typed if t is not None
+        ]
+        whens = {b.name: b.when for b in pass_.bindings}
+        keys += [
+            Value(f"bound:{n.name}", f"bound_{n.name}", whens[n.name], n.code) for n in bound if n is not None
+        ]
         shadowed = {v.name for v in values}
         visible = tuple(v for v in variant_level.compiled() if v.name not in shadowed) + values
-        return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible, bound)
+        return ResolvedPass(pass_, values, dispatch, uniforms, element_types, visible, bound, tuple(keys))
 
     def bound(self, binding, scope: Scope) -> NamedCode:
         """A binding's `when`. It must read the request only through named values (`hasBias`, a
@@ -396,16 +440,17 @@ class _Resolver:
             )
         return NamedCode(binding.name, code)
 
-    def element_type(self, expr: Expr, scope: Scope) -> Compiled:
-        """`$name` reads a value (`$T` with no value named T means dtypes.T); other text is WGSL."""
+    def element_type(self, expr: Expr, scope: Scope) -> ClauseCode:
+        """`$name` reads a value (`$T` with no value named T means dtypes.T); other text is WGSL.
+        The expression read (`dtypes.T`, `ioElement`), or the text, and its code."""
         text = expr.literal if expr.is_literal else expr.source
         if not isinstance(text, str):
             raise ExprError(expr.origin, expr.text(), "an element type must be WGSL type text or `$name`")
         if not text.startswith("$"):
-            return Compiled(repr(text), "str", 9, constant=text, is_constant=True)
+            return ClauseCode(expr, Compiled(repr(text), "str", 9, constant=text, is_constant=True))
         name = text[1:]
-        target = name if scope.lookup((name,)) is not None else f"dtypes.{name}"
-        return compile_expr(Expr(target, None, expr.origin), scope, "str")
+        target = Expr(name if scope.lookup((name,)) is not None else f"dtypes.{name}", None, expr.origin)
+        return ClauseCode(target, compile_expr(target, scope, "str"))
 
     # the contract -------------------------------------------------------------------------------
 
@@ -455,7 +500,7 @@ class _Resolver:
             if needed_by_all and key in needed_by_all and not isinstance(node, nodes.Const):
                 clauses.setdefault(key, node)
         origin_expr = Expr("", None, self.op.variants[0].origin.child("when") if self.op.variants else None)
-        # The "select" scope reads derived values as `d.name`: such rules run after derive().
+        # The "select" scope reads derived values as `derived.name`: such rules run after derive().
         scope = self.scope("select")
         rules, seen = [], set()
         for source, node in clauses.items():
@@ -469,26 +514,41 @@ class _Resolver:
                 text = unparse(leaf)
                 if text not in dict(facts):
                     facts.append((text, compiler.visit(leaf)))
-            rules.append(Rule(source, code, self.subject(node), tuple(facts)))
+            subject, input_key = self.subject(node)
+            rules.append(Rule(source, code, subject, tuple(facts), _is_f16_check(node), input_key))
         return tuple(rules)
 
-    def subject(self, node: nodes.Node) -> str:
+    def subject(self, node: nodes.Node) -> tuple[Subject, str | None]:
+        """What a clause is about, as a refusal's subject, and the bind key when that is an input."""
         for call in node.find_all(nodes.Call):  # outputs.has("mean"): a rule about asking for an output
             target = _path(call.node)
             if target == ("outputs", "has") and call.args and isinstance(call.args[0], nodes.Const):
                 tensor = self.tensors.get(call.args[0].value)
                 if tensor is not None:
-                    return f"output {tensor.role}"
+                    return Subject("output", tensor.role), None
         for leaf in node.find_all((nodes.Name, nodes.Getattr)):
             path = _path(leaf)
             if path and path[0] in ("shapes", "ranks") and len(path) == 2:
                 tensor = self.tensors[path[1]]
-                return f"{'output' if tensor.is_output else 'input'} {tensor.role}"
+                if tensor.is_output:
+                    return Subject("output", tensor.role), None
+                return Subject("input", tensor.role), tensor.key
             if path and path[0] == "attrs":
-                return f"attribute {path[1]}"
+                return Subject("attribute", path[1]), None
             if path and path[0] == "dtypes":
-                return f"dtype {path[1]}"
-        return "device"
+                return Subject("dtype", path[1]), None
+        return Subject("device"), None
+
+
+def _is_f16_check(node: nodes.Node) -> bool:
+    """Whether a clause is `f16Ok(dtypes.<T>)` (the call itself, not a clause that contains one)."""
+    return (
+        isinstance(node, nodes.Call)
+        and isinstance(node.node, nodes.Name)
+        and node.node.name == "f16Ok"
+        and len(node.args) == 1
+        and (_path(node.args[0]) or ())[:1] == ("dtypes",)
+    )
 
 
 def _path(node: nodes.Node) -> tuple[str, ...] | None:

@@ -1,10 +1,14 @@
-"""Render stage: ResolvedOp + templates/ -> WGSL text per (variant, pass, specialization).
+"""Render stage: ResolvedOp + templates/ -> WGSL text and its interface record per (variant, pass,
+specialization).
 
 Binding times (docs/MANIFEST.md, "Binding times"): string and boolean values with a finite domain
-are specialization values, the only names a template sees through Jinja; numeric values become
-WGSL `override` constants, declared here for the names the rendered body uses; per-call values
-reach the shader through the `Params` uniform. The resource declarations (`@group(0) @binding(i)`) come from the
-manifest's binding list, so a template holds only the computation.
+are specialization values, the only names a template sees through Jinja; a template reads a numeric
+value with `{{ value.NAME }}`, which renders a WGSL `override` constant (declared here for the
+values the render read) or, for a per-call value, a field of the `Params` uniform. What else the
+shader is (its workgroup size and arrays, subgroups, f16) the template declares through `shader`
+(shader_facts.py); the render returns those facts as data, and nothing reads them back from the
+text. The resource declarations (`@group(0) @binding(i)`) come from the manifest's binding list, so
+a template holds only the computation.
 
 Each template is read once (`_ReadOnce`) and every specialization rendered once; the render itself
 says which template line (of the pass's template or of a macro file it imports) made each line of
@@ -15,13 +19,10 @@ Rendering problems are `Problem`s at the template line Jinja failed on.
 from __future__ import annotations
 
 import functools
-import itertools
-import math
-import operator
 import re
 import traceback
 import weakref
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,17 +33,20 @@ import jinja2.meta
 import jinja2.nodes
 from jinja2.lexer import Token
 
-from generated._runtime import numeric as runtime_numeric
 from generated._runtime.plans import ShaderInterface
 
-from .expr import request_local
+from .domains import key_combinations
 from .problems import CompileError, Problem, TemplateLocation, closest
 from .resolve import ResolvedOp, ResolvedPass, ResolvedVariant, Value
-from .wgsl_text import COMMENT, EXTENSION_FEATURES, SUBGROUP_USE, code_of, workgroup_arrays, workgroup_size
+from .shader_facts import TEMPLATE_GLOBALS, WGSL_TYPES, ShaderFacts, ValueScope, recording
 
-WGSL_DTYPE = {"float32": "f32", "float16": "f16"}
 BUFFER_ACCESS = {"read-only-storage": "storage, read", "storage": "storage, read_write"}
 BUILTIN_OVERRIDES = ("WORKGROUP_SIZE", "DISPATCH_FOLD_WIDTH")
+# The WebGPU device feature the `enable f16;` directive needs: a shader that enables it on a device
+# without it fails to compile (a wgpu validation error when the shader module is made).
+F16_FEATURE = ("f16", "shader-f16")
+# The names of the template objects (shader_facts.TEMPLATE_GLOBALS): no pass value may take one.
+TEMPLATE_OBJECTS = tuple(TEMPLATE_GLOBALS)
 # Macro libraries that op templates import (`{% import "_lib/stats.wgsl.jinja" as stats %}`): never an
 # op template themselves.
 LIBRARY = "_lib"
@@ -55,6 +59,7 @@ class Specialization:
     wgsl: str
     body_first_line: int  # 1-based line of the rendered template inside `wgsl`
     interface: ShaderInterface  # what the shader declares: the runtime's record of it
+    facts: ShaderFacts  # what the template declared while it rendered (the record is made from these)
     # For each line of the rendered template (line `body_first_line` of `wgsl` on), the template
     # line that wrote it (an imported macro's line, where a macro wrote it); None where unknown.
     line_map: tuple[TemplateLocation | None, ...] = ()
@@ -64,9 +69,9 @@ class Specialization:
 class ScopeUniform:
     """A numeric scope value the shader reads from `Params` (dispatch time) instead of an override.
 
-    The compiler adds one for every value a body names that depends on the request (shapes,
-    ranks, attributes, requested outputs) and that sizes no array: the body reads it as
-    `params.<name>`, so a new shape reuses the pipeline. `declared` means the manifest's Params
+    The compiler adds one for every value a body reads (`{{ value.NAME }}`) that depends on the
+    request (shapes, ranks, attributes, requested outputs) and sizes no workgroup array and no
+    workgroup: the read renders as `params.<name>`, so a new shape reuses the pipeline. `declared` means the manifest's Params
     already has a field of that name, which the value then reads instead of adding one.
     """
 
@@ -117,8 +122,10 @@ def make_environment(templates_dir: Path) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
         autoescape=False,
+        extensions=["jinja2.ext.do"],  # `{% do shader.uses_subgroups() %}`: a declaration, no text
     )
     env.filters["fill_lines"] = fill_lines
+    env.globals.update(TEMPLATE_GLOBALS)
     return env
 
 
@@ -259,166 +266,6 @@ def _shared_environment(templates_dir: Path, texts: tuple[tuple[str, str], ...])
     return _render_environment(templates_dir, dict(texts))
 
 
-class _NotFinite(Exception):
-    pass
-
-
-class _Domains:
-    """Finds every reachable combination of a pass's specialization values.
-
-    A value is finite when it depends only on dtypes, on attributes restricted by
-    `attributeConstraints.values` and on literals; a boolean that depends on anything else (a device
-    feature, a shape) is a free leaf that can be either. Reachable combinations are those of the
-    product of the leaves' domains.
-    """
-
-    def __init__(self, op: ResolvedOp, variant: ResolvedVariant, pass_: ResolvedPass):
-        self.levels = {
-            "manifest": {v.name: v for v in op.derives},
-            "variant": {v.name: v for v in variant.derives},
-            "pass": {v.name: v for v in pass_.derives},
-        }
-        self.base = {
-            request_local("dtype", tv): tuple(WGSL_DTYPE[t] for t in types if t in WGSL_DTYPE)
-            for tv, types in op.ir.type_constraints
-        }
-        for attribute in op.ir.attributes:
-            if attribute.allowed is not None:
-                self.base[request_local("attr", attribute.name)] = attribute.allowed
-
-    def leaves(self, value: Value) -> set:
-        try:
-            return self.finite_leaves(value)
-        except _NotFinite:
-            if value.code.type != "bool":
-                raise
-            return {("free", value.name)}
-
-    def finite_leaves(self, value: Value) -> set:
-        found = set()
-        for local in value.code.locals - {"d", "v"}:
-            if local not in self.base:
-                raise _NotFinite(local)
-            found.add(("base", local))
-        for level, name in value.code.refs:
-            found |= self.leaves(self.levels[level][name])
-        return found
-
-    def enumerate(self, values: list[Value], conditions: list[Value]) -> list[dict]:
-        """The distinct combinations of `values`, in the order the product of the leaves' domains
-        first reaches them, leaving out those a finite `when` clause rules out."""
-        leaves = set()
-        for value in values:
-            leaves |= self.leaves(value)
-        deciding = []
-        for condition in conditions:
-            try:
-                leaves |= self.finite_leaves(condition)
-                deciding.append(condition)
-            except _NotFinite:
-                pass  # depends on shapes or the device: both outcomes stay reachable
-        ordered = sorted(leaves)
-        domains = [self.base[name] if kind == "base" else (False, True) for kind, name in ordered]
-        evaluation = _Evaluation(self.levels, ordered)
-        tests = [evaluation.reader(c) for c in deciding]
-        readers = [evaluation.reader(v) for v in values]
-        names = [v.name for v in values]
-        combos, seen = [], set()
-        for choice in itertools.product(*domains):
-            if all(test(choice) is True for test in tests):
-                combo = tuple(read(choice) for read in readers)
-                # By type and text: 1, 1.0 and True hash alike but render differently, and a
-                # list value does not hash at all.
-                identity = tuple((type(v), repr(v)) for v in combo)
-                if identity not in seen:
-                    seen.add(identity)
-                    combos.append(dict(zip(names, combo)))
-        return combos
-
-
-_MISSING = object()
-
-
-class _Evaluation:
-    """Values under the choices of one enumeration (a choice: one domain item a leaf, in `leaves`
-    order). A value reads few of the leaves, so its result is kept per choice of the leaves it
-    reads: of 4096 choices, a value that reads two booleans is computed four times."""
-
-    def __init__(self, levels: dict, leaves: list):
-        self.levels = levels
-        self.position = {leaf: i for i, leaf in enumerate(leaves)}
-        self.readers: dict[int, Callable[[tuple], object]] = {}  # id(value) -> its result of a choice
-
-    def reader(self, value: Value) -> Callable[[tuple], object]:
-        if id(value) not in self.readers:
-            self.readers[id(value)] = self._reader(value)
-        return self.readers[id(value)]
-
-    def _reader(self, value: Value) -> Callable[[tuple], object]:
-        free = self.position.get(("free", value.name))
-        if free is not None:
-            return operator.itemgetter(free)
-        if value.code.is_constant:
-            return lambda choice, constant=value.code.constant: constant
-        positions = sorted(self.position[leaf] for leaf in self.reads(value))
-        project = operator.itemgetter(*positions) if positions else lambda choice: ()
-        results: dict = {}  # what of a choice the value reads -> its result
-
-        def read(choice: tuple):
-            key = project(choice)
-            result = results.get(key, _MISSING)
-            if result is _MISSING:
-                result = results[key] = self.evaluate(value, choice)
-            return result
-
-        return read
-
-    def reads(self, value: Value) -> set:
-        """The leaves `evaluate` reads for `value`, through its references too."""
-        if ("free", value.name) in self.position:
-            return {("free", value.name)}
-        if value.code.is_constant:
-            return set()
-        found = {("base", local) for local in value.code.locals - {"d", "v"}}
-        for level, name in value.code.refs:
-            found |= self.reads(self.levels[level][name])
-        return found
-
-    def evaluate(self, value: Value, choice: tuple):
-        env = {local: choice[self.position[("base", local)]] for local in value.code.locals - {"d", "v"}}
-        holders = {"manifest": {}, "variant": {}}
-        for level, name in value.code.refs:
-            referenced = self.levels[level][name]
-            # Code reads a value of its own level by bare name, an outer one through `d.`/`v.`.
-            result = self.reader(referenced)(choice)
-            env[referenced.var] = result
-            if level != "pass":
-                holders[level][referenced.var] = result
-        env["d"] = _Namespace(holders["manifest"])
-        env["v"] = _Namespace(holders["variant"])
-        return eval(_compiled(value.code.python), _EVAL_GLOBALS, env)  # compile-time only
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled(python: str):
-    """Generated expression text as a code object, compiled once however many combinations use it."""
-    return compile(python, "<derived value>", "eval")
-
-
-class _Namespace:
-    def __init__(self, values: dict):
-        self.__dict__.update(values)
-
-
-_EVAL_GLOBALS = {
-    "math": math,
-    **{
-        name: getattr(runtime_numeric, name)
-        for name in ("js_div", "js_mod", "js_str", "pow2ceil", "ceil_div", "numel", "inner", "outer", "dim")
-    },
-}
-
-
 @dataclass(frozen=True)
 class _Declarations:
     """The header the compiler writes above a rendered body, and what it declares there."""
@@ -430,17 +277,15 @@ class _Declarations:
 
 
 def _declarations(
-    pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], body: str, extra: tuple
+    pass_: ResolvedPass, element_types: dict, overrides: list[tuple[str, str]], uses_f16: bool, extra: tuple
 ) -> _Declarations:
-    """The header of one specialization: `enable f16`, the overrides, and the bindings whose
-    element types `element_types` holds (those bound in it), numbered in the manifest's order."""
+    """The header of one specialization: `enable f16` (where the template declared f16 code or a
+    binding holds f16), the overrides, and the bindings whose element types `element_types` holds
+    (those bound in it), numbered in the manifest's order."""
     lines, features, params, bindings = [], [], (), []
-    # Comments must not turn an f32 shader into one that needs shader-f16.
-    code = COMMENT.sub("", body)
-    # `in` first: a regex that starts with \b is tried at every position of the text.
-    if any("f16" in t for t in element_types.values()) or ("f16" in code and re.search(r"\bf16\b", code)):
-        lines.append("enable f16;")
-        features.append(("f16", EXTENSION_FEATURES["f16"]))
+    if uses_f16 or any(WGSL_TYPES[t].scalar == "f16" for t in element_types.values() if t in WGSL_TYPES):
+        lines.append(f"enable {F16_FEATURE[0]};")
+        features.append(F16_FEATURE)
     for name, kind in overrides:
         lines.append(f"override {name}: {kind};")
     declared = [b for b in pass_.ir.bindings if b.kind == "uniform" or b.name in element_types]
@@ -468,65 +313,82 @@ def render_pass(
 ) -> RenderedPass:
     """Every specialization of one pass; `env` comes from `_render_environment` (its loader and
     line marks are what the line maps and the problems' template lines are made from)."""
-    origin = pass_.ir.origin
     name = pass_.ir.template
     folder = templates_dir.name
     libraries = _libraries(pass_, env, folder)
     template_values = _template_values(pass_, env, folder)
-    key_values = template_values + _binding_values(pass_)
-    try:
-        conditions = [
-            Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)
-        ]
-        combos = _Domains(op, variant, pass_).enumerate(key_values, conditions)
-    except _NotFinite as error:
-        message = (
-            f"a specialization value of template `{name}` depends on `{error}`, which has no finite domain"
-        )
-        raise CompileError([Problem(origin, message)]) from None
-    value_names = tuple(v.name for v in key_values)
+    key_values = template_values + list(pass_.binding_keys)
+    conditions = [Value(f"when:{i}", f"when_{i}", expr, code) for i, (expr, code) in enumerate(variant.when)]
+    combos = key_combinations(op, variant, pass_, key_values, conditions, f"{folder}/{name}")
     key_names = (
         tuple(KeyName(v.name) for v in template_values)
         + tuple(KeyName(b, element_type=True) for b, _ in pass_.element_types)
         + tuple(KeyName(b, bound=True) for b, _ in pass_.bound)
     )
-    numeric = _numeric_names(pass_)
-    bodies = _Bodies(env, variant, pass_, folder).render(combos, value_names, key_names, template_values)
+    renderer = _Bodies(env, variant, pass_, folder, key_names)
     kept = {n for n, _ in op.ir.pipeline_constants + variant.ir.pipeline_constants}
-    # Only code decides what a shader uses: a name in a comment declares nothing and reads nothing.
-    uniforms = _scope_uniforms(
-        pass_, kept, numeric, [code_of(body.text) for body in bodies.values()], origin, name
+    bodies, uniforms = _rendered_bodies(
+        renderer, combos, tuple(v.name for v in key_values), template_values, kept
     )
-    moved = {u.name for u in uniforms}
     extra = tuple((u.name, u.type) for u in uniforms if not u.declared)
+    numeric = _numeric_names(pass_)
+    from_params = {u.name for u in uniforms}
     specializations = []
     for key, body in bodies.items():
-        text = _read_from_params(body.text, uniforms, pass_)
-        code = code_of(text)
-        overrides = [(n, numeric[n]) for n in sorted(numeric) if n not in moved and _names(code, n)]
+        # The overrides are the values the render read that are not Params fields, sorted.
+        overrides = [(n, numeric[n]) for n in sorted(body.facts.reads) if n not in from_params]
+        values = dict(zip(key_names, key))
         element_types = {
-            b: body.combo[f"binding:{b}"]
+            b: values[KeyName(b, element_type=True)]
             for b, _ in pass_.element_types
-            if body.combo.get(f"bound:{b}", True)
+            if values.get(KeyName(b, bound=True), True)
         }
-        header = _declarations(pass_, element_types, overrides, text, extra)
-        if not workgroup_size(code):
-            message = "a template needs `@workgroup_size(NAME)` with one override or literal (1-D workgroups)"
-            raise CompileError([Problem(origin, message, template=TemplateLocation(f"{folder}/{name}"))])
-        specializations.append(_specialization(key, body, header, text, code, overrides, f"{folder}/{name}"))
+        header = _declarations(pass_, element_types, overrides, body.facts.uses_f16, extra)
+        specializations.append(_specialization(key, body, header, overrides, f"{folder}/{name}"))
     return RenderedPass(
         variant, pass_, f"{folder}/{name}", key_names, tuple(specializations), uniforms, libraries
     )
 
 
-def _binding_values(pass_: ResolvedPass) -> list[Value]:
-    """The key values a pass's buffer bindings add: each binding's element type, and whether an
-    optional binding is bound at all."""
-    element_types = [
-        Value(f"binding:{binding}", f"binding_{binding}", None, code) for binding, code in pass_.element_types
-    ]
-    bound = [Value(f"bound:{binding}", f"bound_{binding}", None, code) for binding, code in pass_.bound]
-    return element_types + bound
+def _rendered_bodies(
+    renderer: _Bodies,
+    combos: list[dict],
+    value_names: tuple[str, ...],
+    template_values: list[Value],
+    kept: set,
+) -> tuple[dict[tuple, _Body], tuple[ScopeUniform, ...]]:
+    """Every specialization's body, and the values the pass reads from Params.
+
+    A request-dependent value is read from Params unless `pipelineConstants` keeps it (`kept`) or
+    some specialization sizes the workgroup or a workgroup array with it (WGSL allows only an
+    override there). Which values size what is known only once the bodies are rendered, so the
+    render starts with every request-dependent value as a uniform and renders again, with the
+    sizes found as overrides, each body that read one (`params.X` becomes `X`), until no size is
+    read as a uniform: the sizes only grow, so this ends, in one further render where any.
+    """
+    pass_ = renderer.pass_
+    numeric = _numeric_names(pass_)
+    candidates = frozenset(
+        v.name for v in pass_.scope_values if v.name in numeric and v.request_dependent and v.name not in kept
+    )
+    bodies = renderer.render(combos, value_names, template_values, _value_scope(pass_, candidates))
+    while True:
+        moved = candidates & frozenset().union(*(body.facts.sizes for body in bodies.values()))
+        if not moved:
+            break
+        candidates -= moved
+        bodies = renderer.render(
+            combos, value_names, template_values, _value_scope(pass_, candidates), bodies, moved
+        )
+    read = frozenset().union(*(body.facts.reads for body in bodies.values()))
+    return bodies, _scope_uniforms(pass_, candidates & read, numeric)
+
+
+def _value_scope(pass_: ResolvedPass, uniforms: frozenset[str]) -> ValueScope:
+    """How `value.X` renders in this pass: `uniforms` from the pass's uniform binding."""
+    holder = next((b.name for b in pass_.ir.bindings if b.kind == "uniform"), "params")
+    others = tuple(v.name for v in pass_.scope_values if v.code.type in ("str", "bool"))
+    return ValueScope(_numeric_names(pass_), uniforms, holder, others)
 
 
 def _numeric_names(pass_: ResolvedPass) -> dict[str, str]:
@@ -543,25 +405,26 @@ def _numeric_names(pass_: ResolvedPass) -> dict[str, str]:
 
 
 def _specialization(
-    key: tuple, body: _Body, header: _Declarations, text: str, code: str, overrides: list, template: str
+    key: tuple, body: _Body, header: _Declarations, overrides: list, template: str
 ) -> Specialization:
+    facts = body.facts
     interface = ShaderInterface(
         template=template,
         overrides=tuple(overrides),
         params=header.params,
-        workgroup_size=workgroup_size(code),
-        workgroup_arrays=workgroup_arrays(code),
-        # Every use SUBGROUP_USE finds names "subgroup"; `in` rules most texts out faster.
-        uses_subgroups="subgroup" in code and SUBGROUP_USE.search(code) is not None,
+        workgroup_size=facts.workgroup_size,
+        workgroup_arrays=tuple((a.element.stride, a.factors) for a in facts.workgroup_arrays),
+        uses_subgroups=facts.uses_subgroups,
         features=header.features,
         bindings=header.bindings,
     )
     return Specialization(
         key=key,
         context=body.context,
-        wgsl=header.text + text,
+        wgsl=header.text + body.text,
         body_first_line=header.text.count("\n") + 1,
         interface=interface,
+        facts=facts,
         line_map=body.line_map,
     )
 
@@ -657,12 +520,21 @@ def _template_values(pass_: ResolvedPass, env: jinja2.Environment, folder: str) 
             [Problem(origin, f"Jinja syntax error: {error.message}", template=where)]
         ) from None
     values = {v.name: v for v in pass_.scope_values}
-    used = sorted(v for v in _undeclared(env, name) if v in values)
     problems = [
         Problem(
             origin,
-            f"the template reads `{variable}` through Jinja, but it is a number: numbers are pipeline overrides, "
-            "use the name as a WGSL identifier instead",
+            f"the pass has a value named `{reserved}`, the name of the template's `{reserved}` object "
+            "(docs/TEMPLATES.md): rename the value",
+        )
+        for reserved in TEMPLATE_OBJECTS
+        if reserved in values
+    ]
+    used = sorted(v for v in _undeclared(env, name) if v in values)
+    problems += [
+        Problem(
+            origin,
+            f"the template reads `{variable}` through Jinja, but it is a number: a template reads a number "
+            f"as `{{{{ value.{variable} }}}}` (a pipeline override or a Params field)",
             template=TemplateLocation(f"{folder}/{name}", _first_read(tree, variable)),
         )
         for variable in used
@@ -686,28 +558,39 @@ def _first_read(tree: jinja2.nodes.Template, variable: str) -> int | None:
 class _Body:
     """One rendered specialization of a template, before the compiler's declarations."""
 
-    combo: dict  # every key value, element types included
     context: dict  # what Jinja saw
     text: str
     line_map: tuple[TemplateLocation | None, ...]
+    facts: ShaderFacts
 
 
 class _Bodies:
-    """Renders a pass's template once per specialization key; a failure is a `Problem` at the
-    template line Jinja failed on, reported once however many specializations hit it."""
+    """Renders a pass's template once per specialization key, recording what it declares; a
+    failure is a `Problem` at the template line Jinja failed on, reported once however many
+    specializations hit it."""
 
-    def __init__(self, env: jinja2.Environment, variant: ResolvedVariant, pass_: ResolvedPass, folder: str):
+    def __init__(
+        self,
+        env: jinja2.Environment,
+        variant: ResolvedVariant,
+        pass_: ResolvedPass,
+        folder: str,
+        key_names: tuple[KeyName, ...],
+    ):
         self.env, self.variant, self.pass_, self.folder = env, variant, pass_, folder
+        self.key_names = key_names  # how problems name the key positions
 
     def render(
         self,
         combos: list[dict],
         value_names: tuple[str, ...],
-        key_names: tuple[KeyName, ...],
         template_values: list[Value],
+        scope: ValueScope,
+        previous: dict[tuple, _Body] | None = None,
+        moved: frozenset[str] = frozenset(),
     ) -> dict[tuple, _Body]:
-        """Bodies by key: the values of `value_names` (the enumeration's names) in order; problems
-        name the key positions as `key_names` do."""
+        """Bodies by key: the values of `value_names` (the enumeration's names) in order. A body of
+        `previous` that read none of the `moved` values renders as it did, and is kept."""
         template = self.env.get_template(self.pass_.ir.template)  # parsed already: no syntax error here
         bodies: dict[tuple, _Body] = {}
         failures: dict[tuple[TemplateLocation, str], list[tuple]] = defaultdict(list)
@@ -715,19 +598,24 @@ class _Bodies:
             key = tuple(combo[n] for n in value_names)
             if key in bodies or any(key in keys for keys in failures.values()):
                 continue
+            if previous is not None and not previous[key].facts.reads & moved:
+                bodies[key] = previous[key]
+                continue
             context = {v.name: combo[v.name] for v in template_values}
             try:
-                marked = template.render(context)
+                with recording(scope) as declared:
+                    marked = template.render(context)
+                    facts = declared.facts()
             except Exception as error:  # a template is code: whatever it raises is its problem
                 failures[(self.location(error), self.detail(error))].append(key)
                 continue
             text, line_map = _unmark(
                 marked, self.folder, _PARSED.setdefault(self.env, _Parsed()).unmarked_lines
             )
-            bodies[key] = _Body(combo, context, text, line_map)
+            bodies[key] = _Body(context, text, line_map, facts)
         if failures:
             raise CompileError(
-                [self.problem(where, detail, keys, key_names) for (where, detail), keys in failures.items()]
+                [self.problem(where, detail, keys) for (where, detail), keys in failures.items()]
             )
         return bodies
 
@@ -755,52 +643,20 @@ class _Bodies:
         )
         return f"{error}; did you mean `{suggestion}`?" if suggestion else str(error)
 
-    def problem(
-        self, where: TemplateLocation, detail: str, keys: list[tuple], key_names: tuple[KeyName, ...]
-    ) -> Problem:
-        shown = ", ".join(f"{n}={v!r}" for n, v in zip(key_names, keys[0]))
+    def problem(self, where: TemplateLocation, detail: str, keys: list[tuple]) -> Problem:
+        shown = ", ".join(f"{n}={v!r}" for n, v in zip(self.key_names, keys[0]))
         more = f" and {len(keys) - 1} more" if len(keys) > 1 else ""
         head = f"Jinja failed rendering variant {self.variant.ir.id}, pass {self.pass_.ir.id}, specialization [{shown}]{more}"
         return Problem(self.pass_.ir.origin, f"{head}: {detail}", template=where)
 
 
-def _names(body: str, name: str) -> bool:
-    """Whether WGSL text uses `name` as an identifier of its own (not a member: `params.name`)."""
-    return name in body and _identifier(name).search(body) is not None
-
-
-@functools.lru_cache(maxsize=None)
-def _identifier(name: str) -> re.Pattern:
-    """`name` where no word character or `.` precedes it and none follows. The pattern starts with
-    the name itself, checking what precedes it after the match, so that `re` scans for the name
-    as a literal (a leading lookbehind is tried at every position: about 50 times slower)."""
-    name = re.escape(name)
-    return re.compile(rf"{name}(?<![\w.]{name})\b")
-
-
-def _array_sizes(body: str) -> set[str]:
-    """Names that size an array (`array<T, NAME>`, products too) or the workgroup: these must be
-    pipeline constants, WGSL allows no uniform there."""
-    found = set()
-    for match in re.finditer(r"array<\s*(?:[\w]+|\w+<\s*\w+\s*>)\s*,\s*([\w\s*]+?)\s*>", body):
-        found |= {f.strip() for f in match.group(1).split("*")}
-    for match in re.finditer(r"@workgroup_size\(([^)]*)\)", body):
-        found |= {f.strip() for f in re.split(r"[,*]", match.group(1))}
-    return found
-
-
-def _scope_uniforms(
-    pass_: ResolvedPass, kept: set, numeric: dict, bodies: list[str], origin, name: str
-) -> tuple:
-    """The request-dependent numeric values the bodies name and no array size needs, in scope order;
-    `kept`: the manifest's `pipelineConstants`, left as overrides."""
-    sizes = set().union(*(_array_sizes(b) for b in bodies)) if bodies else set()
+def _scope_uniforms(pass_: ResolvedPass, read: frozenset[str], numeric: dict) -> tuple[ScopeUniform, ...]:
+    """The request-dependent values the bodies read from Params (`read`), in scope order."""
+    origin, name = pass_.ir.origin, pass_.ir.template
     declared = {f.name: f for b in pass_.ir.bindings for f in b.fields}
     found = []
     for value in pass_.scope_values:
-        if value.name not in numeric or not value.request_dependent or value.name in sizes | kept:
-            continue
-        if not any(_names(body, value.name) for body in bodies):
+        if value.name not in read:
             continue
         kind = numeric[value.name]
         if value.name in declared and declared[value.name].type != kind:
@@ -818,27 +674,6 @@ def _scope_uniforms(
         )
         raise CompileError([Problem(origin, message)])
     return tuple(found)
-
-
-def _read_from_params(body: str, uniforms: tuple, pass_: ResolvedPass) -> str:
-    """The body with every scope uniform read as `<uniform binding>.<name>` (`params.hidden`)."""
-    if not uniforms:
-        return body
-    holder = next(b.name for b in pass_.ir.bindings if b.kind == "uniform")
-    names = "|".join(re.escape(u.name) for u in uniforms)
-    # Code between comments is rewritten; the comments stay as the template wrote them.
-    parts = re.split(f"({COMMENT.pattern})", body, flags=re.S)
-    return "".join(
-        part if i % 2 else _code_read_from_params(part, names, holder) for i, part in enumerate(parts)
-    )
-
-
-@functools.lru_cache(maxsize=8192)
-def _code_read_from_params(code: str, names: str, holder: str) -> str:
-    """Code between two comments with the `names` (a regex alternation) read as `holder.<name>`.
-    The specializations of a template share most of these stretches (a build has 32698 of them,
-    1237 distinct), so each is rewritten once."""
-    return re.sub(rf"(?<![\w.])({names})\b", lambda m: f"{holder}.{m.group(1)}", code)
 
 
 def render_op(

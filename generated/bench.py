@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from . import _runtime, bench_calls, doctor
-from ._runtime import Tensor
+from . import _runtime, bench_calls, bench_ort, bench_transfers, doctor
+from ._runtime import Sequence, Tensor
 from .bench_torch import TorchPeer
 
 # Calls rotate among copies of their tensors until this many bytes are touched per round: a few
@@ -389,6 +389,7 @@ class Result:
     speedup_vs_torch: float | None = None
     torch_timing: str | None = None
     host: dict = field(default_factory=dict)
+    ort: dict = field(default_factory=dict)  # with --ort: ONNX Runtime WebGPU and ours, timed alike
     error: str | None = None
 
 
@@ -403,8 +404,19 @@ def _percentile_us(samples, q):
 class Bench:
     """Runs cases on one device, sharing the timer, the copy kernel and the PyTorch peer."""
 
-    def __init__(self, device, settings, timer, torch_peer=None, variant=None, tunables=None, per_pass=False):
+    def __init__(
+        self,
+        device,
+        settings,
+        timer,
+        torch_peer=None,
+        variant=None,
+        tunables=None,
+        per_pass=False,
+        ort_peer=None,
+    ):
         self.device = device
+        self.ort_peer = ort_peer
         self.per_pass = per_pass
         self.settings = settings
         self.timer = timer
@@ -471,6 +483,7 @@ class Bench:
         self._time_gpu(plan, sets, result, owned)
         result.host = self._host_overheads(op, case, sets[0], options, result.gpu_us)
         result.host["first_call_ms"] = first_call * 1e3
+        result.host["numpy_call_ms"] = self._numpy_call_ms(op, case, arrays, options)
         arrays_for = lambda shapes: random_inputs(
             op, dataclasses.replace(case, shapes=shapes), self.rng
         )  # noqa: E731
@@ -478,6 +491,10 @@ class Bench:
             bench_calls.new_shape_first_call(op, case, arrays_for, options, device, timer.sync)
         )
 
+        if self.ort_peer is not None:
+            shapes = {key: plan.outputs[key][0] for key in outputs}
+            result.ort = self._against_ort(op, case, arrays, sets[0], options, shapes)
+            result.ort["ours_numpy_ms"] = result.host["numpy_call_ms"]
         if self.torch_peer is not None:
             seconds, how = self.torch_peer.time(case.op, arrays, attributes_with_defaults(op, case), copies)
             result.torch_timing = how
@@ -520,6 +537,39 @@ class Bench:
         result.copy_us = _median_us(samples["copy"])
         result.copy_gbps = result.bytes / result.copy_us / 1e3
         result.fraction_of_copy = result.copy_us / result.gpu_us
+
+    def _against_ort(self, op, case, arrays, tensors, options, outputs):
+        """ONNX Runtime's three paths on this case, and ours measured the same way (N calls, one sync)."""
+        ort = self.ort_peer.time(op, case, arrays, attributes_with_defaults(op, case), outputs)
+        timings = {
+            "placement": ort.placement,
+            "notes": ort.notes,
+            "error_of_tolerance": ort.error_of_tolerance,
+        }
+        timings |= {
+            "ort_numpy_ms": ort.numpy_ms,
+            "ort_device_ms": ort.device_ms,
+            "ort_capture_ms": ort.capture_ms,
+        }
+        device, sync = self.device, self.timer.sync
+
+        def call():
+            op.kernel(tensors["input"], attrs=case.attrs, device=device, out=tensors["output"], **options)
+
+        sequence = Sequence(device)
+        sequence.kernel(op, tensors["input"], case.attrs, out=tensors["output"], **options)
+        timings["ours_device_ms"] = bench_ort.calls_then_one_readback_ms(call, sync, self.settings)
+        timings["ours_sequence_ms"] = bench_ort.calls_then_one_readback_ms(sequence.run, sync, self.settings)
+        return timings
+
+    def _numpy_call_ms(self, op, case, arrays, options):
+        """What a user's first line costs: numpy arrays in, numpy arrays out (upload, the call, read-back)."""
+        samples = []
+        for _ in range(min(5, self.settings.host_iters)):
+            started = time.perf_counter()
+            op.kernel(arrays, attrs=case.attrs, device=self.device, **options)
+            samples.append(time.perf_counter() - started)
+        return statistics.median(samples) * 1e3
 
     def _host_overheads(self, op, case, tensors, options, gpu_us):
         """plan() per call; kernel() until it returns, and to the end of its GPU work less the GPU
@@ -596,6 +646,7 @@ def _gbps(value):
 
 def markdown(results, meta):
     lines = _meta_lines(meta) + _gpu_table(results) + _host_table(results) + _per_pass_table(results)
+    lines += _ort_table(results)
     torch_notes = sorted({r.torch_timing for r in results if r.torch_timing})
     if torch_notes:
         lines += ["", "PyTorch timing: " + "; ".join(torch_notes) + "."]
@@ -659,14 +710,15 @@ def _host_table(results):
         "unless an earlier case made them. New shape: the first call of the case's shapes with one spatial "
         "dimension 4 larger (a shape not seen before), with inputs and out= allocated before the clock; "
         "over a repeat = what it took more than a second call of that shape; and the pipelines it created. "
+        "numpy in/out: `kernel()` on numpy arrays, returning numpy arrays (upload, call, read-back), in ms. "
         "Floor, the plan's dispatches: all of the plan's dispatches through wgpu-py alone, each with a "
         "fresh bind group.",
         "",
         "| op | case | dtype | plan | kernel() | kernel(out=) | Sequence.run() | floor, cached bg | floor, fresh bg "
         "| kernel(out=) × floor | floor, the plan's dispatches | kernel(out=) × that | Sequence × floor "
         "| kernel() overhead | kernel(out=) overhead | first call ms "
-        "| new shape: first call ms (over a repeat; pipelines made) |",
-        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| new shape: first call ms (over a repeat; pipelines made) | numpy in/out ms |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         if r.error:
@@ -683,8 +735,43 @@ def _host_table(results):
             f"| {shown(h['kernel_overhead_us'])} | {shown(h['kernel_out_overhead_us'])} | {_fmt(h['first_call_ms'])} "
             f"| {_fmt(h.get('new_shape_first_call_ms'), 2)} (+{_fmt(h.get('new_shape_excess_ms'), 2)}; "
             f"{h.get('new_shape_pipelines', '')}"
-            f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) |"
+            f"{'' if h.get('new_shape_same_variant', True) else ', other variant'}) "
+            f"| {_fmt(h.get('numpy_call_ms'), 2)} |"
         )
+    return lines
+
+
+def _ort_table(results):
+    rows = [r for r in results if not r.error and r.ort]
+    if not rows:
+        return []
+    lines = [
+        "",
+        "Against ONNX Runtime's WebGPU provider (--ort), ms per call, each side the same way: numpy = numpy "
+        "arrays in and out (`session.run()`; ours `kernel()`); device = inputs and outputs bound on the device, "
+        "N calls then one read-back or sync (`io_binding`; ours `kernel(out=)`); replay = the same with ONNX "
+        "Runtime's graph capture (ours a recorded `Sequence.run()`); × = ONNX Runtime / ours; error = ONNX "
+        "Runtime's worst output against float64, as a fraction of check_model's tolerance. A node ONNX Runtime "
+        "would place on its CPU provider is not timed.",
+        "",
+        "| op | case | dtype | placement | numpy: ORT | ours | × | device: ORT | ours | × | replay: ORT | ours | × "
+        "| ORT error |",
+        "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for r in rows:
+        o = r.ort
+        cells = [r.op, r.case, "/".join(_SHORT_DTYPE[d] for d in r.dtypes.values()), o["placement"]]
+        for theirs, ours in (
+            ("ort_numpy_ms", "ours_numpy_ms"),
+            ("ort_device_ms", "ours_device_ms"),
+            ("ort_capture_ms", "ours_sequence_ms"),
+        ):
+            ratio = o[theirs] / o[ours] if o.get(theirs) and o.get(ours) else None
+            cells += [_fmt(o.get(theirs), 3), _fmt(o.get(ours), 3), _fmt(ratio, 2)]
+        cells.append(_fmt(o.get("error_of_tolerance"), 3))
+        lines.append("| " + " | ".join(cells) + " |")
+    notes = sorted({f"{r.op} {r.case}: {note}" for r in rows for note in r.ort.get("notes", [])})
+    lines += [f"- {note}" for note in notes]
     return lines
 
 
@@ -899,6 +986,11 @@ def _parser():
     parser.add_argument("--markdown", metavar="FILE", help="write the Markdown tables to FILE too")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG plot (needs matplotlib: the bench extra)")
     parser.add_argument("--torch", action="store_true", help="add the PyTorch eager equivalent (CUDA)")
+    parser.add_argument(
+        "--ort",
+        action="store_true",
+        help="add ONNX Runtime's WebGPU provider (needs onnxruntime-webgpu and onnx)",
+    )
     parser.add_argument("--variant", metavar="ID", help="force this variant in the ops that have it")
     parser.add_argument(
         "--tunable",
@@ -910,6 +1002,13 @@ def _parser():
     )
     parser.add_argument(
         "--per-pass", action="store_true", help="also time each dispatch of a multi-pass plan alone"
+    )
+    parser.add_argument(
+        "--transfers",
+        choices=("auto", "only", "skip"),
+        default="auto",
+        help="the numpy <-> GPU transfer table against bare wgpu: auto runs it (1 and 16 MB with --quick, "
+        "100 MB too without)",
     )
     parser.add_argument(
         "--wall-clock", action="store_true", help="time with queue syncs even if timestamp-query is available"
@@ -941,8 +1040,9 @@ def _main(args):
     packages = args.packages
     dtypes = {name for names in args.dtype or () for name in names}
     names = set(_names(args.cases))
-    cases = select_cases(list(packages), args.quick, dtypes, names) if args.sequences != "only" else []
-    if not cases and args.sequences != "only":
+    only_other = args.sequences == "only" or args.transfers == "only"
+    cases = select_cases(list(packages), args.quick, dtypes, names) if not only_other else []
+    if not cases and not only_other:
         print(_no_cases_text(packages, dtypes, names), file=sys.stderr)
         return 2
     device = doctor.open_device(sys.stderr)
@@ -951,14 +1051,21 @@ def _main(args):
     timer = GpuTimer(device, settings.batch, use_timestamps=not args.wall_clock)
     meta = {"device": device_info(device), "timing": timer.method, "quick": args.quick, "warnings": []}
     torch_peer = _torch_peer(args, settings, meta)
-    bench = Bench(device, settings, timer, torch_peer, args.variant, dict(args.tunable), args.per_pass)
+    ort_peer = _ort_peer(args, settings, meta)
+    bench = Bench(
+        device, settings, timer, torch_peer, args.variant, dict(args.tunable), args.per_pass, ort_peer
+    )
     results = [_run_case(bench, packages[case.op], case) for case in cases]
     if timer.suspicious:
         meta["warnings"].append(
             "summed GPU timestamps exceeded wall time: timestamp ticks may not be nanoseconds"
         )
+    transfers = []
+    if args.transfers != "skip" and args.sequences != "only":
+        sizes = bench_transfers.QUICK_SIZES_MB if args.quick else bench_transfers.SIZES_MB
+        transfers = bench_transfers.transfer_rows(device, timer.sync, sizes)
     steps = []
-    if args.sequences == "only" or (args.sequences == "auto" and not args.quick):
+    if args.sequences == "only" or (args.sequences == "auto" and not args.quick and args.transfers != "only"):
         for op, entry, dtype in bench_calls.sequence_runs(packages, dtypes):
             steps.append(bench_calls.run_sequence(op, entry, dtype, device, timer, settings, torch_peer))
             print(
@@ -967,7 +1074,8 @@ def _main(args):
                 flush=True,
             )
     text = (markdown(results, meta) if results else "") + bench_calls.sequences_markdown(steps)
-    return _write(args.files, text, meta, results, steps)
+    text += "\n".join(bench_transfers.transfers_markdown(transfers) + [""]) if transfers else ""
+    return _write(args.files, text, meta, results, steps, transfers)
 
 
 def _no_cases_text(packages, dtypes, names):
@@ -993,6 +1101,19 @@ def _torch_peer(args, settings, meta):
     return torch_peer
 
 
+def _ort_peer(args, settings, meta):
+    """ONNX Runtime's WebGPU provider with --ort (None without, or when it cannot start: a warning)."""
+    if not args.ort:
+        return None
+    try:
+        ort_peer = bench_ort.OrtPeer(settings)
+        meta["onnxruntime"] = ort_peer.info
+    except Exception as error:
+        meta["warnings"].append(f"--ort skipped: {type(error).__name__}: {error}")
+        return None
+    return ort_peer
+
+
 def _run_case(bench, op, case):
     """One case's Result, its one-line status on stderr as it finishes."""
     result = bench.run(op, case)
@@ -1004,14 +1125,19 @@ def _run_case(bench, op, case):
     return result
 
 
-def _write(files, text, meta, results, steps):
+def _write(files, text, meta, results, steps, transfers):
     """Print the tables, write the files asked for; the exit status (1 when a case or the plot failed)."""
     print(text)
     if files["markdown"]:
         files["markdown"].write(text)
     if files["json"]:
         json.dump(
-            {"meta": meta, "results": [r.__dict__ for r in results], "sequences": steps},
+            {
+                "meta": meta,
+                "results": [r.__dict__ for r in results],
+                "sequences": steps,
+                "transfers": transfers,
+            },
             files["json"],
             indent=1,
         )

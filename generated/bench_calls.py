@@ -49,9 +49,9 @@ def host_floor(device, plan, tensors, sync, n):
     # (pipeline, layout, bind group entries, dispatch) of every dispatch of the plan (a split-k plan
     # has two or three): the bare floor runs the first; the plan's floor runs all, each with a fresh
     # bind group, which is what wgpu-py alone costs for the work of the call.
-    views = {**tensors, "intermediate": _runtime._intermediates(plan, device)}
+    views = {**tensors, "intermediate": _runtime.intermediate_views(plan, device)}
     every_pass = [
-        (*_runtime._pipeline(device, p), _runtime.bind_group_entries(p, views, device), b.dispatch)
+        (*_runtime.pipeline_for(device, p), _runtime.bind_group_entries(p, views, device), b.dispatch)
         for p, b in zip(passes, call.bound)
     ]
     pipeline, layout, entries, dispatch = every_pass[0]
@@ -293,7 +293,7 @@ def new_shape_first_call(op, case, arrays_for, options, device, sync):
     except _runtime.ContractError:  # the last axis is the parameters' (the layer family): grow N
         shapes = neighbour_shapes(case, axis=0)
         after = op.plan(shapes, case.dtypes, case.attrs, device=device, **options)
-    _runtime._plans.clear()  # plan() above must not make the timed call's plan ahead of it
+    _runtime.plan_cache.clear()  # plan() above must not make the timed call's plan ahead of it
     inputs = {k: Tensor.from_numpy(a, device) for k, a in arrays_for(shapes).items()}
     out = {key: Tensor.empty(shape, dtype, device) for key, (shape, dtype) in after.outputs.items()}
     created = _runtime.pipelines_created()

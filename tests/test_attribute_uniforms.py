@@ -3,7 +3,7 @@
 
 Every variant of GroupNormalization-21, InstanceNormalization-6 and com.microsoft SkipGroupNorm
 runs with 50 distinct epsilon values on one shape: after the first call the device's pipeline
-cache (`generated._runtime._pipelines[device]`) does not grow, no pass declares an `epsilon`
+cache (`generated._runtime.pipeline_cache[device]`) does not grow, no pass declares an `epsilon`
 override, and each result matches the float64 reference for its own epsilon (docs/TESTING.md
 tolerances; fresh random data per run, seed printed on failure, NaN-poisoned outputs).
 """
@@ -41,7 +41,7 @@ def epsilons(rng):
 
 
 def pipeline_count():
-    return len(_runtime._pipelines.get(_runtime.default_device(), {}))
+    return len(_runtime.pipeline_cache.get(_runtime.default_device(), {}))
 
 
 def run_epsilons(rng, seed, package, inputs, attrs, check, outputs=None, **kwargs):

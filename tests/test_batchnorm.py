@@ -335,13 +335,13 @@ def test_device_tensors_chain_without_read_back(request):
 
 
 def test_pipelines_are_cached_by_override_values(request):
-    from generated._runtime import _pipeline
+    from generated._runtime import pipeline_for
 
     rng, _ = rng_for(request.node.name)
     inputs = random_inputs(rng, (2, 3, 5), np.float32)
     p = bn.plan({k: v.shape for k, v in inputs.items()}, {"T": "float32"})
     device = default_device()
-    assert _pipeline(device, p.passes[0]) is _pipeline(device, p.passes[0])
+    assert pipeline_for(device, p.passes[0]) is pipeline_for(device, p.passes[0])
 
 
 # --- the ONNX backend node tests -----------------------------------------------------------------

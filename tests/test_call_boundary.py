@@ -254,24 +254,24 @@ def test_repeated_calls_on_the_same_tensors_build_no_bind_group(monkeypatch):
 
 def test_caches_stay_bounded_over_many_changing_shapes(monkeypatch):
     device = default_device()
-    pipelines = rt._per_device(rt._pipelines, device, rt.PIPELINE_CACHE_SIZE)
+    pipelines = rt.per_device(rt.pipeline_cache, device, rt.PIPELINE_CACHE_SIZE)
     monkeypatch.setattr(pipelines, "maxsize", 8)
-    monkeypatch.setattr(rt._plans, "maxsize", 64)
+    monkeypatch.setattr(rt.plan_cache, "maxsize", 64)
     rng, _ = rng_for("bounded")
     for hw in range(1, 41):
         inputs, attrs = gn_inputs(rng, np.float32, (1, 4, hw, 3))
         gn.kernel(inputs, attrs={"num_groups": 2})
-    assert len(pipelines) <= 8 and len(rt._plans) <= 64
+    assert len(pipelines) <= 8 and len(rt.plan_cache) <= 64
     for n in range(10_000):  # plans alone: no GPU work
         gn.plan(
             {"x": (1 + n % 7, 8, 1 + n // 7, 3), "scale": (8,), "bias": (8,)},
             {"T": "float32"},
             {"num_groups": 2},
         )
-    assert len(rt._plans) <= 64
+    assert len(rt.plan_cache) <= 64
     assert all(
         len(cache) <= cache.maxsize
-        for caches in (rt._uniform_buffers, rt._bind_groups, rt._scratch)
+        for caches in (rt.uniform_buffer_cache, rt.bind_group_cache, rt.scratch_pool)
         for cache in caches.values()
     )
 
@@ -397,7 +397,8 @@ def test_caches_forget_the_tensors_a_caller_drops():
     )
     gc.collect()
     caches = {
-        name: rt._per_device(getattr(rt, name), device, 1024) for name in ("_bind_groups", "_repeated_calls")
+        name: rt.per_device(getattr(rt, name), device, 1024)
+        for name in ("bind_group_cache", "repeated_call_cache")
     }
     before = {name: len(cache) for name, cache in caches.items()}
     for _ in range(5):

@@ -930,6 +930,18 @@ TINY_MANIFEST = {
 }
 
 TINY_TEMPLATE = """\
+@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}
+fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
+    let i = gid.x + gid.y * ({{ value.DISPATCH_FOLD_WIDTH }} * {{ value.WORKGROUP_SIZE }});
+    if (i >= params.count) {
+        return;
+    }
+    y[i] = x[i] * params.alpha;
+}
+"""
+
+# TINY_TEMPLATE rendered: each `value.X` is the override X, the workgroup size declared.
+TINY_BODY = """\
 @compute @workgroup_size(WORKGROUP_SIZE)
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE);
@@ -1019,9 +1031,9 @@ class Derived(NamedTuple):
     count: int
 
 
-def derive(r) -> Derived:
+def derive(request) -> Derived:
     """The manifest's `derive` section, in dependency order, as straight-line Python."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     # count: numel(shapes.x)
     count = numel(shape_x)
     return Derived(count)
@@ -1031,9 +1043,9 @@ def derive(r) -> Derived:
 
 def test_tiny_output_shapes(tiny_files):
     expected = '''
-def output_shapes(r):
+def output_shapes(request):
     """Each output's shape, from the manifest's `shape` expressions."""
-    shape_x = r.shapes["x"]
+    shape_x = request.shapes["x"]
     return {
         "y": tuple(shape_x),  # y: shapes.x
     }
@@ -1043,15 +1055,15 @@ def output_shapes(r):
 
 def test_tiny_when(tiny_files):
     expected = '''
-def when(r, d):
+def when(request, derived):
     """None when every `when` clause is exactly true, else the first that is not."""
     # count >= 1
-    if (d.count >= 1) is not True:
+    if (derived.count >= 1) is not True:
         return "count >= 1"
     return None
 
 
-def demoted(r, d):
+def demoted(request, derived):
     """True when a `demoteWhen` clause holds."""
     return False
 '''
@@ -1062,15 +1074,18 @@ def test_tiny_pass(tiny_files):
     text = tiny_files["tiny/copy.py"]
     assert "    shader = MAIN_SHADERS[()]\n" in text  # one specialization: nothing to tell apart
     assert "    # dispatch: threads=count, workgroupSize=tunables.WORKGROUP_SIZE\n" in text
-    assert '    dispatch = threads_dispatch(d.count, tunable_workgroup_size, r.caps, "Tiny.main")\n' in text
+    assert (
+        '    dispatch = threads_dispatch(derived.count, tunable_workgroup_size, request.caps, "Tiny.main")\n'
+        in text
+    )
     expected_values = """
     uniforms = {
-        "count": d.count,  # count
+        "count": derived.count,  # count
         "alpha": attr_alpha,  # attrs.alpha
     }
     numbers = {"WORKGROUP_SIZE": tunable_workgroup_size}
-    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(r.caps).
-    return make_pass(r, shader, "main", "Tiny.main", dispatch, uniforms, numbers)
+    # make_pass sets DISPATCH_FOLD_WIDTH: fold_width(request.caps).
+    return make_pass(request, shader, "main", "Tiny.main", dispatch, uniforms, numbers)
 """
     assert expected_values in text
     assert "        (): 'tiny.only',\n" in text  # the shader's name: tiny/shaders/tiny.only.wgsl
@@ -1086,14 +1101,17 @@ def test_tiny_pass(tiny_files):
 
 def test_tiny_wgsl_is_declarations_then_template(tiny_files):
     (wgsl,) = _shader_wgsl(tiny_files)
-    assert wgsl == TINY_DECLARATIONS + TINY_TEMPLATE
+    assert wgsl == TINY_DECLARATIONS + TINY_BODY
 
 
 def test_tiny_overrides_are_declared_only_when_used(tiny, device):
     # Without DISPATCH_FOLD_WIDTH in the body, only WORKGROUP_SIZE is declared.
-    body = TINY_TEMPLATE.replace(" + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE)", "")
-    (tiny.templates / "tiny.wgsl.jinja").write_text(body)
+    template = TINY_TEMPLATE.replace(
+        " + gid.y * ({{ value.DISPATCH_FOLD_WIDTH }} * {{ value.WORKGROUP_SIZE }})", ""
+    )
+    (tiny.templates / "tiny.wgsl.jinja").write_text(template)
     (wgsl,) = _shader_wgsl(build(tiny.manifests, tiny.templates, device=device))
+    body = TINY_BODY.replace(" + gid.y * (DISPATCH_FOLD_WIDTH * WORKGROUP_SIZE)", "")
     assert wgsl == TINY_DECLARATIONS.replace("override DISPATCH_FOLD_WIDTH: u32;\n", "") + body
 
 
@@ -1175,7 +1193,7 @@ def test_when_reading_a_derive_that_reads_a_derive_builds(tiny, device):
     manifest["variants"][0]["when"] = ["fits"]
     _tiny_repo(tiny.root, manifest=manifest)
     files = build(tiny.manifests, tiny.templates, device=device)
-    assert "    if (d.fits) is not True:\n" in files["tiny/copy.py"]
+    assert "    if (derived.fits) is not True:\n" in files["tiny/copy.py"]
 
 
 def test_build_outside_the_repository(tmp_path, device):
@@ -1189,7 +1207,7 @@ def test_build_outside_the_repository(tmp_path, device):
 
 BROKEN_TEMPLATE = """\
 {# A template with a type error on line 9; this comment and the blank line must not shift it. #}
-@compute @workgroup_size(WORKGROUP_SIZE)
+@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     if (i >= params.count) {
@@ -1321,7 +1339,7 @@ def test_naga_failure_in_a_conditional_template(tiny, device):
     manifest["variants"][0]["derive"] = {"usesF16": 'dtypes.T == "f16"'}
     _tiny_repo(tiny.root, manifest=manifest)
     template = (
-        "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 1
+        "@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}\n"  # 1
         "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 2
         "    let i = gid.x;\n"  # 3
         "{% if usesF16 %}\n"  # 4
@@ -1357,7 +1375,7 @@ MACRO_FILE = """\
 
 IMPORTING_TEMPLATE = """\
 {% from "_lib/body.wgsl.jinja" import copy_body %}
-@compute @workgroup_size(WORKGROUP_SIZE)
+@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}
 fn main(@builtin(global_invocation_id) gid: vec3<u32>) {
     let i = gid.x;
     if (i >= params.count) {
@@ -1466,7 +1484,7 @@ def test_the_line_map_follows_conditionals_comments_and_macros(tiny):
         template=(
             '{% from "_lib/body.wgsl.jinja" import scale %}\n'  # 1
             "{# a comment\n   over two lines #}\n"  # 2, 3
-            "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 4
+            "@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}\n"  # 4
             "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 5
             "{% if usesF16 %}\n"  # 6
             "{{ scale('f16') }}"  # 7: the macro writes its line 2; no newline of its own after it
@@ -1548,7 +1566,7 @@ def test_filled_lines_map_to_their_first_statement(tiny):
     """A filled line keeps the template line of its first statement: naga's errors still point there."""
     _f16_tiny(tiny)
     (tiny.templates / "tiny.wgsl.jinja").write_text(
-        "@compute @workgroup_size(WORKGROUP_SIZE)\n"  # 1
+        "@compute {{ shader.workgroup_size(value.WORKGROUP_SIZE) }}\n"  # 1
         "fn main(@builtin(global_invocation_id) gid: vec3<u32>) {\n"  # 2
         "    var s = 0.0;\n"  # 3
         "{% filter fill_lines %}\n"  # 4

@@ -198,6 +198,43 @@ def test_number_kinds():
     assert compile_source("-attrs.eps").type == "float"
 
 
+@pytest.mark.parametrize(
+    "source, annotation",
+    [
+        ("attrs.n + 1", "int"),
+        ("attrs.n / 2", "int | float"),  # 3 / 2 is 1.5: JS division
+        ("attrs.n * (attrs.n / 2) - 1", "int | float"),  # made from a quotient
+        ("attrs.n / 2 if flag else 0", "int | float"),
+        ("max(attrs.n, attrs.n / 2)", "int | float"),
+        ("floor(attrs.n / 2)", "int"),
+        ("ceil(attrs.n / 2)", "int"),
+        ("ceilDiv(attrs.n, 2)", "int"),
+        ("pow2ceil(attrs.n / 2)", "int"),
+        ("max(1, pow2ceil(attrs.n + 1) / 2)", "int"),  # a power of two over 2: whole, or 0.5 below max's 1
+        ("max(1, pow2ceil(attrs.n + 1) / 3)", "int | float"),  # 4 / 3
+        ("max(0, pow2ceil(attrs.n + 1) / 2)", "int | float"),  # max(0, 0.5) is 0.5
+        ("max(1, attrs.n / 2)", "int | float"),  # 3 / 2 is 1.5
+        ("attrs.eps / 2", "float"),
+    ],
+)
+def test_an_int_that_may_be_a_fraction_says_so(source, annotation):
+    """Generated NamedTuples annotate each value with `Compiled.python_type`: a quotient of ints, or
+    a value made from one, is `int | float`, since JS division keeps 2.5 for 5 / 2."""
+    code = compile_source(source)
+    assert code.python_type == annotation
+    if annotation == "int":
+        for n in range(0, 40):
+            assert type(run(code, attr_n=n)) is int, (source, n)
+
+
+def test_an_int_made_from_a_derived_quotient_is_annotated_as_one(tmp_path):
+    data = tiny_manifest(
+        derive={"rows": "dim(shapes.x, 0)", "half": "rows / 2", "twice": "half * 2", "wide": "rows > 4"}
+    )
+    types = {v.name: v.code.python_type for v in resolve_tiny(tmp_path, data).derives}
+    assert types == {"rows": "int", "half": "int | float", "twice": "int | float", "wide": "bool"}
+
+
 # ---------------------------------------------------------------------------------------------
 # strings: `~` writes numbers as JavaScript does
 
@@ -657,7 +694,7 @@ def resolve_tiny(tmp_path: Path, data: dict):
 def test_tiny_manifest_resolves(tmp_path):
     op = resolve_tiny(tmp_path, tiny_manifest())
     assert [v.name for v in op.derives] == ["rows", "wide"]
-    assert [c.python for _, c in op.variants[0].when] == ["d.wide"]
+    assert [c.python for _, c in op.variants[0].when] == ["derived.wide"]
 
 
 def test_derive_order_follows_dependencies(tmp_path):
@@ -872,3 +909,30 @@ def test_generated_when_of_other_variants():
     assert inference_scalar.when(half, bn.derive(half)) == "inferenceContractOk"
     half_ok = bn_request((2, 3, 4, 4), "f16", ["shader-f16"])
     assert inference_scalar.when(half_ok, bn.derive(half_ok)) is None
+
+
+def test_contract_rules_are_typed_not_parsed(tmp_path):
+    """The contract's rules carry what emit needs as data: the subject as kind and name, and whether
+    the clause is `f16Ok(dtypes.T)` itself (its message names shader-f16); no stage parses the
+    clause's text or the subject's words."""
+    from codegen.resolve import Subject
+
+    data = tiny_manifest(
+        typeConstraints={"T": ["float32", "float16"]},
+        variants=[
+            {
+                "id": "only",
+                "when": ["dim(shapes.x, 0) > 4", "f16Ok(dtypes.T)", 'f16Ok(dtypes.T) or dtypes.T == "f32"'],
+            }
+        ],
+    )
+    rules = {rule.source: rule for rule in resolve_tiny(tmp_path, data).rules}
+    assert rules["f16Ok(dtypes.T)"].needs_shader_f16 and rules["f16Ok(dtypes.T)"].subject == Subject(
+        "dtype", "T"
+    )
+    mixed = next(rule for source, rule in rules.items() if source.startswith("f16Ok(dtypes.T) or"))
+    assert not mixed.needs_shader_f16
+    rows = rules["dim(shapes.x, 0) > 4"]
+    assert (
+        rows.subject == Subject("input", "x") and str(rows.subject) == "input x" and not rows.needs_shader_f16
+    )

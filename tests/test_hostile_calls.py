@@ -934,10 +934,10 @@ PIPELINE_GROWTH = (
 
 def _cache_sizes(device):
     return {
-        "_pipelines": len(rt._pipelines.get(device, {})),
-        "_uniform_buffers": len(rt._uniform_buffers.get(device, {})),
-        "_shader_modules": len(rt._shader_modules.get(device, {})),
-        "_plans": len(rt._plans),
+        "_pipelines": len(rt.pipeline_cache.get(device, {})),
+        "_uniform_buffers": len(rt.uniform_buffer_cache.get(device, {})),
+        "_shader_modules": len(rt.shader_module_cache.get(device, {})),
+        "_plans": len(rt.plan_cache),
     }
 
 
@@ -964,7 +964,7 @@ def test_plan_cache_stays_bounded_over_2000_distinct_shapes():
     peak = 0
     for n in range(1, 2001):
         plan(info, info.shapes((n, 4)))
-        peak = max(peak, len(rt._plans))
+        peak = max(peak, len(rt.plan_cache))
     assert peak <= CACHE_CAP, peak
 
 

@@ -583,9 +583,9 @@ def test_pipelines_are_cached_per_wgsl_and_overrides(device):
     first = scale_pass("p", 10, "f32", "f32", 1.0)
     same = scale_pass("q", 20, "f32", "f32", 2.0)  # other uniforms: the same pipeline
     other = scale_pass("p", 10, "f32", "f32", 1.0, offset=1.0)
-    assert rt._pipeline(device, first) is rt._pipeline(device, same)
-    assert rt._pipeline(device, first)[0] is not rt._pipeline(device, other)[0]
-    assert rt._pipeline(device, first)[1] is rt._pipeline(device, other)[1]
+    assert rt.pipeline_for(device, first) is rt.pipeline_for(device, same)
+    assert rt.pipeline_for(device, first)[0] is not rt.pipeline_for(device, other)[0]
+    assert rt.pipeline_for(device, first)[1] is rt.pipeline_for(device, other)[1]
 
 
 def test_pipelines_created_counts_live_through_the_package(device):
@@ -594,9 +594,9 @@ def test_pipelines_created_counts_live_through_the_package(device):
 
     before = rt.pipelines_created()
     fresh = scale_pass("p", 10, "f32", "f32", 1.0, offset=float(before) + 0.25)  # an override no pipeline has
-    rt._pipeline(device, fresh)
+    rt.pipeline_for(device, fresh)
     assert rt.pipelines_created() == pipelines_created() == pipelines.pipelines_created() == before + 1
-    rt._pipeline(device, fresh)  # cached: nothing created
+    rt.pipeline_for(device, fresh)  # cached: nothing created
     assert rt.pipelines_created() == before + 1
     assert not hasattr(rt, "pipeline_creations")
 

@@ -6,38 +6,43 @@ only the standard library, numpy and (lazily, inside the functions that touch a 
 importing a generated op and making plans stays cheap and GPU-free. Its modules import each other
 relatively, so a copy of the generated package under another name works as it is.
 
-The modules, each importing only those above it:
+The modules, each importing only those above it (no cycle), and only their public names (a name
+two modules share is public inside the package; tests/test_runtime_imports.py checks both):
 
-- ``errors``: ContractError, PlanError, DimensionError
+- ``errors``: ContractError, PlanError, DimensionError, NoAdapterError, DeviceLostError
 - ``cache``: LRUCache, per-device caches, entries that go with the buffers they bind
-- ``numeric``: JavaScript number semantics, shape helpers, u32 / i32 / f32 checks
+- ``numeric``: JavaScript number semantics, shape helpers, u32 / i32 / f32 checks, buffer sizes
+- ``buffer_watch``: buffers destroyed behind the runtime's back, and the lock of every call
 - ``caps``: Caps, WebGPU's limits and features, a device's snapshot, the default device
 - ``limits``: folded dispatches and the device limits a plan must fit
 - ``plans``: contract and plan data (OpContract, Request, Plan, PassPlan, ...), make_pass
 - ``select``: variant selection
 - ``tensors``: Tensor, TensorIn and the checks of a Tensor
 - ``pipelines``: shader modules, layouts, pipelines, uniform buffers, bind groups, scratch
-- ``requests``: a call's arguments checked and made into a Request
 - ``chunking``: a request over one storage binding cut into pieces
-- ``planning``: plans from requests, the plan cache, plan() / explain()
+- ``planning``: plans from requests
 - ``calls``: checking, recording, encoding and running a plan
+- ``boundary``: a call's arguments made into a Request once (in the caller's names), the plan
+  cache, plan() / explain()
 - ``kernel``: kernel(), warmup(), the package's warmup(), Sequence
 
 This module re-exports what the generated op modules, the package's tools and the tests use. The
-caches are re-exported as the objects themselves (a test may shrink ``_plans.maxsize``); a count
-that changes is read through a function (``pipelines_created()``), never as a module-level int,
-which an import would copy. Names with a leading underscore are the package's own.
+caches are re-exported as the objects themselves (a test may shrink ``plan_cache.maxsize``); a
+count that changes is read through a function (``pipelines_created()``), never as a module-level
+int, which an import would copy.
 """
 
 from __future__ import annotations
 
 from .errors import ContractError, PlanError, DimensionError, NoAdapterError, DeviceLostError
-from .cache import LRUCache, _per_device
+from .cache import LRUCache, per_device
 from .numeric import (
     js_div,
     js_mod,
     js_str,
     pow2ceil,
+    bucket_up,
+    bucket_down,
     ceil_div,
     numel,
     dim,
@@ -55,7 +60,6 @@ from .caps import (
     WEBGPU_FEATURES,
     Caps,
     features_text,
-    _caps_by_device,
     device_caps,
     caps_of,
     checked_device,
@@ -91,17 +95,16 @@ from .plans import (
     Chunk,
 )
 from .select import candidate_verdict, select
-from .requests import checked_flag
 from .tensors import checked_shape, tensor_dtype, Tensor, TensorIn, check_tensor_buffer, check_encoder
 from .pipelines import (
     PIPELINE_CACHE_SIZE,
     UNIFORM_CACHE_SIZE,
-    _shader_modules,
-    _bind_group_layouts,
-    _pipelines,
-    _uniform_buffers,
+    shader_module_cache,
+    bind_group_layout_cache,
+    pipeline_cache,
+    uniform_buffer_cache,
     pipelines_created,
-    _pipeline,
+    pipeline_for,
     warm_pipelines,
     BoundPass,
     BufferSlice,
@@ -109,28 +112,35 @@ from .pipelines import (
     bind_passes,
     bind_group_entries,
     BIND_GROUP_CACHE_SIZE,
-    _bind_groups,
+    bind_group_cache,
     encode_passes,
     SCRATCH_POOL_SIZE,
-    _scratch,
+    scratch_pool,
     scratch_buffer,
 )
 from .chunking import chunk_request
-from .planning import _plans, _caps_by_mapping, planning_caps, build_plan, explain_plan
+from .planning import plan_request
 from .calls import (
     run_plan,
     check_call,
-    _plans_fit,
-    _intermediates,
+    intermediate_views,
     BufferCopy,
     RecordedCall,
     record_call,
     encode_calls,
 )
+from .boundary import (
+    checked_flag,
+    PLAN_CACHE_SIZE,
+    plan_cache,
+    planning_caps,
+    build_plan,
+    explain_plan,
+)
 from .kernel import (
     run_kernel,
     REPEATED_CALLS_SIZE,
-    _repeated_calls,
+    repeated_call_cache,
     RepeatedCall,
     warm_up,
     warm_cases,
@@ -144,11 +154,13 @@ __all__ = [
     "NoAdapterError",
     "DeviceLostError",
     "LRUCache",
-    "_per_device",
+    "per_device",
     "js_div",
     "js_mod",
     "js_str",
     "pow2ceil",
+    "bucket_up",
+    "bucket_down",
     "ceil_div",
     "numel",
     "dim",
@@ -158,14 +170,12 @@ __all__ = [
     "broadcast_stride",
     "onnx_dtype_code",
     "show",
-    "checked_flag",
     "whole",
     "u32",
     "WEBGPU_DEFAULT_LIMITS",
     "WEBGPU_FEATURES",
     "Caps",
     "features_text",
-    "_caps_by_device",
     "device_caps",
     "caps_of",
     "checked_device",
@@ -205,12 +215,12 @@ __all__ = [
     "check_encoder",
     "PIPELINE_CACHE_SIZE",
     "UNIFORM_CACHE_SIZE",
-    "_shader_modules",
-    "_bind_group_layouts",
-    "_pipelines",
-    "_uniform_buffers",
+    "shader_module_cache",
+    "bind_group_layout_cache",
+    "pipeline_cache",
+    "uniform_buffer_cache",
     "pipelines_created",
-    "_pipeline",
+    "pipeline_for",
     "warm_pipelines",
     "BoundPass",
     "BufferSlice",
@@ -218,28 +228,29 @@ __all__ = [
     "bind_passes",
     "bind_group_entries",
     "BIND_GROUP_CACHE_SIZE",
-    "_bind_groups",
+    "bind_group_cache",
     "encode_passes",
     "SCRATCH_POOL_SIZE",
-    "_scratch",
+    "scratch_pool",
     "scratch_buffer",
     "chunk_request",
-    "_plans",
-    "_caps_by_mapping",
-    "planning_caps",
-    "build_plan",
-    "explain_plan",
+    "plan_request",
     "run_plan",
     "check_call",
-    "_plans_fit",
-    "_intermediates",
+    "intermediate_views",
     "BufferCopy",
     "RecordedCall",
     "record_call",
     "encode_calls",
+    "checked_flag",
+    "PLAN_CACHE_SIZE",
+    "plan_cache",
+    "planning_caps",
+    "build_plan",
+    "explain_plan",
     "run_kernel",
     "REPEATED_CALLS_SIZE",
-    "_repeated_calls",
+    "repeated_call_cache",
     "RepeatedCall",
     "warm_up",
     "warm_cases",

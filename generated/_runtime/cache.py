@@ -71,7 +71,7 @@ class LRUCache:
         self._forgotten.append((key, value))
 
 
-def _watching(cache, key, value, buffers):
+def watching(cache, key, value, buffers):
     """Weak references to `buffers` that make `cache` forget `key` once any of them is collected.
 
     A bind group keeps its buffers' GPU memory alive, so an entry must not outlive the buffers a
@@ -81,7 +81,7 @@ def _watching(cache, key, value, buffers):
     return tuple(weakref.ref(b, lambda _ref: cache.forget_later(key, value)) for b in buffers)
 
 
-def _per_device(caches, device, maxsize):
+def per_device(caches, device, maxsize):
     """The LRUCache of one device in a WeakKeyDictionary of them."""
     cache = caches.get(device)
     if cache is None:

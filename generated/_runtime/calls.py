@@ -11,22 +11,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .cache import _per_device
+from .cache import per_device
 from .caps import checked_device, default_device, device_caps
 from .errors import ContractError
 from .limits import check_plan_fits
-from .numeric import _storage_nbytes, numel
+from .numeric import storage_nbytes, numel
 from .pipelines import bind_passes, BufferSlice, scratch_buffer
-from .planning import _PLAN_CACHE_SIZE
-from .tensors import _checked_tensor, check_encoder, check_tensor_buffer, Tensor
+from .tensors import check_encoder, check_tensor_buffer, checked_tensor, Tensor
 
 
 _PIECES_COPY = " (the call runs in pieces, which copy parts of this input)"
 
 
-def _plan_inputs(plan, inputs):
+def _plan_inputs(plan, inputs, names):
     """The plan's inputs from the caller's values: present, right shape and dtype, one device."""
-    missing = [key for key in plan.inputs if inputs.get(key) is None]
+    missing = [names.get(key, key) for key in plan.inputs if inputs.get(key) is None]
     if missing:
         raise ContractError(
             plan.op, f"input {missing[0]}", "required input", f"required input {missing[0]} is missing"
@@ -60,7 +59,7 @@ def _checked_out(plan, out, values, device, names):
                 f"out= takes device Tensors to write into, got {type(tensor).__name__}; "
                 "pass generated.Tensor.empty(shape, dtype) or leave out= and take the returned array",
             )
-        _checked_tensor(plan.op, subject, tensor, plan.outputs[key], device)
+        checked_tensor(plan.op, subject, tensor, plan.outputs[key], device)
         check_tensor_buffer(plan.op, subject, tensor, ("STORAGE", "COPY_SRC"))
         other = taken.get(id(tensor.buffer))
         if other is not None and numel(tensor.shape):
@@ -103,7 +102,7 @@ def check_call(plan, inputs, device, out, names, recorder=None, encoder=None):
     all be Tensors; `encoder`, the caller's encoder= it records into, must be able to take it.
     """
     device = checked_device(plan.op, device)
-    values, resident_inputs = _plan_inputs(plan, inputs)
+    values, resident_inputs = _plan_inputs(plan, inputs, names)
     # Mixed numpy and Tensor inputs: the numpy ones are uploaded and Tensors come back, so that a
     # chain stays on the GPU once any of its inputs is there.
     resident = bool(resident_inputs)
@@ -122,24 +121,25 @@ def check_call(plan, inputs, device, out, names, recorder=None, encoder=None):
     copied = {key for chunk in plan.chunks for key in chunk.copies} if plan.chunks else ()
     for key, value in values.items():
         usages, why = (("STORAGE", "COPY_SRC"), _PIECES_COPY) if key in copied else (("STORAGE",), "")
-        _checked_tensor(plan.op, f"input {names.get(key, key)}", value, plan.inputs[key], device, usages, why)
+        checked_tensor(plan.op, f"input {names.get(key, key)}", value, plan.inputs[key], device, usages, why)
     out = _checked_out(plan, out, values, device, names)
     if encoder is not None:
         check_encoder(plan.op, encoder, device)
-    checked = _per_device(_plans_fit, device, _PLAN_CACHE_SIZE)
+    checked = per_device(_plans_fit, device, FITTING_PLANS_SIZE)
     if checked.get(id(plan)) is not plan:
         check_plan_fits(plan, device_caps(device), names)
         checked.put(id(plan), plan)  # the plan itself is kept, so its id is never reused meanwhile
     return values, out, device, resident
 
 
+FITTING_PLANS_SIZE = 1024  # as many as the plan cache holds
 _plans_fit = weakref.WeakKeyDictionary()  # device -> LRUCache {id(plan): plan} of plans this device can run
 
 
-def _intermediates(plan, device):
+def intermediate_views(plan, device):
     views = {}
     for key, (shape, dtype_name) in plan.intermediates.items():
-        nbytes = _storage_nbytes(shape, dtype_name)
+        nbytes = storage_nbytes(shape, dtype_name)
         views[key] = BufferSlice(scratch_buffer(device, ("intermediate", key), nbytes), 0, nbytes)
     return views
 
@@ -168,12 +168,12 @@ def record_call(plan, tensors, device):
     """
     label = f"{plan.op} {plan.variant}"
     if not plan.chunks:
-        views = {**tensors, "intermediate": _intermediates(plan, device)}
+        views = {**tensors, "intermediate": intermediate_views(plan, device)}
         bound = bind_passes([p for p in plan.passes if 0 not in p.dispatch], views, device)
         return RecordedCall(label, (), tuple(bound))
     copies, bound = [], []
     for index, chunk in enumerate(plan.chunks):
-        views = {"intermediate": _intermediates(chunk.plan, device)}
+        views = {"intermediate": intermediate_views(chunk.plan, device)}
         for kind in ("input", "output"):
             views[kind] = {}
             for key, tensor in tensors[kind].items():
@@ -228,7 +228,7 @@ def _empty_result(shape, dtype_name, out_tensor):
     return out_tensor.numpy() if out_tensor is not None else np.empty(shape, dtype_name)
 
 
-def _call_tensors(plan, values, device, out):
+def call_tensors(plan, values, device, out):
     """Inputs as Tensors (numpy ones uploaded) and outputs (out= ones, or fresh); the uploads."""
     uploaded = []
     inputs = {}
@@ -244,7 +244,7 @@ def _call_tensors(plan, values, device, out):
     return {"input": inputs, "output": outputs}, uploaded
 
 
-def _submit(call, device, encoder, op):
+def submit_call(call, device, encoder, op):
     """Encode a recorded call into the caller's encoder, or into one of ours and submit it."""
     if encoder is not None:
         _encode_into_callers(encoder, call, op)
@@ -274,10 +274,10 @@ def _encode_into_callers(encoder, call, op):
 
 
 def _execute(plan, values, device, out, resident, encoder=None):
-    tensors, uploaded = _call_tensors(plan, values, device, out)
+    tensors, uploaded = call_tensors(plan, values, device, out)
     try:
         call = record_call(plan, tensors, device)
-        _submit(call, device, encoder, plan.op)
+        submit_call(call, device, encoder, plan.op)
         if resident:
             return dict(tensors["output"])
         results = {key: tensor.numpy() for key, tensor in tensors["output"].items()}

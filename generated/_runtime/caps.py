@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from .buffer_watch import calls_lock, watch_buffers_of
 from .errors import ContractError, DeviceLostError, NoAdapterError, PlanError
 from .numeric import whole
 
@@ -275,8 +276,6 @@ def checked_device(op, device):
     import wgpu
 
     if isinstance(device, wgpu.GPUDevice):
-        from .tensors import watch_buffers_of  # (tensors imports this module)
-
         watch_buffers_of(device)
         _device_classes.add(type(device))
         return device
@@ -313,8 +312,6 @@ def default_device() -> Any:
                 required_features=[f for f in wanted if f in adapter.features],
                 required_limits=adapter.limits,
             )
-            from .tensors import watch_buffers_of  # (tensors imports this module)
-
             watch_buffers_of(_default_device)
         return _default_device
 
@@ -368,11 +365,6 @@ def raise_if_device_lost(op, error):
 
 
 _Call = TypeVar("_Call", bound=Callable[..., Any])
-
-# Held by every entry point for its whole call and by a watched buffer's destroy(): a destroy() in
-# another thread then lands before a call's checks or after its submit, never between them (a
-# submission that uses a destroyed buffer aborts wgpu-native). Re-entrant: calls nest.
-calls_lock = threading.RLock()
 
 
 def refusing_lost_device(op: str | Callable[..., str]) -> Callable[[_Call], _Call]:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .errors import ContractError
-from .numeric import _storage_nbytes, inner, numel
-from .requests import _dtype_names
+from .numeric import storage_nbytes, inner, numel
 
 
 @dataclass(frozen=True)
@@ -35,11 +34,11 @@ def chunk_request(contract, request):
     large; every binding offset a multiple of minStorageBufferOffsetAlignment. Where no cut
     exists, the refusal names the tensor and the limit.
     """
-    dtype_names = _dtype_names(request, contract)
+    dtype_names = contract.dtype_names(request)
     itemsize = {k: np.dtype(v).itemsize for k, v in dtype_names.items()}
     # Kernels count elements in u32: a piece also stays under 2**31 elements of its smallest type.
     limit = min(request.caps.limits["maxStorageBufferBindingSize"], 2**31 * min(itemsize.values()))
-    size = {k: _storage_nbytes(request.shapes[k], dtype_names[k]) for k in request.shapes}
+    size = {k: storage_nbytes(request.shapes[k], dtype_names[k]) for k in request.shapes}
     over = sorted((k for k in request.shapes if size[k] > limit), key=lambda k: -size[k])  # largest first
     if not over:
         return None
@@ -47,7 +46,7 @@ def chunk_request(contract, request):
     def refuse(why):
         key = over[0]
         kind = "input" if key in {t.key for t in contract.inputs} else "output"
-        nbytes = _storage_nbytes(request.shapes[key], dtype_names[key])
+        nbytes = storage_nbytes(request.shapes[key], dtype_names[key])
         return ContractError(
             contract.op,
             f"{kind} {request.names.get(key, key)}",

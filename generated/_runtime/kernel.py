@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: Apache-2.0
-"""An op's calls: kernel() (its inputs checked, and its memo of repeated calls on the same Tensors),
-warmup(), the package's warmup() and Sequence.
+"""An op's calls that touch a GPU: kernel() (with its memo of repeated calls on the same Tensors),
+warmup(), the package's warmup() and Sequence. Their arguments go through the boundary
+(`kernel_call`, `plan_for_shapes`) once; what they run goes through `calls`.
 """
 
 from __future__ import annotations
@@ -11,142 +12,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
-from .cache import _per_device, _watching
-from .calls import _call_tensors, _submit, check_call, encode_calls, record_call, RecordedCall, run_plan
+from .boundary import kernel_call, plan_for_shapes, typed_items
+from .buffer_watch import buffer_changes_so_far
+from .cache import per_device, watching
+from .calls import call_tensors, check_call, encode_calls, record_call, RecordedCall, run_plan, submit_call
 from .caps import checked_device, default_device, device_caps, refuse_lost_device, refusing_lost_device
 from .errors import ContractError
 from .limits import check_plan_fits
 from .pipelines import pipelines_created, warm_pipelines
-from .planning import _cached_plan, _op_caps, _typed_items, build_plan
 from .plans import OpContract
-from .requests import _dtype_name, _given_shapes, _in_callers_words, _inputs_by_key, _requested_outputs
-from .tensors import _dtype_text, buffer_changes_so_far, check_encoder, refuse_masked, Tensor, TensorIn
+from .tensors import check_encoder, Tensor, TensorIn
 
 
 def _contract_op(contract, *args):
     """The op a call names (its first argument is the op's contract), for refusing_lost_device."""
     return contract.op
-
-
-def _kernel_input(op, name, value):
-    """A Tensor as it is; anything else as a native-order numpy array (big-endian data converted)."""
-    if isinstance(value, Tensor):
-        return value
-    refuse_masked(op, f"input {name}", value)
-    try:
-        array = np.asarray(value)
-    except (TypeError, ValueError) as error:
-        raise ContractError(
-            op,
-            f"input {name}",
-            "an array",
-            f"expected a numpy array or Tensor, got {type(value).__name__}: {error}",
-        ) from None
-    if array.dtype.kind not in "fiub":
-        raise ContractError(
-            op,
-            f"input {name}",
-            "an array",
-            f"expected a float32 or float16 numpy array or Tensor, got {type(value).__name__} of dtype {array.dtype}",
-        )
-    if not array.dtype.isnative:
-        array = array.astype(array.dtype.newbyteorder("="))
-    return array
-
-
-def _kernel_inputs(contract, inputs):
-    """{bind key: value} and {bind key: the caller's name}; None means an input left out."""
-    if not isinstance(inputs, Mapping):
-        raise ContractError(
-            contract.op,
-            "inputs",
-            "a mapping",
-            f"inputs maps input names to arrays or Tensors, got {type(inputs).__name__}",
-        )
-    return _inputs_by_key(contract, inputs, _kernel_input)
-
-
-def _input_dtypes(contract, values, names):
-    tensors = {t.key: t for t in contract.inputs}
-    dtypes, first = {}, {}
-    for key, value in values.items():
-        name = _dtype_name(value.dtype)
-        type_var = tensors[key].type_var
-        allowed = contract.type_constraints[type_var]
-        subject = f"input {names[key]}"
-        if isinstance(value, Tensor) and not (value.dtype.isnative or value.dtype.byteorder == "|"):
-            raise ContractError(
-                contract.op,
-                subject,
-                "little-endian",
-                f"a Tensor's dtype must be native ({_dtype_text(value.dtype)}): GPU buffers hold little-endian data",
-            )
-        if name not in allowed:
-            hint = f" (convert with .astype(numpy.{allowed[0]}))" if value.dtype.kind in "fiub" else ""
-            raise ContractError(
-                contract.op,
-                subject,
-                f"{type_var} in {', '.join(allowed)}",
-                f"dtype {name} is not supported{hint}",
-            )
-        if dtypes.setdefault(type_var, name) != name:
-            raise ContractError(
-                contract.op,
-                subject,
-                f"one dtype for {type_var}",
-                f"dtype {name} differs from {first[type_var]}'s {dtypes[type_var]}: every {type_var} tensor must share one dtype",
-            )
-        first.setdefault(type_var, names[key])
-    return dtypes
-
-
-def _output_names(contract, out):
-    """out= keyed by bind key, and the caller's names of those outputs."""
-    if out is None:
-        return {}, {}
-    if not isinstance(out, Mapping):
-        raise ContractError(
-            contract.op, "out", "a mapping", f"out= maps output names to Tensors, got {type(out).__name__}"
-        )
-    by_name = {t.key: t.key for t in contract.outputs} | {t.role: t.key for t in contract.outputs}
-    keyed, names = {}, {}
-    for name, tensor in out.items():
-        key = by_name.get(name)
-        if key is None:
-            raise ContractError(
-                contract.op,
-                f"out {name}",
-                "known output",
-                f"unknown output; outputs are {', '.join(t.key for t in contract.outputs)}",
-            )
-        if key in keyed:
-            raise ContractError(
-                contract.op,
-                f"out {name}",
-                "one name per output",
-                f"given twice, as {names[key]!r} and {name!r}",
-            )
-        keyed[key], names[key] = tensor, name
-    return keyed, names
-
-
-def _call_plan(contract, inputs, attrs, outputs, device, variant, caps, tunables):
-    """The checked inputs, the caller's names, the device and the plan of one kernel() call."""
-    values, names = _kernel_inputs(contract, inputs)
-    dtypes = _input_dtypes(contract, values, names)
-    shapes = {
-        names[key]: (value.shape if type(value.shape) is tuple else tuple(value.shape))
-        for key, value in values.items()
-    }
-    shapes.update({names[key]: None for key in names if key not in values})
-    if device is None:
-        device = next((v.device for v in values.values() if isinstance(v, Tensor)), None) or default_device()
-    plan = _cached_plan(
-        contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, variant, outputs
-    )
-    return values, names, device, plan
 
 
 @refusing_lost_device(_contract_op)
@@ -174,38 +54,22 @@ def run_kernel(
         if repeat is not None:  # the same Tensors and options as a recent call: encode it again
             if encoder is not None:
                 check_encoder(contract.op, encoder, repeat.device)
-            _submit(repeat.call, repeat.device, encoder, contract.op)
+            submit_call(repeat.call, repeat.device, encoder, contract.op)
             return {key: out[name] for key, name in repeat.returns}
-    values, names, device, plan = _call_plan(
-        contract, inputs, attrs, outputs, device, variant, caps, tunables
-    )
-    wanted = _requested_outputs(contract, outputs)
-    keyed_out, out_names = _output_names(contract, out)
-    try:
-        if repeat_key is not None and plan.passes and set(plan.outputs) <= set(keyed_out):
-            return _run_remembered(
-                repeat_key,
-                plan,
-                values,
-                device,
-                (inputs, out),
-                (keyed_out, {**names, **out_names}, out_names),
-                encoder,
-                wanted,
-            )
-        results = run_plan(plan, values, device, keyed_out, {**names, **out_names}, encoder)
-    except ContractError as error:
-        raise _in_callers_words(contract, error, names) from None
-    return {o: results[o] for o in wanted}
+    call = kernel_call(contract, inputs, attrs, outputs, device, variant, caps, tunables, out)
+    if repeat_key is not None and call.plan.passes and set(call.plan.outputs) <= set(call.out):
+        return _run_remembered(repeat_key, call, _tensors_in_order(inputs, out), encoder)
+    results = run_plan(call.plan, call.values, call.device, call.out, call.names, encoder)
+    return {o: results[o] for o in call.wanted}
 
 
 # kernel() again with the same Tensors, attributes and options as a recent call (an app's loop over
 # resident tensors with out=) encodes the call recorded then: nothing is planned, checked or looked
 # up anew. What could differ is checked on every hit: each Tensor still has the buffer, shape and
 # dtype it had, and is not destroyed; anything else falls back to the full path, which refuses
-# what it refused before. Entries drop out once a buffer they bind is collected (`_watching`).
+# what it refused before. Entries drop out once a buffer they bind is collected (`watching`).
 REPEATED_CALLS_SIZE = 256
-_repeated_calls = weakref.WeakKeyDictionary()  # device -> LRUCache {repeat key: RepeatedCall}
+repeated_call_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {repeat key: RepeatedCall}
 
 
 @dataclass(frozen=True)
@@ -233,10 +97,10 @@ def _repeat_key(contract, inputs, attrs, outputs, variant, caps, tunables, out):
         id(contract),
         tuple((name, id(v)) for name, v in inputs.items()),
         tuple((name, id(t)) for name, t in out.items()),
-        _typed_items(attrs or {}),
+        typed_items(attrs or {}),
         outputs_key,
         variant,
-        _typed_items(tunables or {}),
+        typed_items(tunables or {}),
     )
     try:
         hash(key)
@@ -264,7 +128,7 @@ def _tensors_in_order(inputs, out):
 def _repeated_call(key, device, inputs, out):
     """The remembered call of `key`, if every Tensor is still the one it was made with."""
     current = _tensors_in_order(inputs, out)
-    cache = _repeated_calls.get(device if device is not None else current[0].device)
+    cache = repeated_call_cache.get(device if device is not None else current[0].device)
     entry = cache.get(key) if cache is not None else None
     if entry is None:
         return None
@@ -277,27 +141,26 @@ def _repeated_call(key, device, inputs, out):
     return repeat
 
 
-def _run_remembered(key, plan, values, device, callers, keyed, encoder, wanted):
+def _run_remembered(key, call, ordered, encoder):
     """The full path of a call that can repeat: checked, recorded, run, then remembered.
 
-    `callers` is the caller's (inputs, out); `keyed` is (out by bind key, every name, out names).
+    `ordered` is the caller's input and out= Tensors, in the order `_repeated_call` compares them.
     """
-    keyed_out, names, out_names = keyed
+    plan = call.plan
+    recorder = None if encoder is None else "encoder="
     values, checked_out, device, _ = check_call(
-        plan, values, device, keyed_out, names, None if encoder is None else "encoder=", encoder
+        plan, call.values, call.device, call.out, call.names, recorder, encoder
     )
-    tensors, _ = _call_tensors(plan, values, device, checked_out)
-    call = record_call(plan, tensors, device)
-    _submit(call, device, encoder, plan.op)
-    ordered = _tensors_in_order(*callers)
-    repeat = RepeatedCall(
-        device, call, tuple((t.shape, t.dtype) for t in ordered), tuple((k, out_names[k]) for k in wanted)
-    )
-    cache = _per_device(_repeated_calls, device, REPEATED_CALLS_SIZE)
+    tensors, _ = call_tensors(plan, values, device, checked_out)
+    recorded = record_call(plan, tensors, device)
+    submit_call(recorded, device, encoder, plan.op)
+    returns = tuple((k, call.names[k]) for k in call.wanted)
+    repeat = RepeatedCall(device, recorded, tuple((t.shape, t.dtype) for t in ordered), returns)
+    cache = per_device(repeated_call_cache, device, REPEATED_CALLS_SIZE)
     entry = [repeat, None]
-    entry[1] = _watching(cache, key, entry, [t.buffer for t in ordered])
+    entry[1] = watching(cache, key, entry, [t.buffer for t in ordered])
     cache.put(key, entry)
-    return {k: checked_out[k] for k in wanted}
+    return {k: checked_out[k] for k in call.wanted}
 
 
 @refusing_lost_device(_contract_op)
@@ -321,7 +184,7 @@ def warm_up(
     device = checked_device(contract.op, device)
     device = device if device is not None else default_device()
     refuse_lost_device(contract.op, device)  # its pipelines may all be cached: no GPU work to fail
-    plan = build_plan(
+    plan, names = plan_for_shapes(
         contract,
         shapes,
         dtypes,
@@ -332,10 +195,7 @@ def warm_up(
         device=device,
         outputs=outputs,
     )
-    try:
-        check_plan_fits(plan, device_caps(device))
-    except ContractError as error:
-        raise _in_callers_words(contract, error, _given_shapes(contract, shapes)[1]) from None
+    check_plan_fits(plan, device_caps(device), names)
     warm_pipelines(device, plan.passes + tuple(p for c in plan.chunks for p in c.plan.passes))
     return plan
 
@@ -421,23 +281,16 @@ class Sequence:
             raise TypeError(
                 f"Sequence.kernel() takes an op module (generated.group_normalization), not {type(op).__name__}"
             )
-        values, names, device, plan = _call_plan(
-            contract, inputs, attrs, outputs, self.device, variant, None, tunables
+        call = kernel_call(contract, inputs, attrs, outputs, self.device, variant, None, tunables, out)
+        values, checked_out, device, _ = check_call(
+            call.plan, call.values, call.device, call.out, call.names, "Sequence.kernel()"
         )
-        wanted = _requested_outputs(contract, outputs)
-        keyed_out, out_names = _output_names(contract, out)
-        try:
-            values, checked_out, _, _ = check_call(
-                plan, values, device, keyed_out, {**names, **out_names}, "Sequence.kernel()"
-            )
-        except ContractError as error:
-            raise _in_callers_words(contract, error, names) from None
-        tensors, _ = _call_tensors(plan, values, device, checked_out)
-        call = record_call(plan, tensors, device)
-        if call.bound:
-            self._calls.append(call)
+        tensors, _ = call_tensors(call.plan, values, device, checked_out)
+        recorded = record_call(call.plan, tensors, device)
+        if recorded.bound:
+            self._calls.append(recorded)
             self._tensors += [(t, t.buffer) for group in tensors.values() for t in group.values()]
-        return {o: tensors["output"][o] for o in wanted}
+        return {o: tensors["output"][o] for o in call.wanted}
 
     def __len__(self) -> int:
         return len(self._calls)

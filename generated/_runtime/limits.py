@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from .caps import features_text
 from .errors import ContractError, PlanError
-from .numeric import _storage_nbytes, ceil_div, whole
+from .numeric import storage_nbytes, ceil_div, whole
 
 
 def fold_width(caps):
@@ -119,7 +119,7 @@ def check_binding_sizes(op, plan, caps, names=None):
             else ("maxStorageBufferBindingSize", "maxBufferSize")
         )
         for key, (shape, dtype_name) in group.items():
-            nbytes = _storage_nbytes(shape, dtype_name)
+            nbytes = storage_nbytes(shape, dtype_name)
             for name in limits:
                 if nbytes > caps.limits[name]:
                     raise ContractError(

@@ -82,6 +82,25 @@ def pow2ceil(x):
     return 1 << (math.ceil(x) - 1).bit_length()
 
 
+def bucket_up(x, buckets):
+    """``bucketUp(x, buckets)``: the smallest of the ascending `buckets` that is >= x; the last for
+    an x above them all (or NaN), so that a derived value never fails: the manifest's `when` says
+    whether x fits its bucket (`x <= bucketUp(x, ...)`)."""
+    for bucket in buckets:
+        if x <= bucket:
+            return bucket
+    return buckets[-1]
+
+
+def bucket_down(x, buckets):
+    """``bucketDown(x, buckets)``: the largest of the ascending `buckets` that is <= x; the first
+    for an x below them all (or NaN)."""
+    for bucket in reversed(buckets):
+        if x >= bucket:
+            return bucket
+    return buckets[0]
+
+
 def ceil_div(a, b):
     """``ceil(a / b)`` as an int; exact for ints of any size."""
     if isinstance(a, int) and isinstance(b, int):
@@ -202,7 +221,7 @@ def u32(value, what):
     return v
 
 
-def _i32(value, what):
+def i32(value, what):
     v = whole(value, what)
     if not -(2**31) <= v < 2**31:
         raise PlanError("plan", what, "i32 range", f"expected -2**31 <= value < 2**31, got {v}")
@@ -212,14 +231,14 @@ def _i32(value, what):
 _ITEMSIZE = {"float32": 4, "float16": 2}
 
 
-def _storage_nbytes(shape, dtype_name):
+def storage_nbytes(shape, dtype_name):
     """Bytes of a tensor's buffer: copies and reads need multiples of 4, and never 0."""
     itemsize = _ITEMSIZE.get(dtype_name) or np.dtype(dtype_name).itemsize
     nbytes = math.prod(shape) * itemsize
     return max(4, -(-nbytes // 4) * 4)
 
 
-def _f32(value, what):
+def f32(value, what):
     """value as a float that a WGSL f32 holds: finite and within the f32 range."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise PlanError("plan", what, "finite f32", f"expected a number, got {value!r}")

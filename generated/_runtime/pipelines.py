@@ -8,8 +8,8 @@ from __future__ import annotations
 import weakref
 from dataclasses import dataclass
 
-from .cache import _per_device, _watching
-from .numeric import _i32, u32
+from .cache import per_device, watching
+from .numeric import i32, u32
 from .plans import pack_uniforms
 from .tensors import Tensor
 
@@ -25,7 +25,7 @@ def _override_constants_of(overrides, override_types):
         if typ == "u32":
             constants[name] = u32(value, f"override {name}")
         elif typ == "i32":
-            constants[name] = _i32(value, f"override {name}")
+            constants[name] = i32(value, f"override {name}")
         else:
             constants[name] = float(value)
     return constants
@@ -36,12 +36,12 @@ def _override_constants_of(overrides, override_types):
 # Evicted objects are dropped, never destroyed: work already submitted keeps what it uses alive.
 PIPELINE_CACHE_SIZE = 1024  # every pipeline the shipped cases reach on one device is about 320
 UNIFORM_CACHE_SIZE = 1024
-_shader_modules = weakref.WeakKeyDictionary()  # device -> LRUCache {wgsl: module}
-_bind_group_layouts = weakref.WeakKeyDictionary()  # device -> LRUCache {layout key: layout}
-_pipelines = (
+shader_module_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {wgsl: module}
+bind_group_layout_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {layout key: layout}
+pipeline_cache = (
     weakref.WeakKeyDictionary()
 )  # device -> LRUCache {(wgsl, overrides, layout key): (pipeline, layout)}
-_uniform_buffers = weakref.WeakKeyDictionary()  # device -> LRUCache {packed bytes: buffer}
+uniform_buffer_cache = weakref.WeakKeyDictionary()  # device -> LRUCache {packed bytes: buffer}
 _pipelines_created = 0  # read through pipelines_created(): an int imported elsewhere is a copy
 
 
@@ -60,7 +60,7 @@ def _layout_key(pass_plan):
 def _bind_group_layout(device, key):
     import wgpu
 
-    cache = _per_device(_bind_group_layouts, device, PIPELINE_CACHE_SIZE)
+    cache = per_device(bind_group_layout_cache, device, PIPELINE_CACHE_SIZE)
     layout = cache.get(key)
     if layout is None:
         layout = device.create_bind_group_layout(
@@ -74,7 +74,7 @@ def _bind_group_layout(device, key):
 
 
 def _shader_module(device, pass_plan):
-    modules = _per_device(_shader_modules, device, PIPELINE_CACHE_SIZE)
+    modules = per_device(shader_module_cache, device, PIPELINE_CACHE_SIZE)
     module = modules.get(pass_plan.wgsl)
     if module is None:
         module = device.create_shader_module(label=pass_plan.label, code=pass_plan.wgsl)
@@ -82,7 +82,7 @@ def _shader_module(device, pass_plan):
     return module
 
 
-def _pipeline(device, pass_plan):
+def pipeline_for(device, pass_plan):
     """(pipeline, bind group layout) for a pass, created once per device, WGSL and overrides."""
     cached = _cached_pipeline(device, pass_plan)
     if cached is None:
@@ -97,7 +97,7 @@ def _pipeline_key(pass_plan):
 
 
 def _cached_pipeline(device, pass_plan):
-    return _per_device(_pipelines, device, PIPELINE_CACHE_SIZE).get(_pipeline_key(pass_plan))
+    return per_device(pipeline_cache, device, PIPELINE_CACHE_SIZE).get(_pipeline_key(pass_plan))
 
 
 def _start_pipeline(device, pass_plan):
@@ -122,7 +122,7 @@ def _finish_pipeline(device, pass_plan, pipeline, bind_group_layout):
     global _pipelines_created
     _pipelines_created += 1
     cached = (pipeline, bind_group_layout)
-    _per_device(_pipelines, device, PIPELINE_CACHE_SIZE).put(_pipeline_key(pass_plan), cached)
+    per_device(pipeline_cache, device, PIPELINE_CACHE_SIZE).put(_pipeline_key(pass_plan), cached)
     return cached
 
 
@@ -167,7 +167,7 @@ def _uniform_buffer(device, pass_plan):
     import wgpu
 
     data = pass_plan.uniform_data or pack_uniforms(pass_plan.uniform_types, pass_plan.uniforms)
-    buffers = _per_device(_uniform_buffers, device, UNIFORM_CACHE_SIZE)
+    buffers = per_device(uniform_buffer_cache, device, UNIFORM_CACHE_SIZE)
     buffer = buffers.get(data)
     if buffer is None:
         buffer = device.create_buffer_with_data(data=data, usage=wgpu.BufferUsage.UNIFORM)
@@ -183,7 +183,7 @@ def bind_passes(passes, tensors, device):
     """
     bound = []
     for pass_plan in passes:
-        pipeline, bind_group_layout = _pipeline(device, pass_plan)
+        pipeline, bind_group_layout = pipeline_for(device, pass_plan)
         bind_group = _bind_group(device, bind_group_layout, _binding_views(pass_plan, tensors, device))
         bound.append(BoundPass(pass_plan.label, pipeline, bind_group, tuple(pass_plan.dispatch)))
     return bound
@@ -217,7 +217,9 @@ def bind_group_entries(pass_plan, tensors, device):
 
 
 BIND_GROUP_CACHE_SIZE = 1024
-_bind_groups = weakref.WeakKeyDictionary()  # device -> LRUCache {(layout, views): (bind group, weak refs)}
+bind_group_cache = (
+    weakref.WeakKeyDictionary()
+)  # device -> LRUCache {(layout, views): (bind group, weak refs)}
 
 
 def _bind_group(device, layout, entries):
@@ -225,7 +227,7 @@ def _bind_group(device, layout, entries):
     builds nothing. The key holds ids, so a hit is checked against weak references to the layout
     and the buffers it was made with: a buffer that died and left its id to another never matches."""
     key = (id(layout), tuple((index, id(v.buffer), v.offset, v.size) for index, v in entries))
-    cache = _per_device(_bind_groups, device, BIND_GROUP_CACHE_SIZE)
+    cache = per_device(bind_group_cache, device, BIND_GROUP_CACHE_SIZE)
     hit = cache.get(key)
     if hit is not None:
         bind_group, refs = hit
@@ -239,7 +241,7 @@ def _bind_group(device, layout, entries):
         ],
     )
     entry = [bind_group, None]
-    entry[1] = (weakref.ref(layout),) + _watching(cache, key, entry, [v.buffer for _, v in entries])
+    entry[1] = (weakref.ref(layout),) + watching(cache, key, entry, [v.buffer for _, v in entries])
     cache.put(key, entry)
     return bind_group
 
@@ -279,14 +281,14 @@ def encode_passes(encoder, bound, timestamps=None, label=None):
 # one's ended. Pooled buffers are never destroyed, only dropped when the pool forgets them, so an
 # encoder recorded but not yet submitted keeps what it uses alive.
 SCRATCH_POOL_SIZE = 256
-_scratch = weakref.WeakKeyDictionary()  # device -> LRUCache {(role, nbytes): buffer}
+scratch_pool = weakref.WeakKeyDictionary()  # device -> LRUCache {(role, nbytes): buffer}
 
 
 def scratch_buffer(device, role, nbytes):
     """A pooled storage buffer of `nbytes` for `role` (distinct roles never share one)."""
     import wgpu
 
-    pool = _per_device(_scratch, device, SCRATCH_POOL_SIZE)
+    pool = per_device(scratch_pool, device, SCRATCH_POOL_SIZE)
     key = (role, nbytes)
     buffer = pool.get(key)
     if buffer is None:

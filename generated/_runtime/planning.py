@@ -1,38 +1,33 @@
 # SPDX-License-Identifier: Apache-2.0
 """Plans from requests: contract checks, derive, selection and every pass's values, chunked and empty
-plans, and the plan cache behind an op's plan(), explain(), kernel() and warmup().
+plans, and each candidate's verdict on a request (explain()).
+
+A Request reaches this module already checked, with the caller's names for its tensors (the
+boundary made it); every refusal raised here names a tensor by `request.names`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import replace
 
-from .cache import LRUCache
-from .caps import Caps, caps_of, checked_device
 from .chunking import chunk_request
 from .errors import ContractError, PlanError
 from .limits import check_binding_sizes, check_pass_limits, WORKGROUP_LIMITS
-from .numeric import numel, whole
-from .plans import Chunk, Plan, Request
-from .requests import _check_sizes, _dtype_names, _in_callers_words, _request
+from .numeric import numel, storage_nbytes, whole
+from .plans import Chunk, Plan
 from .select import candidate_verdict, select
 
 
 def _chunked_plan(contract, request, variant, pieces):
     """A plan of pieces, each planned like a request of its own (pieces of one size share a plan)."""
-    inputs_of = {t.key for t in contract.inputs}
-    outputs = tuple(k for k in (t.key for t in contract.outputs) if k in request.outputs)
     plans, chunks = {}, []
     for piece in pieces:
         key = (tuple(sorted(piece.shapes.items())), tuple(sorted(piece.attrs.items())))
         if key not in plans:
-            shapes = {k: v for k, v in piece.shapes.items() if k in inputs_of}
-            sub_request = _request(
-                contract, shapes, request.dtypes, piece.attrs, request.caps, request.tunables, outputs
-            )
-            plans[key] = _plan(contract, Request(**{**sub_request.__dict__, "names": request.names}), variant)
+            plans[key] = plan_request(contract, _piece_request(contract, request, piece), variant)
         chunks.append(Chunk(plans[key], piece.slices, piece.copies))
-    dtype_names = _dtype_names(request, contract)
+    dtype_names = contract.dtype_names(request)
+    inputs_of = {t.key for t in contract.inputs}
     written = {k for c in chunks for k in c.plan.outputs}
     variants = ", ".join(dict.fromkeys(c.plan.variant for c in chunks))
     limit = request.caps.limits["maxStorageBufferBindingSize"]
@@ -52,23 +47,49 @@ def _chunked_plan(contract, request, variant, pieces):
     )
 
 
-def _plan(contract, request, variant):
-    try:
-        contract.check_contract(request)
-        _check_sizes(contract, request)
-        if variant is not None and variant not in [c.ID for c in contract.candidates]:
-            known = ", ".join(c.ID for c in contract.candidates)
-            raise ContractError(
-                contract.op, "variant", "known variant", f"unknown variant {variant!r}; known: {known}"
-            )
-        if _is_empty(contract, request):
-            return _empty_plan(contract, request, variant)
-        chunks = chunk_request(contract, request)
-        if chunks is not None:
-            return _chunked_plan(contract, request, variant, chunks)
-        return _variant_plan(contract, request, variant)
-    except ContractError as error:
-        raise _in_callers_words(contract, error, request.names) from None
+def _piece_request(contract, request, piece):
+    """The request of one piece: its input shapes and attributes, and the output shapes they give."""
+    inputs_of = {t.key for t in contract.inputs}
+    inputs = {k: shape for k, shape in piece.shapes.items() if k in inputs_of}
+    partial = replace(request, shapes=inputs, attrs=piece.attrs)
+    return replace(partial, shapes={**inputs, **contract.output_shapes(partial)})
+
+
+def plan_request(contract, request, variant=None):
+    """The plan of a checked request: contract rules, then an empty, a chunked or a variant's plan.
+
+    `variant` forces a candidate by ID. Refusals are ContractErrors in the caller's words.
+    """
+    contract.check_contract(request)
+    _check_sizes(contract, request)
+    if variant is not None and variant not in [c.ID for c in contract.candidates]:
+        known = ", ".join(c.ID for c in contract.candidates)
+        raise ContractError(
+            contract.op, "variant", "known variant", f"unknown variant {variant!r}; known: {known}"
+        )
+    if _is_empty(contract, request):
+        return _empty_plan(contract, request, variant)
+    chunks = chunk_request(contract, request)
+    if chunks is not None:
+        return _chunked_plan(contract, request, variant, chunks)
+    return _variant_plan(contract, request, variant)
+
+
+def _check_sizes(contract, request):
+    """Tensors over maxBufferSize are refused outright, whatever the variant."""
+    names = contract.dtype_names(request)
+    limit = request.caps.limits["maxBufferSize"]
+    for t in contract.inputs + contract.outputs:
+        if t.key in request.shapes:
+            nbytes = storage_nbytes(request.shapes[t.key], names[t.key])
+            if nbytes > limit:
+                kind = "input" if t in contract.inputs else "output"
+                raise ContractError(
+                    contract.op,
+                    f"{kind} {request.names.get(t.key, t.role)}",
+                    "maxBufferSize",
+                    f"{request.shapes[t.key]} {names[t.key]} needs {nbytes} bytes, over the device's maxBufferSize = {limit}",
+                )
 
 
 def _derived(contract, request):
@@ -105,7 +126,7 @@ def _variant_plan(contract, request, variant):
     contract.check_derived_contract(request, derived)
     chosen, explanation = select(contract.op, contract.candidates, request, derived, variant)
     values = chosen.values(request, derived)
-    dtype_names = _dtype_names(request, contract)
+    dtype_names = contract.dtype_names(request)
 
     def described(keys):
         return {k: (request.shapes[k], dtype_names[k]) for k in keys}
@@ -123,10 +144,7 @@ def _variant_plan(contract, request, variant):
     # Requested outputs, and any other output the chosen passes write (allocated, not returned).
     bound = {b.resource for p in passes for b in p.bindings if b.kind == "output"}
     outputs = described(t.key for t in contract.outputs if t.key in request.outputs or t.key in bound)
-    intermediates = {
-        k: (tuple(whole(d, f"intermediate {k}") for d in shape), dtype)
-        for k, (shape, dtype) in chosen.intermediates(request, derived, values).items()
-    }
+    intermediates = _intermediates(contract, chosen.intermediates(request, derived, values))
     plan = Plan(contract.op, chosen.ID, passes, inputs, outputs, intermediates, explanation)
     check_binding_sizes(contract.op, plan, request.caps, request.names)
     for pass_plan in passes:
@@ -163,7 +181,7 @@ def _empty_plan(contract, request, variant):
         derived = None
     if derived is not None:
         contract.check_derived_contract(request, derived)
-    dtype_names = _dtype_names(request, contract)
+    dtype_names = contract.dtype_names(request)
     inputs = {
         t.key: (request.shapes[t.key], dtype_names[t.key]) for t in contract.inputs if t.key in request.shapes
     }
@@ -179,156 +197,20 @@ def _empty_plan(contract, request, variant):
     return Plan(contract.op, variant or "none", (), inputs, outputs, {}, explanation)
 
 
-_PLAN_CACHE_SIZE = 1024
-_plans = LRUCache(
-    _PLAN_CACHE_SIZE
-)  # request key -> (caps, plan): plans are immutable, so a repeated request reuses one
-_caps_by_mapping = LRUCache(64)  # canonical caps mapping -> Caps, so that a caps= mapping keeps its plans
-_default_caps = []
-
-
-def _webgpu_default_caps():
-    if not _default_caps:
-        _default_caps.append(Caps.from_mapping({}))
-    return _default_caps[0]
-
-
-def _typed_items(mapping):
-    """Items with their types: the plan cache must not take True for 1 (they hash alike).
-
-    In the caller's order, unsorted: the same request in another order is only another entry."""
-    return tuple([(k, v.__class__, v) for k, v in mapping.items()])
-
-
-def _shape_key(shape):
-    if type(shape) is tuple and all([type(d) is int for d in shape]):
-        return shape
-    if iter(shape) is shape:  # an iterator: reading it for a key would leave nothing to plan
-        raise TypeError("an iterator is not a key")
-    return (type(shape), tuple(map(type, shape)), tuple(shape))
-
-
-def _plan_key(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
-    """The memo key of a request, or None for one that cannot be a key (refused while planning)."""
+def _intermediates(contract, intermediates):
+    """A variant's scratch buffers, {id: (shape, dtype)}, every dimension a whole number."""
     try:
-        key = (
-            contract.op,
-            tuple([(k, _shape_key(v)) for k, v in shapes.items()]),
-            _typed_items(dtypes) if dtypes else None,
-            _typed_items(attrs) if attrs else None,
-            _typed_items(tunables) if tunables else None,
-            id(caps),
-            variant,
-            outputs if outputs is None or isinstance(outputs, str) else tuple(outputs),
-        )
-        hash(key)
-        return key
-    except (TypeError, AttributeError):
-        return None  # not a mapping, unhashable values: plan without the cache
+        return {
+            k: (tuple(whole(d, f"intermediate {k}") for d in shape), dtype)
+            for k, (shape, dtype) in intermediates.items()
+        }
+    except PlanError as error:  # whole() knows the value, the op is ours to name
+        raise PlanError(contract.op, error.subject, error.rule, error.message) from None
 
 
-def _cached_plan(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs):
-    """_plan() of the request, memoised: a repeated call costs one dictionary lookup."""
-    key = _plan_key(contract, shapes, dtypes, attrs, caps, tunables, variant, outputs)
-    cached = _plans.get(key) if key is not None else None
-    if cached is not None and cached[0] is caps:
-        return cached[1]
-    plan = _plan(contract, _request(contract, shapes, dtypes, attrs, caps, tunables, outputs), variant)
-    if key is not None:
-        _plans.put(key, (caps, plan))
-    return plan
-
-
-def planning_caps(caps, device):
-    """The Caps a plan is made for: the device's, a given Caps, a mapping (memoised), or WebGPU's defaults."""
-    if caps is None and device is None:
-        return _webgpu_default_caps()
-    if isinstance(caps, Mapping):
-        key = _caps_key(caps)
-        if key is None:
-            return caps_of(caps, device)
-        cached = _caps_by_mapping.get(key)
-        if cached is None:
-            cached = caps_of(caps, device)
-            _caps_by_mapping.put(key, cached)
-        return cached
-    return caps_of(caps, device)
-
-
-def _caps_key(caps):
-    """The memo key of a caps mapping, or None: plain names and typed values only, so that a limit
-    True (refused) never finds the Caps of a limit 1 (they hash alike), and a value that is read
-    as it is iterated (a generator) is read by Caps.from_mapping alone."""
-    parts = []
+def candidate_lines(contract, request):
+    """Each candidate's own verdict on a request, where its derived values can be computed at all."""
     try:
-        for name, value in caps.items():
-            if isinstance(value, Mapping):
-                parts.append((name, tuple(sorted(_typed_items(value)))))
-            elif isinstance(value, (list, tuple, set, frozenset)) and all(type(v) is str for v in value):
-                parts.append((name, tuple(sorted(value))))
-            else:
-                return None
-        key = tuple(sorted(parts))
-        hash(key)
-    except (TypeError, AttributeError):
-        return None  # unhashable or unorderable: Caps.from_mapping refuses it or reads it
-    return key
-
-
-def _op_caps(contract, caps, device):
-    """planning_caps(), with a refusal of the device or the caps themselves naming the op."""
-    device = checked_device(contract.op, device)
-    try:
-        return planning_caps(caps, device)
-    except ContractError as error:
-        if error.op != "caps":
-            raise
-        raise ContractError(contract.op, f"caps {error.subject}", error.rule, error.message) from None
-
-
-def build_plan(
-    contract,
-    shapes,
-    dtypes=None,
-    attrs=None,
-    *,
-    caps=None,
-    tunables=None,
-    variant=None,
-    device=None,
-    outputs=None,
-):
-    """plan(): contract checks, derive, selection and every pass's values; no GPU work.
-
-    Without caps= or device=, plans for WebGPU's default limits and no optional features.
-    """
-    return _cached_plan(
-        contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, variant, outputs
-    )
-
-
-def explain_plan(
-    contract, shapes, dtypes=None, attrs=None, *, caps=None, tunables=None, device=None, outputs=None
-):
-    """Why each candidate was or was not taken; for a refused request, the broken rule first."""
-    try:
-        plan = build_plan(
-            contract, shapes, dtypes, attrs, caps=caps, tunables=tunables, device=device, outputs=outputs
-        )
-    except ContractError as error:
-        return "\n".join(
-            (f"refused: {error}",)
-            + _candidate_lines(contract, shapes, dtypes, attrs, caps, device, tunables, outputs)
-        )
-    return "\n".join(plan.explanation)
-
-
-def _candidate_lines(contract, shapes, dtypes, attrs, caps, device, tunables, outputs):
-    """Each candidate's own verdict on a refused request, where the request can be evaluated at all."""
-    try:
-        request = _request(
-            contract, shapes, dtypes, attrs, _op_caps(contract, caps, device), tunables, outputs
-        )
         derived = contract.derive(request)
     except (ArithmeticError, IndexError, KeyError, TypeError, ValueError):
         return ()

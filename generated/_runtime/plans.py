@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from .caps import Caps
 from .errors import PlanError
 from .limits import fold_width
-from .numeric import _f32, _i32, u32
+from .numeric import f32, i32, u32
 
 
 @dataclass(frozen=True)
@@ -82,23 +82,32 @@ class Plan:
     chunks: tuple = ()  # Chunk pieces of a tensor too large for one binding; passes then empty
 
 
+def _uniform_value(value, kind, what):
+    """A Params field's value as the WGSL type holds it: an int for u32 and i32 (a whole number in
+    range), a float for f32 (finite)."""
+    if kind == "u32":
+        return u32(value, what)
+    if kind == "i32":
+        return i32(value, what)
+    return f32(value, what)
+
+
 def pack_uniforms(uniform_types, uniforms):
     """The bytes of a WGSL uniform struct of u32/i32/f32 fields; padding fields are zero."""
     formats = {"u32": "I", "i32": "i", "f32": "f"}
-    values = []
-    for name, typ in uniform_types:
-        if name.startswith("_pad") and name not in uniforms:
-            values.append(0)
-        elif typ == "u32":
-            values.append(u32(uniforms[name], f"uniform {name}"))
-        elif typ == "i32":
-            values.append(_i32(uniforms[name], f"uniform {name}"))
-        else:
-            values.append(_f32(uniforms[name], f"uniform {name}"))
+    values = [
+        (
+            0
+            if name.startswith("_pad") and name not in uniforms
+            else _uniform_value(uniforms[name], typ, f"uniform {name}")
+        )
+        for name, typ in uniform_types
+    ]
     return struct.pack("<" + "".join(formats[typ] for _, typ in uniform_types), *values)
 
 
-WGSL_DTYPES = {"float32": "f32", "float16": "f16"}
+WGSL_DTYPES = {"float32": "f32", "float16": "f16"}  # numpy's names -> WGSL's (a Request's dtypes)
+NUMPY_DTYPES = {wgsl: name for name, wgsl in WGSL_DTYPES.items()}
 
 
 @dataclass(frozen=True)
@@ -127,8 +136,8 @@ class ShaderInterface:
     template: str  # the template it was rendered from (repository path)
     overrides: tuple = ()  # (name, "u32" | "f32") in declaration order
     params: tuple = ()  # (field, "u32" | "i32" | "f32") of the Params uniform struct, padding included
-    workgroup_size: str = ""  # an override name or an integer literal
-    workgroup_arrays: tuple = ()  # (bytes per element, factors: override names or integer literals)
+    workgroup_size: int | str = 1  # an integer literal (an int) or an override's name (a str)
+    workgroup_arrays: tuple = ()  # (bytes per element, factors: integer literals and override names)
     uses_subgroups: bool = False
     features: tuple = ()  # (WGSL extension, WebGPU feature) its `enable` directives need
     bindings: tuple = ()  # (index, WGSL variable) of every binding it declares, in index order
@@ -146,10 +155,18 @@ class Shader:
     interface: ShaderInterface = field(default_factory=lambda: ShaderInterface(""), repr=False)
 
 
+def shader_file(name: str) -> str:
+    """Where shader `name` lies in its op package: the one place that turns a name into a path (the
+    compiler writes the file there, the runtime reads it)."""
+    return f"shaders/{name}.wgsl"
+
+
 @functools.lru_cache(maxsize=None)
 def shader_text(package: str, name: str) -> str:
-    """The WGSL text of shader `name` of an op package (`shaders/<name>.wgsl`, read once)."""
-    return importlib.resources.files(package).joinpath("shaders", f"{name}.wgsl").read_text(encoding="utf-8")
+    """The WGSL text of shader `name` of an op package (`shader_file(name)`, read once)."""
+    return (
+        importlib.resources.files(package).joinpath(*shader_file(name).split("/")).read_text(encoding="utf-8")
+    )
 
 
 class ShaderTable(Mapping):
@@ -219,33 +236,43 @@ class OpContract:
     check_derived_contract: object
     chunking: object = None  # ChunkSpec, or None: a tensor over one binding is refused
 
+    def dtype_names(self, request):
+        """{bind key: numpy dtype name} of every tensor the request has a shape for."""
+        spec_of = {t.key: t for t in self.inputs + self.outputs}
+        return {k: NUMPY_DTYPES[request.dtypes[spec_of[k].type_var]] for k in request.shapes}
+
 
 def _override_value(value, kind, what):
     if kind == "f32":
         if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value):
             raise PlanError("plan", what, "finite f32", f"expected a finite number, got {value!r}")
         return float(value)
-    return u32(value, what) if kind == "u32" else _i32(value, what)
+    return u32(value, what) if kind == "u32" else i32(value, what)
 
 
-def make_pass(r, shader, name, label, dispatch, uniforms, numbers_=None):
+def make_pass(request, shader, name, label, dispatch, uniforms, numbers_=None):
     """A PassPlan from a pass's computed values; checks every value that reaches the shader.
 
     `uniforms` and `numbers_` hold every Params field and override the pass's shaders may declare;
-    the shader takes those its interface names. DISPATCH_FOLD_WIDTH is `fold_width(r.caps)`.
+    the shader takes those its interface names. DISPATCH_FOLD_WIDTH is `fold_width(request.caps)`.
     """
     interface = shader.interface
-    numbers_ = {"DISPATCH_FOLD_WIDTH": fold_width(r.caps), **(numbers_ or {})}
-    uniforms = {n: uniforms[n] for n, _ in interface.params if n in uniforms or not n.startswith("_pad")}
+    numbers_ = {"DISPATCH_FOLD_WIDTH": fold_width(request.caps), **(numbers_ or {})}
     overrides = {
         n: _override_value(numbers_[n], kind, f"{label}: override {n}") for n, kind in interface.overrides
     }
 
     def factor(term):
-        return int(term) if term.isdigit() else overrides[term]
+        return term if isinstance(term, int) else overrides[term]
 
     storage = sum(size * math.prod(factor(t) for t in terms) for size, terms in interface.workgroup_arrays)
     try:
+        # Each field as its WGSL type holds it: the plan shows an int for a u32, a float for an f32.
+        uniforms = {
+            n: _uniform_value(uniforms[n], kind, f"uniform {n}")
+            for n, kind in interface.params
+            if n in uniforms or not n.startswith("_pad")
+        }
         uniform_data = pack_uniforms(interface.params, uniforms)
     except PlanError as error:
         raise PlanError(error.op, f"{label}: {error.subject}", error.rule, error.message) from None
@@ -265,7 +292,7 @@ def make_pass(r, shader, name, label, dispatch, uniforms, numbers_=None):
         workgroup_storage_bytes=storage,
         uses_subgroups=interface.uses_subgroups,
         features=interface.features,
-        workgroup_size_name="" if interface.workgroup_size.isdigit() else interface.workgroup_size,
+        workgroup_size_name="" if isinstance(interface.workgroup_size, int) else interface.workgroup_size,
         pipeline_constants=tuple(sorted(overrides.items())),  # converted and checked by _override_value
         uniform_data=uniform_data,
     )

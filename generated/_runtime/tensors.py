@@ -5,19 +5,17 @@ Tensor's shape, dtype, device and buffer, and of a caller's command encoder (`ch
 
 from __future__ import annotations
 
-import functools
 import numbers
-import threading
-import weakref
 from collections import abc
 from collections.abc import Mapping
 from typing import Any, Union
 
 import numpy as np
 
-from .caps import calls_lock, checked_device, default_device, device_caps, refusing_lost_device
+from .buffer_watch import buffer_destroyed, count_buffer_change, watch_buffer_class
+from .caps import checked_device, default_device, device_caps, refusing_lost_device
 from .errors import ContractError
-from .numeric import _storage_nbytes, numel
+from .numeric import numel, storage_nbytes
 
 
 _NP_DTYPES = {"float32": np.dtype("float32"), "float16": np.dtype("float16")}  # dtype.name is slow
@@ -85,47 +83,6 @@ def tensor_dtype(op, subject, dtype):
     return _NP_DTYPES[value.name]
 
 
-# A caller may destroy `tensor.buffer` itself, and wgpu reports no destroyed state, while
-# wgpu-native aborts the whole process when a submission uses a destroyed buffer. So the runtime
-# wraps the destroy() of each buffer class it sees in a Tensor (once) to remember which buffers
-# were destroyed: a call refuses them by name instead.
-_destroyed_buffers: weakref.WeakSet = weakref.WeakSet()
-_watched_classes: set = set()
-# Buffers destroyed and Tensor buffers re-pointed so far: Sequence.run() rechecks the buffers its
-# calls bind only when this moved.
-_buffer_changes = [0]
-
-
-_watch_lock = threading.RLock()  # re-entrant, as LRUCache's lock
-
-
-def _watch_destroy(cls: type) -> None:
-    if cls in _watched_classes:
-        return
-    with _watch_lock:  # wrapped once, and marked watched only once it is
-        if cls not in _watched_classes:
-            _wrap_destroy(cls)
-            _watched_classes.add(cls)
-
-
-def _wrap_destroy(cls: type) -> None:
-    original = getattr(cls, "destroy", None)
-    if not callable(original):
-        return
-
-    @functools.wraps(original)
-    def destroy(self: Any, *args: Any, **kwargs: Any) -> Any:
-        with calls_lock:  # not between another thread's checks and its submit
-            try:
-                _destroyed_buffers.add(self)
-            except TypeError:  # not weakly referable: nothing to remember it by
-                pass
-            _buffer_changes[0] += 1
-            return original(self, *args, **kwargs)
-
-    cls.destroy = destroy  # type: ignore[attr-defined]
-
-
 def _checked_buffer(buffer: Any) -> None:
     """A Tensor's buffer must be a wgpu GPUBuffer (whose destroy() is then watched)."""
     import wgpu
@@ -137,18 +94,7 @@ def _checked_buffer(buffer: Any) -> None:
             "a GPUBuffer",
             f"a Tensor is made over a wgpu GPUBuffer (device.create_buffer()), not {type(buffer).__name__}",
         )
-    _watch_destroy(type(buffer))
-
-
-def watch_buffers_of(device: Any) -> None:
-    """Watch the destroy() of `device`'s buffer class from the first time a device is seen, so that
-    a buffer destroyed before any Tensor was made over it is still known (wgpu reports no destroyed
-    state; a submission that uses one aborts wgpu-native)."""
-    import sys
-
-    buffer_class = getattr(sys.modules.get(type(device).__module__), "GPUBuffer", None)
-    if isinstance(buffer_class, type):
-        _watch_destroy(buffer_class)
+    watch_buffer_class(type(buffer))
 
 
 # The usages a buffer may have (WebGPU's GPUBufferUsage bits), and the two that combine with one
@@ -208,19 +154,6 @@ def check_encoder(op: str, encoder: Any, device: Any) -> None:
         )
 
 
-def buffer_destroyed(buffer: Any) -> bool:
-    """Whether `buffer.destroy()` was called on a buffer some Tensor was made over."""
-    try:
-        return buffer in _destroyed_buffers
-    except TypeError:
-        return False
-
-
-def buffer_changes_so_far() -> int:
-    """Buffers destroyed and Tensor buffers re-pointed in this process so far."""
-    return _buffer_changes[0]
-
-
 class Tensor:
     """A tensor resident on a GPU: a storage buffer with a shape and a dtype.
 
@@ -253,7 +186,7 @@ class Tensor:
         fix(self, "dtype", tensor_dtype("Tensor", "dtype", dtype))
         fix(self, "device", checked_device("Tensor", device))
         # The bytes a binding of the whole tensor covers: its bytes padded to a multiple of 4.
-        fix(self, "storage_nbytes", _storage_nbytes(self.shape, self.dtype.name))
+        fix(self, "storage_nbytes", storage_nbytes(self.shape, self.dtype.name))
         fix(self, "destroyed", False)  # set by destroy(): a call or a read-back of it is then refused
 
     def __setattr__(self, name: str, value: Any) -> None:
@@ -264,7 +197,7 @@ class Tensor:
             )
         if name == "buffer":
             _checked_buffer(value)
-            _buffer_changes[0] += 1
+            count_buffer_change()
         object.__setattr__(self, name, value)
 
     # A Tensor is a GPU buffer: no copy of one can be made in Python, nor can one cross processes.
@@ -295,7 +228,7 @@ class Tensor:
         device = device if device is not None else default_device()
         shape = checked_shape("Tensor", "shape", shape)
         dtype = tensor_dtype("Tensor", "dtype", dtype)
-        size = _storage_nbytes(shape, dtype.name)
+        size = storage_nbytes(shape, dtype.name)
         limit = device_caps(device).limits["maxBufferSize"]
         if size > limit:
             raise ContractError(
@@ -466,7 +399,9 @@ def check_tensor_buffer(op, subject, tensor, usages, why="", mappable_refused=Tr
         )
 
 
-def _checked_tensor(op, subject, value, spec, device, usages=("STORAGE",), why=""):
+def checked_tensor(op, subject, value, spec, device, usages=("STORAGE",), why=""):
+    """A call's array or Tensor against the plan's (shape, dtype name) `spec`; a Tensor must also be
+    on the call's device with a buffer that can take the binding (`check_tensor_buffer`)."""
     shape, dtype_name = spec
     expected = _NP_DTYPES.get(dtype_name) or np.dtype(dtype_name)
     if value.shape != tuple(shape) or value.dtype != expected or not value.dtype.isnative:
@@ -474,7 +409,7 @@ def _checked_tensor(op, subject, value, spec, device, usages=("STORAGE",), why="
             op,
             subject,
             "planned shape and dtype",
-            f"got {value.shape} {_dtype_text(value.dtype)}, the plan is for {tuple(shape)} {dtype_name}",
+            f"got {value.shape} {dtype_text(value.dtype)}, the plan is for {tuple(shape)} {dtype_name}",
         )
     if isinstance(value, Tensor):
         if value.device is not device:
@@ -485,7 +420,8 @@ def _checked_tensor(op, subject, value, spec, device, usages=("STORAGE",), why="
     return value
 
 
-def _dtype_text(dtype):
+def dtype_text(dtype):
+    """A dtype as a message shows it: its name, and its byte order where that is not the native one."""
     return (
         dtype.name if dtype.isnative or dtype.byteorder == "|" else f"{dtype.name} ({dtype.str}, big-endian)"
     )

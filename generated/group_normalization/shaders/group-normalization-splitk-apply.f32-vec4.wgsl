@@ -160,9 +160,9 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let count = chunk.y;
     let base = row * units;
     let channel0 = (row % params.numGroups) * params.channelsPerGroup;
-    // Unit idx of the row is in channel channel0 + idx / spatialVec: the walk keeps
+    // Unit idx of the row is in channel channel0 + idx / params.spatialVec: the walk keeps
     // (channel, unit within it) and advances by its stride split once into whole channels and a
-    // remainder (spatialVec is a uniform: no division per element).
+    // remainder (params.spatialVec is a uniform: no division per element).
     let step = vec2<u32>(workgroupSize / params.spatialVec, workgroupSize % params.spatialVec);
     let start = begin + lid;
     var at = vec2<u32>(channel0 + start / params.spatialVec, start % params.spatialVec);

@@ -37,8 +37,8 @@ struct Params { rows: u32, rowStride: u32, epsilon: f32, hiddenSize: u32, spatia
 // for X beyond the f16 range that also keeps the row finite where the body would give inf/NaN.
 // Rounding is emulated in f32 with exact operations (`half` below), identically for f32 and f16
 // tensors: the code of the f32 specialization must not name the 16-bit type at all, so that it
-// runs on a device without shader-f16 (the compiler adds `enable f16;` when the code names it;
-// comments such as these do not count). An f32 operation on f16 values rounded to f16 gives the
+// runs on a device without shader-f16 (the compiler adds `enable f16;` where a binding holds f16 or
+// the template declares f16 code). An f32 operation on f16 values rounded to f16 gives the
 // correctly rounded f16 result (24 >= 2 * 11 + 2 bits), so this matches native f16 arithmetic.
 // Not unpack2x16float(pack2x16float(vec2(v, 0.0))).x, nor a cast to f16 and back: measured on an
 // NVIDIA H200 (Vulkan, driver 580.159), both return v unrounded (the round trip is folded away);

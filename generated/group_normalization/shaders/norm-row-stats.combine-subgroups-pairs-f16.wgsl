@@ -236,9 +236,9 @@ fn main(
     let inv_std = inverseSqrt(variance + params.epsilon);
 
     // ---- normalize: second pass over the row, f32 math, one rounding to T at the store
-    // Unit i of the row belongs to channel first_channel + i / spatialVec. The walk keeps
+    // Unit i of the row belongs to channel first_channel + i / params.spatialVec. The walk keeps
     // (channel, unit within it) and advances by its step split once, before the loop, into whole
-    // channels and a remainder (spatialVec is a uniform: no division per element).
+    // channels and a remainder (params.spatialVec is a uniform: no division per element).
     let first_channel = (row % params.numGroups) * params.channelsPerGroup;
     let step = vec2<u32>(workgroupSize / params.spatialVec, workgroupSize % params.spatialVec);
     var at = vec2<u32>(first_channel + lid / params.spatialVec, lid % params.spatialVec);

@@ -143,7 +143,7 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     let head = slot * params.lanesPerPlane;
     slots[lid] = pack_stats(own);
     workgroupBarrier();
-    // Tree over lane in [0, lanesPerPlane): strides pow2ceil(lanesPerPlane) / 2, ..., 2, 1.
+    // Tree over lane in [0, params.lanesPerPlane): strides pow2ceil(params.lanesPerPlane) / 2, ..., 2, 1.
     {
         var width = 1u;
         while (width < params.lanesPerPlane) {

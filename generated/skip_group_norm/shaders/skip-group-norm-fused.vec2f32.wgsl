@@ -50,8 +50,8 @@ struct Params { epsilon: f32, activation: u32, numGroups: u32, numChannels: u32,
 // override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-slab;
 // their notes stand at their functions below.
 // Shape-derived numbers (rowCount, numGroups, innerVectors, outerStride, channelDivisor, ...) and
-// the attributes come from the uniform `params` (the compiler reads every request-dependent name
-// as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
+// the attributes come from the uniform `params` (a request-dependent value the template reads
+// renders as params.<name>); overrides are workgroupSize (a power of two up to FUSED_WORKGROUP_SIZE:
 // it sizes `slots`), paramsF16 (type M) and DISPATCH_FOLD_WIDTH. The compiler prepends them and
 // the bindings.
 // Vectors of VW values along the contiguous axis of a group (channels in NHWC, positions in NCHW):

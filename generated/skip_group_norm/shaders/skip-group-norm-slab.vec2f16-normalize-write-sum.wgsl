@@ -76,8 +76,8 @@ struct Params { epsilon: f32, activation: u32, _pad0: u32, _pad1: u32 }
 // `half` (the exact binary16 rounding, in f32), the sums (sum_with, addends, sum_at) and the gamma/beta decoding by the paramsF16
 // override are the SkipGroupNorm prelude's (_lib/skip_prelude), shared with skip-group-norm-fused;
 // their notes stand at their functions below.
-// Shape-derived numbers and the attributes come from the uniform `params` (the compiler reads every
-// request-dependent name as params.<name>); overrides are workgroupSize (a power of two up to
+// Shape-derived numbers and the attributes come from the uniform `params` (a request-dependent value
+// the template reads renders as params.<name>); overrides are workgroupSize (a power of two up to
 // the lane cap, bucketed in the manifest: lanes past laneRows take no vectors), paramsF16 and
 // DISPATCH_FOLD_WIDTH. Channels are found without a division per vector (advance). The compiler
 // prepends them and the bindings.

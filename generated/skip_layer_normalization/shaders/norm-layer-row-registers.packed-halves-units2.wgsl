@@ -43,7 +43,7 @@ struct Params { rows: u32, epsilon: f32, rowUnits: u32, hidden: u32, skipRows: u
 // (rms_scaling). Invocation 0 leaves (mean, inv_std) in `stats` for the stats-out pass.
 //
 // The compiler prepends the overrides (workgroupSize, DISPATCH_FOLD_WIDTH), the bindings and
-// Params: rows, epsilon and, as params.<name>, rowUnits, hidden and skipRows.
+// Params: rows, epsilon and the shape-dependent rowUnits, hidden and skipRows.
 
 // The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 2u;

@@ -43,8 +43,8 @@ struct Params { rows: u32, epsilon: f32, hiddenSize: u32, skipRows: u32, scaleCo
 // No atomics, no subgroups: results are bit-identical from run to run.
 //
 // The compiler prepends the overrides (workgroupSize, DISPATCH_FOLD_WIDTH), the bindings and
-// Params: rows, epsilon and, read as params.<name>, hiddenSize, hiddenVec, skipRows, scaleStride,
-// scaleCount, betaStride and betaCount.
+// Params: rows, epsilon and the shape-dependent values the code reads (hiddenSize, hiddenVec,
+// skipRows, scaleStride, scaleCount, betaStride, betaCount).
 // One summary per invocation, merged in place by the tree.
 var<workgroup> slots: array<vec4<u32>, workgroupSize>;
 
