@@ -5,7 +5,8 @@
 #   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 7a20450da9f87f4e)
 #   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 684e7620aa292f51)
 #   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 dd6ac008920ff003)
-#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 ce00800b480f9f73)
+#   manifests/com.microsoft.GroupNorm/manifest.json (sha256 9e4156f6d3e90529)
+#   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 180b5434bbbf11f8)
 #   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 f9491821ac0dfa9a)
 #   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 5b779486a1d8536d)
 #   codegen/onnx_versions.py (sha256 e09e653f9fdee1ba)
@@ -20,6 +21,7 @@ from . import (
     layer_normalization,
     rms_normalization,
     simplified_layer_normalization,
+    group_norm,
     skip_group_norm,
     skip_layer_normalization,
     skip_simplified_layer_normalization,
@@ -33,6 +35,7 @@ OP_PACKAGE_NAMES = (
     "layer_normalization",
     "rms_normalization",
     "simplified_layer_normalization",
+    "group_norm",
     "skip_group_norm",
     "skip_layer_normalization",
     "skip_simplified_layer_normalization",
@@ -44,6 +47,7 @@ OP_PACKAGES = (
     layer_normalization,
     rms_normalization,
     simplified_layer_normalization,
+    group_norm,
     skip_group_norm,
     skip_layer_normalization,
     skip_simplified_layer_normalization,
@@ -102,6 +106,7 @@ ENTRIES = (
         None,
         "some exporters write ONNX Runtime's ai.onnx SimplifiedLayerNormalization in the com.microsoft domain; the same op",
     ),
+    OpEntry(group_norm, "com.microsoft", "GroupNorm", 1, 1, None, ""),
     OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
     OpEntry(skip_layer_normalization, "com.microsoft", "SkipLayerNormalization", 1, 1, None, ""),
     OpEntry(

@@ -26,8 +26,25 @@ def _torch_instance_normalization(F, t, attrs):
     return F.instance_norm(t["input"], weight=t["scale"], bias=t["b"], eps=attrs["epsilon"])
 
 
+def _channel_groups(F, s, t, attrs):
+    """com.microsoft's group normalization of `s` as a user writes it: group_norm over an NCHW view
+    (gamma and beta in s's type), SiLU when `activation` is 1, back to s's layout."""
+    channels_last = attrs.get("channels_last", 1) != 0
+    nchw = s.permute(0, 3, 1, 2) if channels_last else s
+    y = F.group_norm(
+        nchw, attrs["groups"], t["gamma"].to(s.dtype), t["beta"].to(s.dtype), eps=attrs["epsilon"]
+    )
+    if attrs.get("activation"):
+        y = F.silu(y)
+    return y.permute(0, 2, 3, 1) if channels_last else y
+
+
+def _torch_group_norm(F, t, attrs):
+    return _channel_groups(F, t["X"], t, attrs)
+
+
 def _torch_skip_group_norm(F, t, attrs):
-    """What a user writes: add the residual and bias, group_norm over an NCHW view, SiLU."""
+    """What a user writes: add the residual and bias, then the group normalization above."""
     x, skip = t["X"], t["skip"]
     channels_last = attrs.get("channels_last", 1) != 0
     n, c = x.shape[0], x.shape[3] if channels_last else x.shape[1]
@@ -35,13 +52,7 @@ def _torch_skip_group_norm(F, t, attrs):
     s = x + (skip if skip.shape == x.shape else skip.reshape(per_channel))
     if "bias" in t:
         s = s + (t["bias"] if channels_last else t["bias"].reshape(c, 1, 1))
-    nchw = s.permute(0, 3, 1, 2) if channels_last else s
-    y = F.group_norm(
-        nchw, attrs["groups"], t["gamma"].to(x.dtype), t["beta"].to(x.dtype), eps=attrs["epsilon"]
-    )
-    if attrs.get("activation"):
-        y = F.silu(y)
-    return (y.permute(0, 2, 3, 1) if channels_last else y), s
+    return _channel_groups(F, s, t, attrs), s
 
 
 def _normalized_shape(x, attrs):
@@ -88,6 +99,7 @@ TORCH_EQUIVALENTS = {
     "simplified_layer_normalization": _torch_rms_normalization,
     "skip_layer_normalization": _torch_skip_layer_normalization,
     "skip_simplified_layer_normalization": _torch_skip_simplified_layer_normalization,
+    "group_norm": _torch_group_norm,
 }
 
 

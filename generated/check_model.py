@@ -13,9 +13,10 @@ For each node of the normalization family (`normalization_ops()`), in graph orde
   values (seeded): normal for data, uniform in [0.5, 1.5) for a BatchNormalization variance;
 - the node through the generated kernel (`onnx_nodes.run_call`), judged against the float64
   definition of the op (`reference.node_outputs`); ONNX Runtime's CPU result on the same inputs
-  (float16 widened to float32; com.microsoft SkipGroupNorm, which its CPU provider lacks, as the
-  equivalent standard-op graph) is shown beside, as a fraction of the same tolerance, never the
-  judge: on planes of a million values its float32 result is itself several tolerances off;
+  (float16 widened to float32; com.microsoft GroupNorm and SkipGroupNorm, which its CPU provider
+  lacks, as the equivalent standard-op graphs) is shown beside, as a fraction of the same
+  tolerance, never the judge: on planes of a million values its float32 result is itself several
+  tolerances off;
 - one line per node: op, input shapes and dtype, the variant taken, the largest error against the
   tolerance (float32: 1e-5 + 1e-4 * |ref|; float16: 2e-3 + 2e-3 * |ref|; a NaN or infinity is
   within it only where the reference has the same), GPU time (timestamp queries when the device
@@ -317,6 +318,14 @@ def _group_norm_of_sum(total, attrs, channels_last):
     return nodes
 
 
+def _group_norm_graph(node, values, x_dtype):
+    """com.microsoft GroupNorm as standard ops (GroupNormalization-21), for ORT's CPU provider."""
+    attrs = node_attributes(node)
+    given = {n: v for n, v in zip(["X", "gamma", "beta"], values) if v is not None}
+    nodes = _group_norm_of_sum("X", attrs, attrs.get("channels_last", 1) != 0)
+    return nodes, {name: _widened(v) for name, v in given.items()}, [], {"ai.onnx": 21}
+
+
 def _skip_group_norm_graph(node, values, x_dtype):
     """com.microsoft SkipGroupNorm as standard ops (GroupNormalization-21), for ORT's CPU provider."""
     from onnx import TensorProto, helper, numpy_helper
@@ -357,16 +366,22 @@ def _skip_group_norm_graph(node, values, x_dtype):
     return nodes, feeds, initializers, {"ai.onnx": 21}
 
 
+# Ops ONNX Runtime's CPU provider lacks, as graphs of standard ops: (graph builder, output names).
+STANDARD_OP_GRAPHS = {
+    ("com.microsoft", "GroupNorm"): (_group_norm_graph, ["Y"]),
+    ("com.microsoft", "SkipGroupNorm"): (_skip_group_norm_graph, ["Y", "S"]),
+}
+
+
 def onnxruntime_outputs(node, entry, values, opsets):
     """The node's outputs from ONNX Runtime's CPU provider, in float32; one per node output (None for "")."""
     import onnxruntime
     from onnx import helper
 
     outputs = [name for name in node.output if name]
-    if (entry.domain, entry.op_type) == ("com.microsoft", "SkipGroupNorm"):
-        x_dtype = values[0].dtype
-        nodes, feeds, initializers, imports = _skip_group_norm_graph(node, values, x_dtype)
-        positions = ["Y", "S"]
+    if (entry.domain, entry.op_type) in STANDARD_OP_GRAPHS:
+        graph, positions = STANDARD_OP_GRAPHS[(entry.domain, entry.op_type)]
+        nodes, feeds, initializers, imports = graph(node, values, values[0].dtype)
         renamed = {name: positions[i] for i, name in enumerate(node.output) if name}
         model = _single_node_model(nodes, feeds, [renamed[n] for n in outputs], imports, initializers)
         fetch = [renamed[n] for n in outputs]

@@ -71,11 +71,9 @@ def instance_normalization_ref(inputs, attrs):
     return {"output": planes * _per_channel(inputs["scale"], x.ndim) + _per_channel(inputs["b"], x.ndim)}
 
 
-def skip_group_norm_ref(inputs, attrs):
-    """NHWC: S = X + skip + bias rounded to X's dtype; Y = SiLU(group-normalized S * gamma + beta)."""
-    x = inputs["X"]
-    s = x.astype(np.float64) + inputs["skip"].astype(np.float64) + _per_channel(inputs["bias"], 4, axis=3)
-    s = s.astype(x.dtype).astype(np.float64)
+def _channels_last_groups(s, inputs, attrs):
+    """com.microsoft's group normalization of NHWC `s` (float64): per (batch item, group), times gamma
+    plus beta, then SiLU."""
     n, h, w, c = s.shape
     rows = (
         s.reshape(n, h * w, attrs["groups"], c // attrs["groups"])
@@ -89,7 +87,20 @@ def skip_group_norm_ref(inputs, attrs):
         inputs["beta"], 4, axis=3
     )
     with np.errstate(over="ignore"):  # exp(-y) of a large negative y is inf, and y / inf is 0
-        return {"Y": y / (1.0 + np.exp(-y)), "S": s}
+        return y / (1.0 + np.exp(-y))
+
+
+def skip_group_norm_ref(inputs, attrs):
+    """NHWC: S = X + skip + bias rounded to X's dtype; Y = SiLU(group-normalized S * gamma + beta)."""
+    x = inputs["X"]
+    s = x.astype(np.float64) + inputs["skip"].astype(np.float64) + _per_channel(inputs["bias"], 4, axis=3)
+    s = s.astype(x.dtype).astype(np.float64)
+    return {"Y": _channels_last_groups(s, inputs, attrs), "S": s}
+
+
+def group_norm_ref(inputs, attrs):
+    """com.microsoft GroupNorm, NHWC: Y = SiLU(group-normalized X * gamma + beta)."""
+    return {"Y": _channels_last_groups(inputs["X"].astype(np.float64), inputs, attrs)}
 
 
 def _bn_inputs(rng, dtype):
@@ -166,6 +177,14 @@ def _by_position(domain, op_type, package_name):
     return by_position
 
 
+def _mgn_inputs(rng, dtype):
+    return {
+        "X": rng.standard_normal((2, 5, 6, 24)) * 2 + 1,
+        "gamma": rng.uniform(-2, 2, 24),
+        "beta": rng.uniform(-1, 1, 24),
+    }
+
+
 # op package -> (inputs, attrs, outputs to request, reference)
 CHECKS = {
     "batch_normalization": (_bn_inputs, {"epsilon": 1e-5}, None, batch_normalization_ref),
@@ -209,6 +228,12 @@ CHECKS = {
             "com.microsoft", "SkipSimplifiedLayerNormalization", "skip_simplified_layer_normalization"
         ),
     ),
+    "group_norm": (
+        _mgn_inputs,
+        {"groups": 4, "activation": 1, "channels_last": 1, "epsilon": 1e-5},
+        None,
+        group_norm_ref,
+    ),
 }
 # The input each op's outputs scale with (its gamma), for the float16 overflow check.
 SCALES = {
@@ -221,6 +246,7 @@ SCALES = {
     "simplified_layer_normalization": "scale",
     "skip_layer_normalization": "gamma",
     "skip_simplified_layer_normalization": "gamma",
+    "group_norm": "gamma",
 }
 # The overflow check's gamma: check_op's times this (at most 60000, which float16 holds).
 OVERFLOW_GAMMA = 30000.0

@@ -26,6 +26,7 @@ import numpy as np
 
 from generated import ContractError
 from generated import batch_normalization as bn
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import layer_normalization as ln
@@ -50,7 +51,8 @@ class OpInfo:
     base_shape: tuple  # X of the valid base request
     optional: tuple = ()  # optional input keys
     channels_axis: int = 1
-    free_axis: int = -1  # an axis of X no parameter reads: a request stays valid whatever its size
+    # An axis of X no parameter reads (a request stays valid whatever its size); None: spatial_axis's rule.
+    free_axis: int | None = None
 
     def loose_skip(self, inputs):
         """`inputs` (shapes or arrays by bind key) with a skip that stays valid whatever X's free axis
@@ -68,6 +70,18 @@ class OpInfo:
 
     def channels(self, shape):
         return shape[self.channels_axis]
+
+    @property
+    def spatial_axis(self):
+        """An axis of the base X no parameter reads: H for the channels-last ops, N for the layer
+        family (its parameters span the last axes: free_axis), else the last."""
+        if self.free_axis is not None:
+            return self.free_axis
+        return 1 if self.channels_axis != 1 else len(self.base_shape) - 1
+
+    def large(self, side=64):
+        """A base-rank X of about 2 * side**3 values, C = side (for limit tests)."""
+        return (2,) + (side,) * (len(self.base_shape) - 1) if len(self.base_shape) == 4 else (2, side, side)
 
     def dtypes(self, dtype):
         """Every type variable the caller gives, in `dtype` (outputs' float32 U needs none)."""
@@ -110,6 +124,8 @@ class OpInfo:
             return gn.group_normalization(*args, **{"num_groups": 2, **kwargs})
         if self.name == "in":
             return inn.instance_normalization(*args, **kwargs)
+        if self.name == "mgn":
+            return mgn.group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
         if self.name == "sgn":
             return sgn.skip_group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
         plain = {
@@ -164,7 +180,6 @@ OPS = {
         (2, 2, 3, 4),
         optional=("bias",),
         channels_axis=3,
-        free_axis=1,
     ),
     # The layer family: the last axis normalized, its parameters (C,) with C the last dimension.
     "ln": OpInfo(
@@ -204,6 +219,16 @@ OPS = {
         ("bias",),
         -1,
         0,
+    ),
+    "mgn": OpInfo(
+        "mgn",
+        mgn,
+        ("X", "gamma", "beta"),
+        {k: k for k in ("X", "gamma", "beta")},
+        "Y",
+        {"groups": 2, "activation": 0},
+        (2, 2, 3, 4),
+        channels_axis=3,
     ),
 }
 OP_IDS = tuple(OPS)

@@ -46,6 +46,7 @@ def _tensor_dtype(dtype) -> np.dtype:
 batch_normalization_ref = reference.batch_normalization
 group_normalization_ref = reference.group_normalization
 instance_normalization_ref = reference.instance_normalization
+microsoft_group_norm_ref = reference.microsoft_group_norm
 
 
 def node_reference(package, inputs, attrs) -> dict:
@@ -239,4 +240,18 @@ def skip_group_norm_for_call(inputs, attrs):
         attrs["activation"],
         attrs.get("channels_last", 1),
         inputs["X"].dtype,
+    )
+
+
+def microsoft_group_norm_for_call(inputs, attrs):
+    """microsoft_group_norm_ref() (com.microsoft GroupNorm) for a kernel call's bind-keyed inputs and
+    attributes (defaults applied)."""
+    return microsoft_group_norm_ref(
+        inputs["X"],
+        inputs["gamma"],
+        inputs["beta"],
+        attrs["groups"],
+        attrs.get("epsilon", 1e-5),
+        attrs["activation"],
+        attrs.get("channels_last", 1),
     )

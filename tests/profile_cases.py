@@ -24,6 +24,7 @@ import numpy as np
 
 from generated import ContractError, Tensor
 from generated import batch_normalization as bn
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import layer_normalization as ln
@@ -39,6 +40,7 @@ from tests.oracles import (
     group_normalization_ref,
     instance_normalization_ref,
     node_reference,
+    microsoft_group_norm_ref,
     run_seed,
     seed_note,
     skip_group_norm_ref,
@@ -49,6 +51,7 @@ PACKAGES = {
     "group_normalization": gn,
     "instance_normalization": inn,
     "skip_group_norm": sgn,
+    "group_norm": mgn,
     "layer_normalization": ln,
     "rms_normalization": rms,
     "simplified_layer_normalization": sln,
@@ -65,6 +68,8 @@ LAYER_FAMILY = (
     "skip_layer_normalization",
     "skip_simplified_layer_normalization",
 )
+# The com.microsoft ops: C last unless channels_last is 0, SiLU an attribute (`activation`).
+MICROSOFT_GROUP_OPS = {"skip_group_norm", "group_norm"}
 # Variants whose `when` takes one dtype of T: the 8-halves BatchNorm loads are float16 only,
 # plane_subgroup_vec4_scalar_io float32 only.
 ONE_DTYPE = {
@@ -98,9 +103,13 @@ class Case:
     @property
     def flavour(self):
         """SkipGroupNorm's optional tensors: `-bias` when a bias is given, `-sum` or `-plain` for S;
-        the layer family's tag."""
-        if self.tag or self.outputs is None:
+        com.microsoft GroupNorm's layout: `-nhwc` or `-nchw`; the layer family's tag."""
+        if self.tag:
             return self.tag
+        if self.op == "group_norm":
+            return "-nhwc" if self.attrs["channels_last"] else "-nchw"
+        if self.outputs is None:
+            return ""
         return ("-bias" if "bias" in self.shapes else "") + ("-sum" if "S" in self.outputs else "-plain")
 
     @property
@@ -117,6 +126,13 @@ class Case:
     @property
     def required_features(self):
         return tuple(getattr(PACKAGES[self.op], self.variant).REQUIRED_FEATURES)
+
+
+def channel_axis(case):
+    """The axis of C in the case's first input: -1 for a channels-last com.microsoft op and for the
+    layer family (its parameters span the last axes), else 1."""
+    channels_last = case.op in MICROSOFT_GROUP_OPS and case.attrs.get("channels_last", 1) != 0
+    return -1 if channels_last or case.op in LAYER_FAMILY else 1
 
 
 def _bn_shapes(x):
@@ -138,6 +154,11 @@ def _sgn_shapes(x, channels_last, bias, full_skip):
     if bias:
         shapes["bias"] = (c,)
     return shapes
+
+
+def _mgn_shapes(x, channels_last):
+    c = x[3] if channels_last else x[1]
+    return {"X": x, "gamma": (c,), "beta": (c,)}
 
 
 GN_SPLITS = {"STATS_VALUES_PER_SPLIT": 64, "SPLIT_STATS_MIN_HIDDEN": 1}
@@ -435,14 +456,33 @@ def _layer_base():
     ]
 
 
+def _mgn_base():
+    """com.microsoft GroupNorm: split and fused in both layouts, registers channels-last, SiLU on
+    and off; the shapes and tunables of the SkipGroupNorm cases above (the same shaders, no skip)."""
+    base = []
+    for i, (family, channels_last) in enumerate(((f, c) for f in ("split", "fused") for c in (1, 0))):
+        x = (2, 5, 6, 24) if channels_last else (2, 24, 5, 6)
+        attrs = {"groups": 4, "activation": i % 2, "channels_last": channels_last}
+        tunables = {"WORKGROUP_SIZE": 16, "SLAB_VALUES": 64}
+        base.append(("group_norm", family, _mgn_shapes(x, channels_last), attrs, tunables, {}, None))
+    tunables = {
+        "REGISTER_SPLIT_MIN_VALUES": 1,
+        "REGISTER_WORKGROUP_SIZE": 16,
+        "REGISTER_MIN_POSITION_LANES": 4,
+    }
+    attrs = {"groups": 4, "activation": 1, "channels_last": 1}
+    base.append(("group_norm", "registers", _mgn_shapes((2, 5, 6, 40), 1), attrs, tunables, {}, None))
+    return base
+
+
 def all_cases():
-    """Every variant of every op, with T in float32 and float16 (and SkipGroupNorm's M in both, RMS's
-    V with T and apart)."""
+    """Every variant of every op, with T in float32 and float16 (and SkipGroupNorm's and
+    com.microsoft GroupNorm's M in both, RMS's V with T and apart)."""
     cases = []
     for op, variant, shapes, attrs, tunables, info in _BASE:
         for t in ("float32", "float16"):
             cases.append(Case(op, variant, {"T": t}, shapes, attrs, tunables, None, info))
-    for op, variant, shapes, attrs, tunables, info, outputs in _sgn_base():
+    for op, variant, shapes, attrs, tunables, info, outputs in _sgn_base() + _mgn_base():
         for t in ("float32", "float16"):
             for m in ("float32", "float16"):
                 cases.append(Case(op, variant, {"T": t, "M": m}, shapes, attrs, tunables, outputs, info))
@@ -491,6 +531,17 @@ def reference(case, inputs):
         return {"y": group_normalization_ref(inputs["x"], inputs["scale"], inputs["bias"], **a)}
     if case.op == "instance_normalization":
         return {"output": instance_normalization_ref(inputs["input"], inputs["scale"], inputs["b"])}
+    if case.op == "group_norm":
+        y = microsoft_group_norm_ref(
+            inputs["X"],
+            inputs["gamma"],
+            inputs["beta"],
+            a["groups"],
+            a.get("epsilon", 1e-5),
+            a["activation"],
+            a["channels_last"],
+        )
+        return {"Y": y}
     y, s = skip_group_norm_ref(
         inputs["X"],
         inputs["gamma"],

@@ -2,7 +2,7 @@
 (docs/MANIFEST.md, "Binding times"): a new epsilon (or SkipGroupNorm activation) must not create a pipeline.
 
 Every variant of GroupNormalization-21, InstanceNormalization-6 and com.microsoft SkipGroupNorm
-runs with 50 distinct epsilon values on one shape: after the first call the device's pipeline
+and GroupNorm runs with 50 distinct epsilon values on one shape: after the first call the device's pipeline
 cache (`generated._runtime.pipeline_cache[device]`) does not grow, no pass declares an `epsilon`
 override, and each result matches the float64 reference for its own epsilon (docs/TESTING.md
 tolerances; fresh random data per run, seed printed on failure, NaN-poisoned outputs).
@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from generated import _runtime
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import skip_group_norm as sgn
@@ -22,6 +23,7 @@ from tests.oracles import (
     assert_close,
     group_normalization_ref,
     instance_normalization_ref,
+    microsoft_group_norm_for_call,
     rng_for,
     seed_note,
     skip_group_norm_for_call,
@@ -210,6 +212,52 @@ def test_skip_group_norm_epsilon_and_activation_are_uniforms(variant, member, dt
             check,
             outputs=outputs,
             caps=F16,
+            tunables=tunables,
+            variant=variant,
+            type_keys={"T": "X", "M": "gamma"},
+        )
+        first = pipeline_count() if first is None else first
+        assert pipeline_count() == first, f"activation {activation} created a pipeline"
+
+
+# (variant, channels_last, T): each variant once (registers: NHWC only), both layouts and T types
+# among them; SkipGroupNorm's test above runs the same shaders in every dtype.
+MGN_CONFIGS = [("registers", 1, np.float16), ("split", 1, np.float32), ("fused", 0, np.float16)]
+
+
+@pytest.mark.parametrize(
+    "variant,channels_last,dtype",
+    MGN_CONFIGS,
+    ids=[f"{v}-{'nhwc' if c else 'nchw'}-{np.dtype(d).name}" for v, c, d in MGN_CONFIGS],
+)
+def test_microsoft_group_norm_epsilon_and_activation_are_uniforms(variant, channels_last, dtype, request):
+    """com.microsoft GroupNorm (float32 gamma and beta): the pipeline count holds across 50 epsilons x
+    activation 0, 1, as SkipGroupNorm's."""
+    rng, seed = rng_for(request.node.name)
+    shape = (2, 4, 5, 16) if channels_last else (2, 16, 4, 5)  # 4 groups of 4 channels
+    inputs = {
+        "X": (rng.standard_normal(shape) * 2 + 1).astype(dtype),
+        "gamma": rng.uniform(-2, 2, 16).astype(np.float32),
+        "beta": rng.uniform(-1, 1, 16).astype(np.float32),
+    }
+    tunables = {"WORKGROUP_SIZE": 8, "SLAB_VALUES": 16}
+    first = None
+    for activation in (0, 1):
+        attrs = {"groups": 4, "activation": activation, "channels_last": channels_last}
+
+        def check(result, call_attrs, context):
+            want = microsoft_group_norm_for_call(inputs, call_attrs)
+            assert_close(result["Y"], want, dtype, f"{context} activation={activation} Y")
+
+        run_epsilons(
+            rng,
+            seed,
+            mgn,
+            inputs,
+            attrs,
+            check,
+            outputs=("Y",),
+            caps={"features": ["shader-f16", "subgroups"]} if variant == "registers" else F16,
             tunables=tunables,
             variant=variant,
             type_keys={"T": "X", "M": "gamma"},

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from generated import batch_normalization as bn
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import skip_group_norm as sgn
@@ -22,6 +23,7 @@ from oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    microsoft_group_norm_for_call,
     rng_for,
     seed_note,
     skip_group_norm_for_call,
@@ -146,6 +148,43 @@ def test_skip_group_norm_runs_in_batch_pieces(channels_last, skip_form, request)
     y_ref, s_ref = skip_group_norm_for_call(inputs, attrs)
     assert_close(result["Y"], y_ref, np.float32, f"Y in pieces, {seed_note(seed)}")
     assert_close(result["S"], s_ref, np.float32, f"S in pieces, {seed_note(seed)}")
+
+
+@pytest.mark.parametrize("variant", [None, "split", "fused"])
+@pytest.mark.parametrize("channels_last", [1, 0])
+def test_microsoft_group_norm_runs_in_batch_pieces(channels_last, variant, request):
+    rng, seed = rng_for(request.node.name)
+    n, c, h, w = 4, 8, 8, 8
+    x_shape = (n, h, w, c) if channels_last else (n, c, h, w)
+    inputs = {
+        "X": data(rng, x_shape, np.float16),
+        "gamma": rng.uniform(-2, 2, c).astype(np.float32),
+        "beta": rng.uniform(-1, 1, c).astype(np.float32),
+    }
+    attrs = {"groups": 4, "activation": 1, "channels_last": channels_last}
+    caps = small_binding(2 * c * h * w)  # one batch item a piece
+    plan = mgn.plan(
+        {k: v.shape for k, v in inputs.items()},
+        {"T": "float16", "M": "float32"},
+        attrs,
+        caps=caps,
+        variant=variant,
+    )
+    assert len(plan.chunks) == n, plan.explanation
+    result = poisoned_call(mgn, inputs, outputs=("Y",), attrs=attrs, caps=caps, variant=variant)
+    context = f"{variant} channels_last={channels_last} in pieces, {seed_note(seed)}"
+    assert_close(result["Y"], microsoft_group_norm_for_call(inputs, attrs), np.float16, context)
+
+
+def test_microsoft_group_norm_item_larger_than_one_binding_is_refused():
+    shapes = {"X": (1, 8, 8, 16), "gamma": (16,), "beta": (16,)}
+    with pytest.raises(
+        ContractError,
+        match=r"com.microsoft GroupNorm-1: input X: .*maxStorageBufferBindingSize = 1024.*cannot cut channels",
+    ):
+        mgn.plan(
+            shapes, {"T": "float32", "M": "float32"}, {"groups": 4, "activation": 0}, caps=small_binding(1024)
+        )
 
 
 def test_a_group_larger_than_one_binding_is_refused_by_name():

@@ -182,6 +182,7 @@ def test_the_compiler_writes_only_the_allow_list_and_every_banner_is_its_own(bui
         "simplified_layer_normalization",
         "skip_layer_normalization",
         "skip_simplified_layer_normalization",
+        "group_norm",
     }
     assert all(builder.allowed(path, packages) for path in files)
     assert all(builder.BANNER_START in "".join(text.splitlines(True)[:3]) for text in files.values())

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from generated import batch_normalization as bn
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import skip_group_norm as sgn
@@ -51,6 +52,15 @@ def sgn_inputs(shape, dtype, skip_form="full"):
     return inputs, {"groups": 2, "activation": 1}
 
 
+def mgn_inputs(shape, dtype):
+    """com.microsoft GroupNorm: NHWC when the last dim is 8 (C), else NCHW with C = 8 at axis 1;
+    gamma and beta float32 whatever X is (M of its own)."""
+    channels_last = int(shape[-1] == 8)
+    c = shape[-1] if channels_last else shape[1]
+    inputs = {"X": np.ones(shape, dtype), "gamma": np.ones(c, np.float32), "beta": np.ones(c, np.float32)}
+    return inputs, {"groups": 2, "activation": 1, "channels_last": channels_last}
+
+
 CASES = [
     (bn, bn_inputs, (0, 3)),
     (bn, bn_inputs, (2, 0, 4)),
@@ -67,12 +77,17 @@ CASES = [
     (sgn, sgn_inputs, (0, 4, 4, 8)),
     (sgn, sgn_inputs, (2, 0, 4, 8)),
     (sgn, sgn_inputs, (2, 4, 0, 8)),
+    (mgn, mgn_inputs, (0, 4, 4, 8)),
+    (mgn, mgn_inputs, (2, 4, 0, 8)),
+    (mgn, mgn_inputs, (2, 8, 0, 4)),
 ]
 VARIANT_CASES = [(package, make, shape, c.ID) for package, make, shape in CASES for c in package.CANDIDATES]
 
 
-def dtypes_of(package, dtype):
-    return {tv: np.dtype(dtype).name for tv in package.TYPE_CONSTRAINTS}
+def dtypes_of(package, dtype, inputs):
+    """Each type variable's dtype, as the inputs of that type have it (`dtype` where none is given)."""
+    found = {spec.type_var: inputs[spec.key].dtype.name for spec in package.INPUTS if spec.key in inputs}
+    return {tv: found.get(tv, np.dtype(dtype).name) for tv in package.TYPE_CONSTRAINTS}
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "f16"])
@@ -86,7 +101,7 @@ def test_empty_input_gives_empty_outputs_without_dispatch(package, make, shape, 
     outputs = tuple(t.key for t in package.OUTPUTS)
     plan = package.plan(
         {k: v.shape for k, v in inputs.items()},
-        dtypes_of(package, dtype),
+        dtypes_of(package, dtype, inputs),
         attrs,
         caps={"features": ["shader-f16", "subgroups"]},
         variant=variant,

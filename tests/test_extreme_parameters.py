@@ -34,6 +34,7 @@ SCALE_KEY = {
     "simplified_layer_normalization": "scale",
     "skip_layer_normalization": "gamma",
     "skip_simplified_layer_normalization": "gamma",
+    "group_norm": "gamma",
 }
 # The affine offset, where a case has one (the RMS forms have none: their Y is not an offset).
 BIAS_KEY = {
@@ -42,6 +43,7 @@ BIAS_KEY = {
     "skip_group_norm": "beta",
     "layer_normalization": "b",
     "skip_layer_normalization": "beta",
+    "group_norm": "beta",
 }
 # stash_type=10 takes float16 statistics and float16 arithmetic, as the spec says: an infinite
 # scale is then a float16 question the spec's own body answers differently; left out.
@@ -52,7 +54,7 @@ def _prepared(case, purpose):
     device, caps = profile_cases.device_for(case)
     seed = run_seed()
     rng = np.random.default_rng([seed, zlib.crc32(f"{purpose}/{case.id}".encode())])
-    if case.op == "skip_group_norm":
+    if case.op in profile_cases.MICROSOFT_GROUP_OPS:
         # SiLU of -inf is NaN in the definition as well: plain Y keeps the infinities to compare.
         case = dataclasses.replace(case, attrs={**case.attrs, "activation": 0})
     return device, caps, seed, rng, case
@@ -64,12 +66,6 @@ def _called(case, inputs, device, caps):
     except ContractError as refusal:
         # A variant that does not take this dtype or device (its refusal is tested elsewhere).
         pytest.skip(f"the variant refuses the case: {refusal}")
-
-
-def _channel_axis(case):
-    """The axis a parameter's first value sits on: the channels, or the last axis for the layer family."""
-    channels_last = case.op == "skip_group_norm" and case.attrs.get("channels_last", 1) != 0
-    return -1 if channels_last or case.op in profile_cases.LAYER_FAMILY else 1
 
 
 @pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
@@ -92,8 +88,8 @@ def test_an_infinite_scale_gives_the_definitions_infinities(case):
             got[infinite], want[infinite], err_msg=f"{context} {key}: where the definition is +-inf"
         )
         # Channel 0 is inf or NaN (x equal to the mean) in the definition; the rest is ordinary.
-        finite = np.moveaxis(np.isfinite(want), _channel_axis(case), 0)[1:]
-        rest = lambda a: np.moveaxis(a, _channel_axis(case), 0)[1:][finite]
+        finite = np.moveaxis(np.isfinite(want), profile_cases.channel_axis(case), 0)[1:]
+        rest = lambda a: np.moveaxis(a, profile_cases.channel_axis(case), 0)[1:][finite]
         assert_close(rest(got), rest(want), result[key].dtype, f"{context} {key}: the other channels")
 
 
@@ -127,7 +123,7 @@ def test_constant_huge_rows_normalize_to_the_bias(case, value):
     got = np.asarray(result[first], np.float64)
     bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
     # The layer family's offset broadcasts over X's last axes as it is (NumPy's rule is ONNX's).
-    shape = (-1,) + (1,) * (got.ndim - 2) if _channel_axis(case) == 1 else bias.shape
+    shape = (-1,) + (1,) * (got.ndim - 2) if profile_cases.channel_axis(case) == 1 else bias.shape
     context = f"{case.id} {case.shapes} {case.tunables} {seed_note(seed)}"
     np.testing.assert_array_equal(
         got[0],

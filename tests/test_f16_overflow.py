@@ -24,7 +24,8 @@ from tests.oracles import assert_close, rng_for, run_seed, seed_note
 
 # Where the exact output is at least this large, float16 rounding gives infinity (65520 and up do).
 BEYOND = 65536.0
-# The input the outputs scale with, per op (for SkipGroupNorm its type is M, here float16 too).
+# The input the outputs scale with, per op (for SkipGroupNorm and GroupNorm its type is M, here
+# float16 too).
 SCALE_KEY = {
     "batch_normalization": "scale",
     "group_normalization": "scale",
@@ -35,6 +36,7 @@ SCALE_KEY = {
     "simplified_layer_normalization": "scale",
     "skip_layer_normalization": "gamma",
     "skip_simplified_layer_normalization": "gamma",
+    "group_norm": "gamma",
 }
 
 CASES = [

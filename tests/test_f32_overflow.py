@@ -25,6 +25,7 @@ BIAS_KEY = {
     "skip_group_norm": "beta",
     "layer_normalization": "b",
     "skip_layer_normalization": "beta",
+    "group_norm": "beta",
 }
 # stash_type=10 takes float16 statistics, as the spec says: values this large are beyond them.
 CASES = [
@@ -57,16 +58,16 @@ def test_rows_beyond_float32_squares_normalize_to_the_bias(case, pattern):
         inputs["skip"] = np.zeros_like(inputs["skip"])
         if "bias" in inputs:
             inputs["bias"] = np.zeros_like(inputs["bias"])
-    attrs = {**case.attrs, "activation": 0} if case.op == "skip_group_norm" else case.attrs
+    microsoft = case.op in profile_cases.MICROSOFT_GROUP_OPS
+    attrs = {**case.attrs, "activation": 0} if microsoft else case.attrs
     case = dataclasses.replace(case, attrs=attrs)
     result = profile_cases.call_case(case, inputs, device, caps)
     first = profile_cases.PACKAGES[case.op].OUTPUTS[0].key
     got = np.asarray(result[first], np.float64)
-    channels_last = case.op == "skip_group_norm" and case.attrs.get("channels_last", 1) != 0
-    last_axes = channels_last or case.op in profile_cases.LAYER_FAMILY  # NumPy's broadcast is ONNX's there
     bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
     expected_bias = np.broadcast_to(
-        bias if last_axes else bias.reshape((-1,) + (1,) * (got.ndim - 2)), got[0].shape
+        bias if profile_cases.channel_axis(case) == -1 else bias.reshape((-1,) + (1,) * (got.ndim - 2)),
+        got[0].shape,
     )
     context = f"{case.id} {pattern} {case.shapes} {case.tunables} {seed_note(seed)}"
     np.testing.assert_array_equal(got[0], expected_bias, err_msg=f"{context}: batch item 0 is not the bias")

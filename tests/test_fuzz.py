@@ -1,9 +1,10 @@
 """Property-based tests (hypothesis) of the generated ops (issue 9).
 
 * `test_fuzz_<op>_matches_the_reference`: valid requests (ranks 2-5, dims 1-70, at most 50,000
-  elements; float32 / float16; epsilon, num_groups dividing C, stash_type, SkipGroupNorm's
-  activation, layout, skip shapes, bias and S; the layer family's axis, broadcast Scale and B, T
-  and V apart, skip forms and optional outputs; the default variant or a forced one that applies)
+  elements; float32 / float16; epsilon, num_groups dividing C, stash_type, SkipGroupNorm's and
+  GroupNorm's activation, layout and gamma / beta type, SkipGroupNorm's skip shapes, bias and S;
+  the layer family's axis, broadcast Scale and B, T and V apart, skip forms and optional outputs;
+  the default variant or a forced one that applies)
   run with NaN-poisoned outputs and match tests/oracles.py's float64 references within docs/TESTING.md's
   tolerances (stash_type=10 as tests/test_group_normalization.py judges it).
 * `test_fuzz_<op>_empty`: requests with a zero dimension, any variant forced: outputs of the
@@ -44,10 +45,13 @@ from tests.oracles import (
     group_normalization_ref,
     instance_normalization_ref,
     node_reference,
+    microsoft_group_norm_ref,
     skip_group_norm_ref,
 )
 
 MAX_ELEMENTS = 50_000
+# The com.microsoft ops: C at axis 3 or 1 by `channels_last`; gamma and beta of their own type M.
+MICROSOFT = ("sgn", "mgn")
 MAX_DIM = 70
 
 
@@ -193,6 +197,26 @@ def sgn_requests(draw, min_dim=1):
 
 
 @st.composite
+def mgn_requests(draw, min_dim=1):
+    channels_last = draw(st.sampled_from([0, 1]))
+    c = draw(st.integers(min_dim, 64))
+    shape = draw(dims(4, min_dim, fixed={3 if channels_last else 1: c}))
+    t, m = draw(DTYPES), draw(DTYPES)
+    rng = np.random.default_rng(draw(SEEDS))
+    inputs = {
+        "X": random_x(rng, shape, t, draw(st.sampled_from([0.0, 3.0]))),
+        "gamma": per_channel(rng, c, m),
+        "beta": per_channel(rng, c, m, -1, 1),
+    }
+    attrs = {
+        "groups": draw(st.sampled_from(divisors(c) if c else [1, 2, 3])),
+        "activation": draw(st.sampled_from([0, 1])),
+        "channels_last": channels_last,
+        "epsilon": draw(EPSILONS),
+    }
+    return "mgn", inputs, attrs, None
+
+
 def broadcast_shape(draw, normalized):
     """A shape that broadcasts to `normalized` along one run of its axes: the whole shape, a suffix of
     it, or one of those with some of its leading axes 1 (a suffix's leading 1s: (1, D) for (S, D))."""
@@ -258,10 +282,18 @@ REQUESTS = {
     "gn": gn_requests,
     "in": in_requests,
     "sgn": sgn_requests,
+    "mgn": mgn_requests,
     **{op_id: functools.partial(layer_requests, op_id) for op_id in ("ln", "rms", "sln")},
     **{op_id: functools.partial(skip_layer_requests, op_id) for op_id in ("skln", "sksln")},
 }
 LAYER_FAMILY = ("ln", "rms", "sln", "skln", "sksln")
+
+
+def channels(op_id, shape, attrs):
+    """C of an X of `shape`: its axis 1, or for the com.microsoft ops the axis `channels_last` says."""
+    if op_id in MICROSOFT:
+        return shape[3 if attrs["channels_last"] else 1]
+    return OPS[op_id].channels(shape)
 
 
 def references(op_id, inputs, attrs):
@@ -285,6 +317,18 @@ def references(op_id, inputs, attrs):
         return {
             "output": instance_normalization_ref(
                 inputs["input"], inputs["scale"], inputs["b"], attrs["epsilon"]
+            )
+        }
+    if op_id == "mgn":
+        return {
+            "Y": microsoft_group_norm_ref(
+                inputs["X"],
+                inputs["gamma"],
+                inputs["beta"],
+                attrs["groups"],
+                attrs["epsilon"],
+                attrs["activation"],
+                attrs["channels_last"],
             )
         }
     y, s = skip_group_norm_ref(
@@ -457,6 +501,10 @@ def test_fuzz_layer_family_matches_the_reference(op_id):
     _valid_fuzz(op_id, 25)
 
 
+def test_fuzz_microsoft_group_norm_matches_the_reference():
+    _valid_fuzz("mgn", 40)
+
+
 # ---------------------------------------------------------------------------------------------------------
 # Empty requests: any variant forced, empty outputs, no passes
 
@@ -471,7 +519,7 @@ def empty_requests(draw, op_id):
         shape = list(inputs[key].shape)
         shape[axis] = 0
         x = np.empty(shape, inputs[key].dtype)
-        c = OPS[op_id].channels(shape) if op_id != "sgn" else shape[3 if attrs["channels_last"] else 1]
+        c = channels(op_id, shape, attrs)
         fixed = {}
         for k, v in inputs.items():
             if k == key:
@@ -542,8 +590,12 @@ def invalid_requests(draw, op_id):
         choices.append("mixed_dtype")
     if op_id == "gn":
         choices += ["groups_do_not_divide", "groups_not_positive", "stash_type"]
+    if op_id in MICROSOFT:
+        choices += ["groups_do_not_divide", "groups_not_positive", "activation", "rank_high"]
     if op_id == "sgn":
-        choices += ["groups_do_not_divide", "groups_not_positive", "skip_shape", "activation", "rank_high"]
+        choices += ["skip_shape"]
+    if op_id == "mgn":
+        choices += ["channels_last"]
     if op_id == "bn":
         choices += ["training_mode", "momentum"]  # momentum: not a finite number (any finite one is accepted)
     kind = draw(st.sampled_from(choices))
@@ -559,13 +611,24 @@ def invalid_requests(draw, op_id):
     elif kind == "float64":
         inputs[first] = x.astype(np.float64)
     elif kind == "rank_low":
-        low = {"bn": 1, "gn": 2, "in": 2, "sgn": 3, "ln": 0, "rms": 0, "sln": 0, "skln": 1, "sksln": 1}[op_id]
+        low = {
+            "bn": 1,
+            "gn": 2,
+            "in": 2,
+            "sgn": 3,
+            "ln": 0,
+            "rms": 0,
+            "sln": 0,
+            "skln": 1,
+            "sksln": 1,
+            "mgn": 3,
+        }[op_id]
         inputs[first] = np.ones(x.shape[:low], x.dtype)
     elif kind == "rank_high":
         inputs[first] = x.reshape(x.shape + (1,))
     elif kind == "groups_do_not_divide":
         name = "num_groups" if op_id == "gn" else "groups"
-        c = info.channels(x.shape) if op_id == "gn" else x.shape[3 if attrs["channels_last"] else 1]
+        c = channels(op_id, x.shape, attrs)
         bad = [g for g in range(2, c + 4) if c % g]
         if not bad:
             bad = [c + 1] if c else [3]  # C = 0 and C = 1 have no non-divisor below c + 4 but c + 1
@@ -583,6 +646,8 @@ def invalid_requests(draw, op_id):
         )
     elif kind == "activation":
         attrs["activation"] = draw(st.sampled_from([2, -1]))
+    elif kind == "channels_last":  # GroupNorm's schema: 1 or 0
+        attrs["channels_last"] = draw(st.sampled_from([2, -1, 255]))
     elif kind == "training_mode":
         attrs["training_mode"] = 1
     elif kind == "momentum":
@@ -606,8 +671,7 @@ def _is_really_invalid(op_id, inputs, attrs, kind):
         return inputs["skip"].shape not in (x.shape, (n, c), (n, 1, 1, c))
     if kind == "groups_do_not_divide":
         name = "num_groups" if op_id == "gn" else "groups"
-        x = inputs[OPS[op_id].keys[0]]
-        c = x.shape[1] if op_id == "gn" else x.shape[3 if attrs["channels_last"] else 1]
+        c = channels(op_id, inputs[OPS[op_id].keys[0]].shape, attrs)
         return attrs[name] < 1 or c % attrs[name] != 0
     return True
 
@@ -727,6 +791,7 @@ def malformed_calls(draw):
                         "sln": [[]],
                         "skln": [[3], [1, 2, 4, 3]],
                         "sksln": [[3], [1, 2, 4, 3]],
+                        "mgn": [[2, 3, 4], [2, 2, 3, 4, 1]],
                     }[op_id]
                 )
             )
@@ -747,7 +812,7 @@ def malformed_calls(draw):
                     )
                 else:
                     bad = ["2", None, [2], {"v": 2}, True, False, math.nan, math.inf, 1.5]
-                    if name != "channels_last":  # any non-zero int means channels last
+                    if name != "channels_last" or op_id == "mgn":  # SkipGroupNorm: any non-zero int is NHWC
                         bad += [2**64, -(2**63)]
                     bad = draw(st.sampled_from(bad))
                 attrs[name] = bad

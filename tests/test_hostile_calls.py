@@ -1,7 +1,8 @@
 """Hostile calls (issue 9): every invalid request is refused with a ContractError before any GPU work.
 
-One test (or parametrized group) per decision of issue 9, over all four ops (batch_normalization,
-group_normalization, instance_normalization, skip_group_norm) and both dtypes where it applies.
+One test (or parametrized group) per decision of issue 9, over every op (batch_normalization,
+group_normalization, instance_normalization, skip_group_norm, group_norm) and both dtypes where it
+applies.
 Every refusal is checked for its shape (tests/hostile_support.check_refusal): a ContractError
 (a ValueError) whose str reads "{op}: {subject}: {message} ..." and carries the rule, naming the op
 and the name the caller used for the input or attribute (a bind key like `x` / `b` or an ONNX role
@@ -66,12 +67,12 @@ BUFFER_KINDS = {
     "zero_bytes_out": ("gn", "bn"),
     # A Tensor whose buffer is smaller than its shape's bytes (today: a silent wrong answer).
     "small_buffer_input": OP_IDS,
-    "small_buffer_param": ("gn", "sgn"),
+    "small_buffer_param": ("gn", "sgn", "mgn"),
     "small_buffer_out": OP_IDS,
     # Usages: inputs need STORAGE; out= needs STORAGE and COPY_SRC.
     "input_without_storage": OP_IDS,
     "out_without_copy_src": OP_IDS,
-    "out_without_storage": ("bn", "sgn"),
+    "out_without_storage": ("bn", "sgn", "mgn"),
     # out= aliasing an input: the same Tensor, or another Tensor over the same buffer.
     "out_aliases_input": OP_IDS,
     "out_aliases_input_buffer": ("gn", "in"),
@@ -147,7 +148,7 @@ def _buffer_case(op_id, kind, device):
         alias = Tensor(inputs[first].buffer, x.shape, x.dtype, device)
         return summary(kernel(info, inputs, out={out_key: alias}))
     elif kind == "zero_element_tensors_runs":
-        axis = info.free_axis % x.ndim  # an axis no parameter reads: they keep matching
+        axis = info.spatial_axis  # an axis no parameter reads: they keep matching
         shape = x.shape[:axis] + (0,) + x.shape[axis + 1 :]
         empty = {
             k: Tensor.from_numpy(np.empty(shape, x.dtype) if v.shape == x.shape else v, device)
@@ -263,7 +264,7 @@ def _with_bad_dim(info, target, value, by_role=False):
     info.loose_skip(shapes)  # a skip valid whatever X's free axis is, so only X's dim is wrong
     if target == "x":
         key = info.keys[0]
-        axis = info.free_axis % len(shapes[key])
+        axis = info.spatial_axis
     else:
         key = info.keys[1]
         axis = 0
@@ -455,7 +456,7 @@ def test_epsilon_that_is_not_a_finite_f32_is_refused_by_kernel(op_id, bad):
     )
 
 
-GROUP_ATTRS = {"gn": "num_groups", "sgn": "groups"}
+GROUP_ATTRS = {"gn": "num_groups", "sgn": "groups", "mgn": "groups"}
 HUGE_INTS = {
     "2**32": 2**32,
     "2**40": 2**40,
@@ -512,6 +513,9 @@ BOOL_ATTRS = [
     ("sgn", "activation", 1, True),
     ("sgn", "channels_last", 1, True),
     ("sgn", "channels_last", 0, False),
+    ("mgn", "groups", 1, True),
+    ("mgn", "activation", 1, True),
+    ("mgn", "channels_last", 0, False),
     ("bn", "training_mode", 0, False),
     ("bn", "epsilon", 1.0, True),
     ("in", "epsilon", 1.0, True),
@@ -519,13 +523,13 @@ BOOL_ATTRS = [
 
 
 def _inputs_for_attr(info, name, value):
-    if info.name == "sgn" and name == "channels_last" and value == 0:
-        # (N, C, H, W): C = 2
+    if info.name in ("sgn", "mgn") and name == "channels_last" and value == 0:
+        # (N, C, H, W): C = 4
         shape = (2, 4, 3, 2)
         rng = np.random.default_rng(1)
         x = rng.standard_normal(shape).astype(np.float32)
         c = np.ones(4, np.float32)
-        return {"X": x, "gamma": c, "beta": c, "skip": x}
+        return {"X": x, "gamma": c, "beta": c, **({"skip": x} if info.name == "sgn" else {})}
     return info.inputs()
 
 
@@ -595,6 +599,7 @@ EMPTY_SHAPES = {
     "gn": [(2, 6, 0, 3), (0, 6, 4), (2, 0, 4)],
     "in": [(2, 6, 0, 3), (0, 6, 4), (2, 0, 4)],
     "sgn": [(0, 2, 3, 4), (2, 0, 3, 4), (2, 2, 0, 4), (2, 2, 3, 0)],
+    "mgn": [(0, 2, 3, 4), (2, 0, 3, 4), (2, 2, 0, 4), (2, 2, 3, 0)],
     **{op_id: [(0, 4, 3), (2, 0, 3), (2, 4, 0)] for op_id in ("ln", "rms", "sln", "skln", "sksln")},
 }
 EMPTY_CASES = [
@@ -724,10 +729,12 @@ def test_float16_on_a_device_without_shader_f16(op_id, device_without_f16):
     assert F16_PHRASE in str(error), str(error)
 
 
-def test_float16_gamma_beta_do_not_need_shader_f16(device_without_f16):
-    """SkipGroupNorm binds gamma / beta (type M) as 32-bit words: an f32 X with f16 M runs anywhere.
-    (The same variant on both devices: the default one has subgroups, which registers needs.)"""
-    info = OPS["sgn"]
+@pytest.mark.parametrize("op_id", ["sgn", "mgn"])
+def test_float16_gamma_beta_do_not_need_shader_f16(op_id, device_without_f16):
+    """SkipGroupNorm and GroupNorm bind gamma / beta (type M) as 32-bit words: an f32 X with f16 M
+    runs anywhere. (The same variant on both devices: the default one has subgroups, which registers
+    needs.)"""
+    info = OPS[op_id]
     inputs = info.inputs(np.float32)
     inputs["gamma"] = inputs["gamma"].astype(np.float16)
     inputs["beta"] = inputs["beta"].astype(np.float16)
@@ -808,6 +815,9 @@ EXPLAIN_CASES = {
     "bn-f16-without-shader-f16": ("bn", None, None, {"features": []}),
     "in-binding-limit": ("in", None, None, {"limits": {"maxStorageBufferBindingSize": 16}}),
     "sgn-epsilon-1e39": ("sgn", None, {"epsilon": 1e39}, None),
+    "mgn-groups-do-not-divide": ("mgn", None, {"groups": 3}, None),
+    "mgn-channels-last-2": ("mgn", None, {"channels_last": 2}, None),
+    "mgn-gamma-length": ("mgn", {"X": (2, 2, 3, 4), "gamma": (3,), "beta": (4,)}, None, None),
 }
 
 
@@ -835,17 +845,18 @@ def test_explain_returns_the_broken_rule(name):
 
 
 @pytest.mark.parametrize(
-    "op_id,by_role", [("bn", False), ("bn", True), ("gn", False), ("gn", True), ("in", False), ("sgn", False)]
+    "op_id,by_role",
+    [("bn", False), ("bn", True), ("gn", False), ("gn", True), ("in", False), ("sgn", False), ("mgn", False)],
 )
 def test_tensor_over_the_storage_binding_limit_names_input_and_limit(op_id, by_role):
     info = OPS[op_id]
-    shapes = info.shapes((2, 64, 64, 64) if op_id == "sgn" else (2, 64, 64))
+    shapes = info.shapes(info.large())
     key = info.keys[0]
     if by_role:
         shapes[info.roles[key]] = shapes.pop(key)
         key = info.roles[key]
     # 4 KiB: planned in pieces of channel ranges (a GroupNorm group of 32 channels is 8 KiB);
-    # 128 bytes: below one channel (and one SkipGroupNorm item), so no cut exists and the
+    # 128 bytes: below one channel (and one SkipGroupNorm or GroupNorm item), so no cut exists and the
     # refusal names the input and the limit.
     if op_id in ("bn", "in"):
         assert plan(info, shapes, caps={"limits": {"maxStorageBufferBindingSize": 4096}}).chunks
@@ -886,7 +897,7 @@ WORKGROUP_TUNABLES = [
 def test_workgroup_tunable_over_the_device_limit(op_id, name):
     """Over maxComputeInvocationsPerWorkgroup (256 by default): capped by the manifest, or refused by name."""
     info = OPS[op_id]
-    shapes = info.shapes((2, 64, 64, 64) if op_id == "sgn" else (2, 64, 4096))
+    shapes = info.shapes(info.large() if len(info.base_shape) == 4 else (2, 64, 4096))
     try:
         p = plan(info, shapes, tunables={name: 4096})
     except ContractError as error:
@@ -1030,7 +1041,7 @@ def test_tensor_with_a_non_integer_dim_is_refused(op_id, bad):
     info.loose_skip(inputs)  # a skip valid whatever X's free axis is
     t = Tensor.from_numpy(x)
     shape = list(x.shape)
-    axis = info.free_axis  # an axis no parameter reads: they must keep matching
+    axis = info.spatial_axis  # an axis no parameter reads: they must keep matching
     shape[axis] = True if bad is True else shape[axis] - bad
     shape = tuple(shape)
 

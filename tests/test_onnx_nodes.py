@@ -20,6 +20,7 @@ from oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    microsoft_group_norm_ref,
     rng_for,
     seed_note,
     skip_group_norm_ref,
@@ -57,6 +58,7 @@ def test_registry_maps_onnx_versions_to_the_op_packages():
         ("com.microsoft", "SimplifiedLayerNormalization", 1),
         ("com.microsoft", "SkipLayerNormalization", 1),
         ("com.microsoft", "SkipSimplifiedLayerNormalization", 1),
+        ("com.microsoft", "GroupNorm", 1),
     }
     spans = {key: (e.module.__name__.split(".")[-1], e.first_opset, e.last_opset) for key, e in ops.items()}
     assert spans[("ai.onnx", "BatchNormalization", 15)] == ("batch_normalization", 15, None)
@@ -66,6 +68,7 @@ def test_registry_maps_onnx_versions_to_the_op_packages():
     assert spans[("ai.onnx", "InstanceNormalization", 6)] == ("instance_normalization", 6, 21)
     assert spans[("ai.onnx", "InstanceNormalization", 22)] == ("instance_normalization", 22, None)
     assert spans[("com.microsoft", "SkipGroupNorm", 1)] == ("skip_group_norm", 1, None)
+    assert spans[("com.microsoft", "GroupNorm", 1)] == ("group_norm", 1, None)
     # The package's own version has no note; the adapted ones say how.
     assert ops[("ai.onnx", "GroupNormalization", 21)].note == ""
     assert "per group" in ops[("ai.onnx", "GroupNormalization", 18)].note
@@ -156,6 +159,13 @@ def test_run_node_runs_every_op(device):
     )
     y, s = run_node(node, [xs, c[0], c[1], skip], opset=1, device=device)
     assert s is None and y.shape == xs.shape
+
+    # com.microsoft GroupNorm: float16 X with float32 gamma and beta, channels_last absent (1).
+    node = _node("GroupNorm", ["X", "gamma", "beta"], ["Y"], "com.microsoft", groups=4, activation=1)
+    (y,) = run_node(node, [xs.astype(np.float16), c[0], c[1]], opset=1, device=device)
+    ref = microsoft_group_norm_ref(xs.astype(np.float16), c[0], c[1], 4, 1e-5, 1, 1)
+    assert y.dtype == np.float16 and y.shape == xs.shape
+    assert_close(y, ref, np.float16, "com.microsoft GroupNorm")
 
 
 def _ort_schemas():
@@ -331,8 +341,9 @@ def test_the_kernels_do_not_import_onnx():
 
 
 def chain_model(opset, dtype=TensorProto.FLOAT):
-    """BatchNormalization -> InstanceNormalization -> GroupNormalization -> com.microsoft SkipGroupNorm,
-    with a symbolic batch dimension; GroupNormalization's scale and bias are per group below opset 21."""
+    """BatchNormalization -> InstanceNormalization -> GroupNormalization -> com.microsoft SkipGroupNorm
+    -> (to NHWC) com.microsoft GroupNorm, with a symbolic batch dimension; GroupNormalization's scale
+    and bias are per group below opset 21; GroupNorm's gamma and beta are float32 whatever X is."""
     n_groups, c = 4, 8
     np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
     rng = np.random.default_rng(3)
@@ -355,12 +366,25 @@ def chain_model(opset, dtype=TensorProto.FLOAT):
             activation=1,
             channels_last=0,
         ),
-        helper.make_node("Relu", ["y"], ["z"], name="relu"),
+        helper.make_node("Transpose", ["y"], ["y_nhwc"], name="nhwc", perm=[0, 2, 3, 1]),
+        helper.make_node(
+            "GroupNorm",
+            ["y_nhwc", "mg_g", "mg_b"],
+            ["g"],
+            name="mgn",
+            domain="com.microsoft",
+            groups=2,
+            activation=1,
+        ),
+        helper.make_node("Relu", ["g"], ["z"], name="relu"),
     ]
     initializers = [
         init(n, (c,)) for n in ("bn_s", "bn_b", "bn_m", "bn_v", "in_s", "in_b", "sg_g", "sg_b", "sg_bias")
     ]
     initializers += [init("gn_s", per_group), init("gn_b", per_group)]
+    initializers += [
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), n) for n in ("mg_g", "mg_b")
+    ]
     inputs = [helper.make_tensor_value_info(name, dtype, ["N", c, 4, 6]) for name in ("x", "skip")]
     outputs = [helper.make_tensor_value_info(name, dtype, None) for name in ("z", "s")]
     graph = helper.make_graph(nodes, "chain", inputs, outputs, initializer=initializers)
@@ -385,12 +409,15 @@ def test_check_model_runs_every_normalization_node(tmp_path, capsys, opset, dtyp
         f"in: InstanceNormalization-6 2x8x4x6, 8, 8 {dtype_name}",
         f"gn: {gn} {dtype_name}",
         f"sgn: SkipGroupNorm-1 2x8x4x6, 8, 8, 2x8x4x6, 8 {dtype_name}",
+        f"mgn: GroupNorm-1 2x4x6x8, 8, 8 {dtype_name}",
     ]
-    assert len(lines) == 5, lines
+    assert len(lines) == 6, lines
     for line, start in zip(lines, expected):
         assert line.startswith(start + ": variant "), line
         assert "of tolerance" in line and " us (" in line and line.endswith(": ok"), line
-    assert lines[-1] == "4 normalization nodes run, 0 outside tolerance or failed, 0 skipped"
+        # ONNX Runtime ran beside (com.microsoft GroupNorm and SkipGroupNorm as standard ops).
+        assert "; ONNX Runtime CPU " in line and "no result" not in line, line
+    assert lines[-1] == "5 normalization nodes run, 0 outside tolerance or failed, 0 skipped"
 
 
 def test_check_model_exits_1_outside_tolerance_and_2_on_an_unreadable_model(tmp_path, capsys, monkeypatch):
@@ -404,7 +431,7 @@ def test_check_model_exits_1_outside_tolerance_and_2_on_an_unreadable_model(tmp_
     )
     assert check_model.main([str(path)]) == 1
     out = capsys.readouterr().out
-    assert out.count("OUTSIDE TOLERANCE") == 4 and "4 outside tolerance or failed" in out
+    assert out.count("OUTSIDE TOLERANCE") == 5 and "5 outside tolerance or failed" in out
     (tmp_path / "broken.onnx").write_bytes(b"not a model")
     assert check_model.main([str(tmp_path / "broken.onnx")]) == 2
     assert "cannot read" in capsys.readouterr().err
@@ -457,9 +484,9 @@ def test_check_model_reports_a_nan_in_the_reference_only(tmp_path, capsys, monke
     monkeypatch.setattr(check_model.reference, "node_outputs", first_value_nan)
     assert check_model.main([str(path)]) == 1
     lines = capsys.readouterr().out.splitlines()
-    for line in lines[:4]:
+    for line in lines[:5]:
         assert "max error inf (inf of tolerance)" in line and line.endswith(": OUTSIDE TOLERANCE"), line
-    assert lines[-1] == "4 normalization nodes run, 4 outside tolerance or failed, 0 skipped"
+    assert lines[-1] == "5 normalization nodes run, 5 outside tolerance or failed, 0 skipped"
 
 
 def test_check_model_plans_before_drawing_inputs(tmp_path, capsys):

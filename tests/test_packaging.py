@@ -36,6 +36,7 @@ from oracles import (
     group_normalization_ref,
     instance_normalization_ref,
     node_reference,
+    microsoft_group_norm_ref,
     skip_group_norm_ref,
 )
 
@@ -266,6 +267,7 @@ import importlib.util, json, sys
 import numpy as np
 import webgpu_norm_kernels as k
 from webgpu_norm_kernels import batch_normalization, group_normalization, instance_normalization, skip_group_norm
+from webgpu_norm_kernels import group_norm
 
 data = dict(np.load(sys.argv[1]))
 out = {
@@ -286,6 +288,7 @@ out["sln"] = simplified_layer_normalization.simplified_layer_normalization(data[
 x3, skip3 = data["xs"].reshape(6, 5, 8), data["skip"].reshape(6, 5, 8)  # the Skip forms take rank 2 or 3
 out["skln"] = skip_layer_normalization.skip_layer_normalization(x3, skip3, data["c0"], data["c1"])
 out["sksln"] = skip_simplified_layer_normalization.skip_simplified_layer_normalization(x3, skip3, data["c0"])
+out["mgn"] = group_norm.group_norm(data["xs"].astype(np.float16), data["c0"], data["c1"], groups=4, activation=1)
 np.savez(sys.argv[2], **out)
 print(json.dumps({
     "file": k.__file__, "version": k.__version__, "ops": sorted(str(e) for e in k.ops().values()),
@@ -361,6 +364,8 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
         module = importlib.import_module(f"generated.{package}")
         expected = next(iter(node_reference(module, inputs, {}).values()))
         assert_close(out[name], expected, np.float32, f"wheel: {package}")
+    ref = microsoft_group_norm_ref(data["xs"].astype(np.float16), c[0], c[1], 4, 1e-5, 1, 1)
+    assert_close(out["mgn"], ref, np.float16, "wheel: com.microsoft GroupNorm")
     # The console script runs the package's __main__ (no command: usage, exit 2).
     script_run = subprocess.run(
         [str(environment / "bin" / "webgpu-norm-kernels")], capture_output=True, text=True, timeout=60

@@ -17,6 +17,7 @@ import pytest
 
 from generated import _runtime
 from generated import batch_normalization as bn
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import skip_group_norm as sgn
@@ -26,6 +27,7 @@ from tests.oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    microsoft_group_norm_for_call,
     rng_for,
     seed_note,
     skip_group_norm_for_call,
@@ -409,6 +411,47 @@ def test_skip_group_norm_second_shape_reuses_pipelines(flavour, dtype, request):
         seed,
         caps=F16,
         outputs=outputs,
+        tunables={"WORKGROUP_SIZE": 8, "SLAB_VALUES": 16},
+        type_keys={"T": "X", "M": "gamma"},
+    )
+
+
+# --- com.microsoft GroupNorm ------------------------------------------------------------------------
+
+
+def mgn_inputs(rng, shape, attrs, dtype):
+    c = shape[3]  # NHWC
+    return {
+        "X": (rng.standard_normal(shape) * 2 + 1).astype(dtype),
+        "gamma": rng.uniform(-2, 2, c).astype(np.float32),
+        "beta": rng.uniform(-1, 1, c).astype(np.float32),
+    }
+
+
+def mgn_check(inputs, attrs, result, context):
+    assert_close(result["Y"], microsoft_group_norm_for_call(inputs, attrs), inputs["X"].dtype, f"{context} Y")
+
+
+@DTYPES
+@pytest.mark.parametrize("variant", ["split", "fused"])
+def test_microsoft_group_norm_second_shape_reuses_pipelines(variant, dtype, request):
+    """SkipGroupNorm's shapes above, without the skip: the same workgroup sizes on both shapes."""
+    rng, seed = rng_for(request.node.name)
+    second = ((1, 3, 6, 8), {"groups": 2}) if variant == "fused" else ((1, 3, 5, 24), {"groups": 6})
+    cases = [
+        ((2, 4, 5, 16), {"groups": 4, "activation": 0, "epsilon": 1e-5}),
+        (second[0], {**second[1], "activation": 1, "epsilon": 1e-5}),
+    ]
+    run_two_shapes(
+        mgn,
+        variant,
+        cases,
+        mgn_inputs,
+        mgn_check,
+        dtype,
+        rng,
+        seed,
+        caps=F16,
         tunables={"WORKGROUP_SIZE": 8, "SLAB_VALUES": 16},
         type_keys={"T": "X", "M": "gamma"},
     )

@@ -25,12 +25,14 @@ from tests.test_codegen import TINY_MANIFEST, _tiny_repo
 REPO = Path(__file__).resolve().parent.parent
 TEMPLATES = REPO / "templates"
 LIBRARY = TEMPLATES / "_lib"
-# <op>-<kind>: the op's package name in kebab case; `norm-` for a template several ops share.
+# <op>-<kind>: the op's package name in kebab case; `norm-` for a template several ops share. An
+# op that is another op less an input runs that op's templates, their prefix unchanged
+# (docs/TEMPLATES.md): com.microsoft GroupNorm is SkipGroupNorm without the skip.
 OP_PREFIXES = {
     "batch-normalization": {"BatchNormalization"},
     "group-normalization": {"GroupNormalization"},
     "instance-normalization": {"InstanceNormalization"},
-    "skip-group-norm": {"SkipGroupNorm"},
+    "skip-group-norm": {"SkipGroupNorm", "GroupNorm"},
 }
 SHARED_PREFIX = "norm"
 

@@ -1,6 +1,6 @@
 """Statistics that do not depend on where outliers sit: every variant of GroupNormalization-21,
-InstanceNormalization-6, com.microsoft SkipGroupNorm (both layouts) and the layer family
-(LayerNormalization-17, RMSNormalization-23, SimplifiedLayerNormalization, com.microsoft
+InstanceNormalization-6, com.microsoft SkipGroupNorm and GroupNorm (both layouts) and the layer
+family (LayerNormalization-17, RMSNormalization-23, SimplifiedLayerNormalization, com.microsoft
 SkipLayerNormalization and SkipSimplifiedLayerNormalization), f32 and f16, forced with
 `variant=`, on rows (a (batch item, group) row, or a plane) whose values are laid out so that a
 shifted-sum scheme breaks: an outlier first, in the middle or last in every row, a large common
@@ -22,6 +22,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
 from generated import layer_normalization as ln
@@ -36,6 +37,7 @@ from tests.oracles import (
     group_normalization_ref,
     instance_normalization_ref,
     node_reference,
+    microsoft_group_norm_for_call,
     rng_for,
     seed_note,
     skip_group_norm_for_call,
@@ -310,6 +312,16 @@ def test_skip_group_norm(flavour, channels_last, dtype, pattern, request):
         assert_close(result["S"], s_ref, dtype, context + " S")
 
 
+# --- com.microsoft GroupNorm ----------------------------------------------------------------------------
+
+MGN_TUNABLES = {**SGN_TUNABLES, "REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_MIN_POSITION_LANES": 4}
+MGN_CONFIGS = [
+    ("registers", 1),
+    ("split", 1),
+    ("split", 0),
+    ("fused", 1),
+    ("fused", 0),
+]  # registers: NHWC only
 # --- The layer family (LayerNormalization, RMSNormalization, SimplifiedLayerNormalization, the Skip forms)
 
 LAYER_ROWS, LAYER_HIDDEN = 8, 4096  # 2 x 4 rows of 4096 values
@@ -352,6 +364,41 @@ def layer_inputs(rng, op, pattern, dtype):
 
 @PATTERN_PARAM
 @DTYPES
+@pytest.mark.parametrize(
+    "variant,channels_last", MGN_CONFIGS, ids=[f"{v}-{'nhwc' if c else 'nchw'}" for v, c in MGN_CONFIGS]
+)
+def test_microsoft_group_norm(variant, channels_last, dtype, pattern, request):
+    """SkipGroupNorm's shaders without the skip: X itself is what the statistics see."""
+    rng, seed = rng_for(request.node.name)
+    x = sgn_x(rng, channels_last, pattern, dtype)
+    c = 32
+    inputs = {
+        "X": x,
+        "gamma": rng.uniform(-2, 2, c).astype(np.float32),  # M float32 with either T, as SD exports
+        "beta": rng.uniform(-1, 1, c).astype(np.float32),
+    }
+    attrs = {"groups": SGN_GROUPS, "activation": int(rng.integers(0, 2)), "channels_last": channels_last}
+    shapes = {k: v.shape for k, v in inputs.items()}
+    p = mgn.plan(
+        shapes,
+        {"T": np.dtype(dtype).name, "M": "float32"},
+        attrs=attrs,
+        tunables=MGN_TUNABLES,
+        variant=variant,
+        caps={"features": FEATURES},
+    )
+    first = p.passes[0]
+    if variant == "split":
+        assert first.values["slabCount"] > 1, first.values
+    elif variant == "fused":
+        assert first.overrides["workgroupSize"] < first.uniforms["rowVectors"]
+    else:  # two workgroups a row, each of several subgroups
+        assert first.overrides["split"] == 2 and first.overrides["workgroupSize"] > 8, first.values
+    result = poisoned_call(mgn, inputs, ("Y",), attrs=attrs, tunables=MGN_TUNABLES, variant=variant)
+    context = f"{variant} channels_last={channels_last} {pattern} activation={attrs['activation']} {seed_note(seed)}"
+    assert_close(result["Y"], microsoft_group_norm_for_call(inputs, attrs), dtype, context + " Y")
+
+
 @pytest.mark.parametrize("config", LAYER_CONFIGS, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_layer_family(config, dtype, pattern, request):
     """Every output, statistics included, against the float64 definition."""
