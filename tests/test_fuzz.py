@@ -217,6 +217,7 @@ def mgn_requests(draw, min_dim=1):
     return "mgn", inputs, attrs, None
 
 
+@st.composite
 def broadcast_shape(draw, normalized):
     """A shape that broadcasts to `normalized` along one run of its axes: the whole shape, a suffix of
     it, or one of those with some of its leading axes 1 (a suffix's leading 1s: (1, D) for (S, D))."""

@@ -322,6 +322,45 @@ MGN_CONFIGS = [
     ("fused", 1),
     ("fused", 0),
 ]  # registers: NHWC only
+
+
+@PATTERN_PARAM
+@DTYPES
+@pytest.mark.parametrize(
+    "variant,channels_last", MGN_CONFIGS, ids=[f"{v}-{'nhwc' if c else 'nchw'}" for v, c in MGN_CONFIGS]
+)
+def test_microsoft_group_norm(variant, channels_last, dtype, pattern, request):
+    """SkipGroupNorm's shaders without the skip: X itself is what the statistics see."""
+    rng, seed = rng_for(request.node.name)
+    x = sgn_x(rng, channels_last, pattern, dtype)
+    c = 32
+    inputs = {
+        "X": x,
+        "gamma": rng.uniform(-2, 2, c).astype(np.float32),  # M float32 with either T, as SD exports
+        "beta": rng.uniform(-1, 1, c).astype(np.float32),
+    }
+    attrs = {"groups": SGN_GROUPS, "activation": int(rng.integers(0, 2)), "channels_last": channels_last}
+    shapes = {k: v.shape for k, v in inputs.items()}
+    p = mgn.plan(
+        shapes,
+        {"T": np.dtype(dtype).name, "M": "float32"},
+        attrs=attrs,
+        tunables=MGN_TUNABLES,
+        variant=variant,
+        caps={"features": FEATURES},
+    )
+    first = p.passes[0]
+    if variant == "split":
+        assert first.values["slabCount"] > 1, first.values
+    elif variant == "fused":
+        assert first.overrides["workgroupSize"] < first.uniforms["rowVectors"]
+    else:  # two workgroups a row, each of several subgroups
+        assert first.overrides["split"] == 2 and first.overrides["workgroupSize"] > 8, first.values
+    result = poisoned_call(mgn, inputs, ("Y",), attrs=attrs, tunables=MGN_TUNABLES, variant=variant)
+    context = f"{variant} channels_last={channels_last} {pattern} activation={attrs['activation']} {seed_note(seed)}"
+    assert_close(result["Y"], microsoft_group_norm_for_call(inputs, attrs), dtype, context + " Y")
+
+
 # --- The layer family (LayerNormalization, RMSNormalization, SimplifiedLayerNormalization, the Skip forms)
 
 LAYER_ROWS, LAYER_HIDDEN = 8, 4096  # 2 x 4 rows of 4096 values
@@ -364,41 +403,6 @@ def layer_inputs(rng, op, pattern, dtype):
 
 @PATTERN_PARAM
 @DTYPES
-@pytest.mark.parametrize(
-    "variant,channels_last", MGN_CONFIGS, ids=[f"{v}-{'nhwc' if c else 'nchw'}" for v, c in MGN_CONFIGS]
-)
-def test_microsoft_group_norm(variant, channels_last, dtype, pattern, request):
-    """SkipGroupNorm's shaders without the skip: X itself is what the statistics see."""
-    rng, seed = rng_for(request.node.name)
-    x = sgn_x(rng, channels_last, pattern, dtype)
-    c = 32
-    inputs = {
-        "X": x,
-        "gamma": rng.uniform(-2, 2, c).astype(np.float32),  # M float32 with either T, as SD exports
-        "beta": rng.uniform(-1, 1, c).astype(np.float32),
-    }
-    attrs = {"groups": SGN_GROUPS, "activation": int(rng.integers(0, 2)), "channels_last": channels_last}
-    shapes = {k: v.shape for k, v in inputs.items()}
-    p = mgn.plan(
-        shapes,
-        {"T": np.dtype(dtype).name, "M": "float32"},
-        attrs=attrs,
-        tunables=MGN_TUNABLES,
-        variant=variant,
-        caps={"features": FEATURES},
-    )
-    first = p.passes[0]
-    if variant == "split":
-        assert first.values["slabCount"] > 1, first.values
-    elif variant == "fused":
-        assert first.overrides["workgroupSize"] < first.uniforms["rowVectors"]
-    else:  # two workgroups a row, each of several subgroups
-        assert first.overrides["split"] == 2 and first.overrides["workgroupSize"] > 8, first.values
-    result = poisoned_call(mgn, inputs, ("Y",), attrs=attrs, tunables=MGN_TUNABLES, variant=variant)
-    context = f"{variant} channels_last={channels_last} {pattern} activation={attrs['activation']} {seed_note(seed)}"
-    assert_close(result["Y"], microsoft_group_norm_for_call(inputs, attrs), dtype, context + " Y")
-
-
 @pytest.mark.parametrize("config", LAYER_CONFIGS, ids=lambda c: f"{c[0]}-{c[1]}")
 def test_layer_family(config, dtype, pattern, request):
     """Every output, statistics included, against the float64 definition."""
