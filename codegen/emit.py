@@ -85,7 +85,7 @@ class PythonSource:
         # black.format_str formats every changed module a second time, in case the first pass
         # made trailing commas that change the next one; our modules never need it, and one pass
         # saves 0.7 s of a 2.5 s build. black is pinned (pyproject.toml), and
-        # tests/test_codegen.py checks that every generated module is format_str's fixed point; a
+        # tests/compiler/test_codegen.py checks that every generated module is format_str's fixed point; a
         # black without the private one-pass function still formats, twice.
         return self.header + _FORMAT_ONCE(self.source, mode=BLACK_MODE)
 
@@ -922,7 +922,7 @@ def emit_ops_table(ops: list[ResolvedOp], sources: list[Source]) -> PythonSource
     w.line(f"OP_PACKAGES = ({', '.join(module_name(op) for op in ops)},)")
     w.line()
     w.comment(
-        "From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx)."
+        "From the ONNX operator changelog (onnx.defs; tests/tools/test_onnx_nodes.py checks it against onnx)."
     )
     w.line("ENTRIES = (")
     for op in ops:

@@ -1,7 +1,7 @@
 """ONNX operator versions, from the ONNX operator changelog (docs/Changelog.md, `onnx.defs`).
 
 Hard-coded, not read from `onnx` at compile time: the compiler does not depend on onnx, and a
-build must not change with the onnx installed. tests/test_onnx_nodes.py checks these tables
+build must not change with the onnx installed. tests/tools/test_onnx_nodes.py checks these tables
 against `onnx.defs` (onnx 1.23, opset 28).
 """
 

@@ -15,7 +15,7 @@ through text the compiler reads back:
 
 The render stage (wgsl.py) renders each specialization inside `recording(scope)` and gets back the
 facts; from them it writes the declarations above the body and the runtime's `ShaderInterface`.
-`tests/test_shader_interface.py` checks every record against the WGSL it describes.
+`tests/compiler/test_shader_interface.py` checks every record against the WGSL it describes.
 """
 
 from __future__ import annotations

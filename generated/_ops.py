@@ -9,7 +9,7 @@
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 180b5434bbbf11f8)
 #   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 f9491821ac0dfa9a)
 #   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 5b779486a1d8536d)
-#   codegen/onnx_versions.py (sha256 e09e653f9fdee1ba)
+#   codegen/onnx_versions.py (sha256 8950a70cf08b24e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """The op packages the compiler generated, and the ONNX operator versions each runs."""
@@ -53,7 +53,7 @@ OP_PACKAGES = (
     skip_simplified_layer_normalization,
 )
 
-# From the ONNX operator changelog (onnx.defs; tests/test_onnx_nodes.py checks it against onnx).
+# From the ONNX operator changelog (onnx.defs; tests/tools/test_onnx_nodes.py checks it against onnx).
 ENTRIES = (
     OpEntry(
         batch_normalization,

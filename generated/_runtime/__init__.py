@@ -7,7 +7,7 @@ importing a generated op and making plans stays cheap and GPU-free. Its modules 
 relatively, so a copy of the generated package under another name works as it is.
 
 The modules, each importing only those above it (no cycle), and only their public names (a name
-two modules share is public inside the package; tests/test_runtime_imports.py checks both):
+two modules share is public inside the package; tests/runtime/test_runtime_imports.py checks both):
 
 - ``errors``: ContractError, PlanError, DimensionError, NoAdapterError, DeviceLostError
 - ``cache``: LRUCache, per-device caches, entries that go with the buffers they bind
