@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import black
 
 from .expr import DERIVED, REQUEST, VALUES, Compiled, request_local, snake
-from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS
+from .onnx_versions import COMPATIBLE_VERSIONS, ONNX_VERSIONS, OTHER_DOMAIN_VERSIONS
 from .resolve import DEVICE_LOCALS, ResolvedOp, ResolvedPass, ResolvedVariant, Rule, Subject, Value
 from .shader_files import ShaderFile, ShaderFiles, deciding_columns
 from .wgsl import KeyName, RenderedPass
@@ -337,9 +337,12 @@ def _emit_contract(w: Writer, op: ResolvedOp) -> None:
                         + (f", got {facts}" if facts else "")
                         + _meaning(op, rule.subject)
                     )
+                    text = f"f{message!r}"
                     if rule.needs_shader_f16:
-                        message = _F16_MESSAGE
-                    w.line(f"raise ContractError(OP, {_subject(rule)}, {rule.source!r}, f{message!r})")
+                        text = f"f{_F16_MESSAGE!r}"
+                    elif not facts:  # nothing to fill in: a plain string (the description's braces undoubled)
+                        text = repr(message.replace("{{", "{").replace("}}", "}"))
+                    w.line(f"raise ContractError(OP, {_subject(rule)}, {rule.source!r}, {text})")
             if not rules:
                 w.line("return None")
         w.line()
@@ -951,15 +954,18 @@ def onnx_entries(op: ResolvedOp) -> list[tuple]:
             f"{op.ir.title}: onnx_versions.py does not list version {op.ir.since_version} of {key}"
         )
 
-    def span(since):
-        later = [v for v in versions if v > since]
+    def span(since, of=versions):
+        later = [v for v in of if v > since]
         return since, (min(later) - 1 if later else None)
 
     entries = [(op.ir.domain, op.ir.name, op.ir.since_version, *span(op.ir.since_version), "")]
     for (domain, name, since), (target, note) in COMPATIBLE_VERSIONS.items():
         if (domain, name, target) == (*key, op.ir.since_version):
             entries.append((domain, name, since, *span(since), note))
-    return sorted(entries, key=lambda e: e[2])
+    for (domain, name, since), (target, note) in OTHER_DOMAIN_VERSIONS.items():
+        if target == (*key, op.ir.since_version):
+            entries.append((domain, name, since, *span(since, ONNX_VERSIONS[(domain, name)]), note))
+    return sorted(entries, key=lambda e: (e[2], e[0]))
 
 
 def module_name(op: ResolvedOp) -> str:

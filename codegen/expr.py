@@ -60,8 +60,9 @@ _ENV = jinja2.Environment()
 
 def snake(name: str) -> str:
     """The Python name the generated code gives a manifest or WGSL name:
-    `normalizationParamsOk` -> `normalization_params_ok`; `WORKGROUP_SIZE` -> `workgroup_size`."""
-    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name).lower()
+    `normalizationParamsOk` -> `normalization_params_ok`; `WORKGROUP_SIZE` -> `workgroup_size`; an
+    acronym is one word: `RMSNormalization` -> `rms_normalization`."""
+    text = re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
     text = re.sub(r"[^a-z0-9_]", "_", text)
     if keyword.iskeyword(text) or text[:1].isdigit():
         text += "_"
@@ -546,6 +547,33 @@ class Compiler:
 
     def call_numel(self, args):
         return self.shape_helper("numel", args, 1)
+
+    def call_reducedShape(self, args):
+        shape, axis = self.arity("reducedShape", args, 2)
+        self.shape_arg("reducedShape", shape)
+        self.numeric(axis, "the axis of `reducedShape`")
+        return self.helper(
+            "reduced_shape",
+            f"reduced_shape({shape.python}, {axis.python})",
+            "shape",
+            shape,
+            axis,
+            helpers={"reduced_shape"},
+        )
+
+    def call_broadcastStride(self, args):
+        part, whole = self.arity("broadcastStride", args, 2)
+        self.shape_arg("broadcastStride", part)
+        if whole.type not in ("shape", "list"):
+            raise self.fail(f"the second argument of `broadcastStride` must be a shape, got {whole.type}")
+        return self.helper(
+            "broadcast_stride",
+            f"broadcast_stride({part.python}, {whole.python})",
+            "int",
+            part,
+            whole,
+            helpers={"broadcast_stride"},
+        )
 
     def call_rank(self, args):
         (shape,) = self.arity("rank", args, 1)

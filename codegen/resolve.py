@@ -520,6 +520,12 @@ class _Resolver:
 
     def subject(self, node: nodes.Node) -> tuple[Subject, str | None]:
         """What a clause is about, as a refusal's subject, and the bind key when that is an input."""
+        for call in node.find_all(nodes.Call):  # outputs.has("mean"): a rule about asking for an output
+            target = _path(call.node)
+            if target == ("outputs", "has") and call.args and isinstance(call.args[0], nodes.Const):
+                tensor = self.tensors.get(call.args[0].value)
+                if tensor is not None:
+                    return Subject("output", tensor.role), None
         for leaf in node.find_all((nodes.Name, nodes.Getattr)):
             path = _path(leaf)
             if path and path[0] in ("shapes", "ranks") and len(path) == 2:

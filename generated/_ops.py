@@ -2,29 +2,55 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
+#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 7a20450da9f87f4e)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 684e7620aa292f51)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 dd6ac008920ff003)
 #   manifests/com.microsoft.GroupNorm/manifest.json (sha256 9e4156f6d3e90529)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 180b5434bbbf11f8)
-#   codegen/onnx_versions.py (sha256 22852b3d6a308aa1)
+#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 f9491821ac0dfa9a)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 5b779486a1d8536d)
+#   codegen/onnx_versions.py (sha256 8950a70cf08b24e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
 """The op packages the compiler generated, and the ONNX operator versions each runs."""
 
-from . import batch_normalization, group_normalization, instance_normalization, group_norm, skip_group_norm
+from . import (
+    batch_normalization,
+    group_normalization,
+    instance_normalization,
+    layer_normalization,
+    rms_normalization,
+    simplified_layer_normalization,
+    group_norm,
+    skip_group_norm,
+    skip_layer_normalization,
+    skip_simplified_layer_normalization,
+)
 from .registry import OpEntry
 
 OP_PACKAGE_NAMES = (
     "batch_normalization",
     "group_normalization",
     "instance_normalization",
+    "layer_normalization",
+    "rms_normalization",
+    "simplified_layer_normalization",
     "group_norm",
     "skip_group_norm",
+    "skip_layer_normalization",
+    "skip_simplified_layer_normalization",
 )
 OP_PACKAGES = (
     batch_normalization,
     group_normalization,
     instance_normalization,
+    layer_normalization,
+    rms_normalization,
+    simplified_layer_normalization,
     group_norm,
     skip_group_norm,
+    skip_layer_normalization,
+    skip_simplified_layer_normalization,
 )
 
 # From the ONNX operator changelog (onnx.defs; tests/tools/test_onnx_nodes.py checks it against onnx).
@@ -68,6 +94,28 @@ ENTRIES = (
         None,
         "22 only adds bfloat16 to T; float32 and float16 are computed as in 6",
     ),
+    OpEntry(layer_normalization, "ai.onnx", "LayerNormalization", 17, 17, None, ""),
+    OpEntry(rms_normalization, "ai.onnx", "RMSNormalization", 23, 23, None, ""),
+    OpEntry(simplified_layer_normalization, "ai.onnx", "SimplifiedLayerNormalization", 1, 1, None, ""),
+    OpEntry(
+        simplified_layer_normalization,
+        "com.microsoft",
+        "SimplifiedLayerNormalization",
+        1,
+        1,
+        None,
+        "some exporters write ONNX Runtime's ai.onnx SimplifiedLayerNormalization in the com.microsoft domain; the same op",
+    ),
     OpEntry(group_norm, "com.microsoft", "GroupNorm", 1, 1, None, ""),
     OpEntry(skip_group_norm, "com.microsoft", "SkipGroupNorm", 1, 1, None, ""),
+    OpEntry(skip_layer_normalization, "com.microsoft", "SkipLayerNormalization", 1, 1, None, ""),
+    OpEntry(
+        skip_simplified_layer_normalization,
+        "com.microsoft",
+        "SkipSimplifiedLayerNormalization",
+        1,
+        1,
+        None,
+        "",
+    ),
 )

@@ -260,11 +260,14 @@ def sequences_markdown(results):
 # A new shape for a variant whose pipelines exist
 
 
-def neighbour_shapes(case):
-    """The case's shapes with one spatial dimension 4 larger (N 1 larger for rank-2 inputs): a shape
-    never seen, which keeps every divisibility the variant relies on; None when there is none."""
+def neighbour_shapes(case, axis=None):
+    """The case's shapes with one spatial dimension 4 larger (N 1 larger for rank-2 inputs, or where
+    `axis` is 0: the layer family's parameters span its last axes): a shape never seen, which keeps
+    every divisibility the variant relies on."""
     first_key, first = next(iter(case.shapes.items()))
-    if len(first) < 3:
+    if axis is not None:
+        pass
+    elif len(first) < 3:
         axis = 0
     elif case.attrs.get("channels_last", 0) and len(first) == 4:
         axis = 2
@@ -283,9 +286,13 @@ def new_shape_first_call(op, case, arrays_for, options, device, sync):
     it took over a second call of that shape, the pipelines it created, and whether the variant
     stayed. Inputs and outputs are allocated before the clock starts: allocating 100+ MB is the
     app's cost whatever the shape, and is not what "a new shape" means here."""
-    shapes = neighbour_shapes(case)
     before = op.plan(case.shapes, case.dtypes, case.attrs, device=device, **options)
-    after = op.plan(shapes, case.dtypes, case.attrs, device=device, **options)
+    try:
+        shapes = neighbour_shapes(case)
+        after = op.plan(shapes, case.dtypes, case.attrs, device=device, **options)
+    except _runtime.ContractError:  # the last axis is the parameters' (the layer family): grow N
+        shapes = neighbour_shapes(case, axis=0)
+        after = op.plan(shapes, case.dtypes, case.attrs, device=device, **options)
     _runtime.plan_cache.clear()  # plan() above must not make the timed call's plan ahead of it
     inputs = {k: Tensor.from_numpy(a, device) for k, a in arrays_for(shapes).items()}
     out = {key: Tensor.empty(shape, dtype, device) for key, (shape, dtype) in after.outputs.items()}

@@ -55,11 +55,50 @@ def _torch_skip_group_norm(F, t, attrs):
     return _channel_groups(F, s, t, attrs), s
 
 
+def _normalized_shape(x, attrs):
+    axis = attrs.get("axis", -1) % x.dim()
+    return tuple(x.shape[axis:])
+
+
+def _torch_layer_normalization(F, t, attrs):
+    """F.layer_norm takes Scale and B of the normalized shape: a broadcast one is expanded (a view)."""
+    shape = _normalized_shape(t["x"], attrs)
+    b = t["b"].expand(shape) if "b" in t else None
+    return F.layer_norm(t["x"], shape, t["scale"].expand(shape), b, eps=attrs["epsilon"])
+
+
+def _torch_rms_normalization(F, t, attrs):
+    """F.rms_norm (PyTorch 2.4 and later); Y in scale's type as ONNX's V."""
+    shape = _normalized_shape(t["x"], attrs)
+    scale = t["scale"].expand(shape)
+    return F.rms_norm(t["x"].to(scale.dtype), shape, scale, eps=attrs["epsilon"])
+
+
+def _torch_skip_layer_normalization(F, t, attrs):
+    """What a user writes: the residual add (and bias), then layer_norm over the last axis."""
+    s = t["input"] + t["skip"]
+    if "bias" in t:
+        s = s + t["bias"]
+    return F.layer_norm(s, s.shape[-1:], t["gamma"], t.get("beta"), eps=attrs["epsilon"]), s
+
+
+def _torch_skip_simplified_layer_normalization(F, t, attrs):
+    s = t["input"] + t["skip"]
+    if "bias" in t:
+        s = s + t["bias"]
+    return F.rms_norm(s, s.shape[-1:], t["gamma"], eps=attrs["epsilon"]), s
+
+
 TORCH_EQUIVALENTS = {
     "batch_normalization": _torch_batch_normalization,
     "group_normalization": _torch_group_normalization,
     "instance_normalization": _torch_instance_normalization,
     "skip_group_norm": _torch_skip_group_norm,
+    "layer_normalization": _torch_layer_normalization,
+    "rms_normalization": _torch_rms_normalization,
+    "simplified_layer_normalization": _torch_rms_normalization,
+    "skip_layer_normalization": _torch_skip_layer_normalization,
+    "skip_simplified_layer_normalization": _torch_skip_simplified_layer_normalization,
     "group_norm": _torch_group_norm,
 }
 

@@ -387,9 +387,11 @@ def onnxruntime_outputs(node, entry, values, opsets):
         fetch = [renamed[n] for n in outputs]
     else:
         feeds = {name: _widened(v) for name, v in zip(node.input, values) if name and v is not None}
-        copy = helper.make_node(node.op_type, list(node.input), list(node.output), domain=node.domain)
+        # An op written in another domain than the one ONNX Runtime registers it in (a com.microsoft
+        # SimplifiedLayerNormalization) runs there as the package's own.
+        domain = next(e.domain for e in ops().values() if e.module is entry.module and not e.note)
+        copy = helper.make_node(node.op_type, list(node.input), list(node.output), domain=domain)
         copy.attribute.extend(node.attribute)
-        domain = entry.domain
         imports = {domain: opsets.get(domain, entry.since_version)}
         if domain != "ai.onnx":
             imports["ai.onnx"] = opsets.get("ai.onnx", 21)

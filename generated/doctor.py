@@ -5,8 +5,9 @@
 
 Prints the adapter, the backend, the device's features and limits (WebGPU's names), the subgroup
 width a probe shader measures (the adapter does not report it), then runs every op once per dtype
-on small random data (natural variant selection) against a float64 NumPy reference written here,
-so the package needs nothing beyond wgpu and numpy, and once more in float16 with outputs beyond
+on small random data (natural variant selection) against a float64 NumPy reference (written here,
+or the package's reference.py for the layer family), so the package needs nothing beyond wgpu and
+numpy, and once more in float16 with outputs beyond
 float16's range, which must come back as infinities (WGSL leaves such conversions to the
 device). Exit status 0 when every check passes, 1 when
 one fails or there is no adapter. float16 checks are skipped, and say why, on a device without
@@ -22,7 +23,7 @@ import traceback
 
 import numpy as np
 
-from . import _runtime
+from . import _runtime, reference
 
 # docs/TESTING.md's tolerances: |actual - reference| <= atol + rtol * |reference|.
 TOLERANCES = {"float32": (1e-5, 1e-4), "float16": (2e-3, 2e-3)}
@@ -140,6 +141,42 @@ def _sgn_inputs(rng, dtype):
     }
 
 
+def _layer_inputs(rng, dtype):
+    return {
+        "x": rng.standard_normal((2, 7, 96)) * 2 + 1,
+        "scale": rng.uniform(-2, 2, 96),
+        "b": rng.uniform(-1, 1, 96),
+    }
+
+
+def _rms_inputs(rng, dtype):
+    return {"x": rng.standard_normal((2, 7, 96)) * 2 + 1, "scale": rng.uniform(-2, 2, 96)}
+
+
+def _skip_layer_inputs(rng, dtype, beta=True):
+    inputs = {
+        "input": rng.standard_normal((2, 7, 96)) * 2 + 1,
+        "skip": rng.standard_normal((7, 96)) * 0.5,
+        "gamma": rng.uniform(-2, 2, 96),
+        "beta": rng.uniform(-1, 1, 96),
+        "bias": rng.uniform(-1, 1, 96),
+    }
+    if not beta:
+        del inputs["beta"]
+    return inputs
+
+
+def _by_position(domain, op_type, package_name):
+    """A CHECKS reference from reference.node_outputs: the package's inputs and outputs by position."""
+
+    def by_position(inputs, attrs):
+        package = importlib.import_module(f".{package_name}", __package__)
+        values = reference.node_outputs(domain, op_type, [inputs.get(t.key) for t in package.INPUTS], attrs)
+        return {t.key: value for t, value in zip(package.OUTPUTS, values) if value is not None}
+
+    return by_position
+
+
 def _mgn_inputs(rng, dtype):
     return {
         "X": rng.standard_normal((2, 5, 6, 24)) * 2 + 1,
@@ -159,6 +196,38 @@ CHECKS = {
         ("Y", "S"),
         skip_group_norm_ref,
     ),
+    "layer_normalization": (
+        _layer_inputs,
+        {"axis": -1, "epsilon": 1e-5},
+        ("y", "mean", "invStdDev"),
+        _by_position("ai.onnx", "LayerNormalization", "layer_normalization"),
+    ),
+    "rms_normalization": (
+        _rms_inputs,
+        {"epsilon": 1e-5},
+        None,
+        _by_position("ai.onnx", "RMSNormalization", "rms_normalization"),
+    ),
+    "simplified_layer_normalization": (
+        _rms_inputs,
+        {"epsilon": 1e-5},
+        ("y", "inv_std_var"),
+        _by_position("ai.onnx", "SimplifiedLayerNormalization", "simplified_layer_normalization"),
+    ),
+    "skip_layer_normalization": (
+        _skip_layer_inputs,
+        {"epsilon": 1e-5},
+        ("output", "mean", "inv_std_var", "input_skip_bias_sum"),
+        _by_position("com.microsoft", "SkipLayerNormalization", "skip_layer_normalization"),
+    ),
+    "skip_simplified_layer_normalization": (
+        lambda rng, dtype: _skip_layer_inputs(rng, dtype, beta=False),
+        {"epsilon": 1e-5},
+        ("output", "inv_std_var", "input_skip_bias_sum"),
+        _by_position(
+            "com.microsoft", "SkipSimplifiedLayerNormalization", "skip_simplified_layer_normalization"
+        ),
+    ),
     "group_norm": (
         _mgn_inputs,
         {"groups": 4, "activation": 1, "channels_last": 1, "epsilon": 1e-5},
@@ -172,6 +241,11 @@ SCALES = {
     "group_normalization": "scale",
     "instance_normalization": "scale",
     "skip_group_norm": "gamma",
+    "layer_normalization": "scale",
+    "rms_normalization": "scale",
+    "simplified_layer_normalization": "scale",
+    "skip_layer_normalization": "gamma",
+    "skip_simplified_layer_normalization": "gamma",
     "group_norm": "gamma",
 }
 # The overflow check's gamma: check_op's times this (at most 60000, which float16 holds).
@@ -278,9 +352,9 @@ def _call(name, package, dtype, inputs, device):
     """(the variant the request takes, the kernel's outputs) for a check's request."""
     _, attrs, outputs, _ = CHECKS[name]
     shapes = {k: v.shape for k, v in inputs.items()}
-    plan = package.plan(
-        shapes, {t: dtype for t in package.TYPE_CONSTRAINTS}, attrs=attrs, device=device, outputs=outputs
-    )
+    # Every type variable the caller gives (float32 statistics, U, need none).
+    dtypes = {t: dtype for t, allowed in package.TYPE_CONSTRAINTS.items() if len(allowed) > 1}
+    plan = package.plan(shapes, dtypes, attrs=attrs, device=device, outputs=outputs)
     return plan.variant, package.kernel(inputs, attrs=attrs, outputs=outputs, device=device)
 
 

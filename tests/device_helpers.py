@@ -28,13 +28,25 @@ def measured_subgroup_size() -> int:
 def poisoned_call(package, inputs, outputs=None, **kwargs):
     """package.kernel() writing into NaN-filled outputs, so an element a shader skips cannot pass.
 
-    Every output of these ops has the first input's shape and dtype.
+    The outputs' shapes and dtypes are the plan's (most are the first input's; the layer family's
+    statistics are float32 with the normalized axes kept as 1, RMS's Y has scale's type).
     """
-    first = next(iter(inputs.values()))
     outputs = tuple(outputs or (package.OUTPUTS[0].key,))
-    out = {key: Tensor.from_numpy(np.full(first.shape, np.nan, first.dtype)) for key in outputs}
+    type_vars = {spec.key: spec.type_var for spec in package.INPUTS}
+    dtypes = {type_vars[key]: np.dtype(value.dtype).name for key, value in inputs.items()}
+    shapes = {key: value.shape for key, value in inputs.items()}
+    planned = {
+        k: kwargs[k] for k in ("attrs", "variant", "tunables", "device", "caps") if kwargs.get(k) is not None
+    }
+    if "device" not in planned and "caps" not in planned:
+        planned["device"] = default_device()
+    plan = package.plan(shapes, dtypes, outputs=outputs, **planned)
+    out = {
+        key: Tensor.from_numpy(np.full(shape, np.nan, dtype)) for key, (shape, dtype) in plan.outputs.items()
+    }
     result = package.kernel(inputs, outputs=outputs, out=out, **kwargs)
     assert set(result) == set(outputs)
     for key in outputs:
-        assert result[key].shape == first.shape and result[key].dtype == first.dtype, key
+        shape, dtype = plan.outputs[key]
+        assert result[key].shape == tuple(shape) and result[key].dtype == np.dtype(dtype), key
     return result

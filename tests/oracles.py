@@ -49,6 +49,18 @@ instance_normalization_ref = reference.instance_normalization
 microsoft_group_norm_ref = reference.microsoft_group_norm
 
 
+def node_reference(package, inputs, attrs) -> dict:
+    """{output key: float64 reference} of a call to `package` (its bind keys), through
+    generated/reference.py's node_outputs with the inputs and outputs by position (ONNX's order); an
+    output the op's definition never writes has no entry."""
+    from generated import ops
+
+    entry = next(e for e in ops().values() if e.module is package and e.note == "")
+    positional = [inputs.get(spec.key) for spec in package.INPUTS]
+    values = reference.node_outputs(entry.domain, entry.op_type, positional, attrs, entry.since_version)
+    return {spec.key: value for spec, value in zip(package.OUTPUTS, values) if value is not None}
+
+
 def skip_group_norm_ref(X, gamma, beta, skip, bias, groups, epsilon, activation, channels_last, t_dtype):
     """reference.skip_group_norm with `t_dtype` also given by its WGSL name (f32, f16)."""
     return reference.skip_group_norm(

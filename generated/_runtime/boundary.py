@@ -271,7 +271,10 @@ def _request_dtypes(contract, dtypes):
                 contract.op, f"dtype {type_var}", f"one of {', '.join(allowed)}", f"{name} is not supported"
             )
         wgsl_dtypes[type_var] = WGSL_DTYPES[name]
-    for type_var in contract.type_constraints:
+    for type_var, allowed in contract.type_constraints.items():
+        if type_var not in wgsl_dtypes and len(allowed) == 1:
+            # A variable of one type (an output's float32 statistics) needs no dtype from the caller.
+            wgsl_dtypes[type_var] = WGSL_DTYPES[allowed[0]]
         if type_var not in wgsl_dtypes:
             raise ContractError(
                 contract.op, f"dtype {type_var}", "given", "pass dtypes={...} for every type variable"

@@ -138,6 +138,32 @@ def outer(shape, i):
     return math.prod(shape[: _axis(shape, i)])
 
 
+def reduced_shape(shape, axis):
+    """The shape of a reduction over the axes from `axis` (negative counts from the end) to the last,
+    the reduced axes kept as 1 (ONNX `keepdims`): LayerNormalization's Mean and InvStdDev."""
+    j = _axis(shape, axis)
+    return tuple(shape[:j]) + (1,) * (len(shape) - min(j, len(shape)))
+
+
+def broadcast_stride(part, whole):
+    """Where shape `part` broadcasts unidirectionally to `whole` (ONNX: right-aligned, each of its
+    dims 1 or equal) along one run of axes (no axis it broadcasts along, a 1 against a dim over 1,
+    lies between two of its dims over 1), flat element i of `whole` reads element
+    (i // stride) % numel(part) of `part`: the stride, the product of `whole`'s dims right of
+    `part`'s last dim over 1 (1 when it has none). 0 when `part` does not broadcast to `whole` or
+    broadcasts along an axis inside its run."""
+    offset = len(whole) - len(part)
+    if offset < 0 or any(p not in (1, w) for p, w in zip(part, whole[offset:])):
+        return 0
+    varying = [offset + i for i, p in enumerate(part) if p != 1]
+    if not varying:
+        return 1
+    inside = range(varying[0] + 1, varying[-1])
+    if any(part[a - offset] == 1 and whole[a] != 1 for a in inside):
+        return 0
+    return math.prod(whole[varying[-1] + 1 :])
+
+
 _ONNX_DTYPE_CODES = {
     "float32": 1,
     "uint8": 2,

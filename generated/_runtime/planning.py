@@ -138,6 +138,9 @@ def _variant_plan(contract, request, variant):
         raise PlanError(
             contract.op, f"variant {chosen.ID}: {error.subject}", error.rule, error.message
         ) from None
+    # A pass dispatched with no workgroups has nothing to run (the layer family's statistics copy
+    # when no statistics output is asked for): left out, it costs no pipeline and no bind group.
+    passes = tuple(p for p in passes if 0 not in p.dispatch)
     # Requested outputs, and any other output the chosen passes write (allocated, not returned).
     bound = {b.resource for p in passes for b in p.bindings if b.kind == "output"}
     outputs = described(t.key for t in contract.outputs if t.key in request.outputs or t.key in bound)

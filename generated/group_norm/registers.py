@@ -2,7 +2,7 @@
 #   manifests/com.microsoft.GroupNorm/manifest.json (sha256 9e4156f6d3e90529)
 #   templates/_lib/row_stats.wgsl.jinja (sha256 03a6c3e2d3cd07c2)
 #   templates/_lib/skip_prelude.wgsl.jinja (sha256 e610a357aec71ad1)
-#   templates/_lib/stats.wgsl.jinja (sha256 16e3b39af589b5b1)
+#   templates/_lib/stats.wgsl.jinja (sha256 8011054206126933)
 #   templates/_lib/walk.wgsl.jinja (sha256 39cfb0f903d37d10)
 #   templates/skip-group-norm-row-registers.wgsl.jinja (sha256 c4ba7a2ad452f8ef)
 # Do not edit: change the sources above and regenerate.

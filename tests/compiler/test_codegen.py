@@ -156,6 +156,11 @@ def test_the_compiler_writes_only_the_allow_list_and_every_banner_is_its_own(bui
         "instance_normalization",
         "skip_group_norm",
         "group_norm",
+        "layer_normalization",
+        "rms_normalization",
+        "simplified_layer_normalization",
+        "skip_layer_normalization",
+        "skip_simplified_layer_normalization",
     }
     assert all(builder.allowed(path, packages) for path in files)
     assert all(builder.BANNER_START in "".join(text.splitlines(True)[:3]) for text in files.values())

@@ -358,6 +358,18 @@ def test_comparison_is_boolean():
         ("[attrs.n, 2]", (3, 2)),
         ("[1]", (1,)),
         ("[attrs.n * 2, dim(shapes.X, -1), 1]", (6, 5, 1)),
+        ("reducedShape(shapes.X, 2)", (2, 3, 1, 1)),
+        ("reducedShape(shapes.X, -1)", (2, 3, 4, 1)),
+        ("reducedShape(shapes.X, 0)", (1, 1, 1, 1)),
+        ("broadcastStride(shapes.X, shapes.X)", 1),
+        ("broadcastStride([4, 5], shapes.X)", 1),
+        ("broadcastStride([4, 1], shapes.X)", 5),  # element i of X reads (i / 5) % 4
+        ("broadcastStride([3, 1, 1], shapes.X)", 20),
+        ("broadcastStride([1], shapes.X)", 1),
+        ("broadcastStride([3, 1, 5], shapes.X)", 0),  # broadcasts along an axis inside its run
+        ("broadcastStride([6], shapes.X)", 0),  # does not broadcast
+        ("broadcastStride([1, 2, 3, 4, 5], shapes.X)", 0),  # more axes than X
+        ("broadcastStride([1, 2, 1, 5], [1, 2, 1, 5])", 1),  # a 1 against a 1 is no broadcast
     ],
 )
 def test_helpers(source, expected):
@@ -377,6 +389,8 @@ def test_helper_result_kinds():
     assert compile_source("sameShape(shapes.X, shapes.Y)").type == "bool"
     assert compile_source('device.features.has("x")').type == "bool"
     assert compile_source("shapes.X").type == "shape"
+    assert compile_source("reducedShape(shapes.X, attrs.n)").type == "shape"
+    assert compile_source("broadcastStride([1], shapes.X)").type == "int"
 
 
 def test_onnx_dtype_code_is_folded_at_compile_time():
@@ -570,6 +584,8 @@ def test_expected_kind():
         ("class", "class_"),
         ("2d", "2d_"),
         ("a-b", "a_b"),
+        ("RMSNormalization", "rms_normalization"),  # an acronym is one word
+        ("SkipSimplifiedLayerNormalization", "skip_simplified_layer_normalization"),
     ],
 )
 def test_snake(name, expected):

@@ -27,13 +27,19 @@ from generated import batch_normalization as bn
 from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
+from generated import layer_normalization as ln
+from generated import rms_normalization as rms
+from generated import simplified_layer_normalization as sln
 from generated import skip_group_norm as sgn
+from generated import skip_layer_normalization as skln
+from generated import skip_simplified_layer_normalization as sksln
 from generated._runtime import WEBGPU_DEFAULT_LIMITS, default_device, device_caps
 from tests.oracles import (
     assert_close,
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    node_reference,
     microsoft_group_norm_ref,
     run_seed,
     seed_note,
@@ -46,7 +52,22 @@ PACKAGES = {
     "instance_normalization": inn,
     "skip_group_norm": sgn,
     "group_norm": mgn,
+    "layer_normalization": ln,
+    "rms_normalization": rms,
+    "simplified_layer_normalization": sln,
+    "skip_layer_normalization": skln,
+    "skip_simplified_layer_normalization": sksln,
 }
+# The normalizations over the last axes: their cases carry their optional tensors in `tag`, their
+# references come from generated/reference.py's node_outputs, their per-position parameters sit
+# on the last axes (channel_axis -1).
+LAYER_FAMILY = (
+    "layer_normalization",
+    "rms_normalization",
+    "simplified_layer_normalization",
+    "skip_layer_normalization",
+    "skip_simplified_layer_normalization",
+)
 # The com.microsoft ops: C last unless channels_last is 0, SiLU an attribute (`activation`).
 MICROSOFT_GROUP_OPS = {"skip_group_norm", "group_norm"}
 # Variants whose `when` takes one dtype of T: the 8-halves BatchNorm loads are float16 only,
@@ -72,6 +93,7 @@ class Case:
     # Extra adapter facts the variant's `when` needs (plane_subgroup_vec4_scalar_io: a wave32
     # adapter); the shader must still be right at the device's real subgroup width.
     adapter_info: dict = field(default_factory=dict)
+    tag: str = ""  # the layer family's optional tensors and outputs, for the id ("-b-stats")
 
     @property
     def id(self):
@@ -81,7 +103,9 @@ class Case:
     @property
     def flavour(self):
         """SkipGroupNorm's optional tensors: `-bias` when a bias is given, `-sum` or `-plain` for S;
-        com.microsoft GroupNorm's layout: `-nhwc` or `-nchw`."""
+        com.microsoft GroupNorm's layout: `-nhwc` or `-nchw`; the layer family's tag."""
+        if self.tag:
+            return self.tag
         if self.op == "group_norm":
             return "-nhwc" if self.attrs["channels_last"] else "-nchw"
         if self.outputs is None:
@@ -90,8 +114,9 @@ class Case:
 
     @property
     def needs_f16(self):
-        """T (the tensors' type) in float16 needs shader-f16; SkipGroupNorm's M does not."""
-        return self.dtypes["T"] == "float16"
+        """T (the tensors' type) or V (RMS's scale and Y) in float16 needs shader-f16; SkipGroupNorm's
+        M does not."""
+        return "float16" in (self.dtypes["T"], self.dtypes.get("V"))
 
     @property
     def only_dtype(self):
@@ -104,9 +129,10 @@ class Case:
 
 
 def channel_axis(case):
-    """The axis of C in the case's first input: -1 for a channels-last com.microsoft op, else 1."""
+    """The axis of C in the case's first input: -1 for a channels-last com.microsoft op and for the
+    layer family (its parameters span the last axes), else 1."""
     channels_last = case.op in MICROSOFT_GROUP_OPS and case.attrs.get("channels_last", 1) != 0
-    return -1 if channels_last else 1
+    return -1 if channels_last or case.op in LAYER_FAMILY else 1
 
 
 def _bn_shapes(x):
@@ -249,6 +275,187 @@ def _sgn_base():
     return base
 
 
+# Row in registers: 96 values a row (24 f32 / 12 f16 units) over at most 20 invocations of one unit
+# each (a partial last subgroup at width 8), or rows of 240 f32 values over 20 invocations of 3
+# units (the bucket of 4: a spare unit each).
+LN_REGISTERS = {"REGISTER_WORKGROUP_SIZE": 20, "REGISTER_TARGET_UNITS": 1}
+LN_ROWS = {"WORKGROUP_SIZE": 16}  # rows of 40 and 7 values over 16 invocations
+
+
+def _layer_base():
+    """(op, variant, shapes, attrs, tunables, outputs, tag, dtype pairs) of the layer family: every
+    variant with its optional inputs and outputs on in one case and off in another, Scale and B
+    broadcast, the skip of the Skip forms full and repeated over the batch."""
+    same = (("float32", "float32"), ("float16", "float16"))
+    mixed = same + (("float16", "float32"), ("float32", "float16"))
+    ln_stats = ("y", "mean", "invStdDev")
+    skip_all = ("output", "mean", "inv_std_var", "input_skip_bias_sum")
+    simple_all = ("output", "inv_std_var", "input_skip_bias_sum")
+    return [
+        (
+            "layer_normalization",
+            "row_registers",
+            {"x": (2, 5, 96), "scale": (96,), "b": (96,)},
+            {"axis": -1},
+            LN_REGISTERS,
+            ln_stats,
+            "-b-stats",
+            same,
+        ),
+        (
+            "layer_normalization",
+            "row_registers",
+            {"x": (2, 3, 4, 60), "scale": (4, 60)},
+            {"axis": 2},
+            LN_REGISTERS,
+            ("y",),
+            "-plain",
+            same,
+        ),
+        (
+            "layer_normalization",
+            "row_vec4",
+            {"x": (2, 3, 5, 8), "scale": (5, 8), "b": (1, 8)},
+            {"axis": 2},
+            LN_ROWS,
+            ("y", "invStdDev"),
+            "-b-inv",
+            same,
+        ),
+        (
+            "layer_normalization",
+            "row_scalar",
+            {"x": (3, 5, 7), "scale": (7,)},
+            {"axis": -1, "epsilon": 1e-3},
+            LN_ROWS,
+            ("y", "mean"),
+            "-mean",
+            same,
+        ),
+        (
+            "rms_normalization",
+            "row_registers",
+            {"x": (2, 5, 96), "scale": (96,)},
+            {},
+            LN_REGISTERS,
+            None,
+            "",
+            same,
+        ),
+        (
+            "rms_normalization",
+            "row_vec4",
+            {"x": (2, 3, 5, 8), "scale": (1, 8)},
+            {"axis": 2},
+            LN_ROWS,
+            None,
+            "",
+            mixed,
+        ),
+        ("rms_normalization", "row_scalar", {"x": (3, 5, 7), "scale": (7,)}, {}, LN_ROWS, None, "", mixed),
+        (
+            "simplified_layer_normalization",
+            "row_registers",
+            {"x": (2, 5, 96), "scale": (96,)},
+            {},
+            LN_REGISTERS,
+            ("y", "inv_std_var"),
+            "-inv",
+            same,
+        ),
+        (
+            "simplified_layer_normalization",
+            "row_vec4",
+            {"x": (4, 40), "scale": (40,)},
+            {},
+            LN_ROWS,
+            ("y", "inv_std_var"),
+            "-inv",
+            same,
+        ),
+        (
+            "simplified_layer_normalization",
+            "row_scalar",
+            {"x": (3, 5, 7), "scale": (7,)},
+            {"axis": 1},
+            LN_ROWS,
+            ("y",),
+            "-plain",
+            (("float16", "float32"), ("float32", "float16")),
+        ),
+        (
+            "skip_layer_normalization",
+            "row_registers",
+            {"input": (2, 5, 96), "skip": (5, 96), "gamma": (96,), "beta": (96,), "bias": (96,)},
+            {},
+            LN_REGISTERS,
+            skip_all,
+            "-beta-bias-all",
+            same,
+        ),
+        (
+            "skip_layer_normalization",
+            "row_registers",
+            {"input": (10, 96), "skip": (10, 96), "gamma": (96,)},
+            {},
+            LN_REGISTERS,
+            ("output",),
+            "-plain",
+            same,
+        ),
+        (
+            "skip_layer_normalization",
+            "row_vec4",
+            {"input": (2, 3, 40), "skip": (2, 3, 40), "gamma": (40,), "beta": (40,)},
+            {"epsilon": 1e-5},
+            LN_ROWS,
+            ("output", "input_skip_bias_sum"),
+            "-beta-sum",
+            same,
+        ),
+        (
+            "skip_layer_normalization",
+            "row_scalar",
+            {"input": (2, 3, 7), "skip": (1, 3, 7), "gamma": (7,), "bias": (7,)},
+            {},
+            LN_ROWS,
+            skip_all,
+            "-bias-all",
+            same,
+        ),
+        (
+            "skip_simplified_layer_normalization",
+            "row_registers",
+            {"input": (2, 5, 96), "skip": (5, 96), "gamma": (96,), "bias": (96,)},
+            {},
+            LN_REGISTERS,
+            simple_all,
+            "-bias-all",
+            same,
+        ),
+        (
+            "skip_simplified_layer_normalization",
+            "row_vec4",
+            {"input": (2, 3, 40), "skip": (2, 3, 40), "gamma": (40,)},
+            {},
+            LN_ROWS,
+            ("output", "input_skip_bias_sum"),
+            "-sum",
+            same,
+        ),
+        (
+            "skip_simplified_layer_normalization",
+            "row_scalar",
+            {"input": (2, 3, 7), "skip": (3, 7), "gamma": (7,), "bias": (7,)},
+            {},
+            LN_ROWS,
+            ("output", "inv_std_var"),
+            "-bias-inv",
+            same,
+        ),
+    ]
+
+
 def _mgn_base():
     """com.microsoft GroupNorm: split and fused in both layouts, registers channels-last, SiLU on
     and off; the shapes and tunables of the SkipGroupNorm cases above (the same shaders, no skip)."""
@@ -270,7 +477,7 @@ def _mgn_base():
 
 def all_cases():
     """Every variant of every op, with T in float32 and float16 (and SkipGroupNorm's and
-    com.microsoft GroupNorm's M in both)."""
+    com.microsoft GroupNorm's M in both, RMS's V with T and apart)."""
     cases = []
     for op, variant, shapes, attrs, tunables, info in _BASE:
         for t in ("float32", "float16"):
@@ -279,6 +486,11 @@ def all_cases():
         for t in ("float32", "float16"):
             for m in ("float32", "float16"):
                 cases.append(Case(op, variant, {"T": t, "M": m}, shapes, attrs, tunables, outputs, info))
+    for op, variant, shapes, attrs, tunables, outputs, tag, pairs in _layer_base():
+        has_v = "V" in PACKAGES[op].TYPE_CONSTRAINTS
+        for t, v in pairs:
+            dtypes = {"T": t, "V": v} if has_v else {"T": t}
+            cases.append(Case(op, variant, dtypes, shapes, attrs, tunables, outputs, {}, tag))
     return cases
 
 
@@ -287,9 +499,9 @@ def all_cases():
 
 
 def random_inputs(case, rng):
-    """Data away from zero with spreads that differ per channel, so a mixed-up element shows."""
-    t = np.dtype(case.dtypes["T"])
-    m = np.dtype(case.dtypes.get("M", case.dtypes["T"]))
+    """Data away from zero with spreads that differ per channel, so a mixed-up element shows; each
+    input in the dtype of its type variable."""
+    type_vars = {spec.key: spec.type_var for spec in PACKAGES[case.op].INPUTS}
     # The mean up to 2 spreads from zero; a tenth for stash_type=10, whose float16 reference
     # statistics (E[x^2] - E[x]^2) cancel away from zero.
     offset = 0.1 if case.attrs.get("stash_type") == 10 else 2.0
@@ -304,13 +516,15 @@ def random_inputs(case, rng):
             values = rng.uniform(0.1, 3, shape)
         else:
             values = rng.uniform(-2, 2, shape)
-        inputs[key] = values.astype(m if key in ("gamma", "beta") else t)
+        inputs[key] = values.astype(case.dtypes[type_vars[key]])
     return inputs
 
 
 def reference(case, inputs):
     """{output key: float64 reference} from tests/oracles.py."""
     a = case.attrs
+    if case.op in LAYER_FAMILY:
+        return node_reference(PACKAGES[case.op], inputs, a)
     if case.op == "batch_normalization":
         return {"y": batch_normalization_ref(*inputs.values(), a.get("epsilon", 1e-5))}
     if case.op == "group_normalization":
@@ -356,7 +570,7 @@ def compare(case, inputs, actual, ref, context):
         assert_close_f16_stage(actual["y"], ref["y"], normalized, inputs["scale"], inputs["x"].dtype, context)
         return
     for key, value in actual.items():
-        assert_close(value, ref[key], inputs[next(iter(inputs))].dtype, f"{context} {key}")
+        assert_close(value, ref[key], np.asarray(value).dtype, f"{context} {key}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -394,8 +608,21 @@ def call_case(case, inputs, device, caps):
     if case.adapter_info:
         caps = dataclasses.replace(caps, adapter_info={**caps.adapter_info, **case.adapter_info})
     outputs = case.outputs or (package.OUTPUTS[0].key,)
-    x = next(iter(inputs.values()))
-    out = {key: Tensor.from_numpy(np.full(x.shape, np.nan, x.dtype), device) for key in outputs}
+    shapes = {key: value.shape for key, value in inputs.items()}
+    dtypes = {t: np.dtype(name).name for t, name in case.dtypes.items()}
+    plan = package.plan(
+        shapes,
+        dtypes,
+        case.attrs,
+        outputs=outputs,
+        caps=caps,
+        variant=case.variant,
+        tunables=case.tunables or None,
+    )
+    out = {
+        key: Tensor.from_numpy(np.full(shape, np.nan, dtype), device)
+        for key, (shape, dtype) in plan.outputs.items()
+    }
     return package.kernel(
         inputs,
         attrs=case.attrs,

@@ -53,6 +53,12 @@ def _skip_group_norm(inputs, attrs, dtypes):
     return {"Y": y, "S": s}
 
 
+def _by_position(name):
+    """The layer family: generated/reference.py's node_outputs, inputs and outputs by position."""
+    package = importlib.import_module(f"generated.{name}")
+    return lambda inputs, attrs, dtypes: oracles.node_reference(package, inputs, attrs)
+
+
 def _microsoft_group_norm(inputs, attrs, dtypes):
     return {"Y": oracles.microsoft_group_norm_for_call(inputs, attrs)}
 
@@ -62,6 +68,16 @@ REFERENCES = {
     "group_normalization": _group_normalization,
     "instance_normalization": _instance_normalization,
     "skip_group_norm": _skip_group_norm,
+    **{
+        name: _by_position(name)
+        for name in (
+            "layer_normalization",
+            "rms_normalization",
+            "simplified_layer_normalization",
+            "skip_layer_normalization",
+            "skip_simplified_layer_normalization",
+        )
+    },
     "group_norm": _microsoft_group_norm,
 }
 POSITIVE_INPUTS = {"inputVar"}  # variances

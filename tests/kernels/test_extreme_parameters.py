@@ -29,12 +29,20 @@ SCALE_KEY = {
     "group_normalization": "scale",
     "instance_normalization": "scale",
     "skip_group_norm": "gamma",
+    "layer_normalization": "scale",
+    "rms_normalization": "scale",
+    "simplified_layer_normalization": "scale",
+    "skip_layer_normalization": "gamma",
+    "skip_simplified_layer_normalization": "gamma",
     "group_norm": "gamma",
 }
+# The affine offset, where a case has one (the RMS forms have none: their Y is not an offset).
 BIAS_KEY = {
     "group_normalization": "bias",
     "instance_normalization": "b",
     "skip_group_norm": "beta",
+    "layer_normalization": "b",
+    "skip_layer_normalization": "beta",
     "group_norm": "beta",
 }
 # stash_type=10 takes float16 statistics and float16 arithmetic, as the spec says: an infinite
@@ -82,15 +90,15 @@ def test_an_infinite_scale_gives_the_definitions_infinities(case):
         # Channel 0 is inf or NaN (x equal to the mean) in the definition; the rest is ordinary.
         finite = np.moveaxis(np.isfinite(want), profile_cases.channel_axis(case), 0)[1:]
         rest = lambda a: np.moveaxis(a, profile_cases.channel_axis(case), 0)[1:][finite]
-        assert_close(
-            rest(got), rest(want), inputs[next(iter(inputs))].dtype, f"{context} {key}: the other channels"
-        )
+        assert_close(rest(got), rest(want), result[key].dtype, f"{context} {key}: the other channels")
 
 
 F32_CASES = [
     c
     for c in CASES
-    if c.op in BIAS_KEY and c.dtypes["T"] == "float32" and c.dtypes.get("M", "float32") == "float32"
+    if BIAS_KEY.get(c.op) in c.shapes
+    and c.dtypes["T"] == "float32"
+    and c.dtypes.get("M", "float32") == "float32"
 ]
 
 
@@ -106,7 +114,7 @@ def test_constant_huge_rows_normalize_to_the_bias(case, value):
     x = inputs[key].copy()
     x[0] = value  # every row of batch item 0
     inputs[key] = x
-    if case.op == "skip_group_norm":
+    if "skip" in inputs:  # the rows X holds, unchanged by the residual
         inputs["skip"] = np.zeros_like(inputs["skip"])
         if "bias" in inputs:
             inputs["bias"] = np.zeros_like(inputs["bias"])
@@ -114,7 +122,8 @@ def test_constant_huge_rows_normalize_to_the_bias(case, value):
     first = profile_cases.PACKAGES[case.op].OUTPUTS[0].key
     got = np.asarray(result[first], np.float64)
     bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
-    shape = (-1,) + (1,) * (got.ndim - 2) if profile_cases.channel_axis(case) == 1 else (-1,)
+    # The layer family's offset broadcasts over X's last axes as it is (NumPy's rule is ONNX's).
+    shape = (-1,) + (1,) * (got.ndim - 2) if profile_cases.channel_axis(case) == 1 else bias.shape
     context = f"{case.id} {case.shapes} {case.tunables} {seed_note(seed)}"
     np.testing.assert_array_equal(
         got[0],

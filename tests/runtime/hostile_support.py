@@ -34,7 +34,12 @@ from generated import batch_normalization as bn
 from generated import group_norm as mgn
 from generated import group_normalization as gn
 from generated import instance_normalization as inn
+from generated import layer_normalization as ln
+from generated import rms_normalization as rms
+from generated import simplified_layer_normalization as sln
 from generated import skip_group_norm as sgn
+from generated import skip_layer_normalization as skln
+from generated import skip_simplified_layer_normalization as sksln
 
 ROOT = Path(__file__).resolve().parents[2]
 F16_PHRASE = "float16 needs the device feature shader-f16, which this device does not have"
@@ -51,6 +56,18 @@ class OpInfo:
     base_shape: tuple  # X of the valid base request
     optional: tuple = ()  # optional input keys
     channels_axis: int = 1
+    # An axis of X no parameter reads (a request stays valid whatever its size); None: spatial_axis's rule.
+    free_axis: int | None = None
+
+    def loose_skip(self, inputs):
+        """`inputs` (shapes or arrays by bind key) with a skip that stays valid whatever X's free axis
+        is: SkipGroupNorm's (N, C), the Skip layer norms' (sequence, hidden) repeated over the batch."""
+        if self.name == "sgn":
+            skip = inputs["skip"]
+            inputs["skip"] = (skip[0], skip[3]) if isinstance(skip, tuple) else skip[:, 0, 0, :]
+        elif "skip" in inputs:
+            inputs["skip"] = inputs["skip"][1:]
+        return inputs
 
     @property
     def op(self):
@@ -61,7 +78,10 @@ class OpInfo:
 
     @property
     def spatial_axis(self):
-        """An axis of the base X that is not C (H for the channels-last ops, else the last)."""
+        """An axis of the base X no parameter reads: H for the channels-last ops, N for the layer
+        family (its parameters span the last axes: free_axis), else the last."""
+        if self.free_axis is not None:
+            return self.free_axis
         return 1 if self.channels_axis != 1 else len(self.base_shape) - 1
 
     def large(self, side=64):
@@ -69,8 +89,9 @@ class OpInfo:
         return (2,) + (side,) * (len(self.base_shape) - 1) if len(self.base_shape) == 4 else (2, side, side)
 
     def dtypes(self, dtype):
+        """Every type variable the caller gives, in `dtype` (outputs' float32 U needs none)."""
         name = np.dtype(dtype).name
-        return {"T": name, "M": name} if "M" in self.module.TYPE_CONSTRAINTS else {"T": name}
+        return {t: name for t in self.module.TYPE_CONSTRAINTS if len(self.module.TYPE_CONSTRAINTS[t]) > 1}
 
     def shapes(self, shape=None, with_optional=False):
         """Input shapes of a valid request with X of `shape` (the base shape by default)."""
@@ -110,7 +131,16 @@ class OpInfo:
             return inn.instance_normalization(*args, **kwargs)
         if self.name == "mgn":
             return mgn.group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
-        return sgn.skip_group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
+        if self.name == "sgn":
+            return sgn.skip_group_norm(*args, **{"groups": 2, "activation": 0, **kwargs})
+        plain = {
+            "ln": ln.layer_normalization,
+            "rms": rms.rms_normalization,
+            "sln": sln.simplified_layer_normalization,
+            "skln": skln.skip_layer_normalization,
+            "sksln": sksln.skip_simplified_layer_normalization,
+        }
+        return plain[self.name](*args, **kwargs)
 
     @property
     def variants(self):
@@ -155,6 +185,45 @@ OPS = {
         (2, 2, 3, 4),
         optional=("bias",),
         channels_axis=3,
+    ),
+    # The layer family: the last axis normalized, its parameters (C,) with C the last dimension.
+    "ln": OpInfo(
+        "ln",
+        ln,
+        ("x", "scale", "b"),
+        {"x": "X", "scale": "Scale", "b": "B"},
+        "y",
+        {},
+        (2, 4, 3),
+        ("b",),
+        -1,
+        0,
+    ),
+    "rms": OpInfo("rms", rms, ("x", "scale"), {"x": "X", "scale": "scale"}, "y", {}, (2, 4, 3), (), -1, 0),
+    "sln": OpInfo("sln", sln, ("x", "scale"), {"x": "X", "scale": "scale"}, "y", {}, (2, 4, 3), (), -1, 0),
+    "skln": OpInfo(
+        "skln",
+        skln,
+        ("input", "skip", "gamma", "beta", "bias"),
+        {k: k for k in ("input", "skip", "gamma", "beta", "bias")},
+        "output",
+        {},
+        (2, 4, 3),
+        ("beta", "bias"),
+        -1,
+        0,
+    ),
+    "sksln": OpInfo(
+        "sksln",
+        sksln,
+        ("input", "skip", "gamma", "bias"),
+        {k: k for k in ("input", "skip", "gamma", "bias")},
+        "output",
+        {},
+        (2, 4, 3),
+        ("bias",),
+        -1,
+        0,
     ),
     "mgn": OpInfo(
         "mgn",

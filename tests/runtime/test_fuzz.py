@@ -3,6 +3,7 @@
 * `test_fuzz_<op>_matches_the_reference`: valid requests (ranks 2-5, dims 1-70, at most 50,000
   elements; float32 / float16; epsilon, num_groups dividing C, stash_type, SkipGroupNorm's and
   GroupNorm's activation, layout and gamma / beta type, SkipGroupNorm's skip shapes, bias and S;
+  the layer family's axis, broadcast Scale and B, T and V apart, skip forms and optional outputs;
   the default variant or a forced one that applies)
   run with NaN-poisoned outputs and match tests/oracles.py's float64 references within docs/TESTING.md's
   tolerances (stash_type=10 as tests/kernels/test_group_normalization_stash16.py judges it).
@@ -18,6 +19,7 @@ failure. The example database is off (nothing is written to the tree); examples 
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -34,6 +36,7 @@ from tests.oracles import (
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    node_reference,
     microsoft_group_norm_ref,
     skip_group_norm_ref,
 )
@@ -205,7 +208,77 @@ def mgn_requests(draw, min_dim=1):
     return "mgn", inputs, attrs, None
 
 
-REQUESTS = {"bn": bn_requests, "gn": gn_requests, "in": in_requests, "sgn": sgn_requests, "mgn": mgn_requests}
+@st.composite
+def broadcast_shape(draw, normalized):
+    """A shape that broadcasts to `normalized` along one run of its axes: the whole shape, a suffix of
+    it, or one of those with some of its leading axes 1 (a suffix's leading 1s: (1, D) for (S, D))."""
+    start = draw(st.integers(0, max(0, len(normalized) - 1)))
+    suffix = list(normalized[start:])
+    ones = draw(st.integers(0, len(suffix)))
+    return tuple([1] * ones + suffix[ones:]) if draw(st.booleans()) else tuple(suffix)
+
+
+@st.composite
+def layer_requests(draw, op_id, min_dim=1):
+    """LayerNormalization / RMSNormalization / SimplifiedLayerNormalization: rank 1-4, any axis, a
+    broadcast Scale (and B); min_dim=0 (empty and invalid requests): axis -1, one type, 1-D parameters."""
+    rank = draw(st.integers(1, 4))
+    shape = draw(dims(rank, min_dim, cap=20_000))
+    axis = draw(st.integers(-rank, rank - 1)) if min_dim else -1
+    normalized = shape[axis % rank :]
+    t = draw(DTYPES)
+    v = draw(DTYPES) if op_id in ("rms", "sln") and min_dim else t
+    rng = np.random.default_rng(draw(SEEDS))
+    scale_shape = draw(broadcast_shape(normalized)) if min_dim else normalized[-1:]
+    inputs = {"x": random_x(rng, shape, t, draw(st.sampled_from([0.0, 0.1, 3.0]))), "scale": None}
+    inputs["scale"] = rng.uniform(-2, 2, scale_shape).astype(v)
+    if op_id == "ln" and draw(st.booleans()):
+        inputs["b"] = rng.uniform(-1, 1, draw(broadcast_shape(normalized)) if min_dim else normalized[-1:])
+        inputs["b"] = inputs["b"].astype(t)
+    attrs = {"axis": axis, "epsilon": draw(EPSILONS)}
+    optional = {"ln": ("mean", "invStdDev"), "sln": ("inv_std_var",), "rms": ()}[op_id]
+    chosen = draw(st.lists(st.sampled_from(optional), unique=True)) if optional and min_dim else []
+    return op_id, inputs, attrs, (("y",) + tuple(chosen)) if chosen else None
+
+
+@st.composite
+def skip_layer_requests(draw, op_id, min_dim=1):
+    """SkipLayerNormalization / SkipSimplifiedLayerNormalization: (tokens, hidden) or (batch,
+    sequence, hidden), skip full or repeated over the batch, optional beta and bias and outputs."""
+    rank = draw(st.integers(2, 3))
+    shape = draw(dims(rank, min_dim, cap=20_000))
+    hidden = shape[-1]
+    t = draw(DTYPES)
+    rng = np.random.default_rng(draw(SEEDS))
+    skip_shape = draw(st.sampled_from([shape, shape[1:], (1,) + shape[1:]] if rank == 3 else [shape]))
+    inputs = {
+        "input": random_x(rng, shape, t, 2.0),
+        "skip": (rng.standard_normal(skip_shape) * rng.uniform(0.2, 1.5)).astype(t),
+        "gamma": per_channel(rng, hidden, t),
+    }
+    optional = ("beta", "bias") if op_id == "skln" else ("bias",)
+    for key in optional:
+        if draw(st.booleans()):
+            inputs[key] = per_channel(rng, hidden, t, -1, 1)
+    outputs = (
+        ("mean", "inv_std_var", "input_skip_bias_sum")
+        if op_id == "skln"
+        else ("inv_std_var", "input_skip_bias_sum")
+    )
+    chosen = draw(st.lists(st.sampled_from(outputs), unique=True)) if min_dim else []
+    return op_id, inputs, {"epsilon": draw(EPSILONS)}, (("output",) + tuple(chosen)) if chosen else None
+
+
+REQUESTS = {
+    "bn": bn_requests,
+    "gn": gn_requests,
+    "in": in_requests,
+    "sgn": sgn_requests,
+    "mgn": mgn_requests,
+    **{op_id: functools.partial(layer_requests, op_id) for op_id in ("ln", "rms", "sln")},
+    **{op_id: functools.partial(skip_layer_requests, op_id) for op_id in ("skln", "sksln")},
+}
+LAYER_FAMILY = ("ln", "rms", "sln", "skln", "sksln")
 
 
 def channels(op_id, shape, attrs):
@@ -215,16 +288,10 @@ def channels(op_id, shape, attrs):
     return OPS[op_id].channels(shape)
 
 
-def dtypes_of(op_id, inputs):
-    """The request's type variables: T from X, M from gamma for the com.microsoft ops."""
-    dtypes = {"T": inputs[OPS[op_id].keys[0]].dtype.name}
-    if op_id in MICROSOFT:
-        dtypes["M"] = inputs["gamma"].dtype.name
-    return dtypes
-
-
 def references(op_id, inputs, attrs):
     """{output key: float64 reference}."""
+    if op_id in LAYER_FAMILY:
+        return node_reference(OPS[op_id].module, inputs, attrs)
     if op_id == "bn":
         return {
             "y": batch_normalization_ref(
@@ -295,11 +362,18 @@ def check_stash16(actual, inputs, attrs, dtype, context):
         assert_close_f16_stage(actual, literal, literal_normalized, scale, dtype, context + " (ONNX body)")
 
 
+def request_dtypes(op_id, inputs):
+    """{type variable: dtype name} of the inputs (T, SkipGroupNorm's M, RMS's V)."""
+    return {
+        spec.type_var: inputs[spec.key].dtype.name for spec in OPS[op_id].module.INPUTS if spec.key in inputs
+    }
+
+
 def applicable_variants(op_id, inputs, attrs, outputs):
     """The variants plan() accepts for this (valid) request on the test device, each with its tunables."""
     module = OPS[op_id].module
     shapes = {k: v.shape for k, v in inputs.items()}
-    dtypes = dtypes_of(op_id, inputs)
+    dtypes = request_dtypes(op_id, inputs)
     found = []
     for variant in OPS[op_id].variants:
         try:
@@ -334,8 +408,8 @@ def check_valid(op_id, inputs, attrs, outputs, variant):
         actual = value.numpy() if isinstance(value, Tensor) else value
         if stash16:
             check_stash16(actual, inputs, attrs, dtype, f"{context} {key}")
-        else:
-            assert_close(actual, expected[key], dtype, f"{context} {key}")
+        else:  # each output at the tolerance of its own type (RMS's Y is V, Mean float32)
+            assert_close(actual, expected[key], actual.dtype, f"{context} {key}")
 
 
 def _valid_fuzz(op_id, examples):
@@ -367,6 +441,11 @@ def test_fuzz_skip_group_norm_matches_the_reference():
     _valid_fuzz("sgn", 50)
 
 
+@pytest.mark.parametrize("op_id", LAYER_FAMILY)
+def test_fuzz_layer_family_matches_the_reference(op_id):
+    _valid_fuzz(op_id, 25)
+
+
 def test_fuzz_microsoft_group_norm_matches_the_reference():
     _valid_fuzz("mgn", 40)
 
@@ -392,6 +471,10 @@ def empty_requests(draw, op_id):
                 fixed[k] = x
             elif v.ndim == 1:
                 fixed[k] = v[:c] if len(v) >= c else v
+            elif k == "skip" and op_id in LAYER_FAMILY:  # full, or X's last two axes repeated
+                fixed[k] = np.empty(
+                    shape if v.shape == inputs[key].shape else v.shape[:-2] + tuple(shape[-2:]), v.dtype
+                )
             elif k == "skip":
                 n = shape[0]
                 fixed[k] = np.empty(
@@ -421,7 +504,7 @@ def _empty_fuzz(op_id, examples):
                 value.shape,
             )
         shapes = {k: v.shape for k, v in inputs.items()}
-        dtypes = dtypes_of(op_id, inputs)
+        dtypes = request_dtypes(op_id, inputs)
         p = module.plan(shapes, dtypes, attrs, variant=variant, outputs=outputs, caps=caps)
         assert p.passes == (), f"plan {p.variant} for empty {shape} has {len(p.passes)} passes"
 
@@ -448,8 +531,8 @@ def invalid_requests(draw, op_id):
     other = np.float16 if x.dtype == np.float32 else np.float32
     params = [k for k in info.keys[1:] if k in inputs and inputs[k].ndim == 1]
     choices = ["param_length", "param_rank", "float64", "rank_low"]
-    if op_id != "mgn":  # GroupNorm's only T tensor is X: its gamma and beta are M
-        choices += ["mixed_dtype"]
+    if any(_type_var(info, k) == "T" for k in info.keys[1:] if k in inputs):  # RMS's scale is V: any type
+        choices.append("mixed_dtype")
     if op_id == "gn":
         choices += ["groups_do_not_divide", "groups_not_positive", "stash_type"]
     if op_id in MICROSOFT:
@@ -467,17 +550,24 @@ def invalid_requests(draw, op_id):
     elif kind == "param_rank":
         key = draw(st.sampled_from(params))
         inputs[key] = inputs[key].reshape(1, -1)
-    elif kind == "mixed_dtype":
-        key = draw(
-            st.sampled_from(
-                [k for k in info.keys[1:] if k in inputs and not (op_id == "sgn" and k in ("gamma", "beta"))]
-            )
-        )
+    elif kind == "mixed_dtype":  # a parameter of X's own type variable in the other type
+        key = draw(st.sampled_from([k for k in info.keys[1:] if k in inputs and _type_var(info, k) == "T"]))
         inputs[key] = inputs[key].astype(other)
     elif kind == "float64":
         inputs[first] = x.astype(np.float64)
     elif kind == "rank_low":
-        low = {"bn": 1, "gn": 2, "in": 2, "sgn": 3, "mgn": 3}[op_id]
+        low = {
+            "bn": 1,
+            "gn": 2,
+            "in": 2,
+            "sgn": 3,
+            "ln": 0,
+            "rms": 0,
+            "sln": 0,
+            "skln": 1,
+            "sksln": 1,
+            "mgn": 3,
+        }[op_id]
         inputs[first] = np.ones(x.shape[:low], x.dtype)
     elif kind == "rank_high":
         inputs[first] = x.reshape(x.shape + (1,))
@@ -510,8 +600,16 @@ def invalid_requests(draw, op_id):
     return inputs, attrs, outputs, kind
 
 
+def _type_var(info, key):
+    return next(spec.type_var for spec in info.module.INPUTS if spec.key == key)
+
+
 def _is_really_invalid(op_id, inputs, attrs, kind):
-    """A few breakages make a valid request on some draws (a skip shape that happens to match)."""
+    """A few breakages make a valid request on some draws (a skip shape that happens to match, a
+    layer norm parameter grown to one value: (1,) broadcasts to any last axis, 0 included)."""
+    if kind == "param_length" and op_id in ("ln", "rms", "sln"):
+        hidden = inputs["x"].shape[-1]
+        return any(len(inputs[k]) not in (1, hidden) for k in ("scale", "b") if k in inputs)
     if kind == "skip_shape":
         x = inputs["X"]
         n, c = x.shape[0], x.shape[3 if attrs["channels_last"] else 1]

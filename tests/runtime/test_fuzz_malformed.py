@@ -23,7 +23,7 @@ from hypothesis import HealthCheck, Phase
 from hypothesis import strategies as st
 
 from generated import ContractError, Tensor
-from tests.runtime.hostile_support import MICROSOFT, OPS, ROOT, check_refusal
+from tests.runtime.hostile_support import OPS, ROOT, check_refusal
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -113,6 +113,11 @@ def malformed_calls(draw):
                         "gn": [[2, 4]],
                         "in": [[2, 4]],
                         "sgn": [[2, 3, 4], [2, 2, 3, 4, 1]],
+                        "ln": [[]],
+                        "rms": [[]],
+                        "sln": [[]],
+                        "skln": [[3], [1, 2, 4, 3]],
+                        "sksln": [[3], [1, 2, 4, 3]],
                         "mgn": [[2, 3, 4], [2, 2, 3, 4, 1]],
                     }[op_id]
                 )
@@ -157,8 +162,10 @@ def malformed_calls(draw):
                     ]
                 )
             )
-            if op_id in MICROSOFT and isinstance(dtypes, dict) and "T" in dtypes:
-                dtypes = {**dtypes, "M": "float32"}
+            if (
+                isinstance(dtypes, dict) and "T" in dtypes
+            ):  # the other variables (M, V) valid: only T is wrong
+                dtypes = {**info.dtypes(np.float32), **dtypes}
             mutations.append(f"dtypes={dtypes!r}")
         elif mutation == "tunable":
             bad = draw(

@@ -13,6 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import generated
 from generated import ContractError, check_model
+from codegen.onnx_versions import NOT_IN_ONNX_DEFS
 from generated.onnx_nodes import UnsupportedNodeError, bind_node, run_node
 from tests.oracles import (
     assert_close,
@@ -51,6 +52,12 @@ def test_registry_maps_onnx_versions_to_the_op_packages():
         ("ai.onnx", "InstanceNormalization", 6),
         ("ai.onnx", "InstanceNormalization", 22),
         ("com.microsoft", "SkipGroupNorm", 1),
+        ("ai.onnx", "LayerNormalization", 17),
+        ("ai.onnx", "RMSNormalization", 23),
+        ("ai.onnx", "SimplifiedLayerNormalization", 1),
+        ("com.microsoft", "SimplifiedLayerNormalization", 1),
+        ("com.microsoft", "SkipLayerNormalization", 1),
+        ("com.microsoft", "SkipSimplifiedLayerNormalization", 1),
         ("com.microsoft", "GroupNorm", 1),
     }
     spans = {key: (e.module.__name__.split(".")[-1], e.first_opset, e.last_opset) for key, e in ops.items()}
@@ -68,15 +75,20 @@ def test_registry_maps_onnx_versions_to_the_op_packages():
     assert generated.find_op("", "InstanceNormalization", 17).since_version == 6
     assert generated.find_op("ai.onnx", "BatchNormalization", 7) is None
     assert generated.find_op("", "GroupNormalization", None).since_version == 21
-    assert generated.find_op("", "LayerNormalization", 17) is None
+    assert generated.find_op("", "LayerNormalization", 16) is None
+    assert generated.find_op("", "LayerNormalization", 17).module.__name__.endswith(".layer_normalization")
+    # ONNX Runtime's contrib SimplifiedLayerNormalization sits in ai.onnx at version 1: every opset.
+    assert generated.find_op("", "SimplifiedLayerNormalization", 23).since_version == 1
+    alias = ops[("com.microsoft", "SimplifiedLayerNormalization", 1)]
+    assert alias.module is ops[("ai.onnx", "SimplifiedLayerNormalization", 1)].module and alias.note
 
 
 def test_registry_agrees_with_onnx_defs():
     """Each entry's opsets run from its since_version to the opset before onnx's next version of the op."""
     newest = onnx.defs.onnx_opset_version()
     for (domain, op_type, since), entry in generated.ops().items():
-        if domain != "ai.onnx":
-            continue
+        if domain != "ai.onnx" or (domain, op_type) in NOT_IN_ONNX_DEFS:
+            continue  # checked against ONNX Runtime's schemas below
         versions = _versions(domain, op_type)
         assert since in versions, (op_type, since, versions)
         later = [v for v in versions if v > since]
@@ -156,13 +168,38 @@ def test_run_node_runs_every_op(device):
     assert_close(y, ref, np.float16, "com.microsoft GroupNorm")
 
 
+def _ort_schemas():
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    return {(s.domain or "ai.onnx", s.name, s.since_version): s for s in state.get_all_operator_schema()}
+
+
+def test_onnx_runtime_ops_agree_with_onnx_runtime_schemas():
+    """The ops onnx.defs does not define (ONNX Runtime's contrib ops, in com.microsoft or in ai.onnx):
+    inputs and outputs by position with ONNX Runtime's names, its attributes the package's."""
+    schemas = _ort_schemas()
+    for (domain, op_type, since), entry in generated.ops().items():
+        if domain == "ai.onnx" and (domain, op_type) not in NOT_IN_ONNX_DEFS or entry.note:
+            continue
+        schema = schemas.get((domain, op_type, since))
+        if schema is None:  # com.microsoft SkipGroupNorm: ONNX Runtime's CUDA build registers it
+            assert op_type == "SkipGroupNorm", (domain, op_type, since)
+            continue
+        module = entry.module
+        assert [i.name for i in schema.inputs] == [t.role for t in module.INPUTS], op_type
+        assert [o.name for o in schema.outputs] == [t.role for t in module.OUTPUTS], op_type
+        assert set(schema.attributes) == {a.name for a in module.ATTRIBUTES}, op_type
+
+
 def test_run_node_refuses_clearly():
     x = np.ones((1, 4, 2, 2), np.float32)
     with pytest.raises(
         UnsupportedNodeError,
-        match=r"no kernel for ai.onnx LayerNormalization; supported: .*GroupNormalization-21",
+        match=r"no kernel for ai.onnx MeanVarianceNormalization; supported: .*GroupNormalization-21",
     ):
-        run_node(_node("LayerNormalization", "x s"), [x, x])
+        run_node(_node("MeanVarianceNormalization", "x"), [x])
+    with pytest.raises(UnsupportedNodeError, match=r"LayerNormalization at opset 16: the kernels run .*-17"):
+        run_node(_node("LayerNormalization", "x s"), [x, x[0, :, 0, 0]], opset=16)
     with pytest.raises(
         UnsupportedNodeError, match=r"BatchNormalization at opset 7: the kernels run .*BatchNormalization-9"
     ):
@@ -754,3 +791,65 @@ def test_check_model_runs_a_mixed_precision_batch_norm(tmp_path, capsys):
     assert lines[0].startswith("node 0: BatchNormalization-15 2x4x3x3, 4, 4, 4, 4 float16") and lines[
         0
     ].endswith(": ok"), lines
+
+
+def transformer_model(dtype=TensorProto.FLOAT):
+    """The layer family in one graph, as transformer exports write it: LayerNormalization-17 (with
+    Mean and InvStdDev), com.microsoft SkipLayerNormalization (its skip one (sequence, hidden) block),
+    ONNX Runtime's SimplifiedLayerNormalization in ai.onnx and in com.microsoft,
+    SkipSimplifiedLayerNormalization and RMSNormalization-23; a symbolic batch dimension."""
+    hidden, seq = 64, 5
+    np_dtype = helper.tensor_dtype_to_np_dtype(dtype)
+    rng = np.random.default_rng(4)
+
+    def init(name, shape):
+        return numpy_helper.from_array(rng.uniform(0.5, 1.5, shape).astype(np_dtype), name)
+
+    ms = "com.microsoft"
+    nodes = [
+        helper.make_node(
+            "LayerNormalization", ["x", "g1", "b1"], ["a", "mean", "inv"], name="ln", epsilon=1e-5
+        ),
+        helper.make_node(
+            "SkipLayerNormalization",
+            ["a", "skip", "g2", "b2", "bias"],
+            ["b", "", "", "s"],
+            name="skln",
+            domain=ms,
+            epsilon=1e-5,
+        ),
+        helper.make_node(
+            "SimplifiedLayerNormalization", ["b", "g3"], ["c", "c_inv"], name="sln", epsilon=1e-6
+        ),
+        helper.make_node("SimplifiedLayerNormalization", ["c", "g3"], ["d"], name="sln_ms", domain=ms),
+        helper.make_node(
+            "SkipSimplifiedLayerNormalization", ["d", "s", "g4"], ["e", "", "e_inv"], name="sksln", domain=ms
+        ),
+        helper.make_node("RMSNormalization", ["e", "g5"], ["y"], name="rms"),
+    ]
+    initializers = [init(n, (hidden,)) for n in ("g1", "b1", "g2", "b2", "bias", "g3", "g4", "g5")]
+    initializers.append(init("skip", (seq, hidden)))
+    inputs = [helper.make_tensor_value_info("x", dtype, ["N", seq, hidden])]
+    outputs = [
+        helper.make_tensor_value_info(name, dtype, None) for name in ("y", "mean", "inv", "c_inv", "e_inv")
+    ]
+    graph = helper.make_graph(nodes, "transformer", inputs, outputs, initializer=initializers)
+    opsets = [helper.make_opsetid("", 23), helper.make_opsetid(ms, 1)]
+    return helper.make_model(
+        graph, opset_imports=opsets, ir_version=helper.find_min_ir_version_for(opsets, True)
+    )
+
+
+@pytest.mark.parametrize("dtype", [TensorProto.FLOAT, TensorProto.FLOAT16], ids=["f32", "f16"])
+def test_check_model_runs_and_judges_the_layer_family(tmp_path, capsys, dtype):
+    """Once these ops run, check_model runs and judges them (it gave them skip lines before)."""
+    path = tmp_path / "transformer.onnx"
+    onnx.save(transformer_model(dtype), path)
+    assert check_model.main([str(path), "--dim", "N=2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    names = ["ln", "skln", "sln", "sln_ms", "sksln", "rms"]
+    assert len(lines) == len(names) + 1, lines
+    for line, name in zip(lines, names):
+        assert line.startswith(f"{name}: ") and ": variant row_registers:" in line, line
+        assert "of tolerance" in line and line.endswith(": ok"), line
+    assert lines[-1] == f"{len(names)} normalization nodes run, 0 outside tolerance or failed, 0 skipped"

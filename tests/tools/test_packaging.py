@@ -29,11 +29,13 @@ from packaging.markers import default_environment
 from packaging.metadata import Metadata
 from packaging.requirements import Requirement
 
+import generated
 from tests.oracles import (
     assert_close,
     batch_normalization_ref,
     group_normalization_ref,
     instance_normalization_ref,
+    node_reference,
     microsoft_group_norm_ref,
     skip_group_norm_ref,
 )
@@ -276,6 +278,16 @@ out = {
 out["sgn_y"], out["sgn_s"] = skip_group_norm.skip_group_norm(
     data["xs"], data["c0"], data["c1"], data["skip"], data["c2"], groups=2, activation=1, return_sum=True
 )
+# The layer family, over the last axis (8) of xs.
+from webgpu_norm_kernels import layer_normalization, rms_normalization, simplified_layer_normalization
+from webgpu_norm_kernels import skip_layer_normalization, skip_simplified_layer_normalization
+
+out["ln"] = layer_normalization.layer_normalization(data["xs"], data["c0"], data["c1"])
+out["rms"] = rms_normalization.rms_normalization(data["xs"], data["c0"])
+out["sln"] = simplified_layer_normalization.simplified_layer_normalization(data["xs"], data["c0"])
+x3, skip3 = data["xs"].reshape(6, 5, 8), data["skip"].reshape(6, 5, 8)  # the Skip forms take rank 2 or 3
+out["skln"] = skip_layer_normalization.skip_layer_normalization(x3, skip3, data["c0"], data["c1"])
+out["sksln"] = skip_simplified_layer_normalization.skip_simplified_layer_normalization(x3, skip3, data["c0"])
 out["mgn"] = group_norm.group_norm(data["xs"].astype(np.float16), data["c0"], data["c1"], groups=4, activation=1)
 np.savez(sys.argv[2], **out)
 print(json.dumps({
@@ -325,7 +337,7 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
     assert Path(facts["file"]).is_relative_to(site / "webgpu_norm_kernels"), facts
     assert not facts["generated"] and not facts["codegen"], facts
     assert not any(Path(p).resolve().is_relative_to(REPO) for p in facts["path"] if p), facts["path"]
-    assert facts["version"] == VERSION and len(facts["ops"]) == 9
+    assert facts["version"] == VERSION and facts["ops"] == sorted(str(e) for e in generated.ops().values())
     out = np.load(tmp_path / "out.npz")
     c = [data[f"c{i}"] for i in range(4)]
     assert_close(out["bn"], batch_normalization_ref(data["x"], *c), np.float32, "wheel: BatchNormalization")
@@ -341,6 +353,17 @@ def test_the_wheel_installs_and_runs_every_op_outside_the_repository(wheel, tmp_
     ref_y, ref_s = skip_group_norm_ref(data["xs"], c[0], c[1], data["skip"], c[2], 2, 1e-5, 1, 1, np.float32)
     assert_close(out["sgn_y"], ref_y, np.float32, "wheel: SkipGroupNorm Y")
     assert_close(out["sgn_s"], ref_s, np.float32, "wheel: SkipGroupNorm S")
+    xs, x3, skip3 = data["xs"], data["xs"].reshape(6, 5, 8), data["skip"].reshape(6, 5, 8)
+    for name, package, inputs in (
+        ("ln", "layer_normalization", {"x": xs, "scale": c[0], "b": c[1]}),
+        ("rms", "rms_normalization", {"x": xs, "scale": c[0]}),
+        ("sln", "simplified_layer_normalization", {"x": xs, "scale": c[0]}),
+        ("skln", "skip_layer_normalization", {"input": x3, "skip": skip3, "gamma": c[0], "beta": c[1]}),
+        ("sksln", "skip_simplified_layer_normalization", {"input": x3, "skip": skip3, "gamma": c[0]}),
+    ):
+        module = importlib.import_module(f"generated.{package}")
+        expected = next(iter(node_reference(module, inputs, {}).values()))
+        assert_close(out[name], expected, np.float32, f"wheel: {package}")
     ref = microsoft_group_norm_ref(data["xs"].astype(np.float16), c[0], c[1], 4, 1e-5, 1, 1)
     assert_close(out["mgn"], ref, np.float16, "wheel: com.microsoft GroupNorm")
     # The console script runs the package's __main__ (no command: usage, exit 2).
