@@ -48,12 +48,9 @@ def malformed_calls(draw):
     pool += ["dim", "shape", "rank", "dtypes"] if api != "kernel" else ["value", "out"]
     for mutation in draw(st.lists(st.sampled_from(pool), min_size=1, max_size=2, unique=True)):
         if mutation == "key":
-            how = draw(
-                st.sampled_from(
-                    ["rename", "drop", "extra"]
-                    + (["duplicate"] if any(info.roles[k] != k for k in info.keys) else [])
-                )
-            )
+            # (an optional input is not in the base request: only a present one can be duplicated)
+            named = [k for k in info.keys if info.roles[k] != k and k in shapes]
+            how = draw(st.sampled_from(["rename", "drop", "extra"] + (["duplicate"] if named else [])))
             key = draw(st.sampled_from([k for k in shapes if k not in info.optional]))
             if how == "rename":
                 shapes[draw(st.sampled_from([key + "_", key.upper() + "x", "", " " + key, key + "s"]))] = (
@@ -64,7 +61,7 @@ def malformed_calls(draw):
             elif how == "extra":
                 shapes[draw(st.sampled_from(["Z", "x2", "mean", "weight"]))] = shapes[key]
             else:
-                key = draw(st.sampled_from([k for k in info.keys if info.roles[k] != k]))
+                key = draw(st.sampled_from(named))
                 shapes[info.roles[key]] = shapes[key]
             mutations.append(f"key:{how}:{key}")
         elif mutation == "dim":
