@@ -564,12 +564,8 @@ class Bench:
 
     def _numpy_call_ms(self, op, case, arrays, options):
         """What a user's first line costs: numpy arrays in, numpy arrays out (upload, the call, read-back)."""
-        samples = []
-        for _ in range(min(5, self.settings.host_iters)):
-            started = time.perf_counter()
-            op.kernel(arrays, attrs=case.attrs, device=self.device, **options)
-            samples.append(time.perf_counter() - started)
-        return statistics.median(samples) * 1e3
+        call = lambda: op.kernel(arrays, attrs=case.attrs, device=self.device, **options)  # noqa: E731
+        return bench_calls.median_us(call, min(5, self.settings.host_iters)) / 1e3
 
     def _host_overheads(self, op, case, tensors, options, gpu_us):
         """plan() per call; kernel() until it returns, and to the end of its GPU work less the GPU

@@ -27,7 +27,8 @@ from ._runtime import Sequence, Tensor
 NOISE_US = 2.0
 
 
-def _median_us(fn, n):
+def median_us(fn, n):
+    """Median wall time of `n` calls of `fn`, in µs."""
     samples = []
     for _ in range(n):
         started = time.perf_counter()
@@ -218,11 +219,11 @@ def run_sequence(op, entry, dtype, device, timer, settings, torch_peer):
         "source": entry.get("source", ""),
         "dtype": dtype,
         "calls": len(calls),
-        "kernel_wall_us": _median_us(plain, reps),
-        "encoder_wall_us": _median_us(into_encoder, reps),
-        "sequence_wall_us": _median_us(replay, reps),
+        "kernel_wall_us": median_us(plain, reps),
+        "encoder_wall_us": median_us(into_encoder, reps),
+        "sequence_wall_us": median_us(replay, reps),
         "sequence_run_host_us": statistics.median(run_alone() for _ in range(reps)) * 1e6,
-        "sync_us": _median_us(timer.sync, reps),
+        "sync_us": median_us(timer.sync, reps),
         "summed_gpu_us": _summed_gpu_us(op, calls, device, timer, settings),
     }
     if torch_peer is not None:

@@ -20,13 +20,12 @@ never a dependency of the kernels.
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import ops, reference
+from .bench_calls import median_us
 from .check_model import worst_error
 
 PROVIDER = "WebGpuExecutionProvider"
@@ -89,15 +88,6 @@ def single_node_model(op, case, attrs, outputs):
     return model, [spec.role for spec in given], [spec.role for spec in wanted], entry
 
 
-def _median_ms(fn, reps):
-    samples = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e3
-
-
 def calls_then_one_readback_ms(call, wait, settings):
     """ms per call of `call` made N times back to back, then `wait` once (a read-back or a sync):
     how an app runs a model's steps, and the same measure for both sides."""
@@ -108,7 +98,7 @@ def calls_then_one_readback_ms(call, wait, settings):
             call()
         wait()
 
-    return _median_ms(many, 3) / calls
+    return median_us(many, 3) / 1e3 / calls
 
 
 class OrtPeer:
@@ -151,7 +141,7 @@ class OrtPeer:
         reps = max(3, min(20, self.settings.host_iters // 5))
         results = session.run(output_names, feeds)
         times.error_of_tolerance = self._error(entry, op, case, feeds, attrs, output_names, results)
-        times.numpy_ms = _median_ms(lambda: session.run(output_names, feeds), reps)
+        times.numpy_ms = median_us(lambda: session.run(output_names, feeds), reps) / 1e3
         sessions = {"device": lambda: session, "capture": lambda: self._session(model, capture=True)}
         for path, make_session in sessions.items():
             try:

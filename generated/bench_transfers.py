@@ -15,24 +15,13 @@ array for each read-back where the floor copies into a kept one) is what the "×
 
 from __future__ import annotations
 
-import statistics
-import time
-
 import numpy as np
 
 from ._runtime import Tensor
+from .bench_calls import median_us
 
 SIZES_MB = (1, 16, 100)
 QUICK_SIZES_MB = (1, 16)
-
-
-def _median_ms(fn, reps):
-    samples = []
-    for _ in range(reps):
-        started = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples) * 1e3
 
 
 class _BareFloor:
@@ -90,14 +79,15 @@ def transfer_rows(device, sync, sizes_mb=SIZES_MB, reps=5):
 
             row = {
                 "megabytes": megabytes,
-                "upload_ms": _median_ms(upload, reps),
-                "upload_floor_ms": _median_ms(lambda: floor.upload(array, sync), reps),
-                "download_ms": _median_ms(kept.numpy, reps),
-                "download_floor_ms": _median_ms(floor.download, reps),
-                "round_trip_ms": _median_ms(round_trip, reps),
-                "round_trip_floor_ms": _median_ms(
+                "upload_ms": median_us(upload, reps) / 1e3,
+                "upload_floor_ms": median_us(lambda: floor.upload(array, sync), reps) / 1e3,
+                "download_ms": median_us(kept.numpy, reps) / 1e3,
+                "download_floor_ms": median_us(floor.download, reps) / 1e3,
+                "round_trip_ms": median_us(round_trip, reps) / 1e3,
+                "round_trip_floor_ms": median_us(
                     lambda: (floor.upload(array, lambda: None), floor.download()), reps
-                ),
+                )
+                / 1e3,
             }
             if not (np.array_equal(kept.numpy(), array) and np.array_equal(floor.download(), array)):
                 raise RuntimeError(f"a {megabytes} MB transfer read back other values than it wrote")
