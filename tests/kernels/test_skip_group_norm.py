@@ -189,12 +189,18 @@ def test_natural_cases_run_their_natural_variant(case, request):
 def test_sdxl_bench_shapes_take_the_measured_family_with_sane_geometry():
     """64 rows each: split for the 40960-value groups of 64x64x320, fused for 20480 and 10240 (the
     H200 measurements behind SPLIT_MIN_GROUP_VALUES = 32768, in
-    docs/history/2026-12-performance-diary.md, "Kernel changes, round 2", change 6)."""
-    assert len(BENCH_CASES) == 12
+    docs/history/2026-12-performance-diary.md, "Kernel changes, round 2", change 6). The NCHW
+    cases (channels_last = 0) take the same families: their rows are as long."""
+    assert len(BENCH_CASES) == 18
     for case in BENCH_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
         dtypes = {k: v[0] for k, v in case["dtypes"].items()}
         outputs = tuple(case["outputs"])
+        if not case["attrs"]["channels_last"]:
+            n, c, h, w = shapes["X"]
+            p = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=F16_CAPS)
+            assert p.variant == ("split" if c == 320 else "fused"), (case["name"], p.explanation)
+            continue
         family = "split" if shapes["X"] == (2, 64, 64, 320) else "fused"
         p = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=F16_CAPS)
         assert p.variant == family, (case["name"], p.explanation)
