@@ -301,10 +301,14 @@ def _emit_chunking(w: Writer, chunking) -> None:
         w.line("CHUNKING = None")
     else:
         w.comment("How a tensor over maxStorageBufferBindingSize is split (the manifest's `chunking`).")
-        w.line(
-            f"CHUNKING = ChunkSpec(batch={chunking.batch!r}, channels={chunking.channels!r}, "
-            f"per_channel={chunking.per_channel!r}, groups_attribute={chunking.groups_attribute!r})"
-        )
+        if chunking.rows:  # the manifest refuses a cut by rows beside one along the batch axis
+            fields = f"rows={chunking.rows!r}, repeated_rows={chunking.repeated_rows!r}, row_axis={chunking.row_axis!r}"
+        else:
+            fields = (
+                f"batch={chunking.batch!r}, channels={chunking.channels!r}, "
+                f"per_channel={chunking.per_channel!r}, groups_attribute={chunking.groups_attribute!r}"
+            )
+        w.line(f"CHUNKING = ChunkSpec({fields})")
     w.line()
 
 

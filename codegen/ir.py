@@ -153,7 +153,11 @@ class Chunking:
     `batch` tensors are cut along axis 0 (every item of a batch is independent); when one item is
     still too large, `channels` tensors are cut along axis 1 within an item, with the `(C)`
     tensors in `per_channel` cut alike and, where channels form groups, whole groups kept
-    together and `groups_attribute` set to the groups of the piece. Names are bind keys.
+    together and `groups_attribute` set to the groups of the piece. Or, for ops that normalize
+    rows (the axes before `row_axis`, flattened), `rows` tensors are cut into ranges of rows, and
+    `repeated_rows` tensors with them, or bound whole where they repeat over the outer axes.
+    `row_axis` is an attribute's name or an axis number (negative counts from the end). Names are
+    bind keys.
     """
 
     batch: tuple[str, ...]
@@ -161,6 +165,9 @@ class Chunking:
     per_channel: tuple[str, ...]
     groups_attribute: str | None
     origin: Origin
+    rows: tuple[str, ...] = ()
+    repeated_rows: tuple[str, ...] = ()
+    row_axis: str | int | None = None
 
 
 @dataclass(frozen=True)

@@ -196,7 +196,8 @@ def _tensor(reader: _Reader, key: str, role: str, spec: dict, is_output: bool, o
 def _chunking(
     reader: _Reader, tensors: dict[str, Tensor], attributes: tuple[Attribute, ...]
 ) -> Chunking | None:
-    """The optional `chunking` object: tensor names (bind key or role) and the groups attribute."""
+    """The optional `chunking` object: tensor names (bind key or role), the groups attribute, and for a
+    cut by rows the axis rows end at (an attribute or an axis number)."""
     origin = reader.root.child("chunking")
     spec = reader.data.get("chunking")
     if not spec:
@@ -212,10 +213,54 @@ def _chunking(
                 reader.unknown(origin.child(field, i), "tensor", name, by_name)
         return tuple(found)
 
+    attribute_names = [a.name for a in attributes]
     groups = spec.get("groupsAttribute")
-    if groups is not None and groups not in {a.name for a in attributes}:
-        reader.unknown(origin.child("groupsAttribute"), "attribute", groups, [a.name for a in attributes])
-    return Chunking(keys("batch"), keys("channels"), keys("perChannel"), groups, origin)
+    if groups is not None and groups not in attribute_names:
+        reader.unknown(origin.child("groupsAttribute"), "attribute", groups, attribute_names)
+    row_axis = spec.get("rowAxis")
+    if isinstance(row_axis, str) and row_axis not in attribute_names:
+        reader.unknown(origin.child("rowAxis"), "attribute", row_axis, attribute_names)
+    chunking = Chunking(
+        batch=keys("batch"),
+        channels=keys("channels"),
+        per_channel=keys("perChannel"),
+        groups_attribute=groups,
+        origin=origin,
+        rows=keys("rows"),
+        repeated_rows=keys("repeatedRows"),
+        row_axis=row_axis,
+    )
+    for i, name in enumerate(spec.get("repeatedRows", [])):
+        if by_name.get(name) in chunking.rows:
+            reader.fail(origin.child("repeatedRows", i), f"`{name}` is in `rows` too: a tensor takes one cut")
+    _check_chunking_cuts(reader, spec, origin)
+    return chunking
+
+
+def _check_chunking_cuts(reader: _Reader, spec: dict, origin: Origin) -> None:
+    """One cut a manifest: along the batch axis (`batch`, then `channels`), or by rows (`rows` with
+    `rowAxis`); the runtime tries nothing else, so a key of the other cut, or a lone half of one,
+    would be silently ignored."""
+    given = [k for k, v in spec.items() if k != "description" and v != []]
+    batch_keys = [k for k in given if k in ("batch", "channels", "perChannel", "groupsAttribute")]
+    row_keys = [k for k in given if k in ("rows", "repeatedRows", "rowAxis")]
+    if not batch_keys and not row_keys:
+        reader.fail(origin, "names no cut: give `batch` (and maybe `channels`) or `rows` with `rowAxis`")
+    elif batch_keys and row_keys:
+        reader.fail(
+            origin.child(row_keys[0]),
+            f"a cut by rows takes no {', '.join(f'`{k}`' for k in batch_keys)}: its pieces are ranges of rows,"
+            " which already cover whole batch items",
+        )
+    elif batch_keys and "batch" not in given:
+        reader.fail(origin.child(batch_keys[0]), "needs `batch`, the tensors cut along axis 0 first")
+    elif row_keys and "rows" not in given:
+        reader.fail(origin.child(row_keys[0]), "needs `rows`, the tensors cut into ranges of rows")
+    elif row_keys and "rowAxis" not in given:
+        reader.fail(
+            origin.child("rows"),
+            "needs `rowAxis`, where rows end: an attribute (`axis`) or an axis number (-1: the last)",
+        )
 
 
 def _attributes(data: dict, root: Origin) -> tuple[Attribute, ...]:

@@ -2,13 +2,13 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
-#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 7a20450da9f87f4e)
-#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 684e7620aa292f51)
-#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 dd6ac008920ff003)
+#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 3694ae8f8bb58763)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 6c996a1be6e348d1)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 6bdf4ecb40fd20dd)
 #   manifests/com.microsoft.GroupNorm/manifest.json (sha256 9e4156f6d3e90529)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 180b5434bbbf11f8)
-#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 f9491821ac0dfa9a)
-#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 5b779486a1d8536d)
+#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 350c918bdb2c072b)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 61b5a15070e14832)
 #   codegen/onnx_versions.py (sha256 8950a70cf08b24e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

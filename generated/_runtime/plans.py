@@ -300,12 +300,19 @@ def make_pass(request, shader, name, label, dispatch, uniforms, numbers_=None):
 
 @dataclass(frozen=True)
 class ChunkSpec:
-    """The manifest's `chunking`: which tensors a request too large for one binding is cut along."""
+    """The manifest's `chunking`: which tensors a request too large for one binding is cut along.
 
-    batch: tuple  # bind keys cut along axis 0
+    Either along the batch axis (`batch`, then `channels` within an item) or by rows (`rows`): a
+    row is an index of the axes before `row_axis`, flattened, and normalizes on its own.
+    """
+
+    batch: tuple = ()  # bind keys cut along axis 0
     channels: tuple = ()  # bind keys cut along axis 1 within one batch item
     per_channel: tuple = ()  # (C) bind keys cut with the channels (copied into scratch)
     groups_attribute: str | None = None  # channels form this many groups; a piece keeps whole groups
+    rows: tuple = ()  # bind keys cut into ranges of rows
+    repeated_rows: tuple = ()  # cut with `rows`, or bound whole where they repeat over the outer axes
+    row_axis: str | int | None = None  # the axis rows end at: an attribute's name, or an axis number
 
 
 @dataclass(frozen=True)

@@ -444,8 +444,87 @@ def test_an_unknown_key_with_nothing_close_lists_the_keys(tmp_path):
     data = _bn()
     data["chunking"]["zzz"] = 1
     assert _problems(tmp_path, data) == [
-        f"{FILE}#/chunking/zzz: unknown key `zzz`; keys here: description, batch, channels, perChannel, groupsAttribute"
+        f"{FILE}#/chunking/zzz: unknown key `zzz`; keys here: description, batch, channels, perChannel, "
+        "groupsAttribute, rows, repeatedRows, rowAxis"
     ]
+
+
+def _ln() -> dict:
+    return json.loads((MANIFESTS / "ai.onnx.LayerNormalization" / "manifest.json").read_text())
+
+
+def test_a_cut_by_rows_loads_as_bind_keys_and_its_axis(ops):
+    """`rows` and `repeatedRows` name tensors by bind key or role; `rowAxis` is an attribute or a number."""
+    layer = ops["ai.onnx.LayerNormalization"].chunking
+    assert (layer.rows, layer.repeated_rows, layer.row_axis) == (("x", "y", "mean", "invStdDev"), (), "axis")
+    assert layer.batch == layer.channels == layer.per_channel == ()
+    skip = ops["com.microsoft.SkipLayerNormalization"].chunking
+    assert skip.rows == ("input", "output", "mean", "inv_std_var", "input_skip_bias_sum")
+    assert (skip.repeated_rows, skip.row_axis) == (("skip",), -1)
+    assert ops["ai.onnx.BatchNormalization"].chunking.rows == ()
+
+
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (
+            {"rowAxis": "axes"},
+            "#/chunking/rowAxis: unknown attribute `axes`; did you mean `axis`?",
+        ),
+        (
+            {"rows": ["X", "Z"]},
+            "#/chunking/rows/1: unknown tensor `Z`; known: B, InvStdDev, Mean, Scale, X, Y, b, invStdDev, mean, "
+            "scale, x, y",
+        ),
+        (
+            {"repeatedRows": ["Mean"]},
+            "#/chunking/repeatedRows/0: `Mean` is in `rows` too: a tensor takes one cut",
+        ),
+        (
+            {"batch": ["X", "Y"]},
+            "#/chunking/rows: a cut by rows takes no `batch`: its pieces are ranges of rows, which already "
+            "cover whole batch items",
+        ),
+        (
+            {"rowAxis": None},
+            "#/chunking/rows: needs `rowAxis`, where rows end: an attribute (`axis`) or an axis number (-1: "
+            "the last)",
+        ),
+        ({"rows": None}, "#/chunking/rowAxis: needs `rows`, the tensors cut into ranges of rows"),
+        ({"rows": []}, "#/chunking/rowAxis: needs `rows`, the tensors cut into ranges of rows"),
+        (
+            {"rows": None, "rowAxis": None},
+            "#/chunking: names no cut: give `batch` (and maybe `channels`) or `rows` with `rowAxis`",
+        ),
+        (
+            {"rows": None, "rowAxis": None, "channels": ["X"]},
+            "#/chunking/channels: needs `batch`, the tensors cut along axis 0 first",
+        ),
+        ({"rowAxis": 1.5}, "#/chunking/rowAxis: expected a string or an integer, got a number"),
+    ],
+    ids=[
+        "unknown-attribute",
+        "unknown-tensor",
+        "in-both-lists",
+        "beside-batch",
+        "no-axis",
+        "no-rows",
+        "empty-rows",
+        "no-cut",
+        "channels-alone",
+        "axis-type",
+    ],
+)
+def test_chunking_problems_are_located(tmp_path, change, expected):
+    """Every name in `chunking` refers to a tensor or an attribute, and it names exactly one cut:
+    the runtime tries only that one, so a key of the other cut, or half of one, would be ignored."""
+    data = _ln()
+    for key, value in change.items():
+        if value is None:
+            del data["chunking"][key]
+        else:
+            data["chunking"][key] = value
+    assert _problems(tmp_path, data) == [FILE + expected]
 
 
 def test_a_misspelt_value_suggests_the_closest_allowed_value(tmp_path):
