@@ -102,15 +102,17 @@ class Case:
 
     @property
     def flavour(self):
-        """SkipGroupNorm's optional tensors: `-bias` when a bias is given, `-sum` or `-plain` for S;
-        com.microsoft GroupNorm's layout: `-nhwc` or `-nchw`; the layer family's tag."""
+        """SkipGroupNorm's optional tensors: `-bias` when a bias is given, `-sum` or `-plain` for S,
+        then `-nchw` for that layout; com.microsoft GroupNorm's layout: `-nhwc` or `-nchw`; the layer
+        family's tag."""
         if self.tag:
             return self.tag
         if self.op == "group_norm":
             return "-nhwc" if self.attrs["channels_last"] else "-nchw"
         if self.outputs is None:
             return ""
-        return ("-bias" if "bias" in self.shapes else "") + ("-sum" if "S" in self.outputs else "-plain")
+        members = ("-bias" if "bias" in self.shapes else "") + ("-sum" if "S" in self.outputs else "-plain")
+        return members + ("" if self.attrs.get("channels_last", 1) else "-nchw")
 
     @property
     def needs_f16(self):
@@ -247,8 +249,8 @@ _BASE = [
 
 
 def _sgn_base():
-    """The three SkipGroupNorm variants with and without a bias and S, both layouts (registers:
-    channels-last only), both skip forms, SiLU on and off."""
+    """The three SkipGroupNorm variants with and without a bias and S, both layouts, both skip
+    forms, SiLU on and off."""
     base = []
     for i, (family, member) in enumerate(
         (f, m) for m in ("bias_sum", "bias_plain", "sum", "plain") for f in ("split", "fused")
@@ -260,18 +262,23 @@ def _sgn_base():
         outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
         tunables = {"WORKGROUP_SIZE": 16, "SLAB_VALUES": 64}
         base.append(("skip_group_norm", family, shapes, attrs, tunables, {}, outputs))
-    # registers (channels-last only): 10 channels a group, 5 x 4 = 20 invocations (a partial last
-    # subgroup at widths 8 and 16, full at 4), 30 positions (a tail), two workgroups a row.
-    for i, member in enumerate(("bias_sum", "bias_plain", "sum", "plain")):
-        shapes = _sgn_shapes((2, 5, 6, 40), 1, member.startswith("bias"), full_skip=i % 2 == 0)
-        attrs = {"groups": 4, "activation": i % 2, "channels_last": 1}
-        outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
-        tunables = {
-            "REGISTER_SPLIT_MIN_VALUES": 1,
-            "REGISTER_WORKGROUP_SIZE": 16,
-            "REGISTER_MIN_POSITION_LANES": 4,
-        }
-        base.append(("skip_group_norm", "registers", shapes, attrs, tunables, {}, outputs))
+    # registers, channels-last: 10 channels a group, 5 x 4 = 20 invocations (a partial last
+    # subgroup at widths 8 and 16, full at 4), 30 positions (a tail), two workgroups a row. NCHW:
+    # 6 channels a group x 4 lanes = 24 invocations (a partial last subgroup at width 16), 15 units
+    # a channel (f32 2 values, f16 2 halves: a tail, and spare bucket units), two workgroups a row.
+    tunables = {
+        "REGISTER_SPLIT_MIN_VALUES": 1,
+        "REGISTER_WORKGROUP_SIZE": 16,
+        "REGISTER_MIN_POSITION_LANES": 4,
+    }
+    for channels_last, x in ((1, (2, 5, 6, 40)), (0, (2, 24, 5, 6))):
+        for i, member in enumerate(("bias_sum", "bias_plain", "sum", "plain")):
+            shapes = _sgn_shapes(
+                x, channels_last, member.startswith("bias"), full_skip=(i + channels_last) % 2 == 1
+            )
+            attrs = {"groups": 4, "activation": i % 2, "channels_last": channels_last}
+            outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
+            base.append(("skip_group_norm", "registers", shapes, attrs, tunables, {}, outputs))
     return base
 
 

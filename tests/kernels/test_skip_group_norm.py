@@ -190,7 +190,9 @@ def test_sdxl_bench_shapes_take_the_measured_family_with_sane_geometry():
     """64 rows each: split for the 40960-value groups of 64x64x320, fused for 20480 and 10240 (the
     H200 measurements behind SPLIT_MIN_GROUP_VALUES = 32768, in
     docs/history/2026-12-performance-diary.md, "Kernel changes, round 2", change 6). The NCHW
-    cases (channels_last = 0) take the same families: their rows are as long."""
+    cases (channels_last = 0) take the same families: their rows are as long. (These caps have no
+    subgroups; with them registers takes the cases it fits, both layouts:
+    test_skip_group_norm_registers.py.)"""
     assert len(BENCH_CASES) == 18
     for case in BENCH_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
@@ -606,18 +608,17 @@ def _f32_sum_rounded_once(inputs, channels_last):
 @pytest.mark.parametrize("variant", ["split", "fused", "registers"])
 def test_s_is_the_f32_sum_rounded_once(variant, bias, t, skip_form, request):
     """S bit for bit: (X + skip) + bias in f32, in that order, rounded once to T with ties to even,
-    in every variant, with and without a bias, and both layouts (registers takes channels-last only), on sums
-    that sit exactly halfway between two f16 values and a channel whose S reveals the order of the
-    additions; split and fused also with 16 invocations, whose lanes walk several columns. (The
-    float64 checks allow S one ulp; this holds the rounding itself.)"""
+    in every variant, with and without a bias, and both layouts, on sums that sit exactly halfway
+    between two f16 values and a channel whose S reveals the order of the additions; split and fused
+    also with 16 invocations, whose lanes walk several columns. (The float64 checks allow S one ulp;
+    this holds the rounding itself.)"""
     rng, seed = rng_for(request.node.name)
-    layouts = (1,) if variant == "registers" else (1, 0)
     walks = (
         ({},)
         if variant == "registers"
         else ({}, {"WORKGROUP_SIZE": 16, "FUSED_WORKGROUP_SIZE": 16, "SLAB_VALUES": 64})
     )
-    for channels_last, tunables in itertools.product(layouts, walks):
+    for channels_last, tunables in itertools.product((1, 0), walks):
         x_shape = (2, 6, 5, 40) if channels_last else (2, 40, 6, 5)
         skip_shape = x_shape if skip_form == "full" else (2, 40)
         shapes = {"X": x_shape, "gamma": (40,), "beta": (40,), "skip": skip_shape}

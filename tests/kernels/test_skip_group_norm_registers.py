@@ -1,8 +1,10 @@
-"""com.microsoft SkipGroupNorm's registers variant (issue 12): a channels-last row in registers,
-subgroupAdd sums, at lavapipe's subgroup width 8, including workgroups that are not a multiple of it
-(tests/kernels/profile_cases.py runs them at width 4 too): every member (with and without a bias and
-S), exact and partial rows, every split giving the bits of one workgroup, hostile data, folded
-dispatches, small device limits, selection on the bench and test cases, refusals.
+"""com.microsoft SkipGroupNorm's registers variant (issue 12): a row in registers in both layouts
+(channels-last: a strided row, a unit some channels of a position; NCHW: a contiguous row, a unit
+consecutive values of one channel), subgroupAdd sums, at lavapipe's subgroup width 8, including
+workgroups that are not a multiple of it (tests/kernels/profile_cases.py runs them at width 4 too):
+every member (with and without a bias and S), every skip form, exact and partial rows, every split
+giving the bits of one workgroup, hostile data, folded dispatches, small device limits, selection on
+the bench and test cases, refusals.
 
 Every kernel call runs on the wgpu device (Mesa's software Vulkan in CI) with fresh random inputs per
 run (seeded by tests.oracles.rng_for; the seed is printed on failure) and NaN-poisoned outputs (out=),
@@ -36,6 +38,7 @@ from tests.oracles import rng_for, seed_note
 # --- registers (row in registers, issue 12) -----------------------------------------------------------------
 
 REGISTER_MEMBERS = ("bias_sum", "bias_plain", "sum", "plain")
+LAYOUTS = pytest.mark.parametrize("channels_last", [1, 0], ids=["nhwc", "nchw"])
 
 
 SMALL_TARGET = {"REGISTER_SINGLE_WORKGROUP_SIZE": 1, "REGISTER_MIN_POSITION_LANES": 1}
@@ -91,20 +94,66 @@ REGISTER_CASES = [
 ]
 REGISTER_IDS = [f"{c[0]}-g{c[1]}" for c in REGISTER_CASES]
 
+# The same for NCHW X shapes (N, C, H, W). A unit is the widest of 4/2/1 words dividing H x W (f32:
+# 4, 2 or 1 values; f16: 8, 4 or 2 halves, so an odd H x W is not covered: None); the workgroup is
+# channelsPerGroup x channelLanes, any channel count a group.
+NCHW_REGISTER_CASES = [
+    ((2, 40, 5, 6), 4, {}, (160, 1, "4"), (160, 1, "8")),  # 15 units a channel on 16 lanes: an idle lane
+    (
+        (1, 12, 7, 9),
+        2,
+        {"REGISTER_SINGLE_WORKGROUP_SIZE": 48, "REGISTER_MIN_POSITION_LANES": 8},
+        (48, 1, "8"),
+        None,
+    ),  # f32 units of one value, a tail: 63 = 8 x 8 - 1
+    ((2, 6, 3, 4), 2, SMALL_TARGET, (3, 1, "4"), (3, 1, "4")),  # 3 invocations: one-by-one sums
+    (
+        (1, 32, 16, 16),
+        2,
+        {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_WORKGROUP_SIZE": 64},
+        (256, 2, "4"),
+        (256, 2, "2"),
+    ),  # exact rows, two workgroups a row
+    (
+        (2, 9, 8, 8),
+        3,
+        {
+            "REGISTER_SPLIT_MIN_VALUES": 1,
+            "REGISTER_SPLIT": 3,
+            "REGISTER_WORKGROUP_SIZE": 6,
+            "REGISTER_MIN_POSITION_LANES": 2,
+        },
+        (6, 3, "8"),
+        (6, 3, "4"),
+    ),  # shares 3 + 3 + 2 (f16: 2 + 2 + 0)
+    (
+        (1, 2, 8, 47),
+        1,
+        {**SMALL_TARGET, "REGISTER_MAX_UNITS": 24},
+        (8, 1, "24"),
+        (4, 1, "24"),
+    ),  # largest bucket
+]
+SKIP_FORMS = ("full", "NC", "N11C")
+# Each NCHW case runs every member, each with one skip form (turning with the case), so every
+# (member, skip form) pair runs in both dtypes (test_nchw_register_params_cover_every_member_and_skip).
+NCHW_PARAMS = [
+    (case, member, SKIP_FORMS[(i + k) % 3])
+    for i, case in enumerate(NCHW_REGISTER_CASES)
+    for k, member in enumerate(REGISTER_MEMBERS)
+]
+NCHW_IDS = [f"{c[0]}-g{c[1]}-{member}-skip-{form}" for c, member, form in NCHW_PARAMS]
+
 
 def held_units(pass_plan):
     """The UNITS bucket a registers shader was specialized for."""
     return re.search(r"const UNITS: u32 = (\d+)u;", pass_plan.wgsl).group(1)
 
 
-def register_shapes(shape, member, skip_form):
-    c = shape[3]
-    shapes = {
-        "X": shape,
-        "gamma": (c,),
-        "beta": (c,),
-        "skip": shape if skip_form == "full" else (shape[0], c),
-    }
+def register_shapes(shape, member, skip_form, channels_last=1):
+    c = shape[3] if channels_last else shape[1]
+    skip = {"full": shape, "NC": (shape[0], c), "N11C": (shape[0], 1, 1, c)}[skip_form]
+    shapes = {"X": shape, "gamma": (c,), "beta": (c,), "skip": skip}
     if member.startswith("bias"):
         shapes["bias"] = (c,)
     return shapes
@@ -114,15 +163,24 @@ def register_outputs(member):
     return ("Y", "S") if member.endswith("sum") else ("Y",)
 
 
+def line_geometry(main, channels_last):
+    """(units a line: positions or a channel's units, lanes a line) of a registers pass."""
+    if channels_last:
+        return main.values["spatial"], main.values["positionLanes"]
+    return main.values["channelUnits"], main.values["channelLanes"]
+
+
 def test_register_cases_meet_exact_and_partial_rows():
-    """REGISTER_CASES run both forms of the shader in both dtypes: exactRow (spatial is UNITS x
-    positionLanes, so no load is clamped and no unit tested) and the general one; one exact case
-    splits its rows over two workgroups (split as an override)."""
+    """REGISTER_CASES and NCHW_REGISTER_CASES run both forms of the shader in both dtypes and both
+    layouts: exactRow (a line's units are UNITS x lanes, so no load is clamped and no unit tested)
+    and the general one; an exact case in each layout splits its rows over two workgroups (split as
+    an override)."""
     seen = set()
-    for shape, groups, tunables, _, _ in REGISTER_CASES:
-        for t in ("float32", "float16"):
-            shapes = register_shapes(shape, "bias_sum", "full")
-            attrs = {"groups": groups, "activation": 0}
+    cases = [(1, c) for c in REGISTER_CASES] + [(0, c) for c in NCHW_REGISTER_CASES]
+    for channels_last, (shape, groups, tunables, _, f16_geometry) in cases:
+        for t in ("float32", "float16") if f16_geometry else ("float32",):
+            shapes = register_shapes(shape, "bias_sum", "full", channels_last)
+            attrs = {"groups": groups, "activation": 0, "channels_last": channels_last}
             p = sgn.plan(
                 shapes,
                 {"T": t, "M": "float32"},
@@ -133,13 +191,48 @@ def test_register_cases_meet_exact_and_partial_rows():
                 caps=SUBGROUP_CAPS,
             )
             (main,) = p.passes
-            exact = shape[1] * shape[2] == int(held_units(main)) * main.values["positionLanes"]
+            line_units, lanes = line_geometry(main, channels_last)
+            exact = line_units == int(held_units(main)) * lanes
             assert ("exact-row" in main.spec.split(".")[1]) == exact, (shape, t, main.spec)
-            seen.add((exact, t, main.overrides["split"]))
-    assert {(e, t) for e, t, _ in seen} == {
-        (e, t) for e in (True, False) for t in ("float32", "float16")
+            assert ("nchw" in main.spec.split(".")[1]) == (not channels_last), main.spec
+            seen.add((channels_last, exact, t, main.overrides["split"]))
+    assert {(c, e, t) for c, e, t, _ in seen} == {
+        (c, e, t) for c in (0, 1) for e in (True, False) for t in ("float32", "float16")
     }, seen
-    assert (True, "float16", 2) in seen and (True, "float32", 2) in seen, seen
+    assert {(c, t) for c, e, t, split in seen if e and split == 2} == {
+        (c, t) for c in (0, 1) for t in ("float32", "float16")
+    }, seen
+
+
+def run_register_case(shape, channels_last, groups, tunables, geometry, t, member, skip_form, request):
+    rng, seed = rng_for(request.node.name)
+    m = str(rng.choice(["float32", "float16"]))
+    shapes = register_shapes(shape, member, skip_form, channels_last)
+    attrs = {
+        "groups": groups,
+        "activation": int(rng.integers(0, 2)),
+        "epsilon": float(rng.choice([1e-5, 1e-3])),
+        "channels_last": channels_last,
+    }
+    outputs = register_outputs(member)
+    variant = "registers"
+    planned = dict(attrs=attrs, outputs=outputs, tunables=tunables, variant=variant, caps=SUBGROUP_CAPS)
+    if geometry is None:  # f16 units are words of two halves: an odd H x W has none
+        with pytest.raises(ContractError, match="sgRegCovered"):
+            sgn.plan(shapes, {"T": t, "M": m}, **planned)
+        return
+    (main,) = sgn.plan(shapes, {"T": t, "M": m}, **planned).passes
+    assert (main.workgroup_size, main.values["split"], held_units(main)) == geometry
+    assert main.dispatch == (shape[0] * groups * geometry[1], 1, 1) and main.uses_subgroups
+    inputs = random_inputs(rng, shapes, t, m, offset=rng.uniform(-3, 3))
+    result = run_poisoned(inputs, attrs, outputs, tunables=tunables, variant=variant)
+    check(
+        result,
+        inputs,
+        attrs,
+        f"{variant} {shape} g{groups} channels_last={channels_last} skip {skip_form} T={t} M={m} "
+        f"{tunables} {seed_note(seed)}",
+    )
 
 
 @pytest.mark.parametrize("skip_form", ["full", "NC"])
@@ -149,50 +242,46 @@ def test_register_cases_meet_exact_and_partial_rows():
 def test_registers_against_float64_reference(
     shape, groups, tunables, f32_geometry, f16_geometry, t, member, skip_form, request
 ):
-    """Every member, both skip forms, f32 and f16 T (M drawn from both): tails of positions, spare
-    bucket units, idle position lanes, 1-3 workgroups a row, a workgroup that is not a multiple of
-    the subgroup width (one-by-one sums), the largest bucket; data away from zero."""
-    rng, seed = rng_for(request.node.name)
-    m = str(rng.choice(["float32", "float16"]))
-    shapes = register_shapes(shape, member, skip_form)
-    inputs = random_inputs(rng, shapes, t, m, offset=rng.uniform(-3, 3))
-    attrs = {
-        "groups": groups,
-        "activation": int(rng.integers(0, 2)),
-        "epsilon": float(rng.choice([1e-5, 1e-3])),
-    }
-    outputs = register_outputs(member)
-    variant = "registers"
-    p = sgn.plan(
-        shapes,
-        {"T": t, "M": m},
-        attrs=attrs,
-        outputs=outputs,
-        tunables=tunables,
-        variant=variant,
-        caps=SUBGROUP_CAPS,
-    )
-    (main,) = p.passes
-    workgroup, split, units = f32_geometry if t == "float32" else f16_geometry
-    assert (main.workgroup_size, main.values["split"], held_units(main)) == (workgroup, split, units)
-    assert main.dispatch == (shape[0] * groups * split, 1, 1) and main.uses_subgroups
-    result = run_poisoned(inputs, attrs, outputs, tunables=tunables, variant=variant)
-    check(
-        result,
-        inputs,
-        attrs,
-        f"{variant} {shape} g{groups} skip {skip_form} T={t} M={m} {tunables} {seed_note(seed)}",
-    )
+    """Channels-last: every member, both skip forms, f32 and f16 T (M drawn from both): tails of
+    positions, spare bucket units, idle position lanes, 1-3 workgroups a row, a workgroup that is
+    not a multiple of the subgroup width (one-by-one sums), the largest bucket; data away from zero."""
+    geometry = f32_geometry if t == "float32" else f16_geometry
+    run_register_case(shape, 1, groups, tunables, geometry, t, member, skip_form, request)
 
 
 @pytest.mark.parametrize("t", ["float32", "float16"])
-def test_registers_every_split_gives_the_bits_of_one_workgroup(t, request):
+@pytest.mark.parametrize("case,member,skip_form", NCHW_PARAMS, ids=NCHW_IDS)
+def test_nchw_registers_against_float64_reference(case, member, skip_form, t, request):
+    """NCHW: every member with a skip shaped like X, (N, C) or (N, 1, 1, C), f32 and f16 T (M drawn
+    from both): units of 16, 8 and 4 bytes, tails of a channel's units, spare bucket units, an idle
+    lane, 1-3 workgroups a row (one storing nothing), odd channel counts a group, a workgroup that is
+    not a multiple of the subgroup width, the largest bucket; f16 with an odd H x W is refused."""
+    shape, groups, tunables, f32_geometry, f16_geometry = case
+    geometry = f32_geometry if t == "float32" else f16_geometry
+    run_register_case(shape, 0, groups, tunables, geometry, t, member, skip_form, request)
+
+
+def test_nchw_register_params_cover_every_member_and_skip():
+    for t in (0, 1):  # f32, f16 (which skips the cases it does not cover)
+        ran = {(member, form) for c, member, form in NCHW_PARAMS if c[3 + t] is not None}
+        assert ran == {(member, form) for member in REGISTER_MEMBERS for form in SKIP_FORMS}, (t, ran)
+
+
+def in_layout(n, c, h, w, channels_last):
+    """The X shape of (N, C, H, W) in its layout."""
+    return (n, h, w, c) if channels_last else (n, c, h, w)
+
+
+@LAYOUTS
+@pytest.mark.parametrize("t", ["float32", "float16"])
+def test_registers_every_split_gives_the_bits_of_one_workgroup(t, channels_last, request):
     """Every workgroup of a row takes the statistics of the whole row from the same loads in the
     same order: with 1, 2 or 3 workgroups a row, Y and S are the same bit for bit."""
     rng, seed = rng_for(request.node.name)
-    shapes = {"X": (2, 12, 10, 40), "gamma": (40,), "beta": (40,), "skip": (2, 12, 10, 40), "bias": (40,)}
+    x = in_layout(2, 40, 12, 10, channels_last)
+    shapes = {"X": x, "gamma": (40,), "beta": (40,), "skip": x, "bias": (40,)}
     inputs = random_inputs(rng, shapes, t, "float32", offset=3.0)
-    attrs = {"groups": 4, "activation": 1}
+    attrs = {"groups": 4, "activation": 1, "channels_last": channels_last}
     runs = []
     for split in (1, 2, 3):
         tunables = {
@@ -214,16 +303,33 @@ def test_registers_every_split_gives_the_bits_of_one_workgroup(t, request):
         runs.append(run_poisoned(inputs, attrs, ("Y", "S"), tunables=tunables, variant="registers"))
     for key in ("Y", "S"):
         assert all(r[key].tobytes() == runs[0][key].tobytes() for r in runs[1:]), f"{key} {seed_note(seed)}"
-    check(runs[0], inputs, attrs, f"split 1 {seed_note(seed)}")
+    check(runs[0], inputs, attrs, f"split 1 channels_last={channels_last} {seed_note(seed)}")
+
+
+# (channels_last, skip shape) for X of 2 items, 24 channels, 6 x 5 positions.
+IDENTICAL_SKIPS = [
+    (1, (2, 6, 5, 24)),
+    (1, (2, 24)),
+    (0, (2, 24, 6, 5)),
+    (0, (2, 24)),
+    (0, (2, 1, 1, 24)),
+]
 
 
 @pytest.mark.parametrize("t", ["float32", "float16"])
-@pytest.mark.parametrize("skip_shape", [(2, 6, 5, 24), (2, 24)], ids=["skip-full", "skip-NC"])
-def test_registers_y_is_bit_identical_with_and_without_s_and_repeatable(skip_shape, t, request):
+@pytest.mark.parametrize(
+    "channels_last,skip_shape",
+    IDENTICAL_SKIPS,
+    ids=[f"{'nhwc' if c else 'nchw'}-skip-{'x'.join(map(str, s))}" for c, s in IDENTICAL_SKIPS],
+)
+def test_registers_y_is_bit_identical_with_and_without_s_and_repeatable(
+    channels_last, skip_shape, t, request
+):
     rng, seed = rng_for(request.node.name)
-    shapes = {"X": (2, 6, 5, 24), "gamma": (24,), "beta": (24,), "skip": skip_shape, "bias": (24,)}
+    x = in_layout(2, 24, 6, 5, channels_last)
+    shapes = {"X": x, "gamma": (24,), "beta": (24,), "skip": skip_shape, "bias": (24,)}
     inputs = random_inputs(rng, shapes, t, "float16")
-    attrs = {"groups": 3, "activation": 1}
+    attrs = {"groups": 3, "activation": 1, "channels_last": channels_last}
     with_s = [run_poisoned(inputs, attrs, ("Y", "S"), variant="registers") for _ in range(2)]
     without_s = run_poisoned(inputs, attrs, ("Y",), variant="registers")
     assert (
@@ -234,42 +340,51 @@ def test_registers_y_is_bit_identical_with_and_without_s_and_repeatable(skip_sha
     # S has the bits of the other families' S: the same sum, rounded the same way.
     fused = run_poisoned(inputs, attrs, ("Y", "S"), variant="fused")
     assert with_s[0]["S"].tobytes() == fused["S"].tobytes(), seed_note(seed)
-    check(with_s[0], inputs, attrs, f"registers {seed_note(seed)}")
+    check(with_s[0], inputs, attrs, f"registers channels_last={channels_last} {seed_note(seed)}")
 
 
+@LAYOUTS
 @pytest.mark.parametrize("t", ["float32", "float16"])
 @pytest.mark.parametrize("split", [1, 2])
-def test_registers_hostile_data(split, t, request):
+def test_registers_hostile_data(split, t, channels_last, request):
     """Means hundreds (f16: tens) of spreads from zero, and outliers at random places (one a group
     row of 1000 spreads, f16: 100): the two-pass statistics from registers neither cancel nor let the
-    outliers' squares swamp the rest."""
+    outliers' squares swamp the rest. (Outliers first, in the middle and last, and two clusters:
+    tests/kernels/test_value_order.py.)"""
     rng, seed = rng_for(request.node.name)
-    shapes = {"X": (2, 7, 9, 32), "gamma": (32,), "beta": (32,), "skip": (2, 32), "bias": (32,)}
+    h, w = (7, 9) if channels_last else (7, 8)  # NCHW f16 needs an even H x W
+    x_shape = in_layout(2, 32, h, w, channels_last)
+    shapes = {"X": x_shape, "gamma": (32,), "beta": (32,), "skip": (2, 32), "bias": (32,)}
     inputs = random_inputs(rng, shapes, t, "float32", offset=300.0 if t == "float32" else 20.0)
     x = inputs["X"].astype(np.float64)
     # An outlier a (batch item, group) row, at a random position and channel of the group.
     for n in range(2):
         for g in range(4):
-            h, w, c = rng.integers(0, 7), rng.integers(0, 9), g * 8 + rng.integers(0, 8)
-            x[n, h, w, c] += (1000.0 if t == "float32" else 100.0) * rng.choice([-1, 1])
+            at = int(rng.integers(0, h)), int(rng.integers(0, w)), g * 8 + int(rng.integers(0, 8))
+            x[(n, *at) if channels_last else (n, at[2], at[0], at[1])] += (
+                1000.0 if t == "float32" else 100.0
+            ) * rng.choice([-1, 1])
     inputs["X"] = x.astype(t)
     if t == "float32":
         # Multiples of 2^-12 below 2^11: the sum is exact in f32, so S is the reference's and Y tests
         # the statistics alone (as test_data_far_from_zero does).
         for key in ("X", "skip", "bias"):
             inputs[key] = (np.round(inputs[key].astype(np.float64) * 4096) / 4096).astype(np.float32)
-    attrs = {"groups": 4, "activation": 0}
+    attrs = {"groups": 4, "activation": 0, "channels_last": channels_last}
     tunables = {"REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_SPLIT": split}
     result = run_poisoned(inputs, attrs, ("Y", "S"), variant="registers", tunables=tunables)
-    check(result, inputs, attrs, f"hostile registers split {split} {seed_note(seed)}")
+    check(result, inputs, attrs, f"hostile registers split {split} {x_shape} {seed_note(seed)}")
 
 
-def test_registers_folded_dispatch_on_a_small_dispatch_limit(request):
-    """A device allowing 7 workgroups a dimension: 36 rows fold to (7, 6)."""
+@LAYOUTS
+def test_registers_folded_dispatch_on_a_small_dispatch_limit(channels_last, request):
+    """A device allowing 7 workgroups a dimension: 36 rows fold to (7, 6) (NCHW: units of one f32
+    value, 15 positions)."""
     rng, seed = rng_for(request.node.name)
-    shapes = {"X": (4, 5, 3, 36), "gamma": (36,), "beta": (36,), "skip": (4, 5, 3, 36)}
+    x = in_layout(4, 36, 5, 3, channels_last)
+    shapes = {"X": x, "gamma": (36,), "beta": (36,), "skip": x}
     inputs = random_inputs(rng, shapes, "float32", "float16")
-    attrs = {"groups": 9, "activation": 1}
+    attrs = {"groups": 9, "activation": 1, "channels_last": channels_last}
     caps = {**SUBGROUP_CAPS, "limits": {"maxComputeWorkgroupsPerDimension": 7}}
     tunables = {"REGISTER_MIN_POSITION_LANES": 4}
     p = sgn.plan(
@@ -283,21 +398,23 @@ def test_registers_folded_dispatch_on_a_small_dispatch_limit(request):
     )
     assert p.passes[0].dispatch == (7, 6, 1)
     result = run_poisoned(inputs, attrs, ("Y", "S"), caps=caps, tunables=tunables, variant="registers")
-    check(result, inputs, attrs, f"folded registers {seed_note(seed)}")
+    check(result, inputs, attrs, f"folded registers channels_last={channels_last} {seed_note(seed)}")
 
 
-def test_registers_small_device_limits(request):
+@LAYOUTS
+def test_registers_small_device_limits(channels_last, request):
     """32 invocations a workgroup, 4612 bytes of workgroup memory: 32 invocation summaries, the 256
-    subgroup slots and the flag (_lib/row_stats)."""
+    subgroup slots and the flag (_lib/row_stats). (NCHW: 20 channels a group, so one lane a channel.)"""
     rng, seed = rng_for(request.node.name)
-    shapes = {"X": (2, 6, 6, 80), "gamma": (80,), "beta": (80,), "skip": (2, 80), "bias": (80,)}
+    x = in_layout(2, 80, 6, 6, channels_last)
+    shapes = {"X": x, "gamma": (80,), "beta": (80,), "skip": (2, 80), "bias": (80,)}
     limits = {
         "maxComputeInvocationsPerWorkgroup": 32,
         "maxComputeWorkgroupSizeX": 32,
         "maxComputeWorkgroupStorageSize": 4612,
     }
     caps = {**SUBGROUP_CAPS, "limits": limits}
-    attrs = {"groups": 4, "activation": 1}
+    attrs = {"groups": 4, "activation": 1, "channels_last": channels_last}
     p = sgn.plan(
         shapes,
         {"T": "float16", "M": "float16"},
@@ -310,7 +427,7 @@ def test_registers_small_device_limits(request):
     assert main.workgroup_size <= 32 and main.workgroup_storage_bytes <= 4612
     inputs = random_inputs(rng, shapes, "float16", "float16")
     result = run_poisoned(inputs, attrs, ("Y", "S"), caps=caps, variant="registers")
-    check(result, inputs, attrs, f"small limits registers {seed_note(seed)}")
+    check(result, inputs, attrs, f"small limits registers channels_last={channels_last} {seed_note(seed)}")
 
 
 def registers_choice(
@@ -340,53 +457,78 @@ def registers_choice(
 
 
 def test_registers_take_the_sdxl_bench_cases():
-    """bench.json's SDXL cases, on the H200's facts: registers, with 640 invocations (5 x 128
-    positions) and two workgroups a row for the 40960- and 20480-value rows, one for 10240; without subgroups they keep their split / fused variants. The 64x64x320 rows (10 f16
-    channels a group: 4-byte units) take split unless REGISTER_MIN_UNIT_BYTES allows them."""
-    expected = {
-        (2, 64, 64, 320): (640, 2, "32"),
-        (2, 32, 32, 640): (640, 2, "8"),
-        (2, 16, 16, 1280): (640, 1, "2"),
+    """bench.json's SDXL cases, on the H200's facts, both T: registers with 640 invocations and two
+    workgroups a row for the 40960- and 20480-value rows, one for 10240. Channels-last: 5 x 128
+    positions (f16 32x32x640: units of 4 halves), or 10 x 64 for 16x16x1280's f32 vec4 units; the
+    64x64x320 f16 rows (10 channels a group: 4-byte units) take split unless
+    REGISTER_MIN_UNIT_BYTES allows them. NCHW: channels a group x channelLanes (10 x 64, 20 x 32,
+    40 x 16), 16-byte units of one channel in both T. Without subgroups every case keeps its split /
+    fused variant."""
+    expected = {  # (X, T) -> (workgroup, split, UNITS)
+        ((2, 64, 64, 320), "float16"): (640, 2, "32"),
+        ((2, 64, 64, 320), "float32"): (640, 2, "32"),
+        ((2, 32, 32, 640), "float16"): (640, 2, "8"),
+        ((2, 32, 32, 640), "float32"): (640, 2, "8"),
+        ((2, 16, 16, 1280), "float16"): (640, 1, "2"),
+        ((2, 16, 16, 1280), "float32"): (640, 1, "4"),
+        ((2, 320, 64, 64), "float16"): (640, 2, "8"),
+        ((2, 320, 64, 64), "float32"): (640, 2, "16"),
+        ((2, 640, 32, 32), "float16"): (640, 2, "4"),
+        ((2, 640, 32, 32), "float32"): (640, 2, "8"),
+        ((2, 1280, 16, 16), "float16"): (640, 1, "2"),
+        ((2, 1280, 16, 16), "float32"): (640, 1, "4"),
     }
     for case in BENCH_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
-        dtypes = {k: v[0] for k, v in case["dtypes"].items()}
         outputs = tuple(case["outputs"])
-        default = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS)
-        if not case["attrs"]["channels_last"]:  # registers is channels-last only
-            assert default.variant != "registers", case["name"]
-            continue
-        narrow = shapes["X"] == (2, 64, 64, 320)
-        assert default.variant == ("split" if narrow else "registers"), (case["name"], default.explanation)
-        p = sgn.plan(
-            shapes,
-            dtypes,
-            attrs=case["attrs"],
-            outputs=outputs,
-            caps=H200_CAPS,
-            tunables={"REGISTER_MIN_UNIT_BYTES": 4},
-        )
-        assert p.variant == "registers", (case["name"], p.explanation)
-        (main,) = p.passes
-        assert (main.workgroup_size, main.values["split"], held_units(main)) == expected[shapes["X"]], case[
-            "name"
-        ]
-        assert main.dispatch == (64 * main.values["split"], 1, 1)
-        without = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=F16_CAPS)
-        assert not without.variant == "registers", case["name"]
+        for t in case["dtypes"]["T"]:
+            dtypes = {"T": t, "M": case["dtypes"]["M"][0]}
+            narrow = shapes["X"] == (2, 64, 64, 320) and t == "float16"
+            default = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=H200_CAPS)
+            assert default.variant == ("split" if narrow else "registers"), (
+                case["name"],
+                t,
+                default.explanation,
+            )
+            p = sgn.plan(
+                shapes,
+                dtypes,
+                attrs=case["attrs"],
+                outputs=outputs,
+                caps=H200_CAPS,
+                tunables={"REGISTER_MIN_UNIT_BYTES": 4},
+            )
+            assert p.variant == "registers", (case["name"], t, p.explanation)
+            (main,) = p.passes
+            geometry = (main.workgroup_size, main.values["split"], held_units(main))
+            assert geometry == expected[shapes["X"], t], (case["name"], t)
+            assert main.dispatch == (64 * main.values["split"], 1, 1)
+            assert ("nchw" in main.spec.split(".")[1]) == (not case["attrs"]["channels_last"])
+            without = sgn.plan(shapes, dtypes, attrs=case["attrs"], outputs=outputs, caps=F16_CAPS)
+            assert not without.variant == "registers", case["name"]
+
+
+# NCHW test cases whose units fit but whose workgroup does not: 32 channels a group x 32 lanes is
+# 1024 invocations, whose summaries (16 bytes each, and 4100 more) pass the 16384 bytes of
+# workgroup memory these caps have (WebGPU's default).
+WORKGROUP_MEMORY_BOUND = {"nchw-split-natural"}
 
 
 def test_registers_take_the_test_cases_that_fit():
-    """test.json's channels-last cases with an even channel count a group take registers on a device
-    with subgroups (f16: a multiple of 4, for units of 8 bytes or more); the NCHW ones, and odd groups
-    (cpg 3, 1), keep their split / fused variant."""
+    """test.json's cases take registers on a device with subgroups where a unit of 8 bytes or more
+    fits (channels-last: an even channel count a group, for f16 a multiple of 4; NCHW: an even H x W,
+    for f16 a multiple of 4); odd groups (cpg 3, 1), odd or 2 (mod 4) H x W keep their split / fused
+    variant, as do the WORKGROUP_MEMORY_BOUND cases."""
+    seen = set()
     for case in TEST_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
-        n, c, hw = layout(shapes["X"], case["attrs"].get("channels_last", 1))
+        channels_last = case["attrs"].get("channels_last", 1) != 0
+        n, c, hw = layout(shapes["X"], channels_last)
         cpg = c // case["attrs"]["groups"]
         outputs = tuple(case["outputs"])
         for t in case["dtypes"]["T"]:
-            fits = case["attrs"].get("channels_last", 1) != 0 and cpg % (2 if t == "float32" else 4) == 0
+            run = cpg if channels_last else hw
+            fits = run % (2 if t == "float32" else 4) == 0 and case["name"] not in WORKGROUP_MEMORY_BOUND
             p = sgn.plan(
                 shapes,
                 {"T": t, "M": "float32"},
@@ -397,6 +539,10 @@ def test_registers_take_the_test_cases_that_fit():
             )
             family = "registers" if fits else expected_family(case)
             assert p.variant == family, (case["name"], t, p.explanation)
+            seen.add((channels_last, t, p.variant == "registers"))
+    assert seen == {
+        (c, t, r) for c in (True, False) for t in ("float32", "float16") for r in (True, False)
+    }, seen
 
 
 def test_registers_selection_thresholds():
@@ -423,16 +569,42 @@ def test_registers_selection_thresholds():
     assert registers_choice((16, 64, 64, 320)) == "fused"  # 512 rows
     # Over the register budget: 128 x 128 positions of 10 channels.
     assert registers_choice((2, 128, 128, 320)) == "split"
-    # No subgroups; NCHW; an odd number of channels a group; WebGPU's default 256 invocations.
+    # No subgroups; an odd number of channels a group; WebGPU's default 256 invocations.
     assert (
         registers_choice((2, 64, 64, 320), caps={"features": ["shader-f16"], "limits": H200_CAPS["limits"]})
         == "split"
     )
-    assert registers_choice((2, 320, 64, 64), channels_last=0) == "split"
     assert registers_choice((2, 16, 16, 96), groups=32) == "fused"  # 3 channels a group
     # WebGPU's default 256 invocations: 5 x 32; 4096 positions would need 128 words, 1024 need 64.
     assert registers_choice((2, 64, 64, 320), caps=SUBGROUP_CAPS) == "split"
     assert registers_choice((2, 32, 32, 640), caps=SUBGROUP_CAPS) == (registers, 160, 2, "32")
+
+
+def test_nchw_registers_selection_thresholds():
+    """NCHW by the same rules: a row of 10 channels x 512 16-byte f16 units is 640 invocations of
+    8 units; any channel count a group (3 gives 3 x 32); over the budget, past one wave, too many
+    rows or a workgroup past the device (1280 channels a group) take split / fused."""
+    nchw = {"channels_last": 0}
+    assert registers_choice((2, 320, 64, 64), **nchw) == ("registers", 640, 2, "8")
+    assert registers_choice((2, 320, 64, 64), "float32", **nchw) == ("registers", 640, 2, "16")
+    assert registers_choice((2, 320, 64, 64), skip="NC", bias=False, outputs=("Y",), **nchw) == (
+        "registers",
+        640,
+        2,
+        "8",
+    )
+    assert registers_choice((3, 320, 64, 64), **nchw) == ("registers", 640, 1, "8")
+    assert registers_choice((2, 96, 16, 16), **nchw) == ("registers", 96, 1, "2")  # 3 channels a group
+    assert registers_choice((5, 320, 64, 64), **nchw) == "split"  # 160 rows: more than one wave
+    assert registers_choice((16, 320, 64, 64), **nchw) == "fused"  # 512 rows
+    assert registers_choice((2, 320, 128, 128), **nchw) == "split"  # 32 units of 4 words a lane
+    assert registers_choice((1, 1280, 16, 16), groups=1, **nchw) == "split"  # 1280 lines
+    assert registers_choice((2, 320, 63, 63), "float16", **nchw) == "split"  # odd H x W: no f16 unit
+    no_subgroups = {"features": ["shader-f16"], "limits": H200_CAPS["limits"]}
+    assert registers_choice((2, 640, 32, 32), caps=no_subgroups, **nchw) == "fused"
+    # WebGPU's default 256 invocations: 10 x 16 lanes of 32 units, 20 x 8 of 16.
+    assert registers_choice((2, 320, 64, 64), caps=SUBGROUP_CAPS, **nchw) == "split"
+    assert registers_choice((2, 640, 32, 32), caps=SUBGROUP_CAPS, **nchw) == ("registers", 160, 2, "16")
 
 
 def test_registers_demoted_for_narrow_units():
@@ -443,17 +615,28 @@ def test_registers_demoted_for_narrow_units():
     assert registers_choice((2, 64, 64, 320), "float32", tunables=at_default)[0] == "registers"  # vec2<f32>
     assert registers_choice((2, 32, 32, 640), tunables=at_default)[0] == "registers"  # 4 halves
     assert registers_choice((2, 64, 64, 320), tunables=at_default, variant="registers")[0] == "registers"
+    # NCHW: H x W = 3906 is 2 (mod 4): 2 halves a unit; 3969 is odd: one f32 value a unit.
+    nchw = {"channels_last": 0, "tunables": at_default}
+    assert registers_choice((2, 320, 63, 62), **nchw) == "split"
+    assert registers_choice((2, 320, 63, 63), "float32", **nchw) == "split"
+    assert registers_choice((2, 320, 63, 62), "float32", **nchw)[0] == "registers"  # vec2<f32>
+    assert registers_choice((2, 320, 63, 63), "float32", variant="registers", **nchw) == (
+        "registers",
+        640,
+        2,
+        "64",
+    )
 
 
 def test_registers_refusals_say_why():
     shapes = {"X": (2, 4, 4, 12), "gamma": (12,), "beta": (12,), "skip": (2, 4, 4, 12)}
     for t, caps, attrs, words in [
         ("float32", F16_CAPS, {}, "needs device feature subgroups"),
-        ("float32", SUBGROUP_CAPS, {"channels_last": 0}, "sgRegCovered"),
+        ("float16", SUBGROUP_CAPS, {"channels_last": 0}, "sgRegCovered"),  # 3 x 3 positions
         ("float16", SUBGROUP_CAPS, {"groups": 4}, "sgRegCovered"),  # 3 channels a group
     ]:
         a = {"groups": 6, "activation": 0, **attrs}
-        x = shapes["X"] if a.get("channels_last", 1) else (2, 12, 4, 4)
+        x = shapes["X"] if a.get("channels_last", 1) else (2, 12, 3, 3)
         with pytest.raises(ContractError, match="does not apply") as caught:
             sgn.plan(
                 {**shapes, "X": x, "skip": x},

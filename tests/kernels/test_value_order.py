@@ -8,9 +8,9 @@ offset with a small spread, and two far-apart clusters. The first case is the is
 -6e4 +- 32 with the first value of each group +6e4 (f16 holds every value of it).
 
 Tunables and caps make the rows span several invocations, subgroups and workgroups (split-k and
-slab variants run several splits / slabs a row, group_row_registers and plane_row_registers two
-workgroups a row, group_splitk_registers and plane_splitk_registers 8 or 11 chunks a row, the last
-one short), and the subgroup combines are planned both with and without the `subgroup_id`
+slab variants run several splits / slabs a row, group_row_registers, plane_row_registers and the
+com.microsoft registers variants (SkipGroupNorm's in both layouts) two workgroups a row,
+group_splitk_registers and plane_splitk_registers 8 or 11 chunks a row, the last one short), and the subgroup combines are planned both with and without the `subgroup_id`
 language feature. Fresh random data every run (seeded, the seed is
 printed on failure), NaN-poisoned outputs, float64 references from tests/oracles.py, and
 docs/TESTING.md's tolerances; stash_type 10 uses tests/kernels/group_norm_support.py's f16-stage check, whose
@@ -243,12 +243,21 @@ def test_instance_normalization(config, dtype, pattern, request):
 # --- SkipGroupNorm --------------------------------------------------------------------------------------
 
 SGN_GROUPS = 4
-SGN_TUNABLES = {"WORKGROUP_SIZE": 64, "SLAB_VALUES": 1024, "FUSED_WORKGROUP_SIZE": 64}
+SGN_TUNABLES = {
+    "WORKGROUP_SIZE": 64,
+    "SLAB_VALUES": 1024,
+    "FUSED_WORKGROUP_SIZE": 64,
+    "REGISTER_SPLIT_MIN_VALUES": 1,
+    "REGISTER_MIN_POSITION_LANES": 4,
+}
 SGN_FLAVOURS = tuple(
     f"{family}_{member}"
     for family in ("split", "fused")
     for member in ("bias_sum", "bias_plain", "sum", "plain")
-)  # a variant with and without a bias and S
+) + (
+    "registers_bias_sum",
+    "registers_plain",
+)  # a variant with and without a bias and S (registers: the statistics are one code for all four)
 
 
 def sgn_x(rng, channels_last, pattern, dtype):
@@ -298,12 +307,15 @@ def test_skip_group_norm(flavour, channels_last, dtype, pattern, request):
         outputs=outputs,
         tunables=SGN_TUNABLES,
         variant=variant,
-        caps={"features": ["shader-f16"]},
+        caps={"features": FEATURES},
     )
-    if variant.startswith("split"):
-        assert p.passes[0].values["slabCount"] > 1, p.passes[0].uniforms
-    else:
-        assert p.passes[0].overrides["workgroupSize"] < p.passes[0].uniforms["rowVectors"]
+    first = p.passes[0]
+    if variant == "split":
+        assert first.values["slabCount"] > 1, first.uniforms
+    elif variant == "fused":
+        assert first.overrides["workgroupSize"] < first.uniforms["rowVectors"]
+    else:  # two workgroups a row, each of several subgroups
+        assert first.overrides["split"] == 2 and first.overrides["workgroupSize"] > 8, first.values
     result = poisoned_call(sgn, inputs, outputs, attrs=attrs, tunables=SGN_TUNABLES, variant=variant)
     y_ref, s_ref = skip_group_norm_for_call(inputs, attrs)
     context = f"{variant} channels_last={channels_last} {pattern} activation={attrs['activation']} {seed_note(seed)}"
@@ -314,7 +326,7 @@ def test_skip_group_norm(flavour, channels_last, dtype, pattern, request):
 
 # --- com.microsoft GroupNorm ----------------------------------------------------------------------------
 
-MGN_TUNABLES = {**SGN_TUNABLES, "REGISTER_SPLIT_MIN_VALUES": 1, "REGISTER_MIN_POSITION_LANES": 4}
+MGN_TUNABLES = SGN_TUNABLES  # the same shaders
 MGN_CONFIGS = [
     ("registers", 1),
     ("split", 1),

@@ -14,54 +14,73 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 
 // com.microsoft GroupNorm, row-in-registers variant `registers`: SkipGroupNorm's shader without a
 // skip, a bias or S, so S below is X itself (loaded as it is: nothing added, nothing rounded),
-// channels-last (N, H, W, C) only: every (batch item, group) row is read from memory once per
-// workgroup and kept in registers, and the statistics and the normalized output are computed
-// from the registers.
+// channels-last (N, H, W, C) only (its manifest sets nchw false): every (batch item, group) row
+// is read from memory once per workgroup and kept in registers, and the statistics and the
+// normalized output are computed from the registers.
 //
 // Grid: rowCount * split workgroups (folded over DISPATCH_FOLD_WIDTH); workgroup w works on row
 // w / split and stores share w % split of it: the units j (of every invocation) in
-// [share * per, (share + 1) * per), per = ceil(ceil(spatial / positionLanes) / split), i.e. one
-// contiguous range of positions, tested with two compares a unit. (A running owner counter,
-// j % split without a division, made LLVM take 90 s to compile 32 units on lavapipe.) Every workgroup of a row loads the whole row (its
-// siblings' second reads come from L2), computes the same statistics from it and stores only the
-// units of its share: no atomics, no workgroup waits for another, and S and Y are each written
-// once.
+// [share * per, (share + 1) * per), per = ceil(ceil(lineUnits / lanes) / split) (lines, lanes
+// and lineUnits below), i.e. one contiguous range of j, tested with two compares a unit. (A
+// running owner counter, j % split without a division, made LLVM take 90 s to compile 32 units
+// on lavapipe.) Every workgroup of a row loads the whole row (its siblings' second reads come
+// from L2), computes the same statistics from it and stores only the units of its share: no
+// atomics, no workgroup waits for another, and S and Y are each written once.
 //
-// The row is strided: position p (of spatial = H * W) holds the group's channelsPerGroup
-// contiguous channels at (item * spatial + p) * C + group * channelsPerGroup. A unit is one load
-// of UNIT_VALUES of them: 1, 2 or 4 words (f32, or with f16 tensors u32 words of two halves,
-// widened to f32 with unpack2x16float: f32 math, pack2x16float at the stores), the widest that
-// divides channelsPerGroup (SDXL: 10 channels a group give 2-value units, 20 and 40 give 4, and
-// for f16 40 give 8). A position holds groupUnits units of the row, and positionUnits = C /
-// UNIT_VALUES units of the tensor.
+// A unit is one load of UNIT_VALUES values: 1, 2 or 4 words (f32, or with f16 tensors u32 words
+// of two halves, widened to f32 with unpack2x16float: f32 math, pack2x16float at the stores). The
+// workgroup is lines x lanes invocations: each invocation keeps to one line of the row (lineUnits
+// units whose values share its gamma, beta and bias) and takes every lanes-th unit of it, unit j
+// at first + j * stride for j < UNITS. So an invocation's channels never change (its gamma, beta
+// and bias are loaded once, into registers), unit j's address needs no division and no walk, and
+// consecutive invocations read consecutive units. The two layouts differ only in what a line is
+// (the manifest picks lanes, a power of two, by the same rules and tunables for both):
 //
-// The workgroup is groupUnits * positionLanes invocations (positionLanes a power of two, chosen
-// by the manifest): invocation lid takes the unit lid % groupUnits of positions lid / groupUnits
-// + j * positionLanes, for j < UNITS. So an invocation's channels never change (its gamma, beta
-// and bias are loaded once, into registers), unit j's address is first + j * stride
-// (no division, no walk a unit), and consecutive invocations still read consecutive units:
-// groupUnits of them contiguous, then the next position's. UNITS is the specialization's bucket
-// (the row's ceil(spatial / positionLanes) units, rounded up so that UNITS * words a unit is one
-// of 8 register budgets, 8 ... 96 words): a constant, so the loads are straight-line code into
-// registers (a private array sized by an override is not WGSL, and an array under a loop bounded
-// by one spilled in the GroupNorm spike on the H200). Units past the row (the tail of spatial,
-// and the bucket's spare ones) are not loaded, hold zero and are left out of every sum and store.
+// - channels-last: the row is strided. Position p (of spatial = H * W) holds the group's
+//   channelsPerGroup contiguous channels at (item * spatial + p) * C + group * channelsPerGroup.
+//   A unit is UNIT_VALUES of those channels at one position, the widest that divides
+//   channelsPerGroup (SDXL: 10 channels a group give 2-value units, 20 and 40 give 4, and for f16
+//   40 give 8); a position holds groupUnits units of the row and positionUnits = C / UNIT_VALUES
+//   units of the tensor. A line is one of the group's units at every position: invocation lid
+//   takes unit lid % groupUnits of positions lid / groupUnits + j * positionLanes (lines =
+//   groupUnits, lanes = positionLanes, lineUnits = spatial, stride positionLanes *
+//   positionUnits): groupUnits invocations read a position's units contiguously, then the next
+//   position's.
+// - nchw: the row is contiguous, each channel of the group holding spatial values after the
+//   group's earlier channels. A unit is UNIT_VALUES consecutive values of one channel, the widest
+//   that divides spatial (so no unit straddles two channels); a channel holds channelUnits units.
+//   A line is a channel: invocation lid takes units lid % channelLanes + j * channelLanes of
+//   channel lid / channelLanes (lines = channelsPerGroup, lanes = channelLanes, lineUnits =
+//   channelUnits, stride channelLanes), so memory is read in runs of channelLanes units, and
+//   gamma, beta, bias and a per-channel skip are one value an invocation, splat over its units'
+//   values.
 //
-// Loads are branch-free: unit j's index is clamped to the row's last unit and its value is
-// replaced by zero past the row (select), so all UNITS loads can be issued before the first is
-// used; the bucket's spare units reload the row's last unit (a cache hit). With exactRow (spatial
-// is UNITS * positionLanes, so every unit of every invocation lies in the row) there is no clamp
-// and no test: in_row() is true. (The share bounds below still come from the uniforms.) Measured
-// on the H200 (docs/history/2026-12-performance-diary.md, session 7).
+// UNITS is the specialization's bucket (the row's ceil(lineUnits / lanes) units, rounded up so
+// that UNITS * words a unit is one of 8 register budgets, 8 ... 96 words): a constant, so the
+// loads are straight-line code into registers (a private array sized by an override is not WGSL,
+// and an array under a loop bounded by one spilled in the GroupNorm spike on the H200). Units past
+// the line (its tail, and the bucket's spare ones) are not loaded, hold zero and are left out of
+// every sum and store.
+//
+// Loads are branch-free: unit j's index is clamped to a last unit (channels-last: the row's last;
+// nchw: the channel's last) and its value is replaced by zero past the line (select), so all
+// UNITS loads can be issued before the first is used; the bucket's spare units reload that last
+// unit (a cache hit). With exactRow (lineUnits is UNITS * lanes, so every unit of every invocation
+// lies in the row) there is no clamp and no test: in_row() is true. (The share bounds below still
+// come from the uniforms.) Measured on the H200 (docs/history/2026-12-performance-diary.md,
+// session 7).
 //
 // S: (X + skip) + bias in f32, then rounded to T (exactly, by `half`, for f16) before anything
-// sees it, the same bits as the split and fused variants write. skip is bound as units like X in
-// both forms: skip unit j is at skipFirst + j * skipStride, with the strides of X for a skip
-// shaped like X and skipPositionUnits = 0 for an (N, C) skip, whose unit of the invocation's
-// channels is then the same for every j (one shader for both forms; an (N, C) skip costs a
-// cached load a unit, no memory traffic). The rounded S is what the registers hold (f16: packed
-// again, exactly), what the statistics see and, with writeSum, what the owning workgroup stores to
-// S; so Y has the same bits whether S is requested or not.
+// sees it, the same bits as the split and fused variants write. How skip is read depends on the
+// layout and its form. Channels-last: as units like X in both forms, skip unit j at skipFirst + j
+// * skipStride, with the strides of X for a skip shaped like X and skipPositionUnits = 0 for an
+// (N, C) skip, whose unit of the invocation's channels is then the same for every j (one shader
+// for both forms; an (N, C) skip costs a cached load a unit, no memory traffic). nchw: a skip
+// shaped like X at X's own unit index; an (N, C) (or (N, 1, 1, C)) skip, skipSplat, holds one
+// value of the invocation's channel, bound as T and loaded once, splat (a unit of it would span
+// channels). The rounded S is what the registers hold (f16: packed again, exactly), what the
+// statistics see and, with writeSum, what the owning workgroup stores to S; so Y has the same
+// bits whether S is requested or not.
 //
 // Statistics, from registers, as GroupNorm's norm-row-registers takes them (_lib/row_stats, whose
 // header there says why): two-pass within each subgroup (its mean, then the deviations from it),
@@ -69,8 +88,9 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 // (mean0 = shift, lo = delta) and M2, a sum of terms >= 0; variance = M2 / n. Every
 // invocation of every workgroup of the row gets the same bits (a row whose sums pass f32 gets
 // the bias: _lib/row_stats normalization); a subgroup layout other than
-// lid = k * width + lane (or a partial subgroup: rows of few positions) merges every invocation's
-// summary one by one instead.
+// lid = k * width + lane (or a partial subgroup: rows of few positions or units) merges every
+// invocation's summary one by one instead. Neither asks which units an invocation holds, so both
+// layouts share them.
 //
 // Y = ((s - mean0) - lo) * (inv_std * gamma) + beta, then SiLU (y / (1 + exp(-y))) when
 // params.activation is 1; gamma and beta (type M) are bound as 32-bit words and decoded by the
@@ -78,8 +98,9 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 //
 // The compiler prepends the overrides (workgroupSize, paramsF16, split, DISPATCH_FOLD_WIDTH), the
 // bindings and Params: epsilon, activation and, as params.<name>, the shape-dependent rowCount,
-// numGroups, channelsPerGroup, spatial, groupUnits, positionUnits,
-// positionLanes, groupValues, skipItemUnits and skipPositionUnits.
+// numGroups, channelsPerGroup, groupValues and the layout's geometry (channels-last: spatial,
+// groupUnits, positionUnits, positionLanes, skipItemUnits and skipPositionUnits; nchw:
+// channelUnits and channelLanes).
 
 // The units of the row each invocation holds: the bucket of this specialization.
 const UNITS: u32 = 48u;
@@ -190,13 +211,13 @@ fn in_row(l: Lane, j: u32) -> bool {
     return j < l.count;
 }
 
-// Index i of a load, clamped to the row's last unit `last` where a unit can lie past the row.
+// Index i of a load, clamped to the last unit `last` where a unit can lie past the row.
 fn clamped(i: u32, last: u32) -> u32 {
     return min(i, last);
 }
 
 // X of unit j as loaded (nothing is added); zero for a unit past the row (its load clamped to the
-// row's last unit, no branch).
+// last unit, no branch).
 fn formed(l: Lane, j: u32) -> Unit {
     return select(Unit(), x[clamped(l.first + j * l.stride, l.last)], in_row(l, j));
 }
@@ -382,7 +403,10 @@ fn main(
     let first = (item * params.spatial + position) * params.positionUnits + in_group;
     let last = (item * params.spatial + params.spatial - 1u) * params.positionUnits + group * params.groupUnits + params.groupUnits - 1u;
     let held = select(0u, (params.spatial - position + params.positionLanes - 1u) / params.positionLanes, position < params.spatial);
-    let l = Lane(first, params.positionLanes * params.positionUnits, last, held);
+    let stride = params.positionLanes * params.positionUnits;
+    // The most units an invocation holds: a share is a range of j, so a range of positions.
+    let line_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
+    let l = Lane(first, stride, last, held);
 
     // ---- the row into registers: S formed on load
     let s0 = formed(l, 0u); let s1 = formed(l, 1u); let s2 = formed(l, 2u); let s3 = formed(l, 3u);
@@ -470,9 +494,8 @@ fn main(
     deviations += unit_deviations(l, 47u, s47, mean.x);
     let coefficients = normalization(row_stats(lid, lane, lane_width, n, mean, deviations), params.groupValues, params.epsilon);
 
-    // ---- normalize and store this workgroup's share: a range of j, so a range of positions
-    let row_units = (params.spatial + params.positionLanes - 1u) / params.positionLanes;
-    let per_share = (row_units + split - 1u) / split;
+    // ---- normalize and store this workgroup's share: a range of j
+    let per_share = (line_units + split - 1u) / split;
     let own_first = (w % split) * per_share;
     let norm = Norm(coefficients.x, coefficients.y, wide_scaled(coefficients.z, gather_gamma(c0)), gather_beta(c0), own_first, own_first + per_share);
     store_unit(l, norm, 0u, s0); store_unit(l, norm, 1u, s1); store_unit(l, norm, 2u, s2);
