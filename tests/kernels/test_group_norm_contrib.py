@@ -187,15 +187,16 @@ H200_CAPS = {
 def test_bench_shapes_select_as_skip_group_norm(case, caps):
     """The Stable Diffusion bench shapes take SkipGroupNorm's variant for the same X and an (N, C)
     skip (its rules and tunables, measured there); on the H200 the 64x64x320 rows (10 f16 channels a
-    group: 4-byte register units, registers demoted; 64 rows of 40960 values, fused demoted) go to
-    split, the others to registers."""
+    group: 4-byte register units, registers demoted; 64 rows of 40960 values, fused demoted) and the
+    64x64x640 rows (64 words an invocation, over REGISTER_MAX_UNITS: 77.0 against 26.2 us on split on
+    an H100) go to split, the others to registers."""
     x = tuple(case["inputs"]["X"])
     dtypes = {"T": "float16", "M": "float32"}
     ours = mgn.plan(case["inputs"], dtypes, attrs=case["attrs"], caps=caps).variant
     skip = {**case["inputs"], "skip": (x[0], x[3])}
     assert ours == sgn.plan(skip, dtypes, attrs=case["attrs"], caps=caps).variant
     if caps is H200_CAPS:
-        assert ours == ("split" if x[1:] == (64, 64, 320) else "registers"), (x, ours)
+        assert ours == ("split" if x[1:] in ((64, 64, 320), (64, 64, 640)) else "registers"), (x, ours)
 
 
 # --- contract errors, each before any GPU work -------------------------------------------------------------

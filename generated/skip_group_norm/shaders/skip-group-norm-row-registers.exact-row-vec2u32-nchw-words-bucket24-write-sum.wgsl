@@ -58,9 +58,10 @@ struct Params { epsilon: f32, activation: u32, rowCount: u32, numGroups: u32, ch
 //   values.
 //
 // UNITS is the specialization's bucket (the row's ceil(lineUnits / lanes) units, rounded up so
-// that UNITS * words a unit is one of 8 register budgets, 8 ... 96 words): a constant, so the
-// loads are straight-line code into registers (a private array sized by an override is not WGSL,
-// and an array under a loop bounded by one spilled in the GroupNorm spike on the H200). Units past
+// that UNITS * words a unit is one of 4 register budgets, 8 ... 32 words; rows of 64 words ran
+// 1.4-2.9x slower than split on an H100): a constant, so the loads are straight-line code into
+// registers (a private array sized by an override is not WGSL, and an array under a loop bounded
+// by one spilled in the GroupNorm spike on the H200). Units past
 // the line (its tail, and the bucket's spare ones) are not loaded, hold zero and are left out of
 // every sum and store.
 //
