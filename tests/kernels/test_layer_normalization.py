@@ -39,7 +39,7 @@ DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", 
 VARIANTS = pytest.mark.parametrize("variant", ["row_registers", "row_vec4", "row_scalar"])
 CAPS = {"features": ["shader-f16", "subgroups"]}
 # Small workgroups, so that rows span several invocations and subgroups (20: a partial last one).
-TUNABLES = {"REGISTER_WORKGROUP_SIZE": 20, "REGISTER_TARGET_UNITS": 1, "WORKGROUP_SIZE": 16}
+TUNABLES = {"REGISTER_WORKGROUP_SIZE": 20, "REGISTER_TARGET_VALUES": 1, "WORKGROUP_SIZE": 16}
 PACKAGES = {
     "ln": ln,
     "rms": rms,

@@ -379,8 +379,8 @@ LAYER_ROWS, LAYER_HIDDEN = 8, 4096  # 2 x 4 rows of 4096 values
 # row_registers: the row over 64 invocations of 16 f32 / 8 f16 units (the largest buckets, 64
 # registers either way); row_vec4 / row_scalar: 64 invocations a row, 16 vectors or 64 values each.
 LAYER_TUNABLES = {
-    ("row_registers", "float32"): {"REGISTER_WORKGROUP_SIZE": 64, "REGISTER_TARGET_UNITS": 16},
-    ("row_registers", "float16"): {"REGISTER_WORKGROUP_SIZE": 64, "REGISTER_TARGET_UNITS": 8},
+    ("row_registers", "float32"): {"REGISTER_WORKGROUP_SIZE": 64, "REGISTER_TARGET_VALUES": 64},
+    ("row_registers", "float16"): {"REGISTER_WORKGROUP_SIZE": 64, "REGISTER_TARGET_VALUES": 64},
     ("row_vec4", "float32"): {"WORKGROUP_SIZE": 64},
     ("row_vec4", "float16"): {"WORKGROUP_SIZE": 64},
     ("row_scalar", "float32"): {"WORKGROUP_SIZE": 64},
