@@ -4,7 +4,7 @@
 #   templates/_lib/row_stats.wgsl.jinja (sha256 03a6c3e2d3cd07c2)
 #   templates/_lib/stats.wgsl.jinja (sha256 8011054206126933)
 #   templates/_lib/units.wgsl.jinja (sha256 44d9d1f843ccd17b)
-#   templates/norm-layer-row-registers.wgsl.jinja (sha256 511841feb8dbe3fb)
+#   templates/norm-layer-row-registers.wgsl.jinja (sha256 e9f1229edd95ffa8)
 #   templates/norm-layer-stats-out.wgsl.jinja (sha256 e9118aecc27e1778)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -19,7 +19,8 @@ struct Params { rows: u32, epsilon: f32, rowUnits: u32, hidden: u32, skipRows: u
 // Grid: one workgroup a row (folded over DISPATCH_FOLD_WIDTH). Rows are many and short in the
 // models (2 x 4096 rows of 320 in Stable Diffusion's attention blocks, 4096 rows of 4096 in an
 // LLM), so a row is never split over workgroups; the manifest sizes the workgroup so that an
-// invocation holds about REGISTER_TARGET_UNITS units (short rows take small workgroups).
+// invocation holds about REGISTER_TARGET_VALUES values (short rows take small workgroups; counted
+// in values, not units, so that an f16 row gets the invocations of an f32 row of its length).
 //
 // A unit is what one load moves: a vec4<f32>, or with `packedHalves` (f16 tensors) a vec4<u32> of
 // 8 halves, widened on load to two vec4<f32> (f32 math, no f16 arithmetic; one rounding to f16 at
