@@ -430,6 +430,16 @@ def test_registers_small_device_limits(channels_last, request):
     check(result, inputs, attrs, f"small limits registers channels_last={channels_last} {seed_note(seed)}")
 
 
+def test_registers_lanes_fit_workgroup_memory():
+    """The lanes a line gets are capped by workgroup memory too (16 bytes an invocation and 4100 more),
+    not only by the invocation cap: with 8192 bytes the 5 units of a 20-channel f16 group get 32
+    positions (160 invocations), NCHW's 20 channels 8 lanes, instead of a 640-invocation workgroup
+    that does not fit and left the row to fused."""
+    caps = {**H200_CAPS, "limits": {**H200_CAPS.get("limits", {}), "maxComputeWorkgroupStorageSize": 8192}}
+    assert registers_choice((1, 16, 16, 640), caps=caps) == ("registers", 160, 1, "8")
+    assert registers_choice((1, 640, 16, 16), caps=caps, channels_last=0) == ("registers", 160, 1, "4")
+
+
 def registers_choice(
     shape,
     t="float16",
@@ -512,17 +522,18 @@ def test_registers_take_the_sdxl_bench_cases():
             assert not without.variant == "registers", case["name"]
 
 
-# NCHW test cases whose units fit but whose workgroup does not: 32 channels a group x 32 lanes is
-# 1024 invocations, whose summaries (16 bytes each, and 4100 more) pass the 16384 bytes of
-# workgroup memory these caps have (WebGPU's default).
-WORKGROUP_MEMORY_BOUND = {"nchw-split-natural"}
+# NCHW test cases whose units fit but whose row does not: 32 channels a group get 16 lanes (their
+# summaries, 16 bytes an invocation and 4100 more, must fit the 16384 bytes of workgroup memory these
+# caps have, WebGPU's default), and 256 vec4 units a channel on 16 lanes are 64 words an invocation,
+# over the 32-word register budget.
+OVER_BUDGET = {"nchw-split-natural"}
 
 
 def test_registers_take_the_test_cases_that_fit():
     """test.json's cases take registers on a device with subgroups where a unit of 8 bytes or more
     fits (channels-last: an even channel count a group, for f16 a multiple of 4; NCHW: an even H x W,
     for f16 a multiple of 4); odd groups (cpg 3, 1), odd or 2 (mod 4) H x W keep their split / fused
-    variant, as do the WORKGROUP_MEMORY_BOUND cases."""
+    variant, as do the OVER_BUDGET cases."""
     seen = set()
     for case in TEST_CASES:
         shapes = {k: tuple(v) for k, v in case["inputs"].items()}
@@ -532,7 +543,7 @@ def test_registers_take_the_test_cases_that_fit():
         outputs = tuple(case["outputs"])
         for t in case["dtypes"]["T"]:
             run = cpg if channels_last else hw
-            fits = run % (2 if t == "float32" else 4) == 0 and case["name"] not in WORKGROUP_MEMORY_BOUND
+            fits = run % (2 if t == "float32" else 4) == 0 and case["name"] not in OVER_BUDGET
             p = sgn.plan(
                 shapes,
                 {"T": t, "M": "float32"},
