@@ -85,12 +85,18 @@ class BufferPool:
         self._lock = threading.RLock()  # re-entrant, as LRUCache's lock
         self.allocated = self.cached = self.peak = self.hits = self.misses = 0
 
-    def allocate(self, nbytes: int, usage: int, max_size: int):
-        """A buffer of at least `nbytes` (its class, or `max_size` where the class passes it)."""
+    def allocate(self, nbytes: int, usage: int, max_size: int, prefer=None):
+        """A buffer of at least `nbytes` (its class, or `max_size` where the class passes it):
+        `prefer` itself where it is free in that class (a repeated call's outputs get back the buffers
+        its recorded bind groups hold, whatever order they were given back in), else the most
+        recently given back."""
         size = max(nbytes, min(size_class(nbytes), max_size))
         key = (usage, size)
         with self._lock:
             free = self._free.get(key)
+            if prefer is not None and (prefer.usage, prefer.size) == key and id(prefer) in self._cached:
+                free.remove(prefer)  # free in this class: to the top, where pop() takes it
+                free.append(prefer)
             while free:
                 buffer = free.pop()
                 del self._cached[id(buffer)]

@@ -158,7 +158,7 @@ def _run_again(repeat, op, inputs, out, encoder):
     pool in the buffer the call binds."""
     fresh = {}
     for key, shape, dtype_name, ref in repeat.fresh:
-        fresh[key] = fresh_output(shape, dtype_name, repeat.device)
+        fresh[key] = fresh_output(shape, dtype_name, repeat.device, prefer=ref())
         if fresh[key].buffer is not ref():
             for tensor in fresh.values():  # never used: straight back
                 give_back(tensor)

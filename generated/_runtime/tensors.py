@@ -360,13 +360,14 @@ def _checked_size(shape, dtype, device):
     return size
 
 
-def pooled_tensor(shape, dtype, device, cls=Tensor, zero_pad=True):
+def pooled_tensor(shape, dtype, device, cls=Tensor, zero_pad=True, prefer=None):
     """A Tensor over a buffer from the device's pool (shape a tuple of ints, dtype numpy's float32
-    or float16, both checked). The padding of an odd float16 count is zeroed: a pooled buffer holds
-    what its last user left, and shaders that read halves in pairs read that word whole."""
+    or float16, both checked), `prefer` where it is free (BufferPool.allocate). The padding of an odd
+    float16 count is zeroed: a pooled buffer holds what its last user left, and shaders that read
+    halves in pairs read that word whole."""
     size = _checked_size(shape, dtype, device)
     pool = pool_of(device)
-    buffer = pool.allocate(size, STORAGE_USAGE, device_caps(device).limits["maxBufferSize"])
+    buffer = pool.allocate(size, STORAGE_USAGE, device_caps(device).limits["maxBufferSize"], prefer)
     tensor = object.__new__(cls)
     fix = object.__setattr__
     for name, value in zip(Tensor.__slots__, (buffer, shape, dtype, device, size, False, pool)):
@@ -376,10 +377,10 @@ def pooled_tensor(shape, dtype, device, cls=Tensor, zero_pad=True):
     return tensor
 
 
-def fresh_output(shape, dtype_name, device):
+def fresh_output(shape, dtype_name, device, prefer=None):
     """A call's fresh output from the pool: `shape` and `dtype_name` ("float32" / "float16") as a
-    plan gives them."""
-    return pooled_tensor(tuple(shape), _NP_DTYPES[dtype_name], device)
+    plan gives them; `prefer`, a buffer, where it is free."""
+    return pooled_tensor(tuple(shape), _NP_DTYPES[dtype_name], device, prefer=prefer)
 
 
 # Whether a Tensor's buffer has no holder but the Tensor: the references to it are counted as

@@ -253,6 +253,36 @@ def test_repeated_calls_on_the_same_tensors_build_no_bind_group(monkeypatch):
     assert made != []
 
 
+def test_a_loop_that_drops_two_fresh_outputs_builds_no_bind_group(monkeypatch):
+    """A call with two fresh outputs (SkipGroupNorm's Y and S) in a loop that drops its results: each
+    output gets back the buffer the recorded call binds, whatever order the two were given back in
+    (the pool handed them out the other way round before, so every call took the full path)."""
+    rng, seed = rng_for("two-fresh-outputs")
+    shape = (1, 4, 4, 64)
+    tensors = {
+        "X": Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32)),
+        "skip": Tensor.from_numpy(rng.standard_normal(shape).astype(np.float32)),
+        "gamma": Tensor.from_numpy(rng.uniform(0.5, 1.5, 64).astype(np.float32)),
+        "beta": Tensor.from_numpy(rng.standard_normal(64).astype(np.float32)),
+    }
+    attrs = {"groups": 8, "activation": 0, "channels_last": 1}
+    first = sgn.kernel(tensors, attrs=attrs, outputs=("Y", "S"))
+    expected = {k: v.numpy() for k, v in first.items()}
+    del first
+    device = default_device()
+    made = []
+    original = type(device).create_bind_group
+    monkeypatch.setattr(
+        type(device), "create_bind_group", lambda self, **kw: made.append(1) or original(self, **kw)
+    )
+    for _ in range(5):
+        results = sgn.kernel(tensors, attrs=attrs, outputs=("Y", "S"))
+        got = {k: v.numpy() for k, v in results.items()}
+        del results
+    assert made == [], seed_note(seed)
+    assert all(got[k].tobytes() == expected[k].tobytes() for k in expected), seed_note(seed)
+
+
 def test_caches_stay_bounded_over_many_changing_shapes(monkeypatch):
     device = default_device()
     pipelines = rt.per_device(rt.pipeline_cache, device, rt.PIPELINE_CACHE_SIZE)
