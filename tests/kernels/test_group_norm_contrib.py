@@ -199,6 +199,19 @@ def test_bench_shapes_select_as_skip_group_norm(case, caps):
         assert ours == ("split" if x[1:] in ((64, 64, 320), (64, 64, 640)) else "registers"), (x, ours)
 
 
+def test_register_lanes_fit_workgroup_memory_as_skip_group_norms():
+    """With 8192 bytes of workgroup memory a 20-channel f16 group's 5 units get 32 positions (160
+    invocations: 16 bytes each and 4100 more fit), as SkipGroupNorm's rule gives, not a workgroup of
+    640 that does not fit and left the row to fused."""
+    caps = {**H200_CAPS, "limits": {**H200_CAPS["limits"], "maxComputeWorkgroupStorageSize": 8192}}
+    shapes = {"X": (1, 16, 16, 640), "gamma": (640,), "beta": (640,)}
+    attrs = {"groups": 32, "activation": 1, "channels_last": 1}
+    dtypes = {"T": "float16", "M": "float32"}
+    plan = mgn.plan(shapes, dtypes, attrs=attrs, caps=caps)
+    assert plan.variant == "registers", plan.explanation
+    assert plan.passes[0].workgroup_size == 160 and plan.passes[0].workgroup_storage_bytes <= 8192
+
+
 # --- contract errors, each before any GPU work -------------------------------------------------------------
 
 
