@@ -192,14 +192,7 @@ def _requested_outputs(contract, outputs):
 
 def _given_shapes(contract, shapes):
     """{bind key: shape} and {bind key: the caller's name} from shapes keyed by key or role."""
-    if not isinstance(shapes, Mapping):
-        raise ContractError(
-            contract.op,
-            "shapes",
-            "a mapping",
-            f"shapes maps input names to shapes, got {type(shapes).__name__}",
-        )
-    return _inputs_by_key(contract, shapes, _input_shape)
+    return _inputs_by_key(contract, shapes, _input_shape, "shapes", "shapes")
 
 
 def _check_required(contract, given, names):
@@ -213,10 +206,18 @@ def _check_required(contract, given, names):
             )
 
 
-def _inputs_by_key(contract, given, convert):
+def _inputs_by_key(contract, given, convert, subject, holds):
     """{bind key: convert(op, name, value)} and {bind key: the caller's name} of inputs named by bind
-    key or ONNX role; a None value is an input left out (None shape: not given). An unknown name and
-    an input given twice are refused."""
+    key or ONNX role; a None value is an input left out (None shape: not given). Refused: `given`
+    (the argument `subject`, mapping input names to `holds`) not a mapping, an unknown name, an input
+    given twice."""
+    if not isinstance(given, Mapping):
+        raise ContractError(
+            contract.op,
+            subject,
+            "a mapping",
+            f"{subject} maps input names to {holds}, got {type(given).__name__}",
+        )
     tensors = {t.key: t for t in contract.inputs}
     roles = {t.role: t.key for t in contract.inputs}
     values, names = {}, {}
@@ -554,14 +555,7 @@ def _kernel_input(op, name, value):
 
 def _kernel_inputs(contract, inputs):
     """{bind key: value} and {bind key: the caller's name}; None means an input left out."""
-    if not isinstance(inputs, Mapping):
-        raise ContractError(
-            contract.op,
-            "inputs",
-            "a mapping",
-            f"inputs maps input names to arrays or Tensors, got {type(inputs).__name__}",
-        )
-    return _inputs_by_key(contract, inputs, _kernel_input)
+    return _inputs_by_key(contract, inputs, _kernel_input, "inputs", "arrays or Tensors")
 
 
 def _input_dtypes(contract, values, names):
