@@ -2,13 +2,13 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
-#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 57ffb3a981c93d9f)
-#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 6bc9c4daba8d939f)
-#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 9cacc1e1740106e6)
+#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 f9251667a1448ed9)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 a6cfa34998a6e924)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 25029f52f31ebb94)
 #   manifests/com.microsoft.GroupNorm/manifest.json (sha256 7552ce5eaf5d51d7)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 d04e1ec342f7a2d8)
-#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 b5bbafc3d9e9e18d)
-#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 bcbb9d88d5fc5bde)
+#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 5cb4aad14ae0536b)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 02b4bc1a066b9304)
 #   codegen/onnx_versions.py (sha256 8950a70cf08b24e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -35,9 +35,16 @@ What is measured, per case:
   from the call to the end of its GPU work (a queue sync), minus the GPU time and minus the
   cost of the sync alone; the time until `kernel()` returns (encoding and submission); and the
   first call of the case, which creates its pipelines unless an earlier case made them.
+- back to back: the same calls timed in runs (20 in a full run, as many as PyTorch's graphs hold),
+  the dispatches of a whole run in one compute pass between one pair of timestamps, divided by
+  the run's length; the copy the same way. A lone call's time includes what beginning and
+  ending a timed compute pass cost (about 5 µs on an H100, the intercept of the copy's time
+  against its bytes), which calls encoded together, as in an app's frame, share.
 - with --torch: the PyTorch eager equivalent on CUDA (torch.nn.functional), timed by CUDA graph
   replay (CUDA events around eager calls if capture fails) so that Python's launch overhead is
-  not counted, with the same tensor rotation; "x torch" = PyTorch time / our time.
+  not counted, with the same tensor rotation, per call of a graph of back-to-back calls;
+  "x torch" = PyTorch time / our time, for a lone call and for back-to-back calls (the like for
+  like: both then time a run of calls).
 """
 
 from __future__ import annotations
@@ -60,7 +67,7 @@ import numpy as np
 
 from . import _runtime, bench_calls, bench_ort, bench_transfers, doctor
 from ._runtime import Sequence, Tensor
-from .bench_torch import TorchPeer
+from .bench_torch import TorchPeer, back_to_back_calls
 
 # Calls rotate among copies of their tensors until this many bytes are touched per round: a few
 # times the L2 cache of a large GPU (the H200 has 60 MB).
@@ -384,9 +391,13 @@ class Result:
     copy_us: float | None = None
     copy_gbps: float | None = None
     fraction_of_copy: float | None = None
+    run_calls: int = 0  # calls in a back-to-back run
+    run_us: float | None = None  # GPU time a call within a back-to-back run
+    copy_run_us: float | None = None
     torch_us: float | None = None
     torch_gbps: float | None = None
     speedup_vs_torch: float | None = None
+    speedup_vs_torch_run: float | None = None  # PyTorch's time / run_us
     torch_timing: str | None = None
     host: dict = field(default_factory=dict)
     ort: dict = field(default_factory=dict)  # with --ort: ONNX Runtime WebGPU and ours, timed alike
@@ -502,6 +513,7 @@ class Bench:
                 result.torch_us = seconds * 1e6
                 result.torch_gbps = result.bytes / result.torch_us / 1e3
                 result.speedup_vs_torch = result.torch_us / result.gpu_us
+                result.speedup_vs_torch_run = result.torch_us / result.run_us
 
     def _time_gpu(self, plan, sets, result, owned):
         """The plan's GPU time on rotating input sets, against the copy kernel of the same bytes."""
@@ -516,9 +528,19 @@ class Bench:
             bound_copy, buffers = self.copy.bind(result.bytes)
             copy_bound.append([bound_copy])
             owned += buffers
+        result.run_calls = run_calls = back_to_back_calls(settings, copies)
+
+        def run_of(bound_sets):
+            """Encodes the calls of one back-to-back run, from set i on, as one compute pass."""
+            return lambda encoder, i, ts: _runtime.encode_passes(
+                encoder, [item for k in range(run_calls) for item in bound_sets[(i + k) % copies]], ts
+            )
+
         work = {
             "op": lambda encoder, i, ts: _runtime.encode_passes(encoder, bound[i], ts),
             "copy": lambda encoder, i, ts: _runtime.encode_passes(encoder, copy_bound[i], ts),
+            "op_run": run_of(bound),
+            "copy_run": run_of(copy_bound),
         }
         if self.per_pass and len(runnable) > 1:
             # Each dispatch alone in its own compute pass, on what the earlier ones left behind.
@@ -537,6 +559,8 @@ class Bench:
         result.copy_us = _median_us(samples["copy"])
         result.copy_gbps = result.bytes / result.copy_us / 1e3
         result.fraction_of_copy = result.copy_us / result.gpu_us
+        result.run_us = _median_us(samples["op_run"]) / run_calls
+        result.copy_run_us = _median_us(samples["copy_run"]) / run_calls
 
     def _against_ort(self, op, case, arrays, tensors, options, outputs):
         """ONNX Runtime's three paths on this case, and ours measured the same way (N calls, one sync)."""
@@ -672,23 +696,25 @@ def _gpu_table(results):
     lines += [
         "",
         "| op | case | dtype | shape | variant | passes | MB | GPU \u00b5s | GB/s | copy GB/s | % of copy "
-        "| torch \u00b5s | torch GB/s | \u00d7 torch |",
-        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| back to back \u00b5s | copy \u00b5s | torch \u00b5s | torch GB/s | \u00d7 torch | \u00d7 torch back to back |",
+        "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:
         shape = "x".join(str(d) for d in next(iter(r.shapes.values())))
         dtype = "/".join(_SHORT_DTYPE[d] for d in r.dtypes.values())
         if r.error:
             lines.append(
-                f"| {r.op} | {r.case} | {dtype} | {shape} | error: {r.error} |  |  |  |  |  |  |  |  |  |"
+                f"| {r.op} | {r.case} | {dtype} | {shape} | error: {r.error} |  |  |  |  |  |  |  |  |  |  |  |  |"
             )
             continue
         percent = None if r.fraction_of_copy is None else 100 * r.fraction_of_copy
         speedup = "" if r.speedup_vs_torch is None else f"{r.speedup_vs_torch:.2f}"
+        speedup_run = "" if r.speedup_vs_torch_run is None else f"{r.speedup_vs_torch_run:.2f}"
         lines.append(
             f"| {r.op} | {r.case} | {dtype} | {shape} | {r.variant} | {len(r.passes)} | {_fmt(r.bytes / 1e6)} "
             f"| {_fmt(r.gpu_us)} | {_gbps(r.gbps)} | {_gbps(r.copy_gbps)} | {_fmt(percent, 0)} "
-            f"| {_fmt(r.torch_us)} | {_gbps(r.torch_gbps)} | {speedup} |"
+            f"| {_fmt(r.run_us)} | {_fmt(r.copy_run_us)} "
+            f"| {_fmt(r.torch_us)} | {_gbps(r.torch_gbps)} | {speedup} | {speedup_run} |"
         )
     return lines
 
@@ -1116,6 +1142,8 @@ def _run_case(bench, op, case):
     status = (
         result.error
         or f"{result.variant}: {result.gpu_us:.1f} us, {result.gbps:.0f} GB/s, {100 * result.fraction_of_copy:.0f}% of copy"
+        + f"; back to back {result.run_us:.1f} us a call (copy {result.copy_run_us:.1f})"
+        + ("" if result.torch_us is None else f"; PyTorch {result.torch_us:.1f} us")
     )
     print(f"# {case.op} {case.name} {case.dtype_label}: {status}", file=sys.stderr, flush=True)
     return result

@@ -103,6 +103,12 @@ TORCH_EQUIVALENTS = {
 }
 
 
+def back_to_back_calls(settings, copies):
+    """The calls of one timed run, back to back: a PyTorch CUDA graph holds this many, and the bench
+    times ours over runs of the same length (every copy of the tensors at least once)."""
+    return max(copies, 20 if settings.iters > 50 else 5)
+
+
 class TorchPeer:
     """PyTorch eager on CUDA, timed without Python launch overhead."""
 
@@ -178,7 +184,7 @@ class TorchPeer:
 
     def _time(self, call, copies):
         torch = self.torch
-        per_graph = max(copies, 20 if self.settings.iters > 50 else 5)
+        per_graph = back_to_back_calls(self.settings, copies)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up off the default stream, as capture requires

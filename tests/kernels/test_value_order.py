@@ -396,21 +396,36 @@ LAYER_OPS = {
 LAYER_CONFIGS = [(op, variant) for op in LAYER_OPS for variant in ("row_registers", "row_vec4", "row_scalar")]
 
 
-def layer_inputs(rng, op, pattern, dtype):
-    """The pattern's rows as X (the Skip forms: as input, with a small skip on on_grid's grid, so that
-    the f32 sum is exact, and a bias); Scale / gamma, and B / beta where the op has one."""
-    x = pattern_rows(rng, LAYER_ROWS, LAYER_HIDDEN, pattern, dtype).reshape(2, 4, LAYER_HIDDEN).astype(dtype)
-    params = {"gamma": rng.uniform(-2, 2, LAYER_HIDDEN).astype(dtype)}
+def layer_inputs(rng, op, x):
+    """X (the Skip forms: as input, with a small skip on on_grid's grid, so that the f32 sum is
+    exact, and a bias); Scale / gamma, and B / beta where the op has one, of X's last axis."""
+    hidden, dtype = x.shape[-1], x.dtype
+    params = {"gamma": rng.uniform(-2, 2, hidden).astype(dtype)}
     if op.startswith("skip"):
         inputs = {"input": x, "skip": on_grid(rng.uniform(-0.5, 0.5, x.shape)).astype(dtype), **params}
-        inputs["bias"] = on_grid(rng.uniform(-0.5, 0.5, LAYER_HIDDEN)).astype(dtype)
+        inputs["bias"] = on_grid(rng.uniform(-0.5, 0.5, hidden)).astype(dtype)
         if op == "skip_layer_normalization":
-            inputs["beta"] = rng.uniform(-1, 1, LAYER_HIDDEN).astype(dtype)
+            inputs["beta"] = rng.uniform(-1, 1, hidden).astype(dtype)
         return inputs
     inputs = {"x": x, "scale": params["gamma"]}
     if op == "layer_normalization":
-        inputs["b"] = rng.uniform(-1, 1, LAYER_HIDDEN).astype(dtype)
+        inputs["b"] = rng.uniform(-1, 1, hidden).astype(dtype)
     return inputs
+
+
+def check_layer_family(package, op, inputs, variant, tunables, context):
+    """Every output of `op` (statistics included) from a poisoned call against the float64 definition."""
+    outputs = tuple(
+        t.key for t in package.OUTPUTS if t.key != "mean" or op != "skip_simplified_layer_normalization"
+    )
+    caps = {"features": FEATURES}
+    result = poisoned_call(package, inputs, outputs, caps=caps, tunables=tunables, variant=variant)
+    expected = node_reference(package, inputs, {})
+    for key in outputs:
+        if key == "mean" and "two-clusters" in context:
+            check_mean_by_what_it_normalizes(inputs, result, expected, op, f"{context} {key}")
+            continue
+        assert_close(result[key], expected[key], result[key].dtype, f"{context} {key}")
 
 
 @PATTERN_PARAM
@@ -421,24 +436,43 @@ def test_layer_family(config, dtype, pattern, request):
     op, variant = config
     package = LAYER_OPS[op]
     rng, seed = rng_for(request.node.name)
-    inputs = layer_inputs(rng, op, pattern, dtype)
-    outputs = tuple(
-        t.key for t in package.OUTPUTS if t.key != "mean" or op != "skip_simplified_layer_normalization"
-    )
-    caps = {"features": FEATURES}
+    x = pattern_rows(rng, LAYER_ROWS, LAYER_HIDDEN, pattern, dtype).reshape(2, 4, LAYER_HIDDEN).astype(dtype)
+    inputs = layer_inputs(rng, op, x)
     tunables = LAYER_TUNABLES[variant, np.dtype(dtype).name]
     shapes = {k: v.shape for k, v in inputs.items()}
     dtypes = {t: np.dtype(dtype).name for t, allowed in package.TYPE_CONSTRAINTS.items() if len(allowed) > 1}
-    p = package.plan(shapes, dtypes, caps=caps, tunables=tunables, variant=variant, outputs=outputs)
-    assert p.passes[0].workgroup_size == 64
-    result = poisoned_call(package, inputs, outputs, caps=caps, tunables=tunables, variant=variant)
-    expected = node_reference(package, inputs, {})
-    for key in outputs:
-        context = f"{op} {variant} {pattern} {key} {seed_note(seed)}"
-        if key == "mean" and pattern == "two-clusters":
-            check_mean_by_what_it_normalizes(inputs, result, expected, op, context)
-            continue
-        assert_close(result[key], expected[key], result[key].dtype, context)
+    p = package.plan(shapes, dtypes, caps={"features": FEATURES}, tunables=tunables, variant=variant)
+    invocations = dict(p.passes[0].pipeline_constants).get("rowInvocations", p.passes[0].workgroup_size)
+    assert invocations == 64
+    check_layer_family(package, op, inputs, variant, tunables, f"{op} {variant} {pattern} {seed_note(seed)}")
+
+
+# Short rows share a row_registers workgroup, a team of invocations a row: 32 values a row make
+# teams of 2 (inside one of lavapipe's 8-wide subgroups, whose mean would mix rows), 128 values
+# teams of 8 (a subgroup a row).
+SHARED_HIDDEN = {32: 2, 128: 8}
+
+
+@PATTERN_PARAM
+@DTYPES
+@pytest.mark.parametrize("hidden", sorted(SHARED_HIDDEN), ids=lambda h: f"teams-of-{SHARED_HIDDEN[h]}")
+@pytest.mark.parametrize("op", sorted(LAYER_OPS))
+def test_layer_family_rows_sharing_a_workgroup(op, hidden, dtype, pattern, request):
+    """Rows side by side in one workgroup with opposite offsets (every other row negated): no row's
+    statistics may borrow another's, the mean a subgroup takes its deviations from included."""
+    package = LAYER_OPS[op]
+    rng, seed = rng_for(request.node.name)
+    rows = 24
+    signs = np.where(np.arange(rows) % 2 == 0, 1.0, -1.0)[:, None]
+    x = (pattern_rows(rng, rows, hidden, pattern, dtype) * signs).reshape(2, rows // 2, hidden).astype(dtype)
+    inputs = layer_inputs(rng, op, x)
+    shapes = {k: v.shape for k, v in inputs.items()}
+    dtypes = {t: np.dtype(dtype).name for t, allowed in package.TYPE_CONSTRAINTS.items() if len(allowed) > 1}
+    p = package.plan(shapes, dtypes, caps={"features": FEATURES}, variant="row_registers")
+    constants = dict(p.passes[0].pipeline_constants)
+    assert constants["rowInvocations"] == SHARED_HIDDEN[hidden] and constants["workgroupSize"] >= 64
+    context = f"{op} row_registers {hidden} values a row {pattern} {seed_note(seed)}"
+    check_layer_family(package, op, inputs, "row_registers", {}, context)
 
 
 def check_mean_by_what_it_normalizes(inputs, result, expected, op, context):

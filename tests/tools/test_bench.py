@@ -39,8 +39,10 @@ def test_quick_bench_writes_json(tmp_path):
         # Minimum bytes: X read and Y written once, four per-channel vectors read once.
         assert r["bytes"] == itemsize * (2 * x[0] * x[1] * x[2] * x[3] + 4 * x[1])
         assert r["samples"] > 0 and r["copies"] >= 2
-        for key in ("gpu_us", "gbps", "copy_us", "copy_gbps", "fraction_of_copy"):
+        for key in ("gpu_us", "gbps", "copy_us", "copy_gbps", "fraction_of_copy", "run_us", "copy_run_us"):
             assert r[key] > 0, key
+        # Back to back: a run of calls in one compute pass, at least every copy of the tensors once.
+        assert r["run_calls"] >= r["copies"]
         assert abs(r["gbps"] - r["bytes"] / r["gpu_us"] / 1e3) < 1e-6 * r["gbps"]
         assert abs(r["fraction_of_copy"] - r["copy_us"] / r["gpu_us"]) < 1e-9
         assert r["torch_us"] is None

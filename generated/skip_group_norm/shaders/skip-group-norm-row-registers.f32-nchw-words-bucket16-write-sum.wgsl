@@ -306,38 +306,39 @@ fn summary(n: f32, m: f32, d: vec2<f32>) -> vec4<f32> {
     return vec4<f32>(n, m, lo, select(max(d.y - d.x * lo, 0.0), bitcast<f32>(0x7f800000u), (bitcast<u32>(d.y) & 0x7f800000u) == 0x7f800000u));
 }
 
-// The row's RowStats from the subgroups' summaries. Lane l of every subgroup takes slots l,
-// l + width, ... in that order (one each where there are no more slots than lanes) and subgroupAdd
-// sums the lanes, so every subgroup gets the same bits. Meaningful only when every subgroup is
-// full and regular (row_stats says which result it takes).
-fn merged_subgroups(lane: u32, width: u32) -> RowStats {
+// The row's RowStats from the summaries of its team's subgroups, slots first / width on. Lane l of
+// every subgroup takes slots l, l + width, ... in that order (one each where there are no more
+// slots than lanes) and subgroupAdd sums the lanes, so every subgroup gets the same bits.
+// Meaningful only when every subgroup is full and regular (row_stats says which result it takes).
+fn merged_subgroups(lane: u32, width: u32, first: u32) -> RowStats {
     let count = min(workgroupSize / width, 256u);
-    let shift = wg_subgroups[0].y;
+    let slots = first / width;
+    let shift = wg_subgroups[slots].y;
     // (n, n times the offset from shift); n is NaN where a subgroup's mean is not finite.
     var n_offset = vec2<f32>(0.0);
     for (var i = lane; i < count; i += width) {
-        let s = wg_subgroups[i];
+        let s = wg_subgroups[slots + i];
         n_offset += vec2<f32>(select(bitcast<f32>(0x7fc00000u), s.x, finite(s.y)), s.x * ((s.y - shift) + s.z));
     }
     let totals = subgroupAdd(n_offset);
     let delta = refined_quotient(totals.y, totals.x);
     var m2 = 0.0;
     for (var i = lane; i < count; i += width) {
-        let s = wg_subgroups[i];
+        let s = wg_subgroups[slots + i];
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
     }
     return RowStats(shift, delta, subgroupAdd(m2), finite(totals.x));
 }
 
-// The same from every invocation's summary, one by one in order: no subgroup operation, so any
-// subgroup layout gets the same bits everywhere.
-fn merged_invocations() -> RowStats {
-    let shift = wg_invocations[0].y;
+// The same from the summary of every invocation of the team, invocations first on, one by one in
+// order: no subgroup operation, so any subgroup layout gets the same bits everywhere.
+fn merged_invocations(first: u32) -> RowStats {
+    let shift = wg_invocations[first].y;
     var n = 0.0;
     var offset = 0.0;
     var finite_values = true;
-    for (var i = 0u; i < workgroupSize; i++) {
+    for (var i = first; i < first + workgroupSize; i++) {
         let s = wg_invocations[i];
         n += s.x;
         offset += s.x * ((s.y - shift) + s.z);
@@ -345,7 +346,7 @@ fn merged_invocations() -> RowStats {
     }
     let delta = refined_quotient(offset, n);
     var m2 = 0.0;
-    for (var i = 0u; i < workgroupSize; i++) {
+    for (var i = first; i < first + workgroupSize; i++) {
         let s = wg_invocations[i];
         let d = ((s.y - shift) + s.z) - delta;
         m2 += s.w + select(0.0, s.x * d * d, s.x > 0.0);
@@ -357,6 +358,7 @@ fn merged_invocations() -> RowStats {
 // deviations from that mean: the same bits in every invocation of every workgroup of the row.
 // Call in uniform control flow, once.
 fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviations: vec2<f32>) -> RowStats {
+    let first = 0u;  // one row, the whole workgroup
     // Every subgroup operation runs in uniform control flow: none under `&&` or under the flag.
     let numbered = subgroupAll(lane == lid % width);
     let lanes = subgroupAdd(1u);
@@ -372,9 +374,9 @@ fn row_stats(lid: u32, lane: u32, width: u32, n: f32, mean: vec2<f32>, deviation
     workgroupBarrier();
     // Merged from the slots whatever the flag (its subgroupAdds need every invocation); where the
     // flag is raised the slots are not all written, and the one-by-one merge is taken instead.
-    let by_subgroups = merged_subgroups(lane, width);
+    let by_subgroups = merged_subgroups(lane, width, first);
     if (atomicLoad(&wg_irregular) != 0u) {
-        return merged_invocations();
+        return merged_invocations(first);
     }
     return by_subgroups;
 }
