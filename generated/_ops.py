@@ -2,13 +2,13 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
-#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 f9251667a1448ed9)
-#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 a6cfa34998a6e924)
-#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 25029f52f31ebb94)
+#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 f65875a96e510835)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 8a50cd98b6e88f58)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 27abd14f904e2e64)
 #   manifests/com.microsoft.GroupNorm/manifest.json (sha256 7552ce5eaf5d51d7)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 d04e1ec342f7a2d8)
-#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 5cb4aad14ae0536b)
-#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 02b4bc1a066b9304)
+#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 dc4867910c1ad558)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 09a8c034da671f53)
 #   codegen/onnx_versions.py (sha256 8950a70cf08b24e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -696,7 +696,7 @@ def _gpu_table(results):
     lines += [
         "",
         "| op | case | dtype | shape | variant | passes | MB | GPU \u00b5s | GB/s | copy GB/s | % of copy "
-        "| back to back \u00b5s | copy \u00b5s | torch \u00b5s | torch GB/s | \u00d7 torch | \u00d7 torch back to back |",
+        "| back to back \u00b5s | copy back to back \u00b5s | torch \u00b5s | torch GB/s | \u00d7 torch | \u00d7 torch back to back |",
         "| --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for r in results:

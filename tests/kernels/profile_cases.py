@@ -282,10 +282,14 @@ def _sgn_base():
     return base
 
 
-# Row in registers: 96 values a row (24 f32 / 12 f16 units) over at most 20 invocations of one unit
-# each (a partial last subgroup at width 8), or rows of 240 f32 values over 20 invocations of 3
-# units (the bucket of 4: a spare unit each).
-LN_REGISTERS = {"REGISTER_WORKGROUP_SIZE": 20, "REGISTER_TARGET_VALUES": 1}
+# Row in registers: 96 values a row (24 f32 / 12 f16 units) over teams of at most 20 invocations of
+# one unit each, three teams a workgroup (f32: 60 invocations, a partial last subgroup at width 8),
+# or rows of 240 f32 values over 20 invocations of 3 units (the bucket of 4: a spare unit each).
+LN_REGISTERS = {
+    "REGISTER_WORKGROUP_SIZE": 20,
+    "REGISTER_TARGET_VALUES": 1,
+    "REGISTER_SHARED_WORKGROUP_SIZE": 60,
+}
 LN_ROWS = {"WORKGROUP_SIZE": 16}  # rows of 40 and 7 values over 16 invocations
 
 

@@ -38,8 +38,14 @@ from tests.oracles import (
 DTYPES = pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
 VARIANTS = pytest.mark.parametrize("variant", ["row_registers", "row_vec4", "row_scalar"])
 CAPS = {"features": ["shader-f16", "subgroups"]}
-# Small workgroups, so that rows span several invocations and subgroups (20: a partial last one).
-TUNABLES = {"REGISTER_WORKGROUP_SIZE": 20, "REGISTER_TARGET_VALUES": 1, "WORKGROUP_SIZE": 16}
+# Small teams, so that rows span several invocations and subgroups, three rows a row_registers
+# workgroup (f32 rows of 96: teams of 20 in workgroups of 60, a partial last subgroup at width 8).
+TUNABLES = {
+    "REGISTER_WORKGROUP_SIZE": 20,
+    "REGISTER_TARGET_VALUES": 1,
+    "REGISTER_SHARED_WORKGROUP_SIZE": 60,
+    "WORKGROUP_SIZE": 16,
+}
 PACKAGES = {
     "ln": ln,
     "rms": rms,
@@ -105,7 +111,7 @@ def check(op, inputs, attrs, variant, context, outputs=None, tunables=TUNABLES):
 
 
 ROW_SHAPES = {
-    "row_registers": (2, 5, 96),  # 24 f32 / 12 f16 units a row over 20 / 12 invocations
+    "row_registers": (2, 5, 96),  # 24 f32 / 12 f16 units a row over teams of 20 / 16 invocations
     "row_vec4": (2, 3, 5, 40),
     "row_scalar": (2, 3, 5, 7),
 }
@@ -177,21 +183,63 @@ def test_rms_forms_take_scale_of_its_own_type(op, t, v, variant, request):
 
 
 @pytest.mark.parametrize("op", sorted(PACKAGES))
-def test_row_registers_gives_a_row_the_same_invocations_in_f16_and_f32(op):
-    """row_registers sizes a row's team by the row's values (REGISTER_TARGET_VALUES, 16 an invocation),
-    not by its 16-byte units, so an f16 row gets the invocations of an f32 row of its length: a
-    320-value f16 row got 16 (half a subgroup) and ran 40 % slower than f32 on an H100."""
+def test_row_registers_sizes_a_team_by_values_and_long_rows_by_bytes(op):
+    """row_registers sizes a row's team by the row's values (REGISTER_TARGET_VALUES, 16 an
+    invocation), not by its 16-byte units, so an f16 row gets the invocations of an f32 row of its
+    length (a 320-value f16 row got 16, half a subgroup, and ran 40 % slower than f32 on an H100);
+    past REGISTER_LONG_ROW_TEAM (128) a team grows only while an invocation would read more than 64
+    bytes of the row's inputs: 4096-value f16 rows of the ops without a skip take 128 invocations
+    (8-12 % faster than 256 on an H200), those with input and skip keep 256."""
     package = PACKAGES[op]
+    keys = {t.key for t in package.INPUTS}
+    long_f16_team = 256 if "skip" in keys else 128
     for hidden, invocations in ((320, 32), (640, 64), (4096, 256)):
-        shapes = {k: (hidden,) for k in ("scale", "gamma") if k in {t.key for t in package.INPUTS}}
+        shapes = {k: (hidden,) for k in ("scale", "gamma") if k in keys}
         shapes[package.INPUTS[0].key] = (8, hidden)
-        if "skip" in {t.key for t in package.INPUTS}:
+        if "skip" in keys:
             shapes["skip"] = (8, hidden)
         for t in ("float32", "float16"):
             dtypes = {tv: t for tv in {i.type_var for i in package.INPUTS if i.type_var}}
             plan = package.plan(shapes, dtypes, caps=CAPS)
             assert plan.variant == "row_registers", (op, hidden, t, plan.explanation)
-            assert dict(plan.passes[0].pipeline_constants)["rowInvocations"] == invocations, (op, hidden, t)
+            expected = long_f16_team if (hidden, t) == (4096, "float16") else invocations
+            assert dict(plan.passes[0].pipeline_constants)["rowInvocations"] == expected, (op, hidden, t)
+
+
+@pytest.mark.parametrize("team, workgroup", [(20, 160), (32, 160), (8, 256)])
+@pytest.mark.parametrize("op", sorted(PACKAGES))
+def test_a_row_has_the_same_bits_wherever_it_sits_in_a_shared_workgroup(op, team, workgroup, request):
+    """Identical rows in every team of shared workgroups, some ending in a partial subgroup (160 at
+    width 8 is whole, at width 32 or 64 it is not; teams of 20 straddle subgroups): every row's
+    outputs are the same bits. A partial last subgroup inside one team used to pool its mean while
+    the other teams took each invocation's own, which moved the last bits of some rows."""
+    package = PACKAGES[op]
+    rng, seed = rng_for(request.node.name)
+    hidden = team * 4  # one f32 unit an invocation
+    row = (rng.standard_normal(hidden) * 3 + 50).astype(np.float32)
+    inputs = layer_inputs(rng, op, (2, 11, hidden), np.float32)
+    inputs[package.INPUTS[0].key] = np.broadcast_to(row, (2, 11, hidden)).copy()
+    if "skip" in inputs:
+        inputs["skip"] = np.broadcast_to(inputs["skip"][0, 0], (2, 11, hidden)).copy()
+    tunables = {
+        "REGISTER_WORKGROUP_SIZE": team,
+        "REGISTER_TARGET_VALUES": 1,
+        "REGISTER_SHARED_WORKGROUP_SIZE": workgroup,
+        "REGISTER_SHARED_READ_BYTES": 1 << 20,
+    }
+    plan = package.plan(
+        {k: v.shape for k, v in inputs.items()}, type_vars(package, np.float32), caps=CAPS, tunables=tunables
+    )
+    constants = dict(plan.passes[0].pipeline_constants)
+    assert (plan.variant, constants["rowInvocations"], constants["workgroupSize"]) == (
+        "row_registers",
+        team,
+        workgroup,
+    )
+    result = poisoned_call(package, inputs, variant="row_registers", tunables=tunables, caps=CAPS)
+    for key, value in result.items():
+        rows = value.reshape(22, -1)
+        assert (rows == rows[0]).all(), f"{op} {key}: rows differ by position {seed_note(seed)}"
 
 
 @pytest.mark.parametrize("skip_shape", [(2, 9, 64), (9, 64), (1, 9, 64)], ids=["full", "2d", "batch-1"])

@@ -23,7 +23,8 @@ struct Params { rows: u32, epsilon: f32, rowUnits: u32, hidden: u32, skipRows: u
 // of 320 in Stable Diffusion's attention blocks, 4096 rows of 4096 in an LLM). A row belongs to a
 // team of rowInvocations invocations, sized by the manifest so that an invocation holds about
 // REGISTER_TARGET_VALUES values (counted in values, not units, so that an f16 row gets the
-// invocations of an f32 row of its length). Short rows share a workgroup: workgroupSize /
+// invocations of an f32 row of its length; long rows stop at REGISTER_LONG_ROW_TEAM invocations
+// while each reads at most REGISTER_LONG_ROW_READ_BYTES). Short rows share a workgroup: workgroupSize /
 // rowInvocations teams, rows wid * teams + lid / rowInvocations (workgroups folded over
 // DISPATCH_FOLD_WIDTH), so that an SM holds more rows in flight than its limit on resident
 // workgroups would let one-row workgroups. The last workgroup's teams past the rows compute the

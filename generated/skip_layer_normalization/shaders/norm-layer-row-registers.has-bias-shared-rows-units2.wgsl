@@ -22,7 +22,8 @@ struct Params { rows: u32, epsilon: f32, rowUnits: u32, hidden: u32, skipRows: u
 // of 320 in Stable Diffusion's attention blocks, 4096 rows of 4096 in an LLM). A row belongs to a
 // team of rowInvocations invocations, sized by the manifest so that an invocation holds about
 // REGISTER_TARGET_VALUES values (counted in values, not units, so that an f16 row gets the
-// invocations of an f32 row of its length). Short rows share a workgroup: workgroupSize /
+// invocations of an f32 row of its length; long rows stop at REGISTER_LONG_ROW_TEAM invocations
+// while each reads at most REGISTER_LONG_ROW_READ_BYTES). Short rows share a workgroup: workgroupSize /
 // rowInvocations teams, rows wid * teams + lid / rowInvocations (workgroups folded over
 // DISPATCH_FOLD_WIDTH), so that an SM holds more rows in flight than its limit on resident
 // workgroups would let one-row workgroups. The last workgroup's teams past the rows compute the
@@ -150,11 +151,15 @@ fn subgroup_mean(scaled: f32, n: f32) -> vec2<f32> {
 // (wider than the team, or laid out across teams) would mix rows into the mean the deviations are
 // taken from, and the deviations of a row far from it lose their digits. There each invocation
 // takes its own mean instead (its summary is then exact, and row_stats merges invocations one by
-// one: such a layout is never regular). `row` is the team's row.
-fn team_mean(scaled: f32, n: f32, row: u32) -> vec2<f32> {
+// one: such a layout is never regular). Whole subgroups a team (the team a multiple of the width,
+// the same answer in every subgroup of the workgroup) is asked first, so that a row's bits do not
+// depend on where in the workgroup it sits (a partial last subgroup inside one team would pool
+// while the others could not). `row` is the team's row.
+fn team_mean(scaled: f32, n: f32, row: u32, width: u32) -> vec2<f32> {
     let pooled = subgroup_mean(scaled, n);
     let own = vec2<f32>(select(0.0, scaled / (n * ldexp(1.0, -MEAN_EXPONENT)), n > 0.0), n);
-    return select(own, pooled, subgroupAll(row == subgroupBroadcastFirst(row)));
+    let one_row = subgroupAll(row == subgroupBroadcastFirst(row));
+    return select(own, pooled, rowInvocations % width == 0u && one_row);
 }
 
 // A row's statistics: the mean is shift + delta, M2 the sum of squared deviations from it.
@@ -320,7 +325,7 @@ fn main(
         scaled = running.x * ldexp(running.y, -MEAN_EXPONENT);
     }
     let n = f32(held_count(member) * UNIT_VALUES);
-    let mean = team_mean(scaled, n, team_row);
+    let mean = team_mean(scaled, n, team_row, width);
     var deviations = vec2<f32>(0.0);
     deviations += select(vec2<f32>(0.0), vector_deviations(v0, mean.x), held(0u, member));
     deviations += select(vec2<f32>(0.0), vector_deviations(v1, mean.x), held(1u, member));
