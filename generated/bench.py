@@ -38,7 +38,7 @@ What is measured, per case:
 - back to back: the same calls timed in runs (20 in a full run, as many as PyTorch's graphs hold),
   the dispatches of a whole run in one compute pass between one pair of timestamps, divided by
   the run's length; the copy the same way. A lone call's time includes what beginning and
-  ending a timed compute pass cost (about 5 µs on an H100, the intercept of the copy's time
+  ending a timed compute pass cost (about 5 µs on an H100 or H200, the intercept of the copy's time
   against its bytes), which calls encoded together, as in an app's frame, share.
 - with --torch: the PyTorch eager equivalent on CUDA (torch.nn.functional), timed by CUDA graph
   replay (CUDA events around eager calls if capture fails) so that Python's launch overhead is
