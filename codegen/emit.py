@@ -302,7 +302,10 @@ def _emit_chunking(w: Writer, chunking) -> None:
     else:
         w.comment("How a tensor over maxStorageBufferBindingSize is split (the manifest's `chunking`).")
         if chunking.rows:  # the manifest refuses a cut by rows beside one along the batch axis
-            fields = f"rows={chunking.rows!r}, repeated_rows={chunking.repeated_rows!r}, row_axis={chunking.row_axis!r}"
+            fields = (
+                f"rows={chunking.rows!r}, repeated_rows={chunking.repeated_rows!r}, row_axis={chunking.row_axis!r}, "
+                f"row_scratch_bytes={chunking.row_scratch_bytes!r}"
+            )
         else:
             fields = (
                 f"batch={chunking.batch!r}, channels={chunking.channels!r}, "

@@ -156,8 +156,9 @@ class Chunking:
     together and `groups_attribute` set to the groups of the piece. Or, for ops that normalize
     rows (the axes before `row_axis`, flattened), `rows` tensors are cut into ranges of rows, and
     `repeated_rows` tensors with them, or bound whole where they repeat over the outer axes.
-    `row_axis` is an attribute's name or an axis number (negative counts from the end). Names are
-    bind keys.
+    `row_axis` is an attribute's name or an axis number (negative counts from the end);
+    `row_scratch_bytes`, the scratch every variant keeps a row (its statistics), is cut with the
+    rows. Names are bind keys.
     """
 
     batch: tuple[str, ...]
@@ -168,6 +169,7 @@ class Chunking:
     rows: tuple[str, ...] = ()
     repeated_rows: tuple[str, ...] = ()
     row_axis: str | int | None = None
+    row_scratch_bytes: int = 0
 
 
 @dataclass(frozen=True)

@@ -229,6 +229,7 @@ def _chunking(
         rows=keys("rows"),
         repeated_rows=keys("repeatedRows"),
         row_axis=row_axis,
+        row_scratch_bytes=spec.get("rowScratchBytes", 0),
     )
     for i, name in enumerate(spec.get("repeatedRows", [])):
         if by_name.get(name) in chunking.rows:
@@ -243,7 +244,7 @@ def _check_chunking_cuts(reader: _Reader, spec: dict, origin: Origin) -> None:
     would be silently ignored."""
     given = [k for k, v in spec.items() if k != "description" and v != []]
     batch_keys = [k for k in given if k in ("batch", "channels", "perChannel", "groupsAttribute")]
-    row_keys = [k for k in given if k in ("rows", "repeatedRows", "rowAxis")]
+    row_keys = [k for k in given if k in ("rows", "repeatedRows", "rowAxis", "rowScratchBytes")]
     if not batch_keys and not row_keys:
         reader.fail(origin, "names no cut: give `batch` (and maybe `channels`) or `rows` with `rowAxis`")
     elif batch_keys and row_keys:

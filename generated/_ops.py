@@ -2,13 +2,13 @@
 #   manifests/ai.onnx.BatchNormalization/manifest.json (sha256 f43de1533c332c81)
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
-#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 f65875a96e510835)
-#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 8a50cd98b6e88f58)
-#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 27abd14f904e2e64)
+#   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 e2d27db5c526e0a3)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 4aeab4948dbac601)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 9d0d97f6cd899ff8)
 #   manifests/com.microsoft.GroupNorm/manifest.json (sha256 7552ce5eaf5d51d7)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 d04e1ec342f7a2d8)
-#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 dc4867910c1ad558)
-#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 09a8c034da671f53)
+#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 915fb99226ab9d58)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 7f3343f830a2aea9)
 #   codegen/onnx_versions.py (sha256 8950a70cf08b24e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0

@@ -41,22 +41,27 @@ def chunk_request(contract, request):
     limit = min(request.caps.limits["maxStorageBufferBindingSize"], 2**31 * min(itemsize.values()))
     size = {k: storage_nbytes(request.shapes[k], dtype_names[k]) for k in request.shapes}
     over = sorted((k for k in request.shapes if size[k] > limit), key=lambda k: -size[k])  # largest first
-    if not over:
+    spec = contract.chunking
+    scratch = _row_scratch(request, spec) if spec is not None and spec.rows else 0
+    if not over and scratch <= limit:
         return None
+    if not over:  # only the rows' scratch is over: the rows are cut for it
+        over = [_first_rows_tensor(request, spec)]
 
     def refuse(why, key=None):
         key = key or over[0]
         kind = "input" if key in {t.key for t in contract.inputs} else "output"
         nbytes = storage_nbytes(request.shapes[key], dtype_names[key])
+        need = f"{request.shapes[key]} {dtype_names[key]} needs {nbytes} bytes"
+        if nbytes <= limit:
+            need = f"the scratch of its rows ({spec.row_scratch_bytes} bytes a row) needs {scratch} bytes"
         return ContractError(
             contract.op,
             f"{kind} {request.names.get(key, key)}",
             "maxStorageBufferBindingSize",
-            f"{request.shapes[key]} {dtype_names[key]} needs {nbytes} bytes, over the device's "
-            f"maxStorageBufferBindingSize = {limit}, and {why}",
+            f"{need}, over the device's maxStorageBufferBindingSize = {limit}, and {why}",
         )
 
-    spec = contract.chunking
     if spec is None:
         raise refuse("this op cannot run in pieces")
     outputs = {t.key for t in contract.outputs}
@@ -82,13 +87,14 @@ def chunk_request(contract, request):
     return _channel_pieces(contract, request, spec, itemsize, limit, align, refuse)
 
 
-def _batch_cut(per_item, outputs, align, limit, copy_outputs, off_alignment=frozenset()):
+def _batch_cut(per_item, outputs, align, limit, copy_outputs, off_alignment=frozenset(), scratch=0):
     """(sliced, copied, items a piece) of a cut along the batch axis. A tensor whose items start on
     the alignment is bound in place; the other inputs (a (N, C) skip) have their range copied into
     scratch, which needs only 4 bytes. Outputs are bound in place first, in pieces of as many items as
     keep their offsets aligned; where no such piece fits (`copy_outputs`), an output off the alignment
     is written into scratch and copied to its place after the piece's dispatches. `off_alignment`
-    names tensors whose pieces start off the alignment whatever the piece size: always copied."""
+    names tensors whose pieces start off the alignment whatever the piece size: always copied.
+    `scratch`: the bytes of scratch an item takes (a buffer of the piece's own: no alignment)."""
     sliced = {
         k: b
         for k, b in per_item.items()
@@ -99,7 +105,7 @@ def _batch_cut(per_item, outputs, align, limit, copy_outputs, off_alignment=froz
         *(align // math.gcd(align, b) for b in sliced.values()),
         *(4 // math.gcd(4, b) for b in copied.values()),
     )
-    return sliced, copied, limit // max(per_item.values()) // step * step
+    return sliced, copied, limit // max(*per_item.values(), scratch) // step * step
 
 
 def _batch_piece(request, sliced, copied, start, stop):
@@ -192,7 +198,7 @@ def _cut_by_rows(request, spec, outputs, itemsize, size, over, limit, refuse):
     # An output not asked for is not bound: it needs no cut, and must not hold one to its alignment.
     bound = [k for k in request.shapes if k not in outputs or k in request.outputs]
     rows = _row_layout(request, spec, bound, itemsize, refuse)
-    widest = max(rows.bytes.values())
+    widest = max(*rows.bytes.values(), spec.row_scratch_bytes)
     if widest > limit:  # and so, most often, a parameter of the normalized shape, bound whole
         raise refuse(f"one row alone ({widest} bytes) is over it")
     uncut = [k for k in over if k in bound and k not in rows.bytes]
@@ -200,7 +206,24 @@ def _cut_by_rows(request, spec, outputs, itemsize, size, over, limit, refuse):
         cut = ", ".join(spec.rows + spec.repeated_rows)
         raise refuse(f"it is bound whole in every piece: the op cuts only {cut} by rows", uncut[0])
     align = request.caps.limits["minStorageBufferOffsetAlignment"]
-    return _row_pieces(request, rows, {k: size[k] for k in rows.bytes}, outputs, align, limit, refuse)
+    sizes = {k: size[k] for k in rows.bytes}
+    return _row_pieces(request, rows, sizes, spec.row_scratch_bytes, outputs, align, limit, refuse)
+
+
+def _row_axes(request, spec, shape):
+    """How many leading axes of `shape` (a tensor cut by rows) index its rows."""
+    axis = request.attrs[spec.row_axis] if isinstance(spec.row_axis, str) else spec.row_axis
+    return axis + len(shape) if axis < 0 else axis  # the contract has checked it is an axis of `shape`
+
+
+def _first_rows_tensor(request, spec):
+    return next(k for k in spec.rows + spec.repeated_rows if k in request.shapes)
+
+
+def _row_scratch(request, spec):
+    """The bytes of scratch the request's rows take (spec.row_scratch_bytes a row)."""
+    first = request.shapes[_first_rows_tensor(request, spec)]
+    return numel(first[: _row_axes(request, spec, first)]) * spec.row_scratch_bytes
 
 
 def _row_layout(request, spec, bound, itemsize, refuse):
@@ -209,8 +232,7 @@ def _row_layout(request, spec, bound, itemsize, refuse):
     ones (a (S, H) skip of a (B, S, H) input): then it repeats every `period` rows."""
     cut = [k for k in spec.rows + spec.repeated_rows if k in bound]
     first = request.shapes[cut[0]]
-    axis = request.attrs[spec.row_axis] if isinstance(spec.row_axis, str) else spec.row_axis
-    lead = axis + len(first) if axis < 0 else axis  # the contract has checked it is an axis of `first`
+    lead = _row_axes(request, spec, first)
     tail = len(first) - lead
     count = numel(first[:lead])
     of = {k: numel(request.shapes[k][: max(0, len(request.shapes[k]) - tail)]) for k in cut}
@@ -229,15 +251,18 @@ def _row_layout(request, spec, bound, itemsize, refuse):
     return _Rows(count, tail, of, row_bytes, periods.pop() if periods else 1)
 
 
-def _row_pieces(request, rows, sizes, outputs, align, limit, refuse):
+def _row_pieces(request, rows, sizes, scratch, outputs, align, limit, refuse):
     """Pieces of ranges of rows, every row normalizing on its own. Pieces of whole repeats first, the
     repeating tensors bound whole in each (they are the same rows for every repeat); where one repeat
-    does not fit, pieces within one repeat, those tensors cut to the piece's range of their rows."""
+    does not fit, pieces within one repeat, those tensors cut to the piece's range of their rows.
+    `scratch`: the bytes of scratch a row takes, which a piece must hold too."""
     repeating = {k for k in rows.of if rows.of[k] != rows.count}
     if all(sizes[k] <= limit for k in repeating):
         per_repeat = {k: rows.period * b for k, b in rows.bytes.items() if k not in repeating}
         for copy_outputs in (False, True):
-            sliced, copied, count = _batch_cut(per_repeat, outputs, align, limit, copy_outputs)
+            sliced, copied, count = _batch_cut(
+                per_repeat, outputs, align, limit, copy_outputs, scratch=rows.period * scratch
+            )
             if count >= 1:
                 step = count * rows.period
                 return tuple(
@@ -246,10 +271,10 @@ def _row_pieces(request, rows, sizes, outputs, align, limit, refuse):
                 )
     if not repeating:
         raise refuse(_no_row_cut())
-    return _pieces_within_repeats(request, rows, outputs, align, limit, refuse)
+    return _pieces_within_repeats(request, rows, scratch, outputs, align, limit, refuse)
 
 
-def _pieces_within_repeats(request, rows, outputs, align, limit, refuse):
+def _pieces_within_repeats(request, rows, scratch, outputs, align, limit, refuse):
     """Pieces that stay within one repeat of the repeating tensors, each cut to the piece's rows."""
     # Bytes from one repeat to the next in the tensors that hold every row: a piece of one repeat
     # starts where the same piece of the one before did plus these, so off the alignment it goes
@@ -262,7 +287,9 @@ def _pieces_within_repeats(request, rows, outputs, align, limit, refuse):
         )
     off_alignment = {k for k, s in stride.items() if s % align}
     for copy_outputs in (False, True):
-        sliced, copied, count = _batch_cut(rows.bytes, outputs, align, limit, copy_outputs, off_alignment)
+        sliced, copied, count = _batch_cut(
+            rows.bytes, outputs, align, limit, copy_outputs, off_alignment, scratch
+        )
         if count >= 1:
             return tuple(
                 _row_piece(

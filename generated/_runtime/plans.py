@@ -313,6 +313,7 @@ class ChunkSpec:
     rows: tuple = ()  # bind keys cut into ranges of rows
     repeated_rows: tuple = ()  # cut with `rows`, or bound whole where they repeat over the outer axes
     row_axis: str | int | None = None  # the axis rows end at: an attribute's name, or an axis number
+    row_scratch_bytes: int = 0  # scratch every variant keeps a row (its statistics), cut with the rows
 
 
 @dataclass(frozen=True)

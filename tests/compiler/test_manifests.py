@@ -445,7 +445,7 @@ def test_an_unknown_key_with_nothing_close_lists_the_keys(tmp_path):
     data["chunking"]["zzz"] = 1
     assert _problems(tmp_path, data) == [
         f"{FILE}#/chunking/zzz: unknown key `zzz`; keys here: description, batch, channels, perChannel, "
-        "groupsAttribute, rows, repeatedRows, rowAxis"
+        "groupsAttribute, rows, repeatedRows, rowAxis, rowScratchBytes"
     ]
 
 
@@ -493,14 +493,19 @@ def test_a_cut_by_rows_loads_as_bind_keys_and_its_axis(ops):
         ({"rows": None}, "#/chunking/rowAxis: needs `rows`, the tensors cut into ranges of rows"),
         ({"rows": []}, "#/chunking/rowAxis: needs `rows`, the tensors cut into ranges of rows"),
         (
-            {"rows": None, "rowAxis": None},
+            {"rows": None, "rowAxis": None, "rowScratchBytes": None},
             "#/chunking: names no cut: give `batch` (and maybe `channels`) or `rows` with `rowAxis`",
         ),
         (
-            {"rows": None, "rowAxis": None, "channels": ["X"]},
+            {"rows": None, "rowAxis": None, "rowScratchBytes": None, "channels": ["X"]},
             "#/chunking/channels: needs `batch`, the tensors cut along axis 0 first",
         ),
         ({"rowAxis": 1.5}, "#/chunking/rowAxis: expected a string or an integer, got a number"),
+        (
+            {"rows": None, "rowAxis": None},
+            "#/chunking/rowScratchBytes: needs `rows`, the tensors cut into ranges of rows",
+        ),
+        ({"rowScratchBytes": 0}, "#/chunking/rowScratchBytes: 0 is less than the minimum of 1"),
     ],
     ids=[
         "unknown-attribute",
@@ -513,6 +518,8 @@ def test_a_cut_by_rows_loads_as_bind_keys_and_its_axis(ops):
         "no-cut",
         "channels-alone",
         "axis-type",
+        "scratch-alone",
+        "scratch-not-positive",
     ],
 )
 def test_chunking_problems_are_located(tmp_path, change, expected):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from generated import Sequence
+from generated import ContractError, Sequence
 from generated import batch_normalization as bn
 from generated import group_norm as mgn
 from generated import group_normalization as gn
@@ -493,14 +493,14 @@ def test_a_repeated_skip_whose_items_start_off_four_bytes_is_refused():
 def _random_layer_request(rng):
     """(op, inputs, attrs, outputs, limit) of a random layer-family request over its binding limit,
     with at least two rows' worth of room (so that a cut exists): random rank, axis, skip form, dtype
-    (float16 rows of an even length, so that every repeat of a skip starts on 4 bytes), optional
-    inputs and outputs. Rows hold 4 values or more: the kernels keep 8 bytes of statistics a row in
-    an intermediate, which the cut does not know of, so a piece of shorter rows may pass the limit there."""
+    (rows of an even length, so that every float16 repeat of a skip starts on 4 bytes, from 2 values:
+    then the 8 bytes of statistics the kernels keep a row are the widest), optional inputs and
+    outputs."""
     op = list(LAYER)[int(rng.integers(len(LAYER)))]
     dtype = [np.float32, np.float16][int(rng.integers(2))]
     while True:
         rank = int(rng.integers(2, 5)) if op in ("ln", "rms", "sln") else int(rng.integers(2, 4))
-        shape = tuple(int(d) for d in rng.integers(1, 8, rank - 1)) + (int(rng.integers(2, 24)) * 2,)
+        shape = tuple(int(d) for d in rng.integers(1, 8, rank - 1)) + (int(rng.integers(1, 24)) * 2,)
         axis = (
             int(rng.integers(1, rank)) - (rank if rng.integers(2) else 0)
             if op in ("ln", "rms", "sln")
@@ -509,7 +509,8 @@ def _random_layer_request(rng):
         skip_shape = None
         if rank == 3 and op in ("skln", "sksln"):
             skip_shape = [shape, shape[1:], (1,) + shape[1:]][int(rng.integers(3))]
-        widest = int(np.prod(shape[axis:])) * 4  # a row of float32 Y, or of float16 X and Y (2 bytes) twice
+        # A row of float32 Y, or of float16 X and Y (2 bytes) twice, or its 8 bytes of statistics.
+        widest = max(int(np.prod(shape[axis:])) * 4, 8)
         nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
         if nbytes > 2 * widest + 4 and np.prod(shape[:axis]) > 1:
             break
@@ -532,6 +533,49 @@ def test_random_layer_requests_over_the_binding_limit_all_run(request):
         check_layer_call(
             op, inputs, attrs, caps, outputs, f"{op} {shapes} {attrs} limit {limit}, {seed_note(seed)}"
         )
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["f32", "f16"])
+@pytest.mark.parametrize("op", list(LAYER))
+def test_rows_whose_statistics_are_over_the_binding_run_in_pieces(op, dtype, request):
+    """Rows of one value (two for float16: a row of a (S, H) skip repeat starts on 4 bytes): X and Y
+    fit one binding, the 8 bytes of statistics every variant keeps a row (rowScratchBytes) do not,
+    so the rows are cut for them, and no piece's statistics pass the limit."""
+    rng, seed = rng_for(request.node.name)
+    hidden = 1 if dtype == np.float32 else 2
+    inputs, attrs = layer_case(rng, op, (3, 100, hidden), dtype)
+    outputs = (LAYER[op].OUTPUTS[0].key,) + LAYER_OPTIONAL_OUTPUTS[op]
+    limit = 1024  # X: 1200 bytes of f32 or f16; the statistics: 2400
+    caps = small_binding(limit)
+    caps["limits"]["minStorageBufferOffsetAlignment"] = 32
+    plan = layer_plan(op, inputs, attrs, caps, outputs)
+    assert len(plan.chunks) >= 3, plan.explanation
+    for chunk in plan.chunks:
+        for shape, dtype_name in chunk.plan.intermediates.values():
+            assert int(np.prod(shape)) * np.dtype(dtype_name).itemsize <= limit
+    check_layer_call(op, inputs, attrs, caps, outputs, f"{op} rows of {hidden}, {seed_note(seed)}")
+
+
+@pytest.mark.parametrize("op", list(LAYER))
+def test_every_variant_keeps_at_most_row_scratch_bytes_a_row(op):
+    """The manifest's rowScratchBytes bounds what every variant keeps a row in scratch (else a cut
+    by it could leave a piece's intermediates over the binding)."""
+    package = LAYER[op]
+    for candidate in package.CANDIDATES:
+        for dtype in (np.float32, np.float16):
+            inputs, attrs = layer_case(np.random.default_rng(0), op, (4, 6, 8), dtype)
+            try:
+                plan = package.plan(
+                    {k: v.shape for k, v in inputs.items()},
+                    {s.type_var: np.dtype(dtype).name for s in package.INPUTS if s.key in inputs},
+                    attrs,
+                    caps={"features": ["shader-f16", "subgroups"]},
+                    variant=candidate.ID,
+                )
+            except ContractError:
+                continue  # the variant does not take this request
+            scratch = sum(int(np.prod(s)) * np.dtype(d).itemsize for s, d in plan.intermediates.values())
+            assert scratch <= 24 * package.CHUNKING.row_scratch_bytes, (op, candidate.ID, dtype)
 
 
 @pytest.fixture(scope="module")
