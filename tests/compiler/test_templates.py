@@ -33,6 +33,8 @@ OP_PREFIXES = {
     "group-normalization": {"GroupNormalization"},
     "instance-normalization": {"InstanceNormalization"},
     "skip-group-norm": {"SkipGroupNorm", "GroupNorm"},
+    # SkipGroupNorm split_stream's statistics pass, a candidate not (yet) shared with GroupNorm.
+    "skip-group-norm-stream": {"SkipGroupNorm"},
 }
 SHARED_PREFIX = "norm"
 
