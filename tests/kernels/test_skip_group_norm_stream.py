@@ -218,6 +218,26 @@ def test_data_far_from_zero(t, request):
     check(result, inputs, attrs, f"far from zero {VARIANT} {seed_note(seed)}")
 
 
+@pytest.mark.parametrize("shape,groups,t,tunables", GEOMETRIES, ids=GEOMETRY_IDS)
+def test_each_value_takes_its_own_groups_statistics(shape, groups, t, tunables, request):
+    """Neighbouring groups far apart (means tens of spreads apart, spreads 1 and 8): a value of a
+    unit that meets two groups normalized with the other group's statistics would be off by far
+    more than the tolerance, in the statistics pass (its part) and in the normalize pass (its
+    selected mean and scale)."""
+    rng, seed = rng_for(request.node.name)
+    shapes = geometry_shapes(shape, True, True)
+    inputs = random_inputs(rng, shapes, t, "float32")
+    group_of_channel = np.arange(shape[3]) // (shape[3] // groups)
+    offsets = np.where(group_of_channel % 2 == 0, 1.0, -1.0) * (10.0 + 5.0 * group_of_channel)
+    spreads = np.where(group_of_channel % 2 == 0, 1.0, 8.0)
+    x = rng.standard_normal(shape) * spreads + offsets
+    inputs["X"] = x.astype(t)
+    attrs = {"groups": groups, "activation": 0}
+    for outputs in (("Y", "S"), ("Y",)):
+        result = run_poisoned(inputs, attrs, outputs, tunables=tunables, variant=VARIANT)
+        check(result, inputs, attrs, f"groups apart {VARIANT} {shape} g{groups} {outputs} {seed_note(seed)}")
+
+
 # --- selection: never the default --------------------------------------------------------------------------
 
 
