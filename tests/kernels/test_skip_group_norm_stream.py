@@ -1,5 +1,5 @@
-"""com.microsoft SkipGroupNorm `split_stream`: split's combine and normalize passes after a statistics
-pass that streams channels-last data in 16-byte units (templates/skip-group-norm-stream.wgsl.jinja).
+"""com.microsoft SkipGroupNorm `split_stream`: split's combine pass between a statistics pass and a
+normalize pass that stream channels-last data in 16-byte units (templates/skip-group-norm-stream.wgsl.jinja).
 
 The variant is a candidate awaiting a GPU measurement (docs/PERFORMANCE.md, open question 13): never
 chosen by default, so every test here forces it. Checked against tests/oracles.py's float64 reference

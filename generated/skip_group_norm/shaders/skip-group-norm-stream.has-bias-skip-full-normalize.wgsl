@@ -39,7 +39,7 @@ struct Params { epsilon: f32, activation: u32, streamItems: u32, _pad0: u32 }
 // packed in a vec4<u32>, widened with unpack2x16float; or a vec4<f32>); a position holds
 // streamColumns = C / UNIT_VALUES units. Lanes form streamRows x streamColumns (workgroupSize
 // rounds it up to a power of two; lanes past the last row read nothing): lane (u, r) reads unit u
-// of positions begin + r, + streamRows, ... of the slab, so a row of lanes reads whole positions
+// of positions chunk.x + r, + streamRows, ... of its slab, so a row of lanes reads whole positions
 // contiguously, and a lane's channels (its gamma, beta, bias and (N, C) skip, loaded once) never
 // change. A full skip is read as X is.
 //
@@ -51,7 +51,7 @@ struct Params { epsilon: f32, activation: u32, streamItems: u32, _pad0: u32 }
 // walk is the slab pass's: blocks of at most STATS_BLOCK = 16 positions, a part's shift its first
 // value in the block, plain shifted sums s1, s2 per vector lane (at most 16 terms an accumulator,
 // as there), converted once a block per part by add_block (the slab pass's error bound holds: a
-// block's values are n_b <= 16 x 8). Then every lane writes its two parts to workgroup memory, one
+// block's values are n_b <= 16 x UNIT_VALUES). Then every lane writes its two parts to workgroup memory, one
 // barrier, and invocation g < numGroups merges the parts of group g in a fixed order, lane rows
 // outer, units inner, by chan_merge: the same input always gives the same bits (no atomics, no
 // subgroups). Pass `normalize` selects each value's (hi, lo, scale) by the same mask, once.
@@ -201,8 +201,8 @@ fn main(@builtin(workgroup_id) wid: vec3<u32>, @builtin(local_invocation_index) 
     if (r >= streamRows) {
         return;
     }
-    // Each value's group statistics, selected once by the lane's mask (the next group's only
-    // where the unit reaches it: g_hi is clamped for the last unit).
+    // Each value's group statistics, selected once by the lane's mask (the next group's only where
+    // the unit reaches it; for the last group's units the index is clamped, and not used).
     let st_lo = stats[item * numGroups + g_lo];
     let st_hi = stats[item * numGroups + min(g_lo + 1u, numGroups - 1u)];
     let gamma_unit = unit_gamma(c0);
