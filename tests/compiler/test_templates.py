@@ -33,8 +33,6 @@ OP_PREFIXES = {
     "group-normalization": {"GroupNormalization"},
     "instance-normalization": {"InstanceNormalization"},
     "skip-group-norm": {"SkipGroupNorm", "GroupNorm"},
-    # SkipGroupNorm split_stream's statistics and normalize passes, not (yet) shared with GroupNorm.
-    "skip-group-norm-stream": {"SkipGroupNorm"},
 }
 SHARED_PREFIX = "norm"
 
@@ -66,12 +64,7 @@ def test_every_op_template_is_a_pass_of_its_op_and_no_library_is():
         prefix = re.fullmatch(r"([a-z0-9-]+?)-[a-z0-9-]+\.wgsl\.jinja", name)
         assert prefix, name
         owner = next(
-            (
-                p
-                for p in sorted(OP_PREFIXES, key=len, reverse=True)
-                if name.startswith(p + "-") or name == p + ".wgsl.jinja"
-            ),
-            None,
+            (p for p in sorted(OP_PREFIXES, key=len, reverse=True) if name.startswith(p + "-")), None
         )
         if owner is None:
             assert (

@@ -279,14 +279,6 @@ def _sgn_base():
             attrs = {"groups": 4, "activation": i % 2, "channels_last": channels_last}
             outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
             base.append(("skip_group_norm", "registers", shapes, attrs, tunables, {}, outputs))
-    # split_stream (channels-last only): 12 channels a group, so f16 units of 8 channels meet two
-    # groups; f32 units of 4 do not; both skip forms, several lane rows and slabs.
-    tunables = {"WORKGROUP_SIZE": 16, "SLAB_VALUES": 64, "STREAM_WORKGROUP_SIZE": 16}
-    for i, member in enumerate(("bias_sum", "bias_plain", "sum", "plain")):
-        shapes = _sgn_shapes((2, 5, 6, 48), 1, member.startswith("bias"), full_skip=i % 2 == 0)
-        attrs = {"groups": 4, "activation": (i // 2) % 2, "channels_last": 1}
-        outputs = ("Y", "S") if member.endswith("sum") else ("Y",)
-        base.append(("skip_group_norm", "split_stream", shapes, attrs, tunables, {}, outputs))
     return base
 
 
