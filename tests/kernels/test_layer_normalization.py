@@ -73,11 +73,11 @@ def layer_inputs(rng, op, shape, dtype, param_shape=None, optional=True, skip_sh
     (the last axis by default), the optional ones when `optional`."""
     spread = rng.uniform(0.5, 3.0)
     x = ((rng.standard_normal(shape) + rng.uniform(-2, 2)) * spread).astype(dtype)
-    param_shape = param_shape or shape[-1:]
+    param_shape = shape[-1:] if param_shape is None else param_shape
     if op in ("ln", "rms", "sln"):
-        inputs = {"x": x, "scale": rng.uniform(-2, 2, param_shape).astype(dtype)}
+        inputs = {"x": x, "scale": np.asarray(rng.uniform(-2, 2, param_shape)).astype(dtype)}
         if op == "ln" and optional:
-            inputs["b"] = rng.uniform(-1, 1, param_shape).astype(dtype)
+            inputs["b"] = np.asarray(rng.uniform(-1, 1, param_shape)).astype(dtype)
         return inputs
     skip = (rng.standard_normal(skip_shape or shape) * rng.uniform(0.2, 1.5)).astype(dtype)
     inputs = {"input": x, "skip": skip, "gamma": rng.uniform(-2, 2, shape[-1]).astype(dtype)}
@@ -149,6 +149,7 @@ def test_every_op_and_variant_against_float64_with_onnx_runtime_beside(op, varia
         ((2, 3, 5, 8), 2, (5, 1), (1,)),  # 1s after the run, and one value for every position
         ((4, 6, 8), 0, (6, 8), (4, 1, 1)),  # axis 0: one row, the whole tensor
         ((3, 7), -1, (7,), None),
+        ((3, 8), 1, (), ()),  # 0-d: one value for every position
     ],
 )
 @pytest.mark.parametrize("variant", ["row_vec4", "row_scalar"])
@@ -160,8 +161,8 @@ def test_scale_and_b_broadcast_to_the_normalized_shape(
         pytest.skip("row_vec4 takes rows of whole vectors")
     rng, seed = rng_for(request.node.name)
     inputs = layer_inputs(rng, "ln", shape, dtype, param_shape=scale_shape, optional=False)
-    if bias_shape:
-        inputs["b"] = rng.uniform(-1, 1, bias_shape).astype(dtype)
+    if bias_shape is not None:
+        inputs["b"] = np.asarray(rng.uniform(-1, 1, bias_shape)).astype(dtype)
     for op in ("ln", "rms"):
         op_inputs = inputs if op == "ln" else {"x": inputs["x"], "scale": inputs["scale"]}
         check(op, op_inputs, {"axis": axis}, variant, f"{op} {variant} {shape} axis {axis} {seed_note(seed)}")

@@ -58,6 +58,8 @@ class OpInfo:
     channels_axis: int = 1
     # An axis of X no parameter reads (a request stays valid whatever its size); None: spatial_axis's rule.
     free_axis: int | None = None
+    # Input keys ONNX broadcasts to the normalized shape: a 0-d value of them is a valid request.
+    broadcast: tuple = ()
 
     def loose_skip(self, inputs):
         """`inputs` (shapes or arrays by bind key) with a skip that stays valid whatever X's free axis
@@ -198,9 +200,34 @@ OPS = {
         ("b",),
         -1,
         0,
+        broadcast=("scale", "b"),
     ),
-    "rms": OpInfo("rms", rms, ("x", "scale"), {"x": "X", "scale": "scale"}, "y", {}, (2, 4, 3), (), -1, 0),
-    "sln": OpInfo("sln", sln, ("x", "scale"), {"x": "X", "scale": "scale"}, "y", {}, (2, 4, 3), (), -1, 0),
+    "rms": OpInfo(
+        "rms",
+        rms,
+        ("x", "scale"),
+        {"x": "X", "scale": "scale"},
+        "y",
+        {},
+        (2, 4, 3),
+        (),
+        -1,
+        0,
+        broadcast=("scale",),
+    ),
+    "sln": OpInfo(
+        "sln",
+        sln,
+        ("x", "scale"),
+        {"x": "X", "scale": "scale"},
+        "y",
+        {},
+        (2, 4, 3),
+        (),
+        -1,
+        0,
+        broadcast=("scale",),
+    ),
     "skln": OpInfo(
         "skln",
         skln,

@@ -223,7 +223,7 @@ def malformed_calls(draw):
                         "int32",
                         "float64",
                         "bool",
-                        "scalar",
+                        *([] if key in info.broadcast else ["scalar"]),  # a 0-d value broadcasts
                         "dict",
                         "nested_none",
                     ]
