@@ -154,6 +154,36 @@ def test_cases_reach_every_split_geometry():
     assert wanted <= seen, sorted(wanted - seen)
 
 
+@pytest.mark.parametrize("t", ["float32", "float16"])
+def test_nchw_split_lanes_take_four_vectors_each(t):
+    """NCHW split: each slab workgroup's lanes take NCHW_LANE_VECTORS (4) vectors of the slab, the
+    configurations measured on an H100 for SDXL 64x64x320 (docs/PERFORMANCE.md, issue 27,
+    2026-12-07): with 1024 invocations 10 slabs of 1024 vec4 a row on 256 lanes (WORKGROUP_SIZE 256,
+    SLAB_VALUES 4096 by tunables before the rule), with WebGPU's default 256 invocations 20 slabs of
+    512 on 128 lanes (WORKGROUP_SIZE 128 by tunable). Before, a lane took one vector."""
+    shapes = {
+        "X": (2, 320, 64, 64),
+        "skip": (2, 320, 64, 64),
+        "gamma": (320,),
+        "beta": (320,),
+        "bias": (320,),
+    }
+    attrs = {"groups": 32, "activation": 1, "channels_last": 0}
+    dtypes = {"T": t, "M": "float32"}
+    for caps, slabs, lanes in ((H200_CAPS, 10, 256), (F16_CAPS, 20, 128)):
+        p = sgn.plan(shapes, dtypes, attrs=attrs, outputs=("Y", "S"), caps=caps, variant="split")
+        stats, _, normalize = p.passes
+        assert stats.dispatch == normalize.dispatch == (64, 1, slabs), stats.dispatch
+        assert stats.workgroup_size == normalize.workgroup_size == lanes
+        numbers = {**stats.overrides, **stats.uniforms}
+        assert numbers["laneColumns"] * 4 == 10240 // slabs, numbers
+    # The tunable sets it: one vector a lane is the old geometry.
+    one = sgn.plan(
+        shapes, dtypes, attrs=attrs, caps=H200_CAPS, variant="split", tunables={"NCHW_LANE_VECTORS": 1}
+    )
+    assert one.passes[0].workgroup_size == 1024
+
+
 @pytest.mark.parametrize("case", TEST_CASES, ids=[c["name"] for c in TEST_CASES])
 def test_natural_selection_of_the_cases(case):
     """The family depends only on the shapes; bias and S pick the member."""
