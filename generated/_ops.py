@@ -3,12 +3,12 @@
 #   manifests/ai.onnx.GroupNormalization/manifest.json (sha256 0d91c2f35a859891)
 #   manifests/ai.onnx.InstanceNormalization/manifest.json (sha256 192d03a03163b8e4)
 #   manifests/ai.onnx.LayerNormalization/manifest.json (sha256 e2d27db5c526e0a3)
-#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 4aeab4948dbac601)
-#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 9d0d97f6cd899ff8)
+#   manifests/ai.onnx.RMSNormalization/manifest.json (sha256 04ea9d40db3c6820)
+#   manifests/ai.onnx.SimplifiedLayerNormalization/manifest.json (sha256 a4c12b84b757527e)
 #   manifests/com.microsoft.GroupNorm/manifest.json (sha256 a6a9879316a62635)
 #   manifests/com.microsoft.SkipGroupNorm/manifest.json (sha256 f72e32e9c4832001)
-#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 915fb99226ab9d58)
-#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 7f3343f830a2aea9)
+#   manifests/com.microsoft.SkipLayerNormalization/manifest.json (sha256 c386ecdf34556af6)
+#   manifests/com.microsoft.SkipSimplifiedLayerNormalization/manifest.json (sha256 d3c90a877101a33f)
 #   codegen/onnx_versions.py (sha256 8950a70cf08b24e8)
 # Do not edit: change the sources above and regenerate.
 # SPDX-License-Identifier: Apache-2.0
