@@ -99,7 +99,7 @@ def build(manifests: Path, templates: Path, only: tuple[str, ...] = (), device=N
     packages = {module_name(op) for op, _ in emitted}
     if only:
         return _allowed_only(files, packages)
-    all_sources = [Source(op.ir.source, op.ir.sha256) for op, _ in emitted]
+    all_sources = list(dict.fromkeys(s for op, _ in emitted for s in _manifest_sources(op, snapshot)))
     # The registry ops() comes from the ONNX version tables too.
     onnx_versions = f"{ONNX_VERSIONS_SOURCE.parent.name}/{ONNX_VERSIONS_SOURCE.name}"
     all_sources.append(Source(onnx_versions, snapshot.sha256(onnx_versions)))
@@ -181,7 +181,7 @@ def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:
     shaders' interface records (shaders.py) and a file a shader (shaders/<name>.wgsl)."""
 
     def sources(items) -> list[Source]:
-        return [Source(op.ir.source, op.ir.sha256)] + [
+        return _manifest_sources(op, snapshot) + [
             Source(t, snapshot.sha256(t)) for t in _template_paths(items)
         ]
 
@@ -211,6 +211,11 @@ def _op_files(op, rendered, snapshot: Snapshot) -> dict[str, object]:
             op, variant, mine, shaders, banner(sources(mine))
         )
     return files
+
+
+def _manifest_sources(op, snapshot: Snapshot) -> list[Source]:
+    """The op's manifest and the shared files it includes."""
+    return [Source(op.ir.source, op.ir.sha256)] + [Source(p, snapshot.sha256(p)) for p in op.ir.includes]
 
 
 def _template_paths(rendered) -> list[str]:

@@ -154,7 +154,10 @@ def _return_call(w: Writer, name: str, arguments: list[str]) -> None:
 
 
 def _assign(w: Writer, value: Value) -> None:
-    w.comment(f"{value.name}: {value.expr.text()}")
+    origin = value.expr.origin
+    # A value of a shared file names that file: the manifest beside it does not hold the expression.
+    where = f" ({origin.file})" if origin.included_by is not None else ""
+    w.comment(f"{value.name}{where}: {value.expr.text()}")
     w.line(f"{value.var} = {value.code.python}")
 
 

@@ -12,17 +12,21 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Origin:
-    """Where a thing was read from: repository-relative file and RFC 6901 JSON pointer."""
+    """Where a thing was read from: repository-relative file and RFC 6901 JSON pointer; for a shared
+    file (which several manifests include) also the manifest that included it, since the same
+    expression can be right in one manifest and wrong in another."""
 
     file: str
     pointer: str
+    included_by: str | None = None
 
     def child(self, *keys: object) -> Origin:
         parts = [str(k).replace("~", "~0").replace("/", "~1") for k in keys]
-        return Origin(self.file, "/".join([self.pointer, *parts]))
+        return Origin(self.file, "/".join([self.pointer, *parts]), self.included_by)
 
     def __str__(self) -> str:
-        return f"{self.file}#{self.pointer}"
+        where = f"{self.file}#{self.pointer}"
+        return where if self.included_by is None else f"{where} (included by {self.included_by})"
 
 
 @dataclass(frozen=True)
@@ -189,6 +193,9 @@ class Op:
     source: str  # repository-relative manifest path
     sha256: str
     chunking: Chunking | None = None
+    # The shared files the manifest includes (repository-relative paths, in its `include` order):
+    # sources of the generated files as much as the manifest itself.
+    includes: tuple[str, ...] = ()
     # Request-dependent values kept as pipeline overrides (the manifest's `pipelineConstants`:
     # name -> why), against the default of binding them at dispatch time through Params.
     pipeline_constants: tuple[tuple[str, str], ...] = ()

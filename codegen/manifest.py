@@ -12,12 +12,18 @@ Two dialects are real and both load into one form (docs/MANIFEST.md):
 A manifest is first checked against the JSON Schema (schema.py): the reader below runs only on one
 that fits, so it reads keys and kinds without checking them, and reports only what a schema cannot
 say: names that must refer to something (a binding set, a pool key, a tensor, an attribute).
+
+A manifest may `include` shared files (`_shared/<name>.json` in the manifests folder): their
+tunables and derived values join the manifest's own, first, as if written there; a name defined
+twice is a problem, so a reader of a manifest finds each name in exactly one place.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +44,7 @@ from .ir import (
 )
 from .problems import CompileError, Problem, closest
 from .schema import schema_problems
+from .sources import SHARED_FOLDER
 
 # The dispatch forms, by the key that picks each, and the keys each takes (docs/MANIFEST.md, "Dispatch").
 DISPATCH_FORMS = {
@@ -83,27 +90,128 @@ class _Reader:
         return value.get("default") if isinstance(value, dict) else value
 
 
-def load_manifest(path: Path, repo_root: Path, raw: bytes | None = None) -> Op:
-    """Read one manifest file (or its bytes `raw`, already read) into an `ir.Op`; raises
-    CompileError listing every problem."""
-    source = path.resolve().relative_to(repo_root.resolve()).as_posix()
+@dataclass(frozen=True)
+class _Shared:
+    """A shared file one manifest includes, read and checked against the schema's `shared`."""
+
+    source: str  # repository-relative path
+    data: dict
+    root: Origin  # its whole file, included by the manifest
+
+
+def load_manifest(
+    path: Path, repo_root: Path, raw: bytes | None = None, files: Mapping[str, bytes] | None = None
+) -> Op:
+    """Read one manifest file (or its bytes `raw`, already read) into an `ir.Op`, with the shared
+    files it includes (from `files`, {repository-relative path: bytes} as sources.Snapshot holds
+    them, when given); raises CompileError listing every problem."""
+    source = _relative(path, repo_root)
     root = Origin(source, "")
     raw = path.read_bytes() if raw is None else raw
-    try:
-        data = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise CompileError([Problem(root, f"not valid JSON: {error}")]) from None
+    data = _parsed(raw, root)
     shape_problems = schema_problems(data, source)
     if shape_problems:
         raise CompileError(shape_problems)
     reader = _Reader(data, root)
-    op = _op(reader, path.parent.name, source, hashlib.sha256(raw).hexdigest())
+    shared = _read_shared(reader, path.parent.parent, repo_root, files)
+    op = _op(reader, shared, path.parent.name, source, hashlib.sha256(raw).hexdigest())
     if reader.problems:
         raise CompileError(reader.problems)
     return op
 
 
-def _op(reader: _Reader, op_id: str, source: str, sha256: str) -> Op:
+def _relative(path: Path, repo_root: Path) -> str:
+    return path.resolve().relative_to(repo_root.resolve()).as_posix()
+
+
+def _parsed(raw: bytes, root: Origin) -> Any:
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise CompileError([Problem(root, f"not valid JSON: {error}")]) from None
+
+
+def _read_shared(
+    reader: _Reader, manifests_dir: Path, repo_root: Path, files: Mapping[str, bytes] | None
+) -> tuple[_Shared, ...]:
+    """The files of the manifest's `include` that exist and fit the schema, in its order; the
+    problems of the others join the reader's, so the manifest's own are reported too."""
+    root, shared = reader.root, []
+    for i, name in enumerate(reader.data.get("include", ())):
+        relative = _relative(manifests_dir / name, repo_root)
+        if files is not None:
+            raw = files.get(relative)
+        else:
+            raw = (manifests_dir / name).read_bytes() if (manifests_dir / name).is_file() else None
+        if raw is None:
+            known = _shared_names(manifests_dir, repo_root, files)
+            suggestion = closest(name, known)
+            hint = (
+                f"did you mean `{suggestion}`?"
+                if suggestion
+                else f"shared files: {', '.join(known) or 'none'}"
+            )
+            reader.fail(root.child("include", i), f"no shared file `{name}`; {hint}")
+            continue
+        file_root = Origin(relative, "", root.file)
+        try:
+            content = _parsed(raw, file_root)
+        except CompileError as error:
+            reader.problems.extend(error.problems)
+            continue
+        found = schema_problems(content, relative, included_by=root.file)
+        reader.problems.extend(found)
+        if not found:
+            shared.append(_Shared(relative, content, file_root))
+    return tuple(shared)
+
+
+def _shared_names(manifests_dir: Path, repo_root: Path, files: Mapping[str, bytes] | None) -> list[str]:
+    """The shared files there are, as `include` names them (`_shared/<name>.json`)."""
+    folder = _relative(manifests_dir, repo_root) + "/"
+    if files is not None:
+        paths = [path[len(folder) :] for path in files if path.startswith(f"{folder}{SHARED_FOLDER}/")]
+    else:
+        paths = [f"{SHARED_FOLDER}/{p.name}" for p in (manifests_dir / SHARED_FOLDER).glob("*.json")]
+    return sorted(paths)
+
+
+def _defined_once(reader: _Reader, entries: list[tuple[str, Origin, Any]], what: str) -> list[Any]:
+    """The values of (name, origin, value) entries, each name's first; a name defined again is a
+    problem at the repeat, naming the first definition."""
+    first: dict[str, Origin] = {}
+    kept = []
+    for name, origin, value in entries:
+        if name in first:
+            reader.fail(
+                origin, f"{what} `{name}` is defined twice (also at {first[name]}); a name has one definition"
+            )
+            continue
+        first[name] = origin
+        kept.append(value)
+    return kept
+
+
+def _tunables(reader: _Reader, shared: tuple[_Shared, ...]) -> tuple[tuple[str, Any], ...]:
+    """The shared files' tunables, then the manifest's own: name -> default."""
+    tables = [(item.data, item.root) for item in shared] + [(reader.data, reader.root)]
+    entries = [
+        (name, root.child("tunables", name), (name, reader.plain_default(value)))
+        for data, root in tables
+        for name, value in data.get("tunables", {}).items()
+    ]
+    return tuple(_defined_once(reader, entries, "tunable"))
+
+
+def _derives(reader: _Reader, shared: tuple[_Shared, ...]) -> tuple[Derive, ...]:
+    """The shared files' derived values, then the manifest's own (the compiler orders them by use)."""
+    tables = [(item.data, item.root) for item in shared] + [(reader.data, reader.root)]
+    derives = [d for data, root in tables for d in reader.derives(data.get("derive"), root.child("derive"))]
+    entries = [(d.name, d.expr.origin, d) for d in derives]
+    return tuple(_defined_once(reader, entries, "derived value"))
+
+
+def _op(reader: _Reader, shared: tuple[_Shared, ...], op_id: str, source: str, sha256: str) -> Op:
     data, root = reader.data, reader.root
     inputs, outputs = _tensors(reader)
     tensors = {t.key: t for t in inputs + outputs}
@@ -120,11 +228,12 @@ def _op(reader: _Reader, op_id: str, source: str, sha256: str) -> Op:
         type_constraints=tuple(
             (name, tuple(types)) for name, types in data.get("typeConstraints", {}).items()
         ),
-        tunables=tuple((name, reader.plain_default(v)) for name, v in data.get("tunables", {}).items()),
-        derives=reader.derives(data.get("derive"), root.child("derive")),
+        tunables=_tunables(reader, shared),
+        derives=_derives(reader, shared),
         variants=_variants(reader, tensors),
         source=source,
         sha256=sha256,
+        includes=tuple(item.source for item in shared),
         chunking=_chunking(reader, tensors, attributes),
         pipeline_constants=_pipeline_constants(data),
     )
@@ -504,7 +613,10 @@ def load_manifests(manifests_dir: Path, snapshot=None) -> list[Op]:
     for path in sorted(manifests_dir.glob("*/manifest.json")):
         relative = path.resolve().relative_to(repo_root).as_posix()
         try:
-            ops.append(load_manifest(path, repo_root, snapshot.files[relative] if snapshot else None))
+            if snapshot:
+                ops.append(load_manifest(path, repo_root, snapshot.files[relative], snapshot.files))
+            else:
+                ops.append(load_manifest(path, repo_root))
         except CompileError as error:
             problems.extend(error.problems)
     if problems:

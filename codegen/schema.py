@@ -40,14 +40,23 @@ def schema() -> dict:
 
 
 @functools.cache
-def _validator() -> Draft202012Validator:
-    return Draft202012Validator(schema())
+def _validator(definition: str | None = None) -> Draft202012Validator:
+    """The manifest schema's validator, or with `definition` that of one of its `$defs` (the
+    shared files' `shared`), its references resolved in the same document."""
+    if definition is None:
+        return Draft202012Validator(schema())
+    whole = schema()
+    return Draft202012Validator(
+        {"$schema": whole["$schema"], "$defs": whole["$defs"], "$ref": f"#/$defs/{definition}"}
+    )
 
 
-def schema_problems(data: Any, source: str) -> list[Problem]:
-    """Every way `data` (a manifest read from `source`) does not fit the schema, each once."""
-    root = Origin(source, "")
-    found = [problem for error in _validator().iter_errors(data) for problem in _problems_of(error, root)]
+def schema_problems(data: Any, source: str, included_by: str | None = None) -> list[Problem]:
+    """Every way `data` does not fit the schema, each once: a manifest read from `source`, or with
+    `included_by` (the manifest that includes it) a shared file."""
+    root = Origin(source, "", included_by)
+    validator = _validator("shared" if included_by else None)
+    found = [problem for error in validator.iter_errors(data) for problem in _problems_of(error, root)]
     return list(dict.fromkeys(found))
 
 

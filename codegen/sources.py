@@ -1,9 +1,10 @@
 """The one reader: every source a build consumes, read from disk once into a Snapshot.
 
-Input: the MANIFESTS and templates folders, and the compiler's own files that are copied verbatim
-(the runtime package, the tools). Output: a Snapshot, {repository-relative path: bytes}, from
-which the stages take manifest texts, template texts, cases and the copied sources, and the
-banners their sha256; no later stage opens a source file.
+Input: the MANIFESTS folder (with the shared files of its `_shared/`) and the templates folder,
+and the compiler's own files that are copied verbatim (the runtime package, the tools). Output: a
+Snapshot, {repository-relative path: bytes}, from which the stages take manifest texts, shared
+files, template texts, cases and the copied sources, and the banners their sha256; no later stage
+opens a source file.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from pathlib import Path, PurePosixPath
 
 CASE_FILES = ("test.json", "bench.json")
 TEMPLATE_SUFFIX = ".jinja"
+# The folder of the MANIFESTS folder that holds the shared files manifests `include` (its
+# manifest.schema.json `sharedPath` names the same folder).
+SHARED_FOLDER = "_shared"
 
 
 @dataclass(frozen=True)
@@ -53,14 +57,16 @@ def _relative(path: Path, root: Path) -> str:
 
 
 def read_snapshot(manifests: Path, templates: Path, copied: Mapping[str, Path]) -> Snapshot:
-    """Read every manifest with its cases, every template and the `copied` files ({path as the
-    banner names it: file}) once."""
+    """Read every manifest with its cases, the shared files manifests include, every template and
+    the `copied` files ({path as the banner names it: file}) once."""
     root = manifests.resolve().parent
     files: dict[str, bytes] = {}
     for folder in sorted(p for p in manifests.glob("*") if (p / "manifest.json").is_file()):
         for name in ("manifest.json", *CASE_FILES):
             if (folder / name).is_file():
                 files[_relative(folder / name, root)] = (folder / name).read_bytes()
+    for path in sorted((manifests / SHARED_FOLDER).glob("*.json")):
+        files[_relative(path, root)] = path.read_bytes()
     # Named as the render stage names it (`wgsl.render_pass`: the folder's name), so the snapshot's
     # keys, the banners and the problems agree wherever the folder lies.
     templates_at = templates.resolve().name

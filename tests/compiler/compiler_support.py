@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -34,10 +35,15 @@ def run_cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
 
 
 def write_manifest(tmp_path: Path, data, op_id="test.Broken") -> Path:
+    """`data` as tmp_path/manifests/<op_id>/manifest.json; a copy of the repository's manifest
+    (whose `include` names the repository's shared files) finds copies of them beside it."""
     folder = tmp_path / "manifests" / op_id
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / "manifest.json"
     path.write_text(data if isinstance(data, str) else json.dumps(data, indent=1))
+    shared = tmp_path / "manifests" / "_shared"
+    if isinstance(data, dict) and data.get("include") and not shared.exists():
+        shutil.copytree(MANIFESTS / "_shared", shared)
     return path
 
 
