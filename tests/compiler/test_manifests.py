@@ -639,6 +639,11 @@ def _keyed_dialect_sample() -> dict:
     derive, pool references and inline bindings), given `requires` and `demoteWhen` too, and the
     pool entries and derives that uses."""
     data = _in()
+    # Its shared files' values written in (the sample is one file: every problem is located in it).
+    shared = [json.loads((MANIFESTS / name).read_text()) for name in data.pop("include", [])]
+    data["derive"] = {name: value for s in shared for name, value in s.get("derive", {}).items()} | data[
+        "derive"
+    ]
     (variant,) = [v for v in data["variants"] if v["id"] == "plane_splitk"]
     variant |= {"requires": {"features": []}, "demoteWhen": ["reportedNonWave32Adapter"]}
     data["variants"] = [variant]
