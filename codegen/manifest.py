@@ -44,7 +44,7 @@ from .ir import (
 )
 from .problems import CompileError, Problem, closest
 from .schema import schema_problems
-from .sources import SHARED_FOLDER
+from .sources import SHARED_FOLDER, relative_path
 
 # The dispatch forms, by the key that picks each, and the keys each takes (docs/MANIFEST.md, "Dispatch").
 DISPATCH_FORMS = {
@@ -105,7 +105,7 @@ def load_manifest(
     """Read one manifest file (or its bytes `raw`, already read) into an `ir.Op`, with the shared
     files it includes (from `files`, {repository-relative path: bytes} as sources.Snapshot holds
     them, when given); raises CompileError listing every problem."""
-    source = _relative(path, repo_root)
+    source = relative_path(path, repo_root.resolve())
     root = Origin(source, "")
     raw = path.read_bytes() if raw is None else raw
     data = _parsed(raw, root)
@@ -118,10 +118,6 @@ def load_manifest(
     if reader.problems:
         raise CompileError(reader.problems)
     return op
-
-
-def _relative(path: Path, repo_root: Path) -> str:
-    return path.resolve().relative_to(repo_root.resolve()).as_posix()
 
 
 def _parsed(raw: bytes, root: Origin) -> Any:
@@ -137,21 +133,13 @@ def _read_shared(
     """The files of the manifest's `include` that exist and fit the schema, in its order; the
     problems of the others join the reader's, so the manifest's own are reported too."""
     root, shared = reader.root, []
+    folder = relative_path(manifests_dir, repo_root.resolve())
     for i, name in enumerate(reader.data.get("include", ())):
-        relative = _relative(manifests_dir / name, repo_root)
-        if files is not None:
-            raw = files.get(relative)
-        else:
-            raw = (manifests_dir / name).read_bytes() if (manifests_dir / name).is_file() else None
+        relative = f"{folder}/{name}"
+        raw = _shared_bytes(manifests_dir / name, relative, files)
         if raw is None:
-            known = _shared_names(manifests_dir, repo_root, files)
-            suggestion = closest(name, known)
-            hint = (
-                f"did you mean `{suggestion}`?"
-                if suggestion
-                else f"shared files: {', '.join(known) or 'none'}"
-            )
-            reader.fail(root.child("include", i), f"no shared file `{name}`; {hint}")
+            known = _shared_names(manifests_dir, folder, files)
+            reader.unknown(root.child("include", i), "shared file", name, known)
             continue
         file_root = Origin(relative, "", root.file)
         try:
@@ -159,21 +147,27 @@ def _read_shared(
         except CompileError as error:
             reader.problems.extend(error.problems)
             continue
-        found = schema_problems(content, relative, included_by=root.file)
+        found = schema_problems(content, relative, definition="shared", included_by=root.file)
         reader.problems.extend(found)
         if not found:
             shared.append(_Shared(relative, content, file_root))
     return tuple(shared)
 
 
-def _shared_names(manifests_dir: Path, repo_root: Path, files: Mapping[str, bytes] | None) -> list[str]:
-    """The shared files there are, as `include` names them (`_shared/<name>.json`)."""
-    folder = _relative(manifests_dir, repo_root) + "/"
+def _shared_bytes(path: Path, relative: str, files: Mapping[str, bytes] | None) -> bytes | None:
+    """A shared file's bytes: from `files` (the snapshot's) when given, else from disk."""
     if files is not None:
-        paths = [path[len(folder) :] for path in files if path.startswith(f"{folder}{SHARED_FOLDER}/")]
-    else:
-        paths = [f"{SHARED_FOLDER}/{p.name}" for p in (manifests_dir / SHARED_FOLDER).glob("*.json")]
-    return sorted(paths)
+        return files.get(relative)
+    return path.read_bytes() if path.is_file() else None
+
+
+def _shared_names(manifests_dir: Path, folder: str, files: Mapping[str, bytes] | None) -> list[str]:
+    """The shared files there are, as `include` names them (`_shared/<name>.json`)."""
+    prefix = f"{folder}/{SHARED_FOLDER}/"
+    if files is not None:
+        return sorted(path[len(folder) + 1 :] for path in files if path.startswith(prefix))
+    paths = (manifests_dir / SHARED_FOLDER).glob("*.json")
+    return sorted(f"{SHARED_FOLDER}/{p.name}" for p in paths if p.is_file())
 
 
 def _defined_once(reader: _Reader, entries: list[tuple[str, Origin, Any]], what: str) -> list[Any]:
@@ -192,12 +186,16 @@ def _defined_once(reader: _Reader, entries: list[tuple[str, Origin, Any]], what:
     return kept
 
 
+def _sources(reader: _Reader, shared: tuple[_Shared, ...]) -> list[tuple[dict, Origin]]:
+    """(data, root) of the shared files, in `include` order, then of the manifest itself."""
+    return [(item.data, item.root) for item in shared] + [(reader.data, reader.root)]
+
+
 def _tunables(reader: _Reader, shared: tuple[_Shared, ...]) -> tuple[tuple[str, Any], ...]:
     """The shared files' tunables, then the manifest's own: name -> default."""
-    tables = [(item.data, item.root) for item in shared] + [(reader.data, reader.root)]
     entries = [
         (name, root.child("tunables", name), (name, reader.plain_default(value)))
-        for data, root in tables
+        for data, root in _sources(reader, shared)
         for name, value in data.get("tunables", {}).items()
     ]
     return tuple(_defined_once(reader, entries, "tunable"))
@@ -205,8 +203,11 @@ def _tunables(reader: _Reader, shared: tuple[_Shared, ...]) -> tuple[tuple[str, 
 
 def _derives(reader: _Reader, shared: tuple[_Shared, ...]) -> tuple[Derive, ...]:
     """The shared files' derived values, then the manifest's own (the compiler orders them by use)."""
-    tables = [(item.data, item.root) for item in shared] + [(reader.data, reader.root)]
-    derives = [d for data, root in tables for d in reader.derives(data.get("derive"), root.child("derive"))]
+    derives = [
+        d
+        for data, root in _sources(reader, shared)
+        for d in reader.derives(data.get("derive"), root.child("derive"))
+    ]
     entries = [(d.name, d.expr.origin, d) for d in derives]
     return tuple(_defined_once(reader, entries, "derived value"))
 
@@ -611,7 +612,7 @@ def load_manifests(manifests_dir: Path, snapshot=None) -> list[Op]:
     repo_root = manifests_dir.resolve().parent
     ops, problems = [], []
     for path in sorted(manifests_dir.glob("*/manifest.json")):
-        relative = path.resolve().relative_to(repo_root).as_posix()
+        relative = relative_path(path, repo_root)
         try:
             if snapshot:
                 ops.append(load_manifest(path, repo_root, snapshot.files[relative], snapshot.files))

@@ -51,11 +51,14 @@ def _validator(definition: str | None = None) -> Draft202012Validator:
     )
 
 
-def schema_problems(data: Any, source: str, included_by: str | None = None) -> list[Problem]:
-    """Every way `data` does not fit the schema, each once: a manifest read from `source`, or with
-    `included_by` (the manifest that includes it) a shared file."""
+def schema_problems(
+    data: Any, source: str, definition: str | None = None, included_by: str | None = None
+) -> list[Problem]:
+    """Every way `data` (read from `source`) does not fit the schema, each once: the manifest
+    schema, or with `definition` one of its `$defs` ("shared": a shared file, which the manifest
+    `included_by` includes)."""
     root = Origin(source, "", included_by)
-    validator = _validator("shared" if included_by else None)
+    validator = _validator(definition)
     found = [problem for error in validator.iter_errors(data) for problem in _problems_of(error, root)]
     return list(dict.fromkeys(found))
 

@@ -49,7 +49,8 @@ class Snapshot:
         }
 
 
-def _relative(path: Path, root: Path) -> str:
+def relative_path(path: Path, root: Path) -> str:
+    """`path` relative to `root` (posix), or its absolute path where it lies elsewhere."""
     try:
         return path.resolve().relative_to(root).as_posix()
     except ValueError:
@@ -64,9 +65,12 @@ def read_snapshot(manifests: Path, templates: Path, copied: Mapping[str, Path]) 
     for folder in sorted(p for p in manifests.glob("*") if (p / "manifest.json").is_file()):
         for name in ("manifest.json", *CASE_FILES):
             if (folder / name).is_file():
-                files[_relative(folder / name, root)] = (folder / name).read_bytes()
+                files[relative_path(folder / name, root)] = (folder / name).read_bytes()
+    # Named by the folder they sit in (as `include` names them), whatever a link points at.
+    shared_at = f"{relative_path(manifests, root)}/{SHARED_FOLDER}"
     for path in sorted((manifests / SHARED_FOLDER).glob("*.json")):
-        files[_relative(path, root)] = path.read_bytes()
+        if path.is_file():
+            files[f"{shared_at}/{path.name}"] = path.read_bytes()
     # Named as the render stage names it (`wgsl.render_pass`: the folder's name), so the snapshot's
     # keys, the banners and the problems agree wherever the folder lies.
     templates_at = templates.resolve().name
@@ -75,4 +79,4 @@ def read_snapshot(manifests: Path, templates: Path, copied: Mapping[str, Path]) 
             files[f"{templates_at}/{path.relative_to(templates).as_posix()}"] = path.read_bytes()
     for name, path in copied.items():
         files[str(PurePosixPath(name))] = path.read_bytes()
-    return Snapshot(files, _relative(manifests, root), templates_at)
+    return Snapshot(files, relative_path(manifests, root), templates_at)

@@ -25,7 +25,6 @@ from tests.compiler.compiler_support import (
     TINY_MANIFEST,
     problem_messages,
     tiny_repo,
-    write_manifest,
 )
 
 SHARED = "manifests/_shared/counts.json"
@@ -49,8 +48,9 @@ def _including(**changes) -> dict:
 
 def _repo(root: Path, shared=COUNTS, manifest=None) -> Path:
     """A repository with the tiny op including `shared` (a dict, or text as written); its manifests folder."""
+    # Made first, so that writing the manifest copies none of the repository's shared files.
+    (root / "manifests" / "_shared").mkdir(parents=True)
     manifests, _ = tiny_repo(root, manifest=manifest or _including())
-    (manifests / "_shared").mkdir(exist_ok=True)
     text = shared if isinstance(shared, str) else json.dumps(shared, indent=1)
     (manifests / "_shared" / "counts.json").write_text(text)
     return manifests
@@ -94,6 +94,7 @@ def test_a_build_with_the_shared_file_writes_what_the_own_values_wrote(tmp_path,
     # The banner names the shared file with its hash, so that an edit of it makes the package stale.
     assert f"#   {SHARED} (sha256 {sha})\n" in init
     assert f"#   {SHARED} (sha256 {sha})\n" in shared["tiny/copy.py"]
+    assert f"#   {SHARED} (sha256 {sha})\n" in shared["_ops.py"]
     # The derive comment names the file that holds the expression.
     assert f"    # count ({SHARED}): numel(shapes.x)\n    count = numel(shape_x)\n" in init
 
@@ -134,8 +135,23 @@ def test_two_shared_files_that_define_one_name_are_a_problem(tmp_path):
 
 def test_an_unknown_shared_file_suggests_the_closest(tmp_path):
     manifests = _repo(tmp_path, manifest=_including(include=["_shared/count.json"]))
+    expected = [
+        f"{TINY}#/include/0: unknown shared file `_shared/count.json`; did you mean `_shared/counts.json`?"
+    ]
+    assert _problems(manifests) == expected
+    # The same from the snapshot a build reads (the shared files it holds, not the disk's).
+    snapshot = read_snapshot(manifests, tmp_path / "templates", {})
+    with pytest.raises(CompileError) as info:
+        load_manifests(manifests, snapshot)
+    assert problem_messages(info.value) == expected
+
+
+def test_a_folder_named_like_a_shared_file_is_no_shared_file(tmp_path):
+    manifests = _repo(tmp_path, manifest=_including(include=["_shared/folder.json"]))
+    (manifests / "_shared" / "folder.json").mkdir()
+    assert not read_snapshot(manifests, tmp_path / "templates", {}).has("manifests/_shared/folder.json")
     assert _problems(manifests) == [
-        f"{TINY}#/include/0: no shared file `_shared/count.json`; did you mean `_shared/counts.json`?"
+        f"{TINY}#/include/0: unknown shared file `_shared/folder.json`; did you mean `_shared/counts.json`?"
     ]
 
 
@@ -176,12 +192,6 @@ def test_load_manifest_reads_the_shared_files_beside_the_manifests(tmp_path):
     assert op.includes == (SHARED,)
 
 
-def test_a_shared_folder_without_a_manifest_is_no_op(tmp_path):
-    manifests = _repo(tmp_path)
-    write_manifest(tmp_path, TINY_MANIFEST, "test.Other")
-    assert [op.id for op in load_manifests(manifests)] == ["test.Other", "test.Tiny"]
-
-
 def test_every_shared_file_is_included_and_fits_the_schema(ops):
     from codegen.schema import schema_problems
 
@@ -190,7 +200,7 @@ def test_every_shared_file_is_included_and_fits_the_schema(ops):
     assert included == files, "a shared file no manifest includes is dead text"
     for path in files:
         data = json.loads((MANIFESTS.parent / path).read_text())
-        assert schema_problems(data, path, included_by="any") == []
+        assert schema_problems(data, path, definition="shared") == []
 
 
 def test_the_generated_packages_name_the_shared_files_they_were_built_from(ops):
@@ -201,3 +211,34 @@ def test_the_generated_packages_name_the_shared_files_they_were_built_from(ops):
         for path in op.includes:
             sha = hashlib.sha256((MANIFESTS.parent / path).read_bytes()).hexdigest()[:16]
             assert f"#   {path} (sha256 {sha})\n" in init, (op.id, path)
+
+
+def test_every_hole_in_an_including_manifest_or_its_shared_file_is_a_located_problem(tmp_path):
+    """Break one node at a time of the manifest (its `include` too) and of its shared file: loading
+    and resolving either works or raises CompileError whose every problem points into one of the
+    two files; nothing else."""
+    from tests.compiler.test_manifests import _broken, _node_breakages
+
+    manifests = _repo(tmp_path)
+    manifest_path = manifests / "test.Tiny" / "manifest.json"
+    shared_path = manifests / "_shared" / "counts.json"
+    samples = [(manifest_path, _including()), (shared_path, COUNTS)]
+    tried = 0
+    for path, data in samples:
+        for where, value in _node_breakages(data):
+            path.write_text(json.dumps(_broken(data, where, value)))
+            tried += 1
+            try:
+                for op in load_manifests(manifests):
+                    resolve_op(op)
+            except CompileError as error:
+                assert error.problems, where
+                for problem in error.problems:
+                    assert problem.origin is not None and problem.origin.file in (TINY, SHARED), (
+                        where,
+                        str(problem),
+                    )
+            except Exception as error:  # noqa: BLE001: any other exception is the defect this test finds
+                pytest.fail(f"breaking {path.name} {'/'.join(map(str, where))} to {value!r} raised {error!r}")
+        path.write_text(json.dumps(data))
+    assert tried > 50
