@@ -264,7 +264,8 @@ def sequences_markdown(results):
 def neighbour_shapes(case, axis=None):
     """The case's shapes with one spatial dimension 4 larger (N 1 larger for rank-2 inputs, or where
     `axis` is 0: the layer family's parameters span its last axes): a shape never seen, which keeps
-    every divisibility the variant relies on."""
+    every divisibility the variant relies on. A larger N grows every input of rank 2 or more that
+    has one row per batch item (SkipGroupNorm's (N, C) skip too); rank-1 parameters stay."""
     first_key, first = next(iter(case.shapes.items()))
     if axis is not None:
         pass
@@ -276,7 +277,11 @@ def neighbour_shapes(case, axis=None):
         axis = len(first) - 1
     grown = {}
     for key, shape in case.shapes.items():
-        if len(shape) == len(first) and shape[:axis] == first[:axis] and shape[axis] == first[axis]:
+        if axis == 0:
+            grows = len(shape) >= 2 and shape[0] == first[0]
+        else:
+            grows = len(shape) == len(first) and shape[: axis + 1] == first[: axis + 1]
+        if grows:
             shape = shape[:axis] + (shape[axis] + (1 if axis == 0 else 4),) + shape[axis + 1 :]
         grown[key] = shape
     return grown

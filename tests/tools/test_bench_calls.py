@@ -66,3 +66,22 @@ def test_the_unet_step_is_61_calls_in_two_dtypes():
     ]
     assert op is gn and len(entry["calls"]) == 61 and entry["dtypes"] == ["float32", "float16"]
     assert sum(1 for _, _, eps in entry["calls"] if eps == 1e-6) == 16  # one transformer norm each
+
+
+def test_a_neighbouring_shape_grows_every_per_batch_input():
+    """A larger batch grows X and an (N, C) skip alike (the bench's neighbour of a SkipGroupNorm
+    case was refused as a malformed call when only X grew); a spatial step grows only the tensors
+    of X's shape; rank-1 parameters never grow."""
+    from types import SimpleNamespace
+
+    from generated.bench_calls import neighbour_shapes
+
+    shapes = {"X": (2, 320, 64, 64), "gamma": (320,), "beta": (320,), "skip": (2, 320), "bias": (320,)}
+    case = SimpleNamespace(shapes=shapes, attrs={"channels_last": 0})
+    assert neighbour_shapes(case, axis=0) == {**shapes, "X": (3, 320, 64, 64), "skip": (3, 320)}
+    assert neighbour_shapes(case) == {**shapes, "X": (2, 320, 64, 68)}
+    full = {**shapes, "skip": (2, 320, 64, 64)}
+    case = SimpleNamespace(shapes=full, attrs={"channels_last": 0})
+    assert neighbour_shapes(case) == {**full, "X": (2, 320, 64, 68), "skip": (2, 320, 64, 68)}
+    rows = SimpleNamespace(shapes={"x": (8, 768), "scale": (768,), "skip": (8, 768)}, attrs={})
+    assert neighbour_shapes(rows) == {"x": (9, 768), "scale": (768,), "skip": (9, 768)}
