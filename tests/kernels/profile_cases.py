@@ -58,6 +58,29 @@ PACKAGES = {
     "skip_layer_normalization": skln,
     "skip_simplified_layer_normalization": sksln,
 }
+# The input the outputs scale with, per op (for SkipGroupNorm and GroupNorm its type is M).
+SCALE_KEY = {
+    "batch_normalization": "scale",
+    "group_normalization": "scale",
+    "instance_normalization": "scale",
+    "skip_group_norm": "gamma",
+    "layer_normalization": "scale",
+    "rms_normalization": "scale",
+    "simplified_layer_normalization": "scale",
+    "skip_layer_normalization": "gamma",
+    "skip_simplified_layer_normalization": "gamma",
+    "group_norm": "gamma",
+}
+# The affine offset of the ops that normalize their own statistics (not BatchNormalization, whose
+# statistics are inputs), where a case has one (the RMS forms have none: their Y is not an offset).
+BIAS_KEY = {
+    "group_normalization": "bias",
+    "instance_normalization": "b",
+    "skip_group_norm": "beta",
+    "layer_normalization": "b",
+    "skip_layer_normalization": "beta",
+    "group_norm": "beta",
+}
 # The normalizations over the last axes: their cases carry their optional tensors in `tag`, their
 # references come from generated/reference.py's node_outputs, their per-position parameters sit
 # on the last axes (channel_axis -1).

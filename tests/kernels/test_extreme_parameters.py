@@ -24,27 +24,6 @@ from generated import ContractError
 from tests.kernels import profile_cases
 from tests.oracles import assert_close, run_seed, seed_note
 
-SCALE_KEY = {
-    "batch_normalization": "scale",
-    "group_normalization": "scale",
-    "instance_normalization": "scale",
-    "skip_group_norm": "gamma",
-    "layer_normalization": "scale",
-    "rms_normalization": "scale",
-    "simplified_layer_normalization": "scale",
-    "skip_layer_normalization": "gamma",
-    "skip_simplified_layer_normalization": "gamma",
-    "group_norm": "gamma",
-}
-# The affine offset, where a case has one (the RMS forms have none: their Y is not an offset).
-BIAS_KEY = {
-    "group_normalization": "bias",
-    "instance_normalization": "b",
-    "skip_group_norm": "beta",
-    "layer_normalization": "b",
-    "skip_layer_normalization": "beta",
-    "group_norm": "beta",
-}
 # stash_type=10 takes float16 statistics and float16 arithmetic, as the spec says: an infinite
 # scale is then a float16 question the spec's own body answers differently; left out.
 CASES = [c for c in profile_cases.all_cases() if c.attrs.get("stash_type") != 10]
@@ -72,9 +51,9 @@ def _called(case, inputs, device, caps):
 def test_an_infinite_scale_gives_the_definitions_infinities(case):
     device, caps, seed, rng, case = _prepared(case, "infinite-scale")
     inputs = profile_cases.random_inputs(case, rng)
-    scale = inputs[SCALE_KEY[case.op]].copy()
+    scale = inputs[profile_cases.SCALE_KEY[case.op]].copy()
     scale[0] = np.inf
-    inputs[SCALE_KEY[case.op]] = scale
+    inputs[profile_cases.SCALE_KEY[case.op]] = scale
     result = _called(case, inputs, device, caps)
     # 0 * inf is NaN where a value equals its mean: the definition's, so numpy need not warn.
     with np.errstate(invalid="ignore"):
@@ -98,7 +77,7 @@ def test_an_infinite_scale_gives_the_definitions_infinities(case):
 F32_CASES = [
     c
     for c in CASES
-    if BIAS_KEY.get(c.op) in c.shapes
+    if profile_cases.BIAS_KEY.get(c.op) in c.shapes
     and c.dtypes["T"] == "float32"
     and c.dtypes.get("M", "float32") == "float32"
 ]
@@ -123,7 +102,7 @@ def test_constant_huge_rows_normalize_to_the_bias(case, value):
     result = _called(case, inputs, device, caps)
     first = profile_cases.PACKAGES[case.op].OUTPUTS[0].key
     got = np.asarray(result[first], np.float64)
-    bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
+    bias = np.asarray(inputs[profile_cases.BIAS_KEY[case.op]], np.float64)
     # The layer family's offset broadcasts over X's last axes as it is (NumPy's rule is ONNX's).
     shape = (-1,) + (1,) * (got.ndim - 2) if profile_cases.channel_axis(case) == 1 else bias.shape
     context = f"{case.id} {case.shapes} {case.tunables} {seed_note(seed)}"

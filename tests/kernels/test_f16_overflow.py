@@ -24,20 +24,6 @@ from tests.oracles import assert_close, rng_for, run_seed, seed_note
 
 # Where the exact output is at least this large, float16 rounding gives infinity (65520 and up do).
 BEYOND = 65536.0
-# The input the outputs scale with, per op (for SkipGroupNorm and GroupNorm its type is M, here
-# float16 too).
-SCALE_KEY = {
-    "batch_normalization": "scale",
-    "group_normalization": "scale",
-    "instance_normalization": "scale",
-    "skip_group_norm": "gamma",
-    "layer_normalization": "scale",
-    "rms_normalization": "scale",
-    "simplified_layer_normalization": "scale",
-    "skip_layer_normalization": "gamma",
-    "skip_simplified_layer_normalization": "gamma",
-    "group_norm": "gamma",
-}
 
 CASES = [
     case
@@ -60,7 +46,7 @@ def test_outputs_beyond_float16_are_infinities(case):
     seed = run_seed()
     rng = np.random.default_rng([seed, zlib.crc32(f"overflow/{case.id}".encode())])
     inputs = profile_cases.random_inputs(case, rng)
-    key = SCALE_KEY[case.op]
+    key = profile_cases.SCALE_KEY[case.op]
     # |gamma| 60000 (float16 holds it), the sign random a channel: normalized values beyond about
     # 1.1 in size overflow, the rest do not.
     inputs[key] = (np.sign(inputs[key].astype(np.float64) + 1e-3) * 60000.0).astype(np.float16)

@@ -19,19 +19,11 @@ import pytest
 from tests.kernels import profile_cases
 from tests.oracles import assert_close, run_seed, seed_note
 
-BIAS_KEY = {
-    "group_normalization": "bias",
-    "instance_normalization": "b",
-    "skip_group_norm": "beta",
-    "layer_normalization": "b",
-    "skip_layer_normalization": "beta",
-    "group_norm": "beta",
-}
 # stash_type=10 takes float16 statistics, as the spec says: values this large are beyond them.
 CASES = [
     c
     for c in profile_cases.all_cases()
-    if BIAS_KEY.get(c.op) in c.shapes  # an offset to normalize to (the RMS forms have none)
+    if profile_cases.BIAS_KEY.get(c.op) in c.shapes  # an offset to normalize to (the RMS forms have none)
     and c.dtypes["T"] == "float32"
     and c.dtypes.get("M", "float32") == "float32"
     and c.attrs.get("stash_type") != 10
@@ -64,7 +56,7 @@ def test_rows_beyond_float32_squares_normalize_to_the_bias(case, pattern):
     result = profile_cases.call_case(case, inputs, device, caps)
     first = profile_cases.PACKAGES[case.op].OUTPUTS[0].key
     got = np.asarray(result[first], np.float64)
-    bias = np.asarray(inputs[BIAS_KEY[case.op]], np.float64)
+    bias = np.asarray(inputs[profile_cases.BIAS_KEY[case.op]], np.float64)
     expected_bias = np.broadcast_to(
         bias if profile_cases.channel_axis(case) == -1 else bias.reshape((-1,) + (1,) * (got.ndim - 2)),
         got[0].shape,
