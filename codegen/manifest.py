@@ -186,7 +186,7 @@ def _defined_once(reader: _Reader, entries: list[tuple[str, Origin, Any]], what:
     return kept
 
 
-def _sources(reader: _Reader, shared: tuple[_Shared, ...]) -> list[tuple[dict, Origin]]:
+def _definitions(reader: _Reader, shared: tuple[_Shared, ...]) -> list[tuple[dict, Origin]]:
     """(data, root) of the shared files, in `include` order, then of the manifest itself."""
     return [(item.data, item.root) for item in shared] + [(reader.data, reader.root)]
 
@@ -195,7 +195,7 @@ def _tunables(reader: _Reader, shared: tuple[_Shared, ...]) -> tuple[tuple[str, 
     """The shared files' tunables, then the manifest's own: name -> default."""
     entries = [
         (name, root.child("tunables", name), (name, reader.plain_default(value)))
-        for data, root in _sources(reader, shared)
+        for data, root in _definitions(reader, shared)
         for name, value in data.get("tunables", {}).items()
     ]
     return tuple(_defined_once(reader, entries, "tunable"))
@@ -205,7 +205,7 @@ def _derives(reader: _Reader, shared: tuple[_Shared, ...]) -> tuple[Derive, ...]
     """The shared files' derived values, then the manifest's own (the compiler orders them by use)."""
     derives = [
         d
-        for data, root in _sources(reader, shared)
+        for data, root in _definitions(reader, shared)
         for d in reader.derives(data.get("derive"), root.child("derive"))
     ]
     entries = [(d.name, d.expr.origin, d) for d in derives]
